@@ -1,0 +1,291 @@
+//! The node model: what discovery found, as plain data.
+//!
+//! Every field that could not be read is `None` (or empty) **and** explained
+//! by a [`Problem`] on the same device, so a reader can always say
+//! "unknown, because …". Nothing here does I/O.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::pci::PciAddr;
+
+/// Everything discovery found on one node.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Inventory {
+    /// SR-IOV physical functions (devices with `sriov_totalvfs`), by PCI address.
+    pub pfs: Vec<Pf>,
+    /// RDMA devices that are not on an SR-IOV PF or VF: PCI HCAs without
+    /// SR-IOV (shared mode) and virtual devices such as `rxe0` (no PCI parent).
+    pub hcas: Vec<Hca>,
+    /// GPUs (PCI class 0x0302 / 0x0300 from vendor 10de), for GPU affinity.
+    pub gpus: Vec<Gpu>,
+    /// `/dev/infiniband/rdma_cm` exists under the dev root.
+    pub rdma_cm: bool,
+    /// Devices that were seen but could not be modelled at all, with the reason.
+    pub skipped: Vec<Skipped>,
+}
+
+/// A field that could not be read, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Problem {
+    /// What is unknown, e.g. `numa_node`, `virtfn3`, `driver`.
+    pub field: String,
+    /// Why, with the path involved, e.g. `"/sys/.../numa_node": not a number: "abc"`.
+    pub reason: String,
+}
+
+/// A device discovery gave up on, e.g. a `virtfn` link pointing nowhere.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Skipped {
+    /// The device as far as it is known: a PCI address, a link name, an RDMA device name.
+    pub device: String,
+    /// Why it was skipped.
+    pub reason: String,
+}
+
+/// A network interface as sysfs shows it (`/sys/class/net/<name>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Netdev {
+    /// Interface name.
+    pub name: String,
+    /// `ifindex`.
+    pub ifindex: Option<u32>,
+    /// Link speed in Mb/s (`speed`; unknown when the link is down).
+    pub speed_mbps: Option<u32>,
+    /// `operstate`: up, down, lowerlayerdown, unknown, …
+    pub operstate: Option<String>,
+    /// `mtu`.
+    pub mtu: Option<u32>,
+    /// `address` (MAC), lower case.
+    pub mac: Option<String>,
+    /// Link layer from `type` (1 = Ethernet, 32 = InfiniBand).
+    pub link_layer: Option<LinkLayer>,
+    /// Fields that could not be read.
+    pub problems: Vec<Problem>,
+}
+
+/// Link layer of a netdev or an RDMA port.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum LinkLayer {
+    /// Ethernet (RoCE).
+    Ethernet,
+    /// InfiniBand.
+    InfiniBand,
+}
+
+/// An SR-IOV physical function.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Pf {
+    /// PCI address.
+    pub pci: PciAddr,
+    /// PCI vendor id (`vendor`).
+    pub vendor: Option<u16>,
+    /// PCI device id (`device`).
+    pub device: Option<u16>,
+    /// Bound kernel driver (`driver` link target name).
+    pub driver: Option<String>,
+    /// `sriov_totalvfs`.
+    pub total_vfs: Option<u32>,
+    /// `sriov_numvfs`.
+    pub num_vfs: Option<u32>,
+    /// NUMA node (`numa_node`; -1 in sysfs means none and is `None` without a problem).
+    pub numa_node: Option<u32>,
+    /// Netdevs under `<pci>/net/`.
+    pub netdevs: Vec<Netdev>,
+    /// RDMA devices of the PF (direct `infiniband/` or via an auxiliary device).
+    pub rdma: Vec<RdmaDev>,
+    /// PCIe bridges between this function and the root complex, nearest first
+    /// (the last one is the root port).
+    pub upstream: Vec<PciAddr>,
+    /// Virtual functions, by VF index.
+    pub vfs: Vec<Vf>,
+    /// Fields that could not be read.
+    pub problems: Vec<Problem>,
+}
+
+/// An SR-IOV virtual function.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Vf {
+    /// VF index on its PF (the `N` of `virtfnN`).
+    pub index: u32,
+    /// PCI address.
+    pub pci: PciAddr,
+    /// PCI address of the PF.
+    pub pf: PciAddr,
+    /// PCI vendor id.
+    pub vendor: Option<u16>,
+    /// PCI device id.
+    pub device: Option<u16>,
+    /// Bound driver; `None` when unbound. A userspace driver (vfio-pci) is a name here too.
+    pub driver: Option<String>,
+    /// NUMA node.
+    pub numa_node: Option<u32>,
+    /// The VF netdev on the host; `None` when moved into a pod or bound to a userspace driver.
+    pub netdev: Option<Netdev>,
+    /// RDMA devices of the VF.
+    pub rdma: Vec<RdmaDev>,
+    /// Fields that could not be read.
+    pub problems: Vec<Problem>,
+}
+
+/// How an RDMA device hangs off its PCI function.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum RdmaVia {
+    /// `<pci>/infiniband/<dev>` directly.
+    Direct,
+    /// Through an auxiliary device: `<pci>/<aux>/infiniband/<dev>`, aux named like
+    /// `mlx5_core.rdma.3`, `ice.roce.0`, `ice.iwarp.0`, `iavf.rdma.1`.
+    Aux(String),
+    /// No PCI parent at all (Soft-RoCE `rxe`, `siw`).
+    Virtual,
+}
+
+/// An RDMA device (`/sys/class/infiniband/<name>`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RdmaDev {
+    /// Device name, e.g. `mlx5_3`, `rocep59s0f0v1`, `irdma0`.
+    pub name: String,
+    /// How it was found.
+    pub via: RdmaVia,
+    /// Node GUID (`node_guid`).
+    pub node_guid: Option<String>,
+    /// The verbs char device (`uverbsN`).
+    pub uverbs: Option<CharDev>,
+    /// Management char devices (`umadN`), one per port.
+    pub umad: Vec<CharDev>,
+    /// Subnet management char devices (`issmN`), one per port.
+    pub issm: Vec<CharDev>,
+    /// Ports, by number (1-based).
+    pub ports: Vec<RdmaPort>,
+    /// Fields that could not be read.
+    pub problems: Vec<Problem>,
+}
+
+/// A character device of an RDMA device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CharDev {
+    /// Kernel name, e.g. `uverbs3`.
+    pub name: String,
+    /// The node's path, always under the real `/dev` (`/dev/infiniband/uverbs3`):
+    /// this is what the kubelet and the container runtime are given.
+    pub node_path: PathBuf,
+    /// `major:minor` from sysfs `dev`, when readable.
+    pub major_minor: Option<(u32, u32)>,
+    /// The node exists under the dev root we were pointed at.
+    pub present: bool,
+}
+
+/// One port of an RDMA device.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RdmaPort {
+    /// Port number (1-based).
+    pub num: u32,
+    /// Logical state name from `state` (`ACTIVE`, `DOWN`, `INIT`, …).
+    pub state: Option<String>,
+    /// Physical state name from `phys_state` (`LinkUp`, `Disabled`, …).
+    pub phys_state: Option<String>,
+    /// `link_layer`.
+    pub link_layer: Option<LinkLayer>,
+    /// Active MTU in bytes, when known (`/sys/class/infiniband/<d>/ports/<p>/...` has no
+    /// direct file; filled from netlink or derived from the netdev MTU).
+    pub active_mtu: Option<u32>,
+    /// Populated GID table entries (all-zero entries are left out).
+    pub gids: Vec<Gid>,
+}
+
+/// One entry of a port's GID table.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gid {
+    /// Index in the table (what `NCCL_IB_GID_INDEX` takes).
+    pub index: u32,
+    /// The GID as the kernel prints it (`fe80:0000:...`).
+    pub gid: String,
+    /// The GID as an IP address when it is an IPv4-mapped or IPv6 one.
+    pub ip: Option<std::net::IpAddr>,
+    /// GID type from `gid_attrs/types/N`.
+    pub kind: GidKind,
+    /// Netdev from `gid_attrs/ndevs/N`.
+    pub netdev: Option<String>,
+}
+
+/// GID type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GidKind {
+    /// `IB/RoCE v1`.
+    RoceV1,
+    /// `RoCE v2`.
+    RoceV2,
+    /// Anything else, or unreadable.
+    Other,
+}
+
+/// An RDMA HCA not on an SR-IOV function (shared mode), or a virtual RDMA device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hca {
+    /// PCI address; `None` for a virtual device (rxe, siw).
+    pub pci: Option<PciAddr>,
+    /// PCI vendor id.
+    pub vendor: Option<u16>,
+    /// PCI device id.
+    pub device: Option<u16>,
+    /// Bound driver.
+    pub driver: Option<String>,
+    /// NUMA node.
+    pub numa_node: Option<u32>,
+    /// Netdevs of the function (or the netdev a virtual device is bound to).
+    pub netdevs: Vec<Netdev>,
+    /// The RDMA device.
+    pub rdma: RdmaDev,
+    /// PCIe bridges up to the root port, nearest first.
+    pub upstream: Vec<PciAddr>,
+    /// Fields that could not be read.
+    pub problems: Vec<Problem>,
+}
+
+/// A GPU, for GPU/NIC affinity.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Gpu {
+    /// PCI address.
+    pub pci: PciAddr,
+    /// PCI vendor id.
+    pub vendor: u16,
+    /// PCI device id.
+    pub device: Option<u16>,
+    /// NUMA node.
+    pub numa_node: Option<u32>,
+    /// PCIe bridges up to the root port, nearest first.
+    pub upstream: Vec<PciAddr>,
+}
+
+impl Inventory {
+    /// All VFs of all PFs.
+    pub fn vfs(&self) -> impl Iterator<Item = &Vf> {
+        self.pfs.iter().flat_map(|pf| pf.vfs.iter())
+    }
+
+    /// The VF at `pci`, with its PF.
+    pub fn vf(&self, pci: PciAddr) -> Option<(&Pf, &Vf)> {
+        self.pfs.iter().find_map(|pf| pf.vfs.iter().find(|v| v.pci == pci).map(|v| (pf, v)))
+    }
+
+    /// The PF at `pci`.
+    pub fn pf(&self, pci: PciAddr) -> Option<&Pf> {
+        self.pfs.iter().find(|pf| pf.pci == pci)
+    }
+}
+
+impl RdmaDev {
+    /// The first RoCE v2 GID index on port 1 bound to `netdev` with an IPv4
+    /// address, else the first RoCE v2 one bound to it (what NCCL wants).
+    pub fn roce_v2_gid_index(&self, netdev: &str) -> Option<u32> {
+        let gids = self.ports.iter().flat_map(|p| p.gids.iter());
+        let v2: Vec<&Gid> = gids
+            .filter(|g| g.kind == GidKind::RoceV2 && g.netdev.as_deref() == Some(netdev))
+            .collect();
+        v2.iter()
+            .find(|g| matches!(g.ip, Some(std::net::IpAddr::V4(_))))
+            .or(v2.first())
+            .map(|g| g.index)
+    }
+}

@@ -1,0 +1,1 @@
+//! Netlink codecs and transport.
