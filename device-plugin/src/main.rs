@@ -1,1 +1,148 @@
-fn main() {}
+//! `kube-rdma-device-plugin`: with no subcommand, the daemon; `discover`
+//! prints what would be advertised and why.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::{Parser, Subcommand, ValueEnum};
+use kube_rdma_device_plugin::{config::Config, daemon, pools, report};
+use nic::Roots;
+
+#[derive(Parser, Debug)]
+#[command(name = "kube-rdma-device-plugin", version, about = "Serves SR-IOV VFs with their RDMA devices to the kubelet")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Option<Cmd>,
+    /// Pool config (kube-rdma, sriov-network-device-plugin or k8s-rdma-shared-dev-plugin format).
+    #[arg(long, global = true)]
+    config: Option<PathBuf>,
+    /// Read sysfs from here (default /sys, env KUBE_RDMA_SYSFS_ROOT).
+    #[arg(long, global = true)]
+    sysfs_root: Option<PathBuf>,
+    /// Read /dev from here (default /dev, env KUBE_RDMA_DEV_ROOT).
+    #[arg(long, global = true)]
+    dev_root: Option<PathBuf>,
+    /// Materialise this simulated node description and read from it.
+    #[arg(long, global = true, conflicts_with_all = ["sysfs_root", "dev_root"])]
+    sim: Option<PathBuf>,
+    /// Kubelet device plugin directory.
+    #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]
+    kubelet_dir: PathBuf,
+    /// Periodic rescan, seconds (netlink link events trigger rescans in between).
+    #[arg(long, default_value_t = 30.0)]
+    rescan_interval: f64,
+    /// Where CDI specs are written.
+    #[arg(long, default_value = "/var/run/cdi")]
+    cdi_dir: PathBuf,
+    /// Where device-info files are written.
+    #[arg(long, default_value = "/var/run/k8s.cni.cncf.io/devinfo/dp")]
+    devinfo_dir: PathBuf,
+    /// Serve /metrics and /healthz here (e.g. 0.0.0.0:9109).
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
+    /// Do not subscribe to netlink link events.
+    #[arg(long)]
+    no_link_events: bool,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Print PFs, VFs, RDMA devices and, per device, its pool or why not.
+    Discover {
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
+}
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum Output {
+    Table,
+    Json,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kube-rdma-device-plugin: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    // The simulated node lives as long as this value.
+    let sim = match &cli.sim {
+        Some(p) => Some(nic::sim::Sim::from_file(p).with_context(|| format!("simulated node {}", p.display()))?),
+        None => None,
+    };
+    let roots = match &sim {
+        Some(s) => s.roots(),
+        None => Roots::resolve(cli.sysfs_root.clone(), cli.dev_root.clone()),
+    };
+    match cli.cmd {
+        Some(Cmd::Discover { output }) => {
+            let cfg = match &cli.config {
+                Some(p) => Config::load(p)?,
+                None => Config::default_pools(),
+            };
+            let inv = nic::discover(&roots);
+            let plan = pools::plan(&inv, &cfg);
+            let origin = match &cli.sim {
+                Some(p) => format!("simulated from {} (materialised under {})", p.display(), roots.sysfs.display()),
+                None => format!("sysfs {}, dev {}", roots.sysfs.display(), roots.dev.display()),
+            };
+            match output {
+                Output::Table => print!("{}", report::render_table(&inv, &cfg, &plan, &origin)),
+                Output::Json => println!("{}", serde_json::to_string_pretty(&report::render_json(&inv, &cfg, &plan))?),
+            }
+            Ok(())
+        }
+        None => {
+            if !(cli.rescan_interval > 0.0 && cli.rescan_interval.is_finite()) {
+                anyhow::bail!("--rescan-interval must be a positive number of seconds");
+            }
+            let opts = daemon::Options {
+                config: cli.config,
+                roots,
+                kubelet_dir: cli.kubelet_dir,
+                rescan_interval: Duration::from_secs_f64(cli.rescan_interval),
+                cdi_dir: cli.cdi_dir,
+                devinfo_dir: cli.devinfo_dir,
+                metrics_addr: cli.metrics_addr,
+                link_events: !cli.no_link_events,
+            };
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            rt.block_on(async {
+                let shutdown = async {
+                    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            tracing::error!(error = %e, "cannot install SIGTERM handler");
+                            return std::future::pending().await;
+                        }
+                    };
+                    tokio::select! {
+                        _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+                        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+                    }
+                };
+                daemon::run(opts, shutdown).await
+            })?;
+            drop(sim);
+            Ok(())
+        }
+    }
+}

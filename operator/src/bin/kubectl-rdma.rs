@@ -1,1 +1,117 @@
-fn main() {}
+//! `kubectl rdma`: the RoCE state of nodes.
+//!
+//! - `kubectl rdma status [NODE] [--all]`: per node and interface, the failing checks
+//!   with their remediation (from the agents' `RdmaNodeState`s).
+//! - `kubectl rdma check --sim FILE | --local [--profile FILE]`: check a simulated
+//!   node or this host without a cluster; exits 1 when a check fails.
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::{bail, Context as _};
+use clap::{Parser, Subcommand};
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use kube_rdma_operator::agent::NodeSource;
+use kube_rdma_operator::crd::RdmaNodeState;
+use kube_rdma_operator::view::{node_table, Detail};
+use kube_rdma_operator::{check_once, checks, load_profile};
+use nic::roce::{DcbSource, ObserveOpts};
+
+#[derive(Parser)]
+#[command(name = "kubectl-rdma", bin_name = "kubectl rdma", version, about = "RoCE settings of Kubernetes nodes")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Show the agents' view of one node or all nodes.
+    Status {
+        /// Node name (default: every node with an RdmaNodeState).
+        node: Option<String>,
+        /// Show every check, not only problems.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Check a simulated node or this host, without a cluster.
+    Check {
+        /// Simulated node description (YAML).
+        #[arg(long, conflicts_with = "local")]
+        sim: Option<PathBuf>,
+        /// This host (honours KUBE_RDMA_SYSFS_ROOT / KUBE_RDMA_DEV_ROOT).
+        #[arg(long)]
+        local: bool,
+        /// RoceProfile YAML (default: the built-in RoCE v2 lossless profile).
+        #[arg(long)]
+        profile: Option<PathBuf>,
+        /// Print JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    match run(Cli::parse()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("kubectl-rdma: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    match cli.cmd {
+        Cmd::Status { node, all } => {
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(status(node, if all { Detail::All } else { Detail::Problems }))
+        }
+        Cmd::Check { sim, local, profile, json } => {
+            if sim.is_none() && !local {
+                bail!("give --sim FILE or --local");
+            }
+            let profile = profile.as_deref().map(load_profile).transpose()?.unwrap_or_else(checks::default_profile);
+            let (_sim, src) = match sim {
+                Some(p) => {
+                    let s = nic::sim::Sim::from_file(&p).with_context(|| format!("loading simulated node {}", p.display()))?;
+                    let src = NodeSource { roots: s.roots(), dcb: DcbSource::Sim(s.desc().clone()), opts: ObserveOpts::default() };
+                    (Some(s), src)
+                }
+                None => (None, NodeSource { roots: nic::Roots::from_env(), dcb: DcbSource::Netlink, opts: ObserveOpts::default() }),
+            };
+            let state = check_once(&src, &profile);
+            let st = state.status.as_ref().context("no status computed")?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&state)?);
+            } else {
+                print!("{}", node_table(&state.spec.node_name, st, Detail::All));
+            }
+            Ok(if st.summary.ready == "True" { ExitCode::SUCCESS } else { ExitCode::from(1) })
+        }
+    }
+}
+
+async fn status(node: Option<String>, detail: Detail) -> anyhow::Result<ExitCode> {
+    let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+    let api: Api<RdmaNodeState> = Api::all(client);
+    let states = match node {
+        Some(n) => vec![api.get(&n).await.with_context(|| format!("get rdmanodestates/{n}"))?],
+        None => api.list(&ListParams::default()).await.context("list rdmanodestates")?.items,
+    };
+    if states.is_empty() {
+        println!("No RdmaNodeState found: is the kube-rdma agent running?");
+    }
+    for s in &states {
+        match &s.status {
+            Some(st) => print!("{}", node_table(&s.name_any(), st, detail)),
+            None => println!("NODE {}  (no status yet)", s.name_any()),
+        }
+        println!();
+    }
+    Ok(ExitCode::SUCCESS)
+}

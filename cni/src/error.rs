@@ -1,0 +1,175 @@
+//! Errors and the one function mapping them to CNI spec error codes
+//! (CNI spec 1.1.0, "Error": 1–7, 11, 50, 51 well-known; 100+ ours).
+
+use std::path::PathBuf;
+
+use nic::netlink::transport::NlError;
+use nic::netns::NetnsError;
+use serde_json::json;
+
+/// Everything the plugin can fail with.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// `cniVersion` we do not speak.
+    #[error("cniVersion {requested:?} is not supported (supported: {})", crate::SUPPORTED_VERSIONS.join(", "))]
+    Version {
+        /// What the runtime asked for.
+        requested: String,
+    },
+    /// A required environment variable is missing or invalid.
+    #[error("environment variable {var}: {why}")]
+    Env {
+        /// The variable.
+        var: &'static str,
+        /// What is wrong.
+        why: String,
+    },
+    /// Stdin is not JSON.
+    #[error("cannot decode the network configuration on stdin: {0}")]
+    Decode(String),
+    /// The configuration is valid JSON but wrong.
+    #[error("invalid network configuration: {field}: {why}")]
+    Config {
+        /// The field (as in the JSON).
+        field: String,
+        /// What is wrong and how to fix it.
+        why: String,
+    },
+    /// The device named by `deviceID` cannot be used.
+    #[error("device {pci}: {why}")]
+    Device {
+        /// PCI address.
+        pci: String,
+        /// What is wrong.
+        why: String,
+    },
+    /// The container's netns cannot be used.
+    #[error("container network namespace: {0}")]
+    Netns(#[source] NetnsError),
+    /// A lock could not be taken in time.
+    #[error("{what} is busy (another ADD/DEL holds its lock for more than {secs} s); try again")]
+    Busy {
+        /// What was locked.
+        what: String,
+        /// How long we waited.
+        secs: u64,
+    },
+    /// The plugin cannot serve ADDs (STATUS).
+    #[error("plugin not available: {0}")]
+    Unavailable(String),
+    /// File I/O.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A netlink request failed.
+    #[error("{step}: {source}")]
+    Netlink {
+        /// What we were doing.
+        step: String,
+        /// The error.
+        #[source]
+        source: NlError,
+    },
+    /// The IPAM plugin failed.
+    #[error("IPAM plugin {plugin} {cmd} failed: {msg}")]
+    Ipam {
+        /// Plugin type.
+        plugin: String,
+        /// ADD or DEL.
+        cmd: &'static str,
+        /// The plugin's code (if it gave one).
+        code: Option<u32>,
+        /// Its message.
+        msg: String,
+    },
+    /// RDMA device handling failed.
+    #[error("RDMA: {0}")]
+    Rdma(String),
+    /// CHECK found a difference.
+    #[error("CHECK failed: {0}")]
+    Check(String),
+}
+
+impl Error {
+    /// The CNI error code for this error.
+    pub fn code(&self) -> u32 {
+        match self {
+            Error::Version { .. } => 1,
+            Error::Env { .. } => 4,
+            Error::Decode(_) => 6,
+            Error::Config { .. } | Error::Device { .. } => 7,
+            Error::Netns(NetnsError::Open { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => 3,
+            Error::Netns(_) => 3,
+            Error::Busy { .. } => 11,
+            Error::Unavailable(_) => 50,
+            Error::Io { .. } => 5,
+            Error::Netlink { .. } => 100,
+            Error::Ipam { code: Some(c), .. } if (1..=11).contains(c) => *c,
+            Error::Ipam { .. } => 101,
+            Error::Check(_) => 102,
+            Error::Rdma(_) => 103,
+        }
+    }
+
+    /// A short label (also usable as a metric label).
+    pub fn label(&self) -> &'static str {
+        match self {
+            Error::Version { .. } => "version",
+            Error::Env { .. } => "env",
+            Error::Decode(_) => "decode",
+            Error::Config { .. } => "config",
+            Error::Device { .. } => "device",
+            Error::Netns(_) => "netns",
+            Error::Busy { .. } => "busy",
+            Error::Unavailable(_) => "unavailable",
+            Error::Io { .. } => "io",
+            Error::Netlink { .. } => "netlink",
+            Error::Ipam { .. } => "ipam",
+            Error::Rdma(_) => "rdma",
+            Error::Check(_) => "check",
+        }
+    }
+
+    /// The spec's error JSON.
+    pub fn to_json(&self, cni_version: &str) -> serde_json::Value {
+        use std::error::Error as _;
+        let mut details = Vec::new();
+        let mut src = self.source();
+        while let Some(s) = src {
+            details.push(s.to_string());
+            src = s.source();
+        }
+        let mut v = json!({
+            "cniVersion": cni_version,
+            "code": self.code(),
+            "msg": self.to_string(),
+        });
+        if !details.is_empty() {
+            v["details"] = json!(details.join(": "));
+        }
+        v
+    }
+
+    /// Shorthand for a config error.
+    pub fn config(field: impl Into<String>, why: impl Into<String>) -> Self {
+        Error::Config { field: field.into(), why: why.into() }
+    }
+
+    /// Shorthand for a netlink error.
+    pub fn netlink(step: impl Into<String>, source: NlError) -> Self {
+        Error::Netlink { step: step.into(), source }
+    }
+
+    /// Shorthand for an I/O error.
+    pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        Error::Io { path: path.into(), source }
+    }
+}
+
+/// Result alias.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,211 @@
+//! IPAM delegation: exec the plugin named by `ipam.type` from `CNI_PATH`,
+//! speaking the newest CNI version it supports (asked with VERSION, cached per
+//! binary), and convert its result.
+//!
+//! Why negotiate: Debian's `host-local`/`static` 1.1.1 refuse cniVersion 1.1.0,
+//! while runtimes send it; the result is converted back to what the runtime asked.
+
+use std::io::Write;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command as Proc, Stdio};
+
+use serde_json::{json, Value};
+
+use crate::conf::Env;
+use crate::error::{Error, Result};
+
+/// Orders CNI versions (`0.3.1` < `1.0.0`).
+pub fn version_key(v: &str) -> (u32, u32, u32) {
+    let mut it = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+/// Finds `name` in the `CNI_PATH` directories.
+pub fn find_plugin(env: &Env, name: &str) -> Result<PathBuf> {
+    env.path.iter().map(|d| d.join(name)).find(|p| p.is_file()).ok_or_else(|| {
+        Error::config(
+            "ipam.type",
+            format!(
+                "IPAM plugin {name:?} not found in CNI_PATH ({})",
+                env.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":")
+            ),
+        )
+    })
+}
+
+fn exec(plugin: &Path, cmd: &str, env: &Env, stdin: &[u8]) -> std::io::Result<(bool, Vec<u8>)> {
+    let path = env.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":");
+    let args = env.args.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(";");
+    let mut child = Proc::new(plugin)
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_CONTAINERID", &env.container_id)
+        .env("CNI_NETNS", &env.netns)
+        .env("CNI_IFNAME", &env.ifname)
+        .env("CNI_ARGS", args)
+        .env("CNI_PATH", path)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut i) = child.stdin.take() {
+        i.write_all(stdin)?;
+    }
+    let out = child.wait_with_output()?;
+    if !out.stderr.is_empty() {
+        tracing::debug!(plugin = %plugin.display(), cmd, stderr = %String::from_utf8_lossy(&out.stderr), "IPAM stderr");
+    }
+    Ok((out.status.success(), out.stdout))
+}
+
+fn plugin_error(plugin: &str, cmd: &'static str, out: &[u8]) -> Error {
+    let v: Value = serde_json::from_slice(out).unwrap_or(Value::Null);
+    let code = v.get("code").and_then(Value::as_u64).map(|c| c as u32);
+    let mut msg = v.get("msg").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(out).trim().to_string());
+    if let Some(d) = v.get("details").and_then(Value::as_str).filter(|d| !d.is_empty()) {
+        msg = format!("{msg}: {d}");
+    }
+    Error::Ipam { plugin: plugin.to_string(), cmd, code, msg }
+}
+
+/// The versions the plugin supports, from the cache or by asking it.
+fn plugin_versions(plugin: &Path, env: &Env, state_dir: &Path) -> Result<Vec<String>> {
+    let meta = std::fs::metadata(plugin).map_err(|e| Error::io(plugin, e))?;
+    let key = format!("{}|{}|{}|{}", plugin.display(), meta.ino(), meta.size(), meta.mtime_nsec() + meta.mtime() * 1_000_000_000);
+    let cache_path = state_dir.join("ipam-versions.json");
+    let mut cache: serde_json::Map<String, Value> =
+        std::fs::read(&cache_path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+    if let Some(Value::Array(vs)) = cache.get(&key) {
+        return Ok(vs.iter().filter_map(Value::as_str).map(str::to_string).collect());
+    }
+    let (ok, out) = exec(plugin, "VERSION", env, br#"{"cniVersion":"0.3.1"}"#).map_err(|e| Error::io(plugin, e))?;
+    let name = plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam");
+    if !ok {
+        return Err(plugin_error(name, "VERSION", &out));
+    }
+    let v: Value = serde_json::from_slice(&out).map_err(|e| Error::Ipam {
+        plugin: name.into(),
+        cmd: "VERSION",
+        code: None,
+        msg: format!("unreadable VERSION answer: {e}"),
+    })?;
+    let vs: Vec<String> = v
+        .get("supportedVersions")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+        .unwrap_or_default();
+    cache.insert(key, json!(vs));
+    // Best effort: a lost cache only costs one more VERSION exec.
+    let tmp = state_dir.join(format!(".ipam-versions.{}.tmp", std::process::id()));
+    if std::fs::write(&tmp, serde_json::to_vec(&cache).unwrap_or_default()).is_ok() {
+        let _ = std::fs::rename(&tmp, &cache_path);
+    }
+    Ok(vs)
+}
+
+/// Picks the newest version both sides speak, not above what the runtime asked
+/// unless the runtime's is unknown to the plugin (then the plugin's newest we know).
+pub fn negotiate(requested: &str, plugin: &[String]) -> Option<String> {
+    let ours: Vec<&str> = crate::SUPPORTED_VERSIONS.iter().copied().filter(|v| plugin.iter().any(|p| p == v)).collect();
+    if ours.contains(&requested) {
+        return Some(requested.to_string());
+    }
+    ours.iter().max_by_key(|v| version_key(v)).map(|v| v.to_string())
+}
+
+/// The stdin for the IPAM plugin: our config with `cniVersion` replaced and
+/// fields the plugin must not see dropped.
+pub fn delegate_conf(raw: &Value, version: &str) -> Value {
+    let mut c = raw.clone();
+    if let Some(m) = c.as_object_mut() {
+        m.insert("cniVersion".into(), json!(version));
+        m.remove("prevResult");
+    }
+    c
+}
+
+/// Prepares the delegate config: finds the plugin and negotiates a version.
+pub fn prepare(raw: &Value, requested: &str, ipam_type: &str, env: &Env, state_dir: &Path) -> Result<(PathBuf, Value)> {
+    let plugin = find_plugin(env, ipam_type)?;
+    let vs = plugin_versions(&plugin, env, state_dir)?;
+    let v = negotiate(requested, &vs).ok_or_else(|| Error::Ipam {
+        plugin: ipam_type.into(),
+        cmd: "VERSION",
+        code: Some(1),
+        msg: format!("speaks none of our versions (it supports {})", vs.join(", ")),
+    })?;
+    Ok((plugin, delegate_conf(raw, &v)))
+}
+
+/// IPAM ADD; returns the plugin's result.
+pub fn add(plugin: &Path, conf: &Value, env: &Env) -> Result<Value> {
+    let name = plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam").to_string();
+    let body = serde_json::to_vec(conf).unwrap_or_default();
+    let (ok, out) = exec(plugin, "ADD", env, &body).map_err(|e| Error::io(plugin, e))?;
+    if !ok {
+        return Err(plugin_error(&name, "ADD", &out));
+    }
+    serde_json::from_slice(&out).map_err(|e| Error::Ipam { plugin: name, cmd: "ADD", code: None, msg: format!("unreadable result: {e}") })
+}
+
+/// IPAM DEL.
+pub fn del(plugin: &Path, conf: &Value, env: &Env) -> Result<()> {
+    let name = plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam").to_string();
+    let body = serde_json::to_vec(conf).unwrap_or_default();
+    let (ok, out) = exec(plugin, "DEL", env, &body).map_err(|e| Error::io(plugin, e))?;
+    if !ok {
+        return Err(plugin_error(&name, "DEL", &out));
+    }
+    Ok(())
+}
+
+/// An address from an IPAM result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IpCfg {
+    /// Address.
+    pub addr: std::net::IpAddr,
+    /// Prefix length.
+    pub prefix: u8,
+    /// Gateway.
+    pub gateway: Option<std::net::IpAddr>,
+}
+
+/// A route from an IPAM result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteCfg {
+    /// Destination.
+    pub dst: std::net::IpAddr,
+    /// Prefix length.
+    pub prefix: u8,
+    /// Gateway.
+    pub gw: Option<std::net::IpAddr>,
+}
+
+/// Parses `a.b.c.d/n`.
+pub fn parse_cidr(s: &str) -> Option<(std::net::IpAddr, u8)> {
+    let (a, p) = s.split_once('/')?;
+    let addr: std::net::IpAddr = a.parse().ok()?;
+    let prefix: u8 = p.parse().ok()?;
+    let max = if addr.is_ipv4() { 32 } else { 128 };
+    (prefix <= max).then_some((addr, prefix))
+}
+
+/// Reads the addresses and routes of a result (any version).
+pub fn parse_result(v: &Value) -> Result<(Vec<IpCfg>, Vec<RouteCfg>)> {
+    let bad = |why: String| Error::Ipam { plugin: "ipam".into(), cmd: "ADD", code: None, msg: why };
+    let mut ips = Vec::new();
+    for ip in v.get("ips").and_then(Value::as_array).into_iter().flatten() {
+        let a = ip.get("address").and_then(Value::as_str).unwrap_or_default();
+        let (addr, prefix) = parse_cidr(a).ok_or_else(|| bad(format!("bad address {a:?}")))?;
+        let gateway = ip.get("gateway").and_then(Value::as_str).and_then(|g| g.parse().ok());
+        ips.push(IpCfg { addr, prefix, gateway });
+    }
+    let mut routes = Vec::new();
+    for r in v.get("routes").and_then(Value::as_array).into_iter().flatten() {
+        let d = r.get("dst").and_then(Value::as_str).unwrap_or_default();
+        let (dst, prefix) = parse_cidr(d).ok_or_else(|| bad(format!("bad route dst {d:?}")))?;
+        let gw = r.get("gw").and_then(Value::as_str).and_then(|g| g.parse().ok());
+        routes.push(RouteCfg { dst, prefix, gw });
+    }
+    Ok((ips, routes))
+}

@@ -1,0 +1,259 @@
+//! Test lab for the CNI: a simulated node tree whose VF netdevs are real veth
+//! links in a private "host" netns (the plugin runs there, so the machine's
+//! own root netns is never touched), pod netns, and the real binary.
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+
+use nic::netns::NamedNetns;
+use nic::sim::Sim;
+use nic::PciAddr;
+use serde_json::{json, Value};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_kube-rdma-cni");
+pub const CNI_PATH: &str = "/usr/lib/cni";
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+/// A short unique tag (netdev names have 15 bytes).
+pub fn tag() -> String {
+    let n = COUNTER.fetch_add(1, Ordering::SeqCst);
+    format!("{:03x}{:02x}", std::process::id() % 4096, n % 256)
+}
+
+pub struct Lab {
+    pub tag: String,
+    pub sim: Sim,
+    pub host: NamedNetns,
+    pub wire: NamedNetns,
+    pub state: tempfile::TempDir,
+    pub ipam_dir: tempfile::TempDir,
+    /// `(VF address, netdev name)`.
+    pub vfs: Vec<(PciAddr, String)>,
+    pub pf: PciAddr,
+}
+
+pub fn ip(ns: &str, args: &[&str]) -> String {
+    let out = Command::new("ip").arg("-n").arg(ns).args(args).output().expect("run ip");
+    assert!(out.status.success(), "ip -n {ns} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+pub fn ip_ok(ns: &str, args: &[&str]) -> bool {
+    Command::new("ip").arg("-n").arg(ns).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// Link names in a netns (without `lo`).
+pub fn links(ns: &str) -> BTreeSet<String> {
+    ip(ns, &["-o", "link", "show"])
+        .lines()
+        .filter_map(|l| l.split(": ").nth(1))
+        .map(|n| n.split('@').next().unwrap_or(n).to_string())
+        .filter(|n| n != "lo")
+        .collect()
+}
+
+/// `ip -j addr show dev X` → list of "addr/prefix".
+pub fn addrs(ns: &str, dev: &str) -> Vec<String> {
+    let v: Value = serde_json::from_str(&ip(ns, &["-j", "addr", "show", "dev", dev])).unwrap();
+    v[0]["addr_info"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|a| a["scope"] != "link")
+        .map(|a| format!("{}/{}", a["local"].as_str().unwrap(), a["prefixlen"]))
+        .collect()
+}
+
+/// `ip -j link show dev X` → (mac, mtu, up).
+pub fn link_info(ns: &str, dev: &str) -> (String, u64, bool) {
+    let v: Value = serde_json::from_str(&ip(ns, &["-j", "link", "show", "dev", dev])).unwrap();
+    let flags: Vec<&str> = v[0]["flags"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+    (v[0]["address"].as_str().unwrap().to_string(), v[0]["mtu"].as_u64().unwrap(), flags.contains(&"UP"))
+}
+
+/// Every file under `dir` (relative paths), for leak checks.
+pub fn files(dir: &Path) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    fn walk(base: &Path, d: &Path, out: &mut BTreeSet<String>) {
+        if let Ok(rd) = std::fs::read_dir(d) {
+            for e in rd.flatten() {
+                let p = e.path();
+                if p.is_dir() {
+                    walk(base, &p, out);
+                } else {
+                    out.insert(p.strip_prefix(base).unwrap().display().to_string());
+                }
+            }
+        }
+    }
+    walk(dir, dir, &mut out);
+    out
+}
+
+impl Lab {
+    /// A node with one PF of `model` and `nvfs` VFs; `pf_extra` is added to
+    /// the PF's YAML map (e.g. `vfRdma: true`).
+    pub fn new(model: &str, nvfs: u32, pf_extra: &str) -> Lab {
+        let tag = tag();
+        let bus = 0x10 + (COUNTER.load(Ordering::SeqCst) % 200) as u8;
+        let yaml = format!(
+            "node: t{tag}\nadapters:\n  - model: {model}\n    pfs:\n      - bdf: \"0000:{bus:02x}:00.0\"\n        netdev: k{tag}p\n        vfs: {nvfs}\n        totalVfs: {nvfs}\n        vfNetdevPrefix: k{tag}v\n{pf_extra}"
+        );
+        let desc: nic::simdesc::NodeDesc = serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        let sim = Sim::materialise(&desc).expect("materialise sim");
+        let roots = sim.roots();
+        let pf: PciAddr = format!("0000:{bus:02x}:00.0").parse().unwrap();
+        let mut vfs = Vec::new();
+        for i in 0..nvfs {
+            let link = roots.sys(format!("bus/pci/devices/{pf}/virtfn{i}"));
+            let vf: PciAddr = std::fs::read_link(&link).unwrap().file_name().unwrap().to_str().unwrap().parse().unwrap();
+            let net = std::fs::read_dir(roots.sys(format!("bus/pci/devices/{vf}/net"))).unwrap().next().unwrap().unwrap();
+            vfs.push((vf, net.file_name().into_string().unwrap()));
+        }
+        let host = NamedNetns::create(&format!("kr-{tag}-host")).unwrap();
+        let wire = NamedNetns::create(&format!("kr-{tag}-wire")).unwrap();
+        let mut batch = String::new();
+        for (i, (_, name)) in vfs.iter().enumerate() {
+            batch.push_str(&format!("link add {name} type veth peer name k{tag}w{i} netns {}\n", wire.name()));
+            batch.push_str(&format!("link set {name} mtu 1500\n"));
+        }
+        let mut child = Command::new("ip").args(["-n", host.name(), "-batch", "-"]).stdin(Stdio::piped()).spawn().unwrap();
+        child.stdin.take().unwrap().write_all(batch.as_bytes()).unwrap();
+        assert!(child.wait().unwrap().success(), "creating veths failed");
+        Lab {
+            tag,
+            sim,
+            host,
+            wire,
+            state: tempfile::tempdir().unwrap(),
+            ipam_dir: tempfile::tempdir().unwrap(),
+            vfs,
+            pf,
+        }
+    }
+
+    pub fn pod(&self, n: u32) -> NamedNetns {
+        let ns = NamedNetns::create(&format!("kr-{}-pod{n}", self.tag)).unwrap();
+        ip(ns.name(), &["link", "set", "lo", "up"]);
+        ns
+    }
+
+    pub fn host_links(&self) -> BTreeSet<String> {
+        links(self.host.name())
+    }
+
+    /// Writes `module/ib_core/parameters/netns_mode` into the sim tree.
+    pub fn set_rdma_netns_mode(&self, shared: bool) {
+        let p = self.sim.roots().sys("module/ib_core/parameters");
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::write(p.join("netns_mode"), if shared { "Y\n" } else { "N\n" }).unwrap();
+    }
+
+    /// A config using host-local with a private dataDir.
+    pub fn conf(&self, version: &str, pci: PciAddr, subnet: &str) -> Value {
+        json!({
+            "cniVersion": version,
+            "name": format!("net-{}", self.tag),
+            "type": "kube-rdma-cni",
+            "deviceID": pci.to_string(),
+            "stateDir": self.state.path(),
+            "ipam": {
+                "type": "host-local",
+                "dataDir": self.ipam_dir.path(),
+                "ranges": [[{"subnet": subnet}]],
+                "routes": [{"dst": "10.250.0.0/16"}]
+            }
+        })
+    }
+
+    /// Runs the plugin inside the lab's host netns.
+    pub fn cni(&self, cmd: &str, cid: &str, netns: &Path, ifname: &str, stdin: &Value) -> (i32, Value) {
+        self.cni_env(cmd, cid, netns, ifname, stdin, &[])
+    }
+
+    pub fn cni_env(&self, cmd: &str, cid: &str, netns: &Path, ifname: &str, stdin: &Value, extra: &[(&str, &str)]) -> (i32, Value) {
+        run_plugin(self.host.path(), &self.sim.roots().sysfs, cmd, cid, netns, ifname, &serde_json::to_vec(stdin).unwrap(), extra)
+    }
+
+    /// Allocation files host-local keeps (one per allocated IP).
+    pub fn ipam_allocations(&self) -> BTreeSet<String> {
+        files(self.ipam_dir.path())
+            .into_iter()
+            .filter(|f| {
+                let name = f.rsplit('/').next().unwrap_or(f);
+                name.parse::<std::net::IpAddr>().is_ok()
+            })
+            .collect()
+    }
+
+    /// State files other than locks and the IPAM version cache.
+    pub fn state_files(&self) -> BTreeSet<String> {
+        files(self.state.path()).into_iter().filter(|f| !f.starts_with("locks/") && f != "ipam-versions.json").collect()
+    }
+}
+
+/// Runs the binary with `setns` into `host_ns` before exec.
+#[allow(clippy::too_many_arguments)]
+pub fn run_plugin(
+    host_ns: &Path,
+    sysfs: &Path,
+    cmd: &str,
+    cid: &str,
+    netns: &Path,
+    ifname: &str,
+    stdin: &[u8],
+    extra: &[(&str, &str)],
+) -> (i32, Value) {
+    let nsf = std::fs::File::open(host_ns).unwrap();
+    let fd = nsf.as_raw_fd();
+    let mut c = Command::new(BIN);
+    c.env_remove("KUBE_RDMA_CNI_FAILPOINT")
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_CONTAINERID", cid)
+        .env("CNI_NETNS", netns)
+        .env("CNI_IFNAME", ifname)
+        .env("CNI_PATH", CNI_PATH)
+        .env("KUBE_RDMA_SYSFS_ROOT", sysfs)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in extra {
+        if v.is_empty() {
+            c.env_remove(k);
+        } else {
+            c.env(k, v);
+        }
+    }
+    // SAFETY: setns is async-signal-safe; fd stays open until exec (cloexec).
+    unsafe {
+        c.pre_exec(move || {
+            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = c.spawn().unwrap();
+    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    let out = child.wait_with_output().unwrap();
+    drop(nsf);
+    let v = if out.stdout.is_empty() { Value::Null } else { serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("stdout not JSON ({e}): {:?}", String::from_utf8_lossy(&out.stdout))) };
+    if std::env::var("CNI_TEST_VERBOSE").is_ok() {
+        eprintln!("{cmd} -> {:?} {v} stderr: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
+    }
+    // Failures report the CNI error code from the JSON; a killed plugin its exit status.
+    let status = out.status.code().unwrap_or(-1);
+    let code = if status == 0 { 0 } else { v.get("code").and_then(Value::as_i64).map(|c| c as i32).unwrap_or(status) };
+    (code, v)
+}
+
+pub fn path_of(ns: &NamedNetns) -> PathBuf {
+    ns.path().to_path_buf()
+}

@@ -1,0 +1,457 @@
+//! Pure pool planning: inventory × config → pools, plus one decision per
+//! device saying which pool took it, or which selector rejected it and why.
+//!
+//! Rules: a device two pools select goes to the first pool in the file;
+//! VF-mode pools consider every VF; shared-mode pools consider every RDMA
+//! device of a PF or of a non-SR-IOV HCA and expose it `rdmaHcaMax` times.
+
+use std::collections::BTreeSet;
+
+use nic::{CharDev, Inventory, LinkLayer, Netdev, PciAddr, Pf, RdmaDev, Vf};
+
+use crate::config::{Config, Mode, PoolConfig, Selector};
+use crate::health::{self, Health};
+
+/// One RDMA device of an allocatable device, as Allocate needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RdmaInfo {
+    /// RDMA device name (`mlx5_3`).
+    pub name: String,
+    /// Char devices: uverbs first, then umad and issm; node paths are the node's `/dev/...`.
+    pub char_devs: Vec<CharDev>,
+    /// RoCE v2 GID index for the device's netdev (what `NCCL_IB_GID_INDEX` wants).
+    pub gid_index: Option<u32>,
+}
+
+/// One allocatable device of a pool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Device {
+    /// Device ID given to the kubelet (VF PCI address; shared: `<pci>-<slot>`).
+    pub id: String,
+    /// PCI address of the function behind the device (VF, PF or HCA).
+    pub pci: Option<PciAddr>,
+    /// PF of a VF (device-info `pf-pci-address`).
+    pub pf: Option<PciAddr>,
+    /// What packing groups by: the PF of a VF, the HCA itself in shared mode.
+    pub group: String,
+    /// VF index on its PF.
+    pub vf_index: Option<u32>,
+    /// NUMA node.
+    pub numa: Option<u32>,
+    /// The device's own netdev (VF netdev; shared: the PF/HCA netdev).
+    pub netdev: Option<String>,
+    /// RDMA devices.
+    pub rdma: Vec<RdmaInfo>,
+    /// Behind a PCIe switch that also hosts a GPU.
+    pub near_gpu: bool,
+    /// Health.
+    pub health: Health,
+}
+
+/// A pool with its devices, sorted by ID.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pool {
+    /// The pool's config.
+    pub config: PoolConfig,
+    /// Devices, sorted by ID.
+    pub devices: Vec<Device>,
+    /// `/dev/infiniband/rdma_cm` exists on the node.
+    pub rdma_cm: bool,
+}
+
+impl Pool {
+    /// `prefix/name`.
+    pub fn resource_name(&self) -> String {
+        self.config.resource_name()
+    }
+
+    /// The device with `id` (binary search: devices are sorted).
+    pub fn device(&self, id: &str) -> Option<&Device> {
+        self.devices.binary_search_by(|d| d.id.as_str().cmp(id)).ok().map(|i| &self.devices[i])
+    }
+
+    /// Socket file name in the kubelet dir.
+    pub fn socket_name(&self) -> String {
+        socket_name(&self.config)
+    }
+}
+
+/// Socket file name of a pool: `kuberdma-<prefix>-<name>.sock`.
+pub fn socket_name(c: &PoolConfig) -> String {
+    format!("kuberdma-{}-{}.sock", c.prefix, c.name)
+}
+
+/// What happened to one device.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Decision {
+    /// PCI address (or RDMA device name for a virtual HCA).
+    pub device: String,
+    /// `VF`, `PF` (shared candidate) or `HCA`.
+    pub kind: &'static str,
+    /// Pool resource name that took it.
+    pub pool: Option<String>,
+    /// Why: the selector that rejected it, or that a later pool also selected it.
+    pub notes: Vec<String>,
+}
+
+/// Pools and decisions.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Pools in config order.
+    pub pools: Vec<Pool>,
+    /// One per candidate device, in inventory order.
+    pub decisions: Vec<Decision>,
+}
+
+/// What selectors look at, for VFs and for shared candidates alike.
+struct Facts<'a> {
+    pci: Option<PciAddr>,
+    vendor: Option<u16>,
+    device: Option<u16>,
+    driver: Option<&'a str>,
+    pf_netdevs: Vec<&'a str>,
+    vf_index: Option<u32>,
+    root: Option<PciAddr>,
+    link_layer: Option<LinkLayer>,
+    is_rdma: bool,
+    if_names: Vec<&'a str>,
+    speed: Option<u32>,
+    numa: Option<u32>,
+}
+
+fn hex_list(v: &[u16]) -> String {
+    v.iter().map(|x| format!("{x:04x}")).collect::<Vec<_>>().join(",")
+}
+
+fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into())
+}
+
+/// `Ok` when `f` satisfies `s`, else the first failing field and why.
+fn check(s: &Selector, f: &Facts) -> Result<(), String> {
+    if !s.vendors.is_empty() && !f.vendor.is_some_and(|v| s.vendors.contains(&v)) {
+        return Err(format!("vendors [{}]: vendor is {}", hex_list(&s.vendors), opt(f.vendor.map(|v| format!("{v:04x}")))));
+    }
+    if !s.devices.is_empty() && !f.device.is_some_and(|v| s.devices.contains(&v)) {
+        return Err(format!("devices [{}]: device is {}", hex_list(&s.devices), opt(f.device.map(|v| format!("{v:04x}")))));
+    }
+    if !s.drivers.is_empty() && !f.driver.is_some_and(|d| s.drivers.iter().any(|x| x == d)) {
+        return Err(format!("drivers [{}]: driver is {}", s.drivers.join(","), f.driver.unwrap_or("none")));
+    }
+    if !s.pci_addresses.is_empty() && !f.pci.is_some_and(|p| s.pci_addresses.contains(&p)) {
+        return Err(format!("pciAddresses: {} is not listed", opt(f.pci)));
+    }
+    if !s.pf_names.is_empty() {
+        let hit = s.pf_names.iter().any(|p| {
+            f.pf_netdevs.contains(&p.name.as_str()) && f.vf_index.is_none_or(|i| p.covers(i))
+        });
+        if !hit {
+            let names: Vec<String> = s.pf_names.iter().map(|p| p.to_string()).collect();
+            return Err(format!(
+                "pfNames [{}]: PF is {}{}",
+                names.join(","),
+                if f.pf_netdevs.is_empty() { "without netdev".to_string() } else { f.pf_netdevs.join("/") },
+                f.vf_index.map(|i| format!(", VF index {i}")).unwrap_or_default()
+            ));
+        }
+    }
+    if !s.root_devices.is_empty() && !f.root.is_some_and(|r| s.root_devices.contains(&r)) {
+        return Err(format!("rootDevices: PF is {}", opt(f.root)));
+    }
+    if !s.link_types.is_empty() && !f.link_layer.is_some_and(|l| s.link_types.contains(&l)) {
+        return Err(format!("linkTypes: link layer is {}", opt(f.link_layer.map(|l| format!("{l:?}")))));
+    }
+    if let Some(want) = s.is_rdma {
+        if want != f.is_rdma {
+            return Err(if want { "isRdma: no RDMA device".into() } else { "isRdma false: has an RDMA device".into() });
+        }
+    }
+    if !s.if_names.is_empty() && !f.if_names.iter().any(|n| s.if_names.iter().any(|x| x == n)) {
+        return Err(format!(
+            "ifNames [{}]: netdev is {}",
+            s.if_names.join(","),
+            if f.if_names.is_empty() { "none".to_string() } else { f.if_names.join("/") }
+        ));
+    }
+    if !s.link_speeds.is_empty() && !f.speed.is_some_and(|v| s.link_speeds.contains(&v)) {
+        return Err(format!("linkSpeeds: link speed is {}", opt(f.speed.map(|v| format!("{v} Mb/s")))));
+    }
+    if !s.numa_nodes.is_empty() && !f.numa.is_some_and(|v| s.numa_nodes.contains(&v)) {
+        return Err(format!("numaNodes: NUMA node is {}", opt(f.numa)));
+    }
+    Ok(())
+}
+
+/// `Ok` when any selector of the pool matches, else why each one did not.
+fn pool_matches(p: &PoolConfig, f: &Facts) -> Result<(), String> {
+    let mut whys = Vec::new();
+    for (i, s) in p.selectors.iter().enumerate() {
+        match check(s, f) {
+            Ok(()) => return Ok(()),
+            Err(w) if p.selectors.len() > 1 => whys.push(format!("selectors[{i}].{w}")),
+            Err(w) => whys.push(format!("selectors.{w}")),
+        }
+    }
+    Err(whys.join("; "))
+}
+
+fn link_layer(n: &[&Netdev]) -> Option<LinkLayer> {
+    n.iter().find_map(|n| n.link_layer)
+}
+
+fn speed(n: &[Netdev]) -> Option<u32> {
+    n.iter().find_map(|n| n.speed_mbps)
+}
+
+/// Non-root-port bridges above `upstream` (the last entry is the root port).
+fn switch_bridges(upstream: &[PciAddr]) -> &[PciAddr] {
+    &upstream[..upstream.len().saturating_sub(1)]
+}
+
+fn near_gpu(inv: &Inventory, upstream: &[PciAddr]) -> bool {
+    let mine: BTreeSet<&PciAddr> = switch_bridges(upstream).iter().collect();
+    !mine.is_empty() && inv.gpus.iter().any(|g| switch_bridges(&g.upstream).iter().any(|b| mine.contains(b)))
+}
+
+fn rdma_info(r: &RdmaDev, netdev: Option<&str>) -> RdmaInfo {
+    let mut char_devs = Vec::new();
+    char_devs.extend(r.uverbs.iter().cloned());
+    char_devs.extend(r.umad.iter().cloned());
+    char_devs.extend(r.issm.iter().cloned());
+    RdmaInfo {
+        name: r.name.clone(),
+        char_devs,
+        gid_index: netdev.and_then(|n| r.roce_v2_gid_index(n)),
+    }
+}
+
+fn vf_facts<'a>(pf: &'a Pf, vf: &'a Vf) -> Facts<'a> {
+    let mut nets: Vec<&Netdev> = vf.netdev.iter().collect();
+    nets.extend(pf.netdevs.iter());
+    Facts {
+        pci: Some(vf.pci),
+        vendor: vf.vendor,
+        device: vf.device,
+        driver: vf.driver.as_deref(),
+        pf_netdevs: pf.netdevs.iter().map(|n| n.name.as_str()).collect(),
+        vf_index: Some(vf.index),
+        root: Some(pf.pci),
+        link_layer: link_layer(&nets),
+        is_rdma: !vf.rdma.is_empty(),
+        if_names: vf.netdev.iter().map(|n| n.name.as_str()).collect(),
+        speed: speed(&pf.netdevs),
+        numa: vf.numa_node.or(pf.numa_node),
+    }
+}
+
+/// Whether every selector of the pool asks for RDMA.
+fn requires_rdma(c: &PoolConfig) -> bool {
+    !c.selectors.is_empty() && c.selectors.iter().all(|s| s.is_rdma == Some(true))
+}
+
+fn vf_device(inv: &Inventory, pf: &Pf, vf: &Vf, require_rdma: bool) -> Device {
+    let netdev = vf.netdev.as_ref().map(|n| n.name.clone());
+    Device {
+        id: vf.pci.to_string(),
+        pci: Some(vf.pci),
+        pf: Some(pf.pci),
+        group: pf.pci.to_string(),
+        vf_index: Some(vf.index),
+        numa: vf.numa_node.or(pf.numa_node),
+        rdma: vf.rdma.iter().map(|r| rdma_info(r, netdev.as_deref())).collect(),
+        netdev,
+        near_gpu: near_gpu(inv, &pf.upstream),
+        health: health::vf_health(pf, vf, require_rdma),
+    }
+}
+
+/// A shared-mode candidate: an RDMA device of a PF or of an HCA.
+struct SharedCand<'a> {
+    facts: Facts<'a>,
+    label: String,
+    kind: &'static str,
+    netdevs: &'a [Netdev],
+    rdma: &'a RdmaDev,
+    upstream: &'a [PciAddr],
+}
+
+fn shared_candidates(inv: &Inventory) -> Vec<SharedCand<'_>> {
+    let mut out = Vec::new();
+    for pf in &inv.pfs {
+        for r in &pf.rdma {
+            let nets: Vec<&Netdev> = pf.netdevs.iter().collect();
+            out.push(SharedCand {
+                facts: Facts {
+                    pci: Some(pf.pci),
+                    vendor: pf.vendor,
+                    device: pf.device,
+                    driver: pf.driver.as_deref(),
+                    pf_netdevs: pf.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                    vf_index: None,
+                    root: Some(pf.pci),
+                    link_layer: link_layer(&nets),
+                    is_rdma: true,
+                    if_names: pf.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                    speed: speed(&pf.netdevs),
+                    numa: pf.numa_node,
+                },
+                label: format!("{} ({})", pf.pci, r.name),
+                kind: "PF",
+                netdevs: &pf.netdevs,
+                rdma: r,
+                upstream: &pf.upstream,
+            });
+        }
+    }
+    for h in &inv.hcas {
+        let nets: Vec<&Netdev> = h.netdevs.iter().collect();
+        out.push(SharedCand {
+            facts: Facts {
+                pci: h.pci,
+                vendor: h.vendor,
+                device: h.device,
+                driver: h.driver.as_deref(),
+                pf_netdevs: h.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                vf_index: None,
+                root: h.pci,
+                link_layer: link_layer(&nets),
+                is_rdma: true,
+                if_names: h.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                speed: speed(&h.netdevs),
+                numa: h.numa_node,
+            },
+            label: match h.pci {
+                Some(p) => format!("{p} ({})", h.rdma.name),
+                None => h.rdma.name.clone(),
+            },
+            kind: "HCA",
+            netdevs: &h.netdevs,
+            rdma: &h.rdma,
+            upstream: &h.upstream,
+        });
+    }
+    out
+}
+
+/// Assigns `facts` to the first matching pool of `mode`; returns the pool
+/// index and the decision.
+fn decide(cfg: &Config, mode: Mode, device: String, kind: &'static str, f: &Facts) -> (Option<usize>, Decision) {
+    let mut d = Decision { device, kind, pool: None, notes: Vec::new() };
+    let mut taken = None;
+    for (i, p) in cfg.pools.iter().enumerate() {
+        if p.mode != mode {
+            continue;
+        }
+        match (pool_matches(p, f), taken) {
+            (Ok(()), None) => {
+                taken = Some(i);
+                d.pool = Some(p.resource_name());
+            }
+            (Ok(()), Some(_)) => d.notes.push(format!(
+                "also selected by {}; the first pool in the config wins",
+                p.resource_name()
+            )),
+            (Err(why), None) => d.notes.push(format!("{}: rejected by {why}", p.resource_name())),
+            (Err(_), Some(_)) => {}
+        }
+    }
+    if taken.is_none() && !cfg.pools.iter().any(|p| p.mode == mode) {
+        d.notes.push(match mode {
+            Mode::Vf => "no pool in vf mode".into(),
+            Mode::Shared => "no pool in shared mode".into(),
+        });
+    }
+    (taken, d)
+}
+
+/// Builds the pools and the decisions.
+pub fn plan(inv: &Inventory, cfg: &Config) -> Plan {
+    let mut pools: Vec<Pool> = cfg
+        .pools
+        .iter()
+        .map(|c| Pool { config: c.clone(), devices: Vec::new(), rdma_cm: inv.rdma_cm })
+        .collect();
+    let mut decisions = Vec::new();
+    for pf in &inv.pfs {
+        for vf in &pf.vfs {
+            let (taken, d) = decide(cfg, Mode::Vf, vf.pci.to_string(), "VF", &vf_facts(pf, vf));
+            if let Some(i) = taken {
+                let require = requires_rdma(&pools[i].config);
+                pools[i].devices.push(vf_device(inv, pf, vf, require));
+            }
+            decisions.push(d);
+        }
+    }
+    let any_shared = cfg.pools.iter().any(|p| p.mode == Mode::Shared);
+    for c in shared_candidates(inv) {
+        if !any_shared && c.kind == "PF" {
+            continue; // PFs are only candidates of shared pools; VFs carry the story otherwise.
+        }
+        let (taken, d) = decide(cfg, Mode::Shared, c.label.clone(), c.kind, &c.facts);
+        if let Some(i) = taken {
+            let pool = &mut pools[i];
+            let health = health::hca_health(c.netdevs, c.rdma);
+            let netdev = c.netdevs.first().map(|n| n.name.clone());
+            let base = c.facts.pci.map(|p| p.to_string()).unwrap_or_else(|| c.rdma.name.clone());
+            let info = rdma_info(c.rdma, netdev.as_deref());
+            let near = near_gpu(inv, c.upstream);
+            for slot in 0..pool.config.rdma_hca_max {
+                pool.devices.push(Device {
+                    id: format!("{base}-{slot:04}"),
+                    pci: c.facts.pci,
+                    pf: None,
+                    group: base.clone(),
+                    vf_index: None,
+                    numa: c.facts.numa,
+                    netdev: netdev.clone(),
+                    rdma: vec![info.clone()],
+                    near_gpu: near,
+                    health: health.clone(),
+                });
+            }
+        }
+        decisions.push(d);
+    }
+    for p in &mut pools {
+        p.devices.sort_by(|a, b| a.id.cmp(&b.id));
+        p.devices.dedup_by(|a, b| a.id == b.id);
+    }
+    Plan { pools, decisions }
+}
+
+/// Keeps devices of `prev` that vanished from `next` but whose PF still says
+/// they exist (VF index below `sriov_numvfs`) as Unhealthy: a VF that loses
+/// its driver or its RDMA device, or whose sysfs entry disappears, must be
+/// reported Unhealthy, not silently dropped. A lowered `sriov_numvfs` or a
+/// removed PF drops them. Call only when the pool's config is unchanged.
+pub fn carry_missing(prev: &Pool, next: &mut Pool, inv: &Inventory) {
+    if prev.config.mode != Mode::Vf {
+        return;
+    }
+    let mut gone_list = Vec::new();
+    for d in &prev.devices {
+        if next.device(&d.id).is_some() {
+            continue;
+        }
+        let (Some(pf_pci), Some(index)) = (d.pf, d.vf_index) else { continue };
+        let Some(pf) = inv.pf(pf_pci) else { continue };
+        if index >= pf.num_vfs.unwrap_or(0) {
+            continue;
+        }
+        let why = match d.pci.and_then(|p| inv.vf(p)) {
+            Some((pf, vf)) => match health::vf_health(pf, vf, !d.rdma.is_empty()) {
+                Health::Unhealthy(w) => w,
+                Health::Healthy => format!("VF {} no longer matches the pool's selectors", d.id),
+            },
+            None => format!("VF {} (index {index} of PF {pf_pci}) is gone from sysfs", d.id),
+        };
+        let mut gone = d.clone();
+        gone.health = Health::Unhealthy(why);
+        // Collected first: `next.device` needs `next.devices` sorted while we look.
+        gone_list.push(gone);
+    }
+    if !gone_list.is_empty() {
+        next.devices.extend(gone_list);
+        next.devices.sort_by(|a, b| a.id.cmp(&b.id));
+    }
+}

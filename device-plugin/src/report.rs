@@ -1,0 +1,335 @@
+//! `discover`: what would be advertised and why, as an aligned table or JSON.
+
+use std::fmt::Write as _;
+
+use nic::{Inventory, LinkLayer, Netdev, RdmaDev};
+use serde_json::json;
+
+use crate::config::{Config, Format, Mode, Policy};
+use crate::pools::{Decision, Plan};
+
+/// Renders rows under headers with columns padded to the widest cell; the
+/// last column is not padded (it holds free text).
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut w: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < w.len() {
+                w[i] = w[i].max(c.chars().count());
+            }
+        }
+    }
+    let mut s = String::new();
+    let line = |s: &mut String, cells: Vec<&str>| {
+        let n = cells.len();
+        for (i, c) in cells.into_iter().enumerate() {
+            if i + 1 == n {
+                s.push_str(c);
+            } else {
+                let _ = write!(s, "{c:<width$}  ", width = w[i]);
+            }
+        }
+        s.push('\n');
+    };
+    line(&mut s, headers.to_vec());
+    for r in rows {
+        line(&mut s, r.iter().map(String::as_str).collect());
+    }
+    s
+}
+
+fn dash<T: ToString>(v: Option<T>) -> String {
+    v.map(|v| v.to_string()).unwrap_or_else(|| "-".into())
+}
+
+fn ids(v: Option<u16>, d: Option<u16>) -> String {
+    format!("{}:{}", v.map(|v| format!("{v:04x}")).unwrap_or("?".into()), d.map(|v| format!("{v:04x}")).unwrap_or("?".into()))
+}
+
+fn speed(n: Option<&Netdev>) -> String {
+    match n.and_then(|n| n.speed_mbps) {
+        Some(s) if s % 1000 == 0 => format!("{}G", s / 1000),
+        Some(s) => format!("{s}M"),
+        None => "-".into(),
+    }
+}
+
+fn link(n: Option<&Netdev>) -> String {
+    match n {
+        None => "-".into(),
+        Some(n) => {
+            let ll = match n.link_layer {
+                Some(LinkLayer::InfiniBand) => "/ib",
+                _ => "",
+            };
+            format!("{}{ll}", n.operstate.as_deref().unwrap_or("?"))
+        }
+    }
+}
+
+fn rdma_names(r: &[RdmaDev]) -> String {
+    if r.is_empty() {
+        "-".into()
+    } else {
+        r.iter().map(|r| r.name.as_str()).collect::<Vec<_>>().join(",")
+    }
+}
+
+fn char_names(r: &[RdmaDev]) -> String {
+    let v: Vec<String> = r
+        .iter()
+        .filter_map(|r| r.uverbs.as_ref())
+        .map(|c| if c.present { c.name.clone() } else { format!("{} (missing)", c.name) })
+        .collect();
+    if v.is_empty() {
+        "-".into()
+    } else {
+        v.join(",")
+    }
+}
+
+fn decision_text(d: Option<&Decision>) -> String {
+    match d {
+        None => "-".into(),
+        Some(d) => {
+            let mut parts = Vec::new();
+            if let Some(p) = &d.pool {
+                parts.push(format!("→ {p}"));
+            } else {
+                parts.push("not served".into());
+            }
+            parts.extend(d.notes.iter().cloned());
+            parts.join("; ")
+        }
+    }
+}
+
+fn describe_config(cfg: &Config) -> String {
+    let src = match (&cfg.source, cfg.format) {
+        (_, Format::Default) => {
+            "none: default pool kuberdma.io/rdma_vfs = every VF with an RDMA device (isRdma: true)".to_string()
+        }
+        (Some(p), f) => format!(
+            "{} ({})",
+            p.display(),
+            match f {
+                Format::Native => "kube-rdma format",
+                Format::Sndp => "sriov-network-device-plugin resourceList",
+                Format::Rsdp => "k8s-rdma-shared-dev-plugin configList",
+                Format::Default => "default",
+            }
+        ),
+        (None, _) => "inline".into(),
+    };
+    format!("config: {src}")
+}
+
+/// The human-readable report.
+pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "node: {origin}");
+    let _ = writeln!(s, "{}", describe_config(cfg));
+    let _ = writeln!(s, "rdma_cm: {}", if inv.rdma_cm { "/dev/infiniband/rdma_cm present" } else { "absent" });
+
+    let _ = writeln!(s, "\nPhysical functions ({})", inv.pfs.len());
+    let rows: Vec<Vec<String>> = inv
+        .pfs
+        .iter()
+        .map(|pf| {
+            let n = pf.netdevs.first();
+            vec![
+                pf.pci.to_string(),
+                ids(pf.vendor, pf.device),
+                dash(pf.driver.clone()),
+                n.map(|n| n.name.clone()).unwrap_or("-".into()),
+                link(n),
+                speed(n),
+                dash(n.and_then(|n| n.mtu)),
+                dash(pf.numa_node),
+                rdma_names(&pf.rdma),
+                format!("{}/{}", dash(pf.num_vfs), dash(pf.total_vfs)),
+                pf.upstream.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(" > "),
+            ]
+        })
+        .collect();
+    s.push_str(&table(
+        &["PCI", "VENDOR:DEV", "DRIVER", "NETDEV", "LINK", "SPEED", "MTU", "NUMA", "RDMA", "VFS", "UPSTREAM"],
+        &rows,
+    ));
+
+    let find = |dev: &str| plan.decisions.iter().find(|d| d.device == dev);
+    let health_of = |id: &str| {
+        plan.pools.iter().find_map(|p| p.device(id)).map(|d| match &d.health {
+            crate::health::Health::Healthy => "Healthy".to_string(),
+            crate::health::Health::Unhealthy(w) => format!("Unhealthy: {w}"),
+        })
+    };
+    let vf_count: usize = inv.pfs.iter().map(|p| p.vfs.len()).sum();
+    let _ = writeln!(s, "\nVirtual functions ({vf_count})");
+    let mut rows = Vec::new();
+    for pf in &inv.pfs {
+        for vf in &pf.vfs {
+            let gid = vf
+                .netdev
+                .as_ref()
+                .and_then(|n| vf.rdma.iter().find_map(|r| r.roce_v2_gid_index(&n.name)));
+            let id = vf.pci.to_string();
+            let mut why = decision_text(find(&id));
+            if let Some(h) = health_of(&id) {
+                why = format!("{why} [{h}]");
+            }
+            rows.push(vec![
+                id,
+                pf.pci.to_string(),
+                vf.index.to_string(),
+                ids(vf.vendor, vf.device),
+                dash(vf.driver.clone()),
+                vf.netdev.as_ref().map(|n| n.name.clone()).unwrap_or("-".into()),
+                rdma_names(&vf.rdma),
+                char_names(&vf.rdma),
+                dash(vf.numa_node.or(pf.numa_node)),
+                speed(pf.netdevs.first()),
+                dash(gid),
+                why,
+            ]);
+        }
+    }
+    s.push_str(&table(
+        &["PCI", "PF", "VF", "VENDOR:DEV", "DRIVER", "NETDEV", "RDMA", "UVERBS", "NUMA", "SPEED", "GID", "POOL / WHY NOT"],
+        &rows,
+    ));
+
+    if !inv.hcas.is_empty() {
+        let _ = writeln!(s, "\nRDMA HCAs without SR-IOV ({})", inv.hcas.len());
+        let rows: Vec<Vec<String>> = inv
+            .hcas
+            .iter()
+            .map(|h| {
+                let n = h.netdevs.first();
+                let label = match h.pci {
+                    Some(p) => format!("{p} ({})", h.rdma.name),
+                    None => h.rdma.name.clone(),
+                };
+                vec![
+                    dash(h.pci),
+                    ids(h.vendor, h.device),
+                    dash(h.driver.clone()),
+                    n.map(|n| n.name.clone()).unwrap_or("-".into()),
+                    link(n),
+                    speed(n),
+                    dash(h.numa_node),
+                    h.rdma.name.clone(),
+                    char_names(std::slice::from_ref(&h.rdma)),
+                    decision_text(find(&label)),
+                ]
+            })
+            .collect();
+        s.push_str(&table(
+            &["PCI", "VENDOR:DEV", "DRIVER", "NETDEV", "LINK", "SPEED", "NUMA", "RDMA", "UVERBS", "POOL / WHY NOT"],
+            &rows,
+        ));
+    }
+    let shared_pf: Vec<&Decision> = plan.decisions.iter().filter(|d| d.kind == "PF").collect();
+    if !shared_pf.is_empty() {
+        let _ = writeln!(s, "\nPFs as shared-mode candidates");
+        let rows: Vec<Vec<String>> =
+            shared_pf.iter().map(|d| vec![d.device.clone(), decision_text(Some(d))]).collect();
+        s.push_str(&table(&["PF (RDMA)", "POOL / WHY NOT"], &rows));
+    }
+
+    if !inv.gpus.is_empty() {
+        let _ = writeln!(s, "\nGPUs ({})", inv.gpus.len());
+        let rows: Vec<Vec<String>> = inv
+            .gpus
+            .iter()
+            .map(|g| {
+                vec![
+                    g.pci.to_string(),
+                    ids(Some(g.vendor), g.device),
+                    dash(g.numa_node),
+                    g.upstream.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(" > "),
+                ]
+            })
+            .collect();
+        s.push_str(&table(&["PCI", "VENDOR:DEV", "NUMA", "UPSTREAM"], &rows));
+    }
+
+    let _ = writeln!(s, "\nPools ({})", plan.pools.len());
+    let rows: Vec<Vec<String>> = plan
+        .pools
+        .iter()
+        .map(|p| {
+            let healthy = p.devices.iter().filter(|d| d.health.is_healthy()).count();
+            let near = p.devices.iter().filter(|d| d.near_gpu).count();
+            vec![
+                p.resource_name(),
+                match p.config.mode {
+                    Mode::Vf => "vf".into(),
+                    Mode::Shared => format!("shared x{}", p.config.rdma_hca_max),
+                },
+                match p.config.policy {
+                    Policy::Pack => "pack".into(),
+                    Policy::Spread => "spread".into(),
+                },
+                if p.config.gpu_affinity { "yes".into() } else { "no".into() },
+                p.devices.len().to_string(),
+                healthy.to_string(),
+                near.to_string(),
+                p.socket_name(),
+            ]
+        })
+        .collect();
+    s.push_str(&table(&["RESOURCE", "MODE", "POLICY", "GPU-AFFINITY", "DEVICES", "HEALTHY", "NEAR-GPU", "SOCKET"], &rows));
+
+    let mut problems = Vec::new();
+    for pf in &inv.pfs {
+        for p in &pf.problems {
+            problems.push(vec![pf.pci.to_string(), p.field.clone(), p.reason.clone()]);
+        }
+        for vf in &pf.vfs {
+            for p in &vf.problems {
+                problems.push(vec![vf.pci.to_string(), p.field.clone(), p.reason.clone()]);
+            }
+        }
+    }
+    for sk in &inv.skipped {
+        problems.push(vec![sk.device.clone(), "skipped".into(), sk.reason.clone()]);
+    }
+    if !problems.is_empty() {
+        let _ = writeln!(s, "\nProblems ({})", problems.len());
+        s.push_str(&table(&["DEVICE", "FIELD", "REASON"], &problems));
+    }
+    s
+}
+
+/// The machine-readable report.
+pub fn render_json(inv: &Inventory, cfg: &Config, plan: &Plan) -> serde_json::Value {
+    let pools: Vec<serde_json::Value> = plan
+        .pools
+        .iter()
+        .map(|p| {
+            json!({
+                "resource": p.resource_name(),
+                "mode": match p.config.mode { Mode::Vf => "vf", Mode::Shared => "shared" },
+                "policy": match p.config.policy { Policy::Pack => "pack", Policy::Spread => "spread" },
+                "gpuAffinity": p.config.gpu_affinity,
+                "socket": p.socket_name(),
+                "devices": p.devices.iter().map(|d| json!({
+                    "id": d.id,
+                    "health": d.health.as_kubelet(),
+                    "reason": match &d.health { crate::health::Health::Unhealthy(w) => Some(w.clone()), _ => None },
+                    "numa": d.numa,
+                    "pf": d.pf.map(|p| p.to_string()),
+                    "rdma": d.rdma.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
+                    "nearGpu": d.near_gpu,
+                })).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "config": describe_config(cfg),
+        "inventory": inv,
+        "pools": pools,
+        "decisions": plan.decisions,
+    })
+}

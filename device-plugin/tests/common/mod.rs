@@ -1,0 +1,206 @@
+//! Test fixtures: a fake kubelet (Registration server on `kubelet.sock`),
+//! a plugin client over the pool's real unix socket, and the daemon run
+//! in-process or as the real binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube_rdma_device_plugin::api::device_plugin_client::DevicePluginClient;
+use kube_rdma_device_plugin::api::registration_server::{Registration, RegistrationServer};
+use kube_rdma_device_plugin::api::{Empty, ListAndWatchResponse, RegisterRequest};
+use kube_rdma_device_plugin::{daemon, kubelet};
+use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio_stream::wrappers::UnixListenerStream;
+use tonic::transport::Channel;
+use tonic::{Request, Response, Status, Streaming};
+
+struct Reg(mpsc::UnboundedSender<RegisterRequest>);
+
+#[tonic::async_trait]
+impl Registration for Reg {
+    async fn register(&self, req: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
+        let _ = self.0.send(req.into_inner());
+        Ok(Response::new(Empty {}))
+    }
+}
+
+/// A kubelet stand-in: serves Registration on `<dir>/kubelet.sock` and
+/// records every RegisterRequest.
+pub struct FakeKubelet {
+    pub dir: PathBuf,
+    pub registrations: Arc<Mutex<mpsc::UnboundedReceiver<RegisterRequest>>>,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl FakeKubelet {
+    pub fn start(dir: &Path) -> Self {
+        let sock = dir.join("kubelet.sock");
+        let _ = std::fs::remove_file(&sock);
+        let listener = tokio::net::UnixListener::bind(&sock).expect("bind kubelet.sock");
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(RegistrationServer::new(Reg(tx)))
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                    let _ = stop_rx.await;
+                })
+                .await;
+        });
+        FakeKubelet {
+            dir: dir.to_path_buf(),
+            registrations: Arc::new(Mutex::new(rx)),
+            stop: Some(stop_tx),
+            task: Some(task),
+        }
+    }
+
+    /// Next RegisterRequest within `within`.
+    pub async fn next_registration(&self, within: Duration) -> RegisterRequest {
+        let mut rx = self.registrations.lock().await;
+        tokio::time::timeout(within, rx.recv())
+            .await
+            .expect("no registration in time")
+            .expect("registration channel closed")
+    }
+
+    /// Stops like a kubelet restart does: stop serving and delete every socket in the dir.
+    pub async fn stop_and_wipe(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
+        }
+        for e in std::fs::read_dir(&self.dir).unwrap().flatten() {
+            if e.file_name().to_string_lossy().ends_with(".sock") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+impl Drop for FakeKubelet {
+    fn drop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+    }
+}
+
+/// A DevicePlugin client over the socket `endpoint` in `dir`.
+pub async fn plugin(dir: &Path, endpoint: &str) -> DevicePluginClient<Channel> {
+    let path = dir.join(endpoint);
+    for _ in 0..100 {
+        if path.exists() {
+            if let Ok(ch) = kubelet::connect_unix(&path).await {
+                return DevicePluginClient::new(ch);
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("cannot connect to {}", path.display());
+}
+
+pub async fn list_and_watch(c: &mut DevicePluginClient<Channel>) -> Streaming<ListAndWatchResponse> {
+    c.list_and_watch(Empty {}).await.expect("ListAndWatch").into_inner()
+}
+
+/// Reads the stream until `pred` holds, or panics after `within`.
+pub async fn wait_list(
+    s: &mut Streaming<ListAndWatchResponse>,
+    within: Duration,
+    what: &str,
+    pred: impl Fn(&ListAndWatchResponse) -> bool,
+) -> ListAndWatchResponse {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut last = None;
+    loop {
+        match tokio::time::timeout_at(deadline, s.message()).await {
+            Ok(Ok(Some(m))) => {
+                if pred(&m) {
+                    return m;
+                }
+                last = Some(m);
+            }
+            Ok(other) => panic!("stream ended while waiting for {what}: {other:?}"),
+            Err(_) => panic!("timed out waiting for {what}; last list: {last:#?}"),
+        }
+    }
+}
+
+pub fn health_of<'a>(m: &'a ListAndWatchResponse, id: &str) -> Option<&'a str> {
+    m.devices.iter().find(|d| d.id == id).map(|d| d.health.as_str())
+}
+
+/// Paths of one daemon instance.
+pub struct Dirs {
+    pub tmp: tempfile::TempDir,
+    pub kubelet: PathBuf,
+    pub cdi: PathBuf,
+    pub devinfo: PathBuf,
+}
+
+impl Dirs {
+    pub fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let kubelet = tmp.path().join("device-plugins");
+        let cdi = tmp.path().join("cdi");
+        let devinfo = tmp.path().join("devinfo");
+        std::fs::create_dir_all(&kubelet).unwrap();
+        Dirs { tmp, kubelet, cdi, devinfo }
+    }
+
+    pub fn options(&self, roots: nic::Roots, config: Option<PathBuf>, rescan: Duration) -> daemon::Options {
+        daemon::Options {
+            config,
+            roots,
+            kubelet_dir: self.kubelet.clone(),
+            rescan_interval: rescan,
+            cdi_dir: self.cdi.clone(),
+            devinfo_dir: self.devinfo.clone(),
+            metrics_addr: None,
+            link_events: false,
+        }
+    }
+}
+
+/// The daemon in-process; dropping the handle does not stop it, `stop` does.
+pub struct InProc {
+    stop: Option<oneshot::Sender<()>>,
+    pub task: tokio::task::JoinHandle<Result<(), daemon::DaemonError>>,
+}
+
+impl InProc {
+    pub fn spawn(opts: daemon::Options) -> Self {
+        let (tx, rx) = oneshot::channel::<()>();
+        let task = tokio::spawn(daemon::run(opts, async {
+            let _ = rx.await;
+        }));
+        InProc { stop: Some(tx), task }
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(5), &mut self.task)
+            .await
+            .expect("daemon did not stop")
+            .expect("daemon task panicked")
+            .expect("daemon returned an error");
+    }
+}
+
+pub fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/nodes")
+}
+
+pub fn sim(name: &str) -> nic::sim::Sim {
+    nic::sim::Sim::from_file(examples().join(name)).expect("materialise example node")
+}
+
+pub const SOCK: &str = "kuberdma-kuberdma.io-rdma_vfs.sock";

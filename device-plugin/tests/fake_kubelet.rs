@@ -1,0 +1,427 @@
+//! The daemon against an in-repo fake kubelet, over real unix sockets, on
+//! simulated nodes. Each test is one scenario with timeouts.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::*;
+use kube_rdma_device_plugin::api::{
+    AllocateRequest, ContainerAllocateRequest, ContainerPreferredAllocationRequest, Empty,
+    PreferredAllocationRequest,
+};
+use nic::PciAddr;
+
+const T: Duration = Duration::from_secs(5);
+
+fn pci(s: &str) -> PciAddr {
+    s.parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_v1beta1_and_first_list_is_full_with_numa() {
+    let sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let kubelet = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), None, Duration::from_secs(60)));
+
+    let reg = kubelet.next_registration(T).await;
+    assert_eq!(reg.version, "v1beta1");
+    assert_eq!(reg.endpoint, SOCK);
+    assert_eq!(reg.resource_name, "kuberdma.io/rdma_vfs");
+    let opts = reg.options.expect("options");
+    assert!(opts.get_preferred_allocation_available);
+    assert!(!opts.pre_start_required);
+    // The socket is served before registration: it exists now.
+    assert!(dirs.kubelet.join(SOCK).exists());
+
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    let o = c.get_device_plugin_options(Empty {}).await.unwrap().into_inner();
+    assert!(o.get_preferred_allocation_available);
+    let mut s = list_and_watch(&mut c).await;
+    let first = s.message().await.unwrap().unwrap();
+    assert_eq!(first.devices.len(), 16, "the first response is the full list");
+    let numa: BTreeMap<&str, i64> = first
+        .devices
+        .iter()
+        .map(|d| (d.id.as_str(), d.topology.as_ref().unwrap().nodes[0].id))
+        .collect();
+    assert_eq!(numa["0000:3d:00.1"], 0);
+    assert_eq!(numa["0000:af:01.0"], 1);
+    assert!(first.devices.iter().all(|d| d.health == "Healthy"));
+    // CDI spec written for the pool.
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dirs.cdi.join("kuberdma.io-rdma_vfs.json")).unwrap()).unwrap();
+    assert_eq!(spec["kind"], "kuberdma.io/rdma_vfs");
+    assert_eq!(spec["devices"].as_array().unwrap().len(), 16);
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn allocate_gives_device_specs_env_cdi_and_device_info() {
+    let sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let _k = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), None, Duration::from_secs(60)));
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    let ids = vec!["0000:3d:00.1".to_string(), "0000:3d:00.2".to_string()];
+    let r = c
+        .allocate(AllocateRequest { container_requests: vec![ContainerAllocateRequest { devices_ids: ids.clone() }] })
+        .await
+        .unwrap()
+        .into_inner();
+    let cr = &r.container_responses[0];
+    let paths: Vec<(&str, &str, &str)> = cr
+        .devices
+        .iter()
+        .map(|d| (d.host_path.as_str(), d.container_path.as_str(), d.permissions.as_str()))
+        .collect();
+    assert_eq!(
+        paths,
+        vec![
+            ("/dev/infiniband/uverbs2", "/dev/infiniband/uverbs2", "rw"),
+            ("/dev/infiniband/umad2", "/dev/infiniband/umad2", "rw"),
+            ("/dev/infiniband/issm2", "/dev/infiniband/issm2", "rw"),
+            ("/dev/infiniband/uverbs3", "/dev/infiniband/uverbs3", "rw"),
+            ("/dev/infiniband/umad3", "/dev/infiniband/umad3", "rw"),
+            ("/dev/infiniband/issm3", "/dev/infiniband/issm3", "rw"),
+            ("/dev/infiniband/rdma_cm", "/dev/infiniband/rdma_cm", "rw"),
+        ],
+        "node paths, never the sim root"
+    );
+    assert_eq!(cr.envs["PCIDEVICE_KUBERDMA_IO_RDMA_VFS"], "0000:3d:00.1,0000:3d:00.2");
+    let info: serde_json::Value = serde_json::from_str(&cr.envs["PCIDEVICE_KUBERDMA_IO_RDMA_VFS_INFO"]).unwrap();
+    assert_eq!(info["0000:3d:00.1"]["generic"]["deviceID"], "0000:3d:00.1");
+    assert_eq!(info["0000:3d:00.1"]["rdma"]["rdma_dev"], "mlx5_2");
+    assert_eq!(cr.envs["NCCL_IB_HCA"], "mlx5_2,mlx5_3");
+    assert_eq!(cr.envs["UCX_NET_DEVICES"], "mlx5_2:1,mlx5_3:1");
+    assert_eq!(cr.envs["KUBERDMA_RDMA_VFS_RDMA_DEVICES"], "mlx5_2,mlx5_3");
+    assert_eq!(cr.envs["NCCL_IB_GID_INDEX"], "3");
+    assert_eq!(cr.envs["KUBERDMA_RDMA_VFS_GID_INDEXES"], "mlx5_2:3,mlx5_3:3");
+    let cdi: Vec<&str> = cr.cdi_devices.iter().map(|d| d.name.as_str()).collect();
+    assert_eq!(cdi, vec!["kuberdma.io/rdma_vfs=0000:3d:00.1", "kuberdma.io/rdma_vfs=0000:3d:00.2"]);
+    // The CDI spec on disk defines those names.
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dirs.cdi.join("kuberdma.io-rdma_vfs.json")).unwrap()).unwrap();
+    let dev = spec["devices"].as_array().unwrap().iter().find(|d| d["name"] == "0000:3d:00.1").unwrap();
+    assert_eq!(dev["containerEdits"]["deviceNodes"][0]["path"], "/dev/infiniband/uverbs2");
+    assert_eq!(spec["containerEdits"]["deviceNodes"][0]["path"], "/dev/infiniband/rdma_cm");
+    // Device-info file for Multus.
+    let di: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(dirs.devinfo.join("kuberdma.io-rdma_vfs-0000:3d:00.1-device.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        di,
+        serde_json::json!({"type": "pci", "version": "1.1.0", "pci": {
+            "pci-address": "0000:3d:00.1", "pf-pci-address": "0000:3d:00.0", "rdma-device": "mlx5_2"}})
+    );
+
+    // Unknown IDs are an error naming them, never a silent skip.
+    let e = c
+        .allocate(AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest {
+                devices_ids: vec!["0000:3d:00.1".into(), "0000:99:00.1".into()],
+            }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    assert!(e.message().contains("0000:99:00.1"), "{}", e.message());
+    d.stop().await;
+    // Device-info files are removed on shutdown; so are the socket and the CDI spec.
+    assert!(!dirs.devinfo.join("kuberdma.io-rdma_vfs-0000:3d:00.1-device.json").exists());
+    assert!(!dirs.kubelet.join(SOCK).exists());
+    assert!(!dirs.cdi.join("kuberdma.io-rdma_vfs.json").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_of_another_pool_and_unhealthy_ids_are_refused_by_name() {
+    let sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let cfg = dirs.tmp.path().join("pools.yaml");
+    std::fs::write(
+        &cfg,
+        "pools:\n- name: numa0\n  selectors: {numaNodes: [0]}\n- name: numa1\n  selectors: {numaNodes: [1]}\n",
+    )
+    .unwrap();
+    let mut sim = sim;
+    let _k = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), Some(cfg), Duration::from_millis(100)));
+    let mut c0 = plugin(&dirs.kubelet, "kuberdma-kuberdma.io-numa0.sock").await;
+    let e = c0
+        .allocate(AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest { devices_ids: vec!["0000:af:00.1".into()] }],
+        })
+        .await
+        .unwrap_err();
+    assert!(e.message().contains("unknown device IDs: 0000:af:00.1"), "{}", e.message());
+    assert!(e.message().contains("kuberdma.io/numa0"), "{}", e.message());
+
+    sim.set_operstate("ens1f0np0", "down").unwrap();
+    let mut s = list_and_watch(&mut c0).await;
+    wait_list(&mut s, T, "NUMA 0 VFs unhealthy", |m| health_of(m, "0000:3d:00.1") == Some("Unhealthy")).await;
+    let e = c0
+        .allocate(AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest { devices_ids: vec!["0000:3d:00.1".into()] }],
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::FailedPrecondition);
+    assert!(e.message().contains("0000:3d:00.1") && e.message().contains("link down"), "{}", e.message());
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_follows_pf_link_vf_removal_and_uverbs_removal() {
+    let mut sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let _k = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), None, Duration::from_millis(100)));
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    let mut s = list_and_watch(&mut c).await;
+    wait_list(&mut s, T, "all healthy", |m| m.devices.iter().all(|d| d.health == "Healthy")).await;
+
+    // PF link down: every VF of that PF goes Unhealthy, the other PF's stay Healthy.
+    sim.set_operstate("ens1f0np0", "down").unwrap();
+    let m = wait_list(&mut s, T, "PF0 VFs unhealthy", |m| health_of(m, "0000:3d:00.1") == Some("Unhealthy")).await;
+    assert!(m.devices.iter().filter(|d| d.id.starts_with("0000:3d")).all(|d| d.health == "Unhealthy"));
+    assert!(m.devices.iter().filter(|d| d.id.starts_with("0000:af")).all(|d| d.health == "Healthy"));
+    // ... and back up.
+    sim.set_operstate("ens1f0np0", "up").unwrap();
+    wait_list(&mut s, T, "PF0 VFs healthy again", |m| m.devices.iter().all(|d| d.health == "Healthy")).await;
+
+    // VF removed (echo 1 > remove): still listed, Unhealthy.
+    sim.remove_vf(pci("0000:af:00.3")).unwrap();
+    let m = wait_list(&mut s, T, "removed VF unhealthy", |m| health_of(m, "0000:af:00.3") == Some("Unhealthy")).await;
+    let ids: Vec<(&str, &str)> = m.devices.iter().map(|d| (d.id.as_str(), d.health.as_str())).collect();
+    assert_eq!(m.devices.len(), 16, "{ids:?}");
+
+    // uverbs node removed: that VF Unhealthy.
+    sim.remove_char_dev("uverbs4").unwrap(); // mlx5_4 = VF 0000:3d:00.3
+    wait_list(&mut s, T, "VF without uverbs unhealthy", |m| health_of(m, "0000:3d:00.3") == Some("Unhealthy")).await;
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rescan_picks_up_numvfs_change_without_restart() {
+    let mut sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let _k = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), None, Duration::from_millis(100)));
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    let mut s = list_and_watch(&mut c).await;
+    wait_list(&mut s, T, "16 VFs", |m| m.devices.len() == 16).await;
+    sim.set_num_vfs(pci("0000:af:00.0"), 2).unwrap();
+    let m = wait_list(&mut s, T, "10 VFs", |m| m.devices.len() == 10).await;
+    assert!(m.devices.iter().all(|d| d.health == "Healthy"));
+    sim.set_num_vfs(pci("0000:af:00.0"), 12).unwrap();
+    wait_list(&mut s, T, "20 VFs", |m| m.devices.len() == 20).await;
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_restart_is_followed_by_reregistration_within_a_second() {
+    let sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let mut k = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), None, Duration::from_secs(3600)));
+    k.next_registration(T).await;
+    k.stop_and_wipe().await;
+    assert!(!dirs.kubelet.join(SOCK).exists());
+    let started = Instant::now();
+    let k2 = FakeKubelet::start(&dirs.kubelet);
+    let reg = k2.next_registration(Duration::from_secs(1)).await;
+    let took = started.elapsed();
+    assert_eq!(reg.resource_name, "kuberdma.io/rdma_vfs");
+    assert!(took < Duration::from_secs(1), "re-registration took {took:?}");
+    // The socket is served again and answers.
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    let mut s = list_and_watch(&mut c).await;
+    assert_eq!(s.message().await.unwrap().unwrap().devices.len(), 16);
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_stream_leaves_the_server_serving() {
+    let sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let _k = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), None, Duration::from_secs(3600)));
+    for _ in 0..3 {
+        let mut c = plugin(&dirs.kubelet, SOCK).await;
+        let mut s = list_and_watch(&mut c).await;
+        assert_eq!(s.message().await.unwrap().unwrap().devices.len(), 16);
+        drop(s);
+        drop(c);
+    }
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    assert!(c.get_device_plugin_options(Empty {}).await.is_ok());
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn config_change_reloads_pools_and_unchanged_pools_keep_serving() {
+    let sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let cfgdir = dirs.tmp.path().join("etc");
+    std::fs::create_dir_all(&cfgdir).unwrap();
+    let cfg = cfgdir.join("config.yaml");
+    std::fs::write(&cfg, "pools:\n- name: a\n  selectors: {rootDevices: [\"0000:3d:00.0\"]}\n").unwrap();
+    let k = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), Some(cfg.clone()), Duration::from_secs(3600)));
+    assert_eq!(k.next_registration(T).await.resource_name, "kuberdma.io/a");
+    let mut ca = plugin(&dirs.kubelet, "kuberdma-kuberdma.io-a.sock").await;
+    let mut sa = list_and_watch(&mut ca).await;
+    assert_eq!(sa.message().await.unwrap().unwrap().devices.len(), 8);
+
+    std::fs::write(
+        &cfg,
+        "pools:\n- name: a\n  selectors: {rootDevices: [\"0000:3d:00.0\"]}\n- name: b\n  policy: spread\n  selectors: {rootDevices: [\"0000:af:00.0\"]}\n",
+    )
+    .unwrap();
+    let reg = k.next_registration(T).await;
+    assert_eq!(reg.resource_name, "kuberdma.io/b");
+    let mut cb = plugin(&dirs.kubelet, "kuberdma-kuberdma.io-b.sock").await;
+    let mut sb = list_and_watch(&mut cb).await;
+    assert_eq!(sb.message().await.unwrap().unwrap().devices.len(), 8);
+    // Pool a was not restarted: its open stream is still alive and its server answers.
+    assert!(ca.get_device_plugin_options(Empty {}).await.is_ok());
+    assert!(
+        tokio::time::timeout(Duration::from_millis(300), sa.message()).await.is_err(),
+        "pool a's stream should be idle, not ended"
+    );
+    // An invalid config keeps the running pools.
+    std::fs::write(&cfg, "pools: [{name: a, selectors: {vendors: [zzzz]}}]\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(cb.get_device_plugin_options(Empty {}).await.is_ok());
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_mode_exposes_n_ids_per_hca() {
+    let sim = sim("mixed.yaml");
+    let dirs = Dirs::new();
+    let cfg = dirs.tmp.path().join("shared.yaml");
+    std::fs::write(&cfg, "pools:\n- name: hca\n  mode: shared\n  rdmaHcaMax: 4\n  selectors: {ifNames: [ens5f0np0]}\n")
+        .unwrap();
+    let k = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), Some(cfg), Duration::from_secs(3600)));
+    assert_eq!(k.next_registration(T).await.resource_name, "kuberdma.io/hca");
+    let mut c = plugin(&dirs.kubelet, "kuberdma-kuberdma.io-hca.sock").await;
+    let mut s = list_and_watch(&mut c).await;
+    let m = s.message().await.unwrap().unwrap();
+    let ids: Vec<&str> = m.devices.iter().map(|d| d.id.as_str()).collect();
+    assert_eq!(ids, vec!["0000:86:00.0-0000", "0000:86:00.0-0001", "0000:86:00.0-0002", "0000:86:00.0-0003"]);
+    assert!(m.devices.iter().all(|d| d.topology.as_ref().unwrap().nodes[0].id == 1));
+    let r = c
+        .allocate(AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest { devices_ids: vec!["0000:86:00.0-0002".into()] }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let cr = &r.container_responses[0];
+    assert_eq!(cr.devices[0].host_path, "/dev/infiniband/uverbs2");
+    assert_eq!(cr.envs["NCCL_IB_HCA"], "mlx5_1");
+    d.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn preferred_allocation_over_grpc_packs_on_one_pf() {
+    let sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let _k = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), None, Duration::from_secs(3600)));
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    let avail: Vec<String> = vec!["0000:af:00.2", "0000:3d:00.3", "0000:af:00.1", "0000:3d:00.4", "0000:af:00.3"]
+        .into_iter()
+        .map(String::from)
+        .collect();
+    let r = c
+        .get_preferred_allocation(PreferredAllocationRequest {
+            container_requests: vec![ContainerPreferredAllocationRequest {
+                available_device_i_ds: avail,
+                must_include_device_i_ds: vec![],
+                allocation_size: 3,
+            }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    // PF 0000:3d has only 2 available: the 3 come from PF 0000:af (NUMA 1), which fits them.
+    assert_eq!(r.container_responses[0].device_i_ds, vec!["0000:af:00.1", "0000:af:00.2", "0000:af:00.3"]);
+    d.stop().await;
+}
+
+/// The real binary: SIGTERM removes sockets, CDI specs and device-info files and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_cleans_up_and_exits_zero() {
+    let dirs = Dirs::new();
+    let k = FakeKubelet::start(&dirs.kubelet);
+    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"))
+        .arg("--sim")
+        .arg(examples().join("cx6dx-dual.yaml"))
+        .arg("--kubelet-dir")
+        .arg(&dirs.kubelet)
+        .arg("--cdi-dir")
+        .arg(&dirs.cdi)
+        .arg("--devinfo-dir")
+        .arg(&dirs.devinfo)
+        .arg("--metrics-addr")
+        .arg("127.0.0.1:0")
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    k.next_registration(T).await;
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    c.allocate(AllocateRequest {
+        container_requests: vec![ContainerAllocateRequest { devices_ids: vec!["0000:3d:00.1".into()] }],
+    })
+    .await
+    .unwrap();
+    assert!(dirs.devinfo.join("kuberdma.io-rdma_vfs-0000:3d:00.1-device.json").exists());
+    assert!(dirs.cdi.join("kuberdma.io-rdma_vfs.json").exists());
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id().unwrap() as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    let st = tokio::time::timeout(T, child.wait()).await.unwrap().unwrap();
+    assert_eq!(st.code(), Some(0));
+    assert!(!dirs.kubelet.join(SOCK).exists());
+    assert!(!dirs.cdi.join("kuberdma.io-rdma_vfs.json").exists());
+    assert!(std::fs::read_dir(&dirs.devinfo).unwrap().next().is_none(), "device-info files left behind");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_and_healthz_are_served() {
+    let sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let _k = FakeKubelet::start(&dirs.kubelet);
+    // Pick a free port, then hand it to the daemon.
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let mut opts = dirs.options(sim.roots(), None, Duration::from_secs(3600));
+    opts.metrics_addr = Some(port);
+    let d = InProc::spawn(opts);
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    c.allocate(AllocateRequest {
+        container_requests: vec![ContainerAllocateRequest { devices_ids: vec!["0000:3d:00.1".into()] }],
+    })
+    .await
+    .unwrap();
+    let get = |path: &'static str| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(port).await.unwrap();
+        s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
+    let m = get("/metrics").await;
+    assert!(m.contains("kuberdma_pool_capacity{resource=\"kuberdma.io/rdma_vfs\"} 16"), "{m}");
+    assert!(m.contains("kuberdma_pool_healthy{resource=\"kuberdma.io/rdma_vfs\"} 16"), "{m}");
+    assert!(m.contains("kuberdma_pool_allocated{resource=\"kuberdma.io/rdma_vfs\"} 1"), "{m}");
+    assert!(m.contains("kuberdma_allocate_duration_seconds_count{resource=\"kuberdma.io/rdma_vfs\"} 1"), "{m}");
+    d.stop().await;
+}

@@ -1,0 +1,125 @@
+//! Discovery of a simulated 8 PF × 128 VF node (1024 VFs), timed against a
+//! plain `std::fs` walk that reads the same files, in the same run.
+//!
+//! `cargo bench -p nic --bench discover` prints both medians and the ratio.
+//! Targets (issue 2): discovery under 50 ms and at most 1.5× the plain walk.
+
+use std::hint::black_box;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nic::sim::{big_node, Sim};
+
+/// The baseline: what any tool must do to read the same facts — list each
+/// device, read its attribute files and links, its netdev's files, its RDMA
+/// device's port and GID files, its char devices — with plain `std::fs` calls
+/// and no modelling.
+fn plain_walk(sys: &Path, dev: &Path) -> usize {
+    let bytes = std::cell::Cell::new(0usize);
+    let read = |p: &Path| {
+        if let Ok(s) = std::fs::read_to_string(p) {
+            bytes.set(bytes.get() + s.len());
+        }
+    };
+    let bus = sys.join("bus/pci/devices");
+    let mut names: Vec<_> = std::fs::read_dir(&bus).unwrap().map(|e| e.unwrap().file_name()).collect();
+    names.sort();
+    let mut links = 0usize;
+    let mut gid_bytes = 0usize;
+    for n in names {
+        let d = bus.join(&n);
+        let entries: Vec<String> =
+            std::fs::read_dir(&d).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        for f in ["vendor", "device", "numa_node", "sriov_totalvfs", "sriov_numvfs"] {
+            if entries.iter().any(|e| e == f) {
+                read(&d.join(f));
+            }
+        }
+        for e in &entries {
+            if e == "driver" || e == "physfn" || e.starts_with("virtfn") {
+                links += std::fs::read_link(d.join(e)).map(|t| t.as_os_str().len()).unwrap_or(0);
+            }
+        }
+        if entries.iter().any(|e| e == "sriov_totalvfs") {
+            links += std::fs::read_link(&d).map(|t| t.as_os_str().len()).unwrap_or(0);
+        }
+        if entries.iter().any(|e| e == "net") {
+            for nd in std::fs::read_dir(d.join("net")).unwrap() {
+                let nd = nd.unwrap().path();
+                for f in ["ifindex", "operstate", "mtu", "address", "type", "speed"] {
+                    read(&nd.join(f));
+                }
+            }
+        }
+        for aux in entries.iter().filter(|e| e.contains(".rdma.") || e.contains(".roce.") || e.contains(".iwarp.")) {
+            let base = d.join(aux);
+            let Ok(ibs) = std::fs::read_dir(base.join("infiniband")) else { continue };
+            for verbs in std::fs::read_dir(base.join("infiniband_verbs")).into_iter().flatten() {
+                let v = verbs.unwrap().path();
+                read(&v.join("ibdev"));
+                read(&v.join("dev"));
+                links += std::fs::symlink_metadata(dev.join("infiniband").join(v.file_name().unwrap())).is_ok() as usize;
+            }
+            for mad in std::fs::read_dir(base.join("infiniband_mad")).into_iter().flatten() {
+                let m = mad.unwrap().path();
+                read(&m.join("ibdev"));
+                read(&m.join("dev"));
+                links += std::fs::symlink_metadata(dev.join("infiniband").join(m.file_name().unwrap())).is_ok() as usize;
+            }
+            for ib in ibs {
+                let ib = ib.unwrap().path();
+                read(&ib.join("node_guid"));
+                for port in std::fs::read_dir(ib.join("ports")).unwrap() {
+                    let p = port.unwrap().path();
+                    for f in ["state", "phys_state", "link_layer"] {
+                        read(&p.join(f));
+                    }
+                    for g in std::fs::read_dir(p.join("gids")).unwrap() {
+                        let g = g.unwrap();
+                        let s = std::fs::read_to_string(g.path()).unwrap_or_default();
+                        gid_bytes += s.len();
+                        if !s.trim().chars().all(|c| c == '0' || c == ':') {
+                            read(&p.join("gid_attrs/types").join(g.file_name()));
+                            read(&p.join("gid_attrs/ndevs").join(g.file_name()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    bytes.get() + links + gid_bytes
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn main() {
+    let t = Instant::now();
+    let sim = Sim::materialise(&big_node(8, 128)).expect("materialise the bench node");
+    let roots = sim.roots();
+    eprintln!("materialised 8 PF x 128 VF in {:?} at {}", t.elapsed(), sim.path().display());
+
+    let inv = nic::discover(&roots);
+    assert_eq!(inv.vfs().count(), 1024, "discovery must find every VF");
+    assert!(inv.vfs().all(|v| v.rdma.len() == 1 && v.problems.is_empty()));
+
+    let rounds = 21;
+    let (mut ours, mut plain) = (Vec::new(), Vec::new());
+    // Interleave the two so that machine noise hits both alike; warm the page cache first.
+    black_box(plain_walk(&roots.sysfs, &roots.dev));
+    for _ in 0..rounds {
+        let t = Instant::now();
+        black_box(nic::discover(&roots));
+        ours.push(t.elapsed());
+        let t = Instant::now();
+        black_box(plain_walk(&roots.sysfs, &roots.dev));
+        plain.push(t.elapsed());
+    }
+    let (o, p) = (median(ours), median(plain));
+    let ratio = o.as_secs_f64() / p.as_secs_f64();
+    println!("discover (8 PF x 128 VF = 1024 VFs): median {:.2} ms over {rounds} runs", o.as_secs_f64() * 1e3);
+    println!("plain std::fs walk of the same files: median {:.2} ms", p.as_secs_f64() * 1e3);
+    println!("ratio discover / plain walk: {ratio:.2} (target <= 1.5; discover target < 50 ms)");
+}

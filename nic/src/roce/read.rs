@@ -1,0 +1,601 @@
+//! The readers behind [`observe`]: sysfs and configfs files under the sysfs
+//! root, DCB netlink and ethtool for the real kernel, the description for a
+//! simulated node.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use super::ethtool::{self, EthtoolAnswer};
+use super::*;
+use crate::inventory::{Inventory, Netdev, RdmaDev};
+use crate::netlink::dcb::{self, DcbSocket, IeeeState};
+use crate::simdesc::{Model, NodeDesc, PfDesc};
+use crate::sysfs::{self, SysfsError};
+use crate::Roots;
+
+/// Reads the RoCE settings of every PF netdev (and shared-mode HCA netdev) of
+/// `inv` from the node under `roots`, taking DCB, global pause and the fw LLDP
+/// flag from `src`. Never fails: what cannot be read is `Unknown` with the
+/// reason, what does not exist on this driver is `Unsupported`.
+pub fn observe(roots: &Roots, inv: &Inventory, src: &DcbSource, opts: &ObserveOpts) -> NodeRoce {
+    let mut dcb = match src {
+        DcbSource::Netlink => Dcb::Netlink(DcbSocket::open().map_err(|e| e.to_string())),
+        DcbSource::Sim(desc) => Dcb::Sim(desc),
+    };
+    let mut interfaces = Vec::new();
+    for pf in &inv.pfs {
+        for nd in pf.netdevs.iter().filter(|n| !is_representor(roots, &n.name)) {
+            let target = Target {
+                netdev: nd,
+                kind: IfaceKind::Pf,
+                pci: Some(pf.pci),
+                driver: pf.driver.clone(),
+                vendor: pf.vendor,
+                device: pf.device,
+                rdma: rdma_for(&pf.rdma, &nd.name),
+                num_vfs: Observed::from_option(pf.num_vfs, format!("{}: sriov_numvfs unreadable", pf.pci)),
+                total_vfs: Observed::from_option(
+                    pf.total_vfs,
+                    format!("{}: sriov_totalvfs unreadable", pf.pci),
+                ),
+            };
+            interfaces.push(observe_iface(roots, &target, &mut dcb, opts));
+        }
+    }
+    for hca in &inv.hcas {
+        for nd in hca.netdevs.iter().filter(|n| !is_representor(roots, &n.name)) {
+            let no_sriov = || Observed::Unsupported("not an SR-IOV PF (shared-mode HCA)".into());
+            let target = Target {
+                netdev: nd,
+                kind: IfaceKind::Hca,
+                pci: hca.pci,
+                driver: hca.driver.clone(),
+                vendor: hca.vendor,
+                device: hca.device,
+                rdma: Some(&hca.rdma),
+                num_vfs: no_sriov(),
+                total_vfs: no_sriov(),
+            };
+            interfaces.push(observe_iface(roots, &target, &mut dcb, opts));
+        }
+    }
+    let node = opts
+        .node_name
+        .clone()
+        .or_else(|| match src {
+            DcbSource::Sim(d) => Some(d.node.clone()),
+            DcbSource::Netlink => None,
+        })
+        .or_else(|| std::env::var("NODE_NAME").ok().filter(|s| !s.is_empty()))
+        .or_else(|| sysfs::read_string(Path::new("/proc/sys/kernel/hostname")).ok())
+        .unwrap_or_else(|| "unknown".into());
+    let rdma_netns_mode = match src {
+        DcbSource::Sim(d) => Observed::Value(d.rdma_netns_mode),
+        DcbSource::Netlink => netns_mode(roots),
+    };
+    NodeRoce { node, interfaces, rdma_netns_mode }
+}
+
+/// What `observe_iface` needs to know about one netdev from the inventory.
+struct Target<'a> {
+    netdev: &'a Netdev,
+    kind: IfaceKind,
+    pci: Option<PciAddr>,
+    driver: Option<String>,
+    vendor: Option<u16>,
+    device: Option<u16>,
+    rdma: Option<&'a RdmaDev>,
+    num_vfs: Observed<u32>,
+    total_vfs: Observed<u32>,
+}
+
+enum Dcb<'a> {
+    /// The socket, or why it could not be opened.
+    Netlink(Result<DcbSocket, String>),
+    Sim(&'a NodeDesc),
+}
+
+/// Switchdev representors (`pf0vf3`, `pf0sf1`) sit in the PF's `net/` too but
+/// carry no RoCE settings of their own.
+fn is_representor(roots: &Roots, netdev: &str) -> bool {
+    let p = roots.sys(format!("class/net/{netdev}/phys_port_name"));
+    match sysfs::read_string(&p) {
+        Ok(name) => name.starts_with("pf") && (name.contains("vf") || name.contains("sf")),
+        Err(_) => false,
+    }
+}
+
+/// The RDMA device whose GID table binds `netdev`, else the only one.
+fn rdma_for<'a>(devs: &'a [RdmaDev], netdev: &str) -> Option<&'a RdmaDev> {
+    let bound = devs
+        .iter()
+        .find(|d| d.ports.iter().flat_map(|p| p.gids.iter()).any(|g| g.netdev.as_deref() == Some(netdev)));
+    bound.or(if devs.len() == 1 { devs.first() } else { None })
+}
+
+fn why(e: &SysfsError) -> String {
+    e.to_string()
+}
+
+fn read_u32(p: &Path) -> Observed<u32> {
+    match sysfs::read_u32(p) {
+        Ok(v) => Observed::Value(v),
+        Err(e) => Observed::Unknown(why(&e)),
+    }
+}
+
+fn read_bool01(p: &Path) -> Result<bool, SysfsError> {
+    sysfs::read_u32(p).map(|v| v != 0)
+}
+
+fn speed(p: &Path) -> Observed<u32> {
+    match sysfs::read_i64(p) {
+        Ok(v) if v > 0 && v <= u32::MAX as i64 => Observed::Value(v as u32),
+        Ok(v) => Observed::Unknown(format!("{}: {v} (link down or speed unknown)", p.display())),
+        Err(e) if e.is_einval() => {
+            Observed::Unknown(format!("{}: unreadable while the link is down", p.display()))
+        }
+        Err(e) => Observed::Unknown(why(&e)),
+    }
+}
+
+fn observe_iface(roots: &Roots, t: &Target<'_>, dcb: &mut Dcb<'_>, opts: &ObserveOpts) -> InterfaceRoce {
+    let name = t.netdev.name.as_str();
+    let net = |f: &str| roots.sys(format!("class/net/{name}/{f}"));
+    let mtu = read_u32(&net("mtu"));
+    let active_mtu = mtu.clone().and_then(|m| match roce_active_mtu(m) {
+        Some(a) => Observed::Value(a),
+        None => Observed::Unknown(format!("netdev MTU {m} is below the smallest RoCE MTU (256 + 96)")),
+    });
+    let operstate = match sysfs::read_string(&net("operstate")) {
+        Ok(s) => Observed::Value(s),
+        Err(e) => Observed::Unknown(why(&e)),
+    };
+    let mlx5 = t.driver.as_deref() == Some("mlx5_core");
+    let (ecn, ecn_detail, cnp) = ecn_and_cnp(&net("ecn"), mlx5, t.driver.as_deref());
+
+    let rdma_name = t.rdma.map(|r| r.name.clone());
+    fn no_rdma<T>(name: &str) -> Observed<T> {
+        Observed::Unknown(format!("no RDMA device found for {name}"))
+    }
+    let (roce_mode, tos) = match &rdma_name {
+        Some(d) => rdma_cm_defaults(roots, d, opts.read_rdma_cm_configfs),
+        None => (no_rdma(name), no_rdma(name)),
+    };
+    let gid_index = match t.rdma {
+        Some(r) => Observed::from_option(
+            r.roce_v2_gid_index(name),
+            format!("{}: no RoCE v2 GID bound to {name} (no IP address on it?)", r.name),
+        ),
+        None => no_rdma(name),
+    };
+    let (port_state, hw_counters) = match &rdma_name {
+        Some(d) => {
+            let port = roots.sys(format!("class/infiniband/{d}/ports/1"));
+            let state = match sysfs::read_string(&port.join("state")) {
+                // "4: ACTIVE"
+                Ok(s) => Observed::Value(s.split_once(':').map(|(_, n)| n.trim().to_string()).unwrap_or(s)),
+                Err(e) => Observed::Unknown(why(&e)),
+            };
+            (state, hw_counters(&port.join("hw_counters")))
+        }
+        None => (no_rdma(name), BTreeMap::new()),
+    };
+
+    let legacy_trust = legacy_trust(&net("qos/trust"));
+    let d = match dcb {
+        Dcb::Netlink(sock) => dcb_from_kernel(sock, name, legacy_trust),
+        Dcb::Sim(desc) => match find_pf(desc, t.pci, name) {
+            Some((model, pf)) => dcb_from_desc(model, pf, legacy_trust),
+            None => DcbPart::all(&format!("{name} is not in the simulated node's description"), false),
+        },
+    };
+
+    InterfaceRoce {
+        netdev: name.to_string(),
+        kind: t.kind,
+        pci: t.pci,
+        driver: t.driver.clone(),
+        rdma_dev: rdma_name,
+        vendor: t.vendor,
+        device: t.device,
+        speed_mbps: speed(&net("speed")),
+        mtu,
+        active_mtu,
+        operstate,
+        dcbx: d.dcbx,
+        dcbx_bits: d.dcbx_bits,
+        trust: d.trust,
+        dscp_to_priority: d.dscp_to_priority,
+        pfc: d.pfc,
+        ets: d.ets,
+        global_pause: d.global_pause,
+        ecn,
+        ecn_detail,
+        cnp,
+        roce_mode,
+        tos,
+        gid_index,
+        port_state,
+        hw_counters,
+        num_vfs: t.num_vfs.clone(),
+        total_vfs: t.total_vfs.clone(),
+        fw_lldp_agent: d.fw_lldp_agent,
+    }
+}
+
+/// NVIDIA OFED's `ecn/roce_{np,rp}/enable/<prio>` and `ecn/roce_np/cnp_*`.
+fn ecn_and_cnp(
+    ecn_dir: &Path,
+    mlx5: bool,
+    driver: Option<&str>,
+) -> (Observed<Vec<u8>>, Observed<Ecn>, Observed<Cnp>) {
+    if !sysfs::exists(ecn_dir) {
+        let why = if mlx5 {
+            "no NVIDIA OFED ECN sysfs (upstream mlx5)".to_string()
+        } else {
+            format!("no NVIDIA OFED ECN sysfs (driver {})", driver.unwrap_or("unknown"))
+        };
+        return (
+            Observed::Unsupported(why.clone()),
+            Observed::Unsupported(why.clone()),
+            Observed::Unsupported(why),
+        );
+    }
+    let role = |r: &str| -> Result<Vec<u8>, SysfsError> {
+        let mut on = Vec::new();
+        for p in 0u8..8 {
+            if read_bool01(&ecn_dir.join(format!("{r}/enable/{p}")))? {
+                on.push(p);
+            }
+        }
+        Ok(on)
+    };
+    let detail = match (role("roce_np"), role("roce_rp")) {
+        (Ok(np), Ok(rp)) => Observed::Value(Ecn { np, rp }),
+        (Err(e), _) | (_, Err(e)) => Observed::Unknown(why(&e)),
+    };
+    let both = detail.clone().map(|e| e.np.iter().copied().filter(|p| e.rp.contains(p)).collect());
+    let byte = |f: &str| -> Result<u8, String> {
+        let p = ecn_dir.join("roce_np").join(f);
+        let v = sysfs::read_u32(&p).map_err(|e| why(&e))?;
+        u8::try_from(v).map_err(|_| format!("{}: {v} out of range", p.display()))
+    };
+    let cnp = match (byte("cnp_dscp"), byte("cnp_802p_prio")) {
+        (Ok(dscp), Ok(priority)) => Observed::Value(Cnp { dscp, priority }),
+        (Err(e), _) | (_, Err(e)) => Observed::Unknown(e),
+    };
+    (both, detail, cnp)
+}
+
+/// rdma_cm defaults from configfs: `kernel/config/rdma_cm/<dev>/ports/1/default_roce_{mode,tos}`.
+/// The `<dev>` directory exists only after `mkdir` (drivers/infiniband/core/cma_configfs.c),
+/// so creating it is opt-in; a directory we create we remove again.
+fn rdma_cm_defaults(roots: &Roots, dev: &str, may_create: bool) -> (Observed<String>, Observed<u8>) {
+    let base = roots.sys("kernel/config/rdma_cm");
+    let dir = base.join(dev);
+    let mut created = false;
+    if !sysfs::exists(&dir) {
+        if !sysfs::exists(&base) {
+            let why = format!(
+                "{}: no rdma_cm configfs (configfs not mounted or rdma_cm not loaded)",
+                base.display()
+            );
+            return (Observed::Unsupported(why.clone()), Observed::Unsupported(why));
+        }
+        if !may_create {
+            let why = format!(
+                "{} does not exist; reading the rdma_cm defaults needs mkdir (enable read_rdma_cm_configfs)",
+                dir.display()
+            );
+            return (Observed::Unknown(why.clone()), Observed::Unknown(why));
+        }
+        if let Err(e) = std::fs::create_dir(&dir) {
+            let why = format!("mkdir {}: {e}", dir.display());
+            return (Observed::Unknown(why.clone()), Observed::Unknown(why));
+        }
+        created = true;
+    }
+    let port = dir.join("ports/1");
+    let mode = match sysfs::read_string(&port.join("default_roce_mode")) {
+        Ok(s) => Observed::Value(s),
+        Err(e) => Observed::Unknown(why(&e)),
+    };
+    let tos = match sysfs::read_u32(&port.join("default_roce_tos")) {
+        Ok(v) => u8::try_from(v)
+            .map(Observed::Value)
+            .unwrap_or_else(|_| Observed::Unknown(format!("ToS {v} out of range"))),
+        Err(e) => Observed::Unknown(why(&e)),
+    };
+    if created {
+        if let Err(e) = std::fs::remove_dir(&dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not remove the rdma_cm configfs directory we created");
+        }
+    }
+    (mode, tos)
+}
+
+fn hw_counters(dir: &Path) -> BTreeMap<String, u64> {
+    let Ok(names) = sysfs::list_dir(dir) else { return BTreeMap::new() };
+    names
+        .into_iter()
+        .filter_map(|n| {
+            let v = sysfs::read_string(&dir.join(&n)).ok()?.parse::<u64>().ok()?;
+            Some((n, v))
+        })
+        .collect()
+}
+
+/// The OFED `qos/trust` file ("pcp" / "dscp", sometimes "Priority trust state: dscp").
+fn legacy_trust(p: &Path) -> Option<Observed<Trust>> {
+    match sysfs::read_string(p) {
+        Ok(s) if s.contains("dscp") => Some(Observed::Value(Trust::Dscp)),
+        Ok(s) if s.contains("pcp") => Some(Observed::Value(Trust::Pcp)),
+        Ok(s) => Some(Observed::Unknown(format!("{}: unexpected contents {s:?}", p.display()))),
+        Err(e) if e.is_not_found() => None,
+        Err(e) => Some(Observed::Unknown(why(&e))),
+    }
+}
+
+fn netns_mode(roots: &Roots) -> Observed<NetnsMode> {
+    // ib_core's `netns_mode` parameter is the variable `rdma system set netns`
+    // changes (ib_devices_shared_netns), so it reads the current mode.
+    let p: PathBuf = roots.sys("module/ib_core/parameters/netns_mode");
+    match sysfs::read_string(&p) {
+        Ok(s) if s == "Y" || s == "1" => Observed::Value(NetnsMode::Shared),
+        Ok(s) if s == "N" || s == "0" => Observed::Value(NetnsMode::Exclusive),
+        Ok(s) => Observed::Unknown(format!("{}: unexpected contents {s:?}", p.display())),
+        Err(e) if e.is_not_found() => Observed::Unsupported("ib_core is not loaded".into()),
+        Err(e) => Observed::Unknown(why(&e)),
+    }
+}
+
+fn find_pf<'a>(desc: &'a NodeDesc, pci: Option<PciAddr>, netdev: &str) -> Option<(Model, &'a PfDesc)> {
+    desc.adapters
+        .iter()
+        .flat_map(|a| a.pfs.iter().map(move |p| (a.model, p)))
+        .find(|(_, p)| Some(p.bdf) == pci || p.netdev == netdev)
+}
+
+/// The settings that come from DCB netlink + ethtool (or the description).
+struct DcbPart {
+    dcbx: Observed<DcbxMode>,
+    dcbx_bits: Observed<u8>,
+    trust: Observed<Trust>,
+    dscp_to_priority: Observed<BTreeMap<u8, u8>>,
+    pfc: Observed<Pfc>,
+    ets: Observed<Ets>,
+    global_pause: Observed<bool>,
+    fw_lldp_agent: Observed<bool>,
+}
+
+impl DcbPart {
+    /// Every field `Unknown` (or `Unsupported`) for the same reason.
+    fn all(reason: &str, unsupported: bool) -> Self {
+        fn o<T>(r: &str, unsupported: bool) -> Observed<T> {
+            if unsupported {
+                Observed::Unsupported(r.to_string())
+            } else {
+                Observed::Unknown(r.to_string())
+            }
+        }
+        Self {
+            dcbx: o(reason, unsupported),
+            dcbx_bits: o(reason, unsupported),
+            trust: o(reason, unsupported),
+            dscp_to_priority: o(reason, unsupported),
+            pfc: o(reason, unsupported),
+            ets: o(reason, unsupported),
+            global_pause: o(reason, unsupported),
+            fw_lldp_agent: o(reason, unsupported),
+        }
+    }
+}
+
+/// `DCB_CAP_DCBX_*` bits → mode: firmware when LLD-managed, OS when host.
+pub(crate) fn dcbx_mode(bits: u8) -> Observed<DcbxMode> {
+    if bits & dcb::dcbx::DCB_CAP_DCBX_LLD_MANAGED != 0 {
+        Observed::Value(DcbxMode::Firmware)
+    } else if bits & dcb::dcbx::DCB_CAP_DCBX_HOST != 0 {
+        Observed::Value(DcbxMode::Os)
+    } else {
+        Observed::Unknown(format!("DCBX bits {bits:#04x} name neither host nor LLD-managed"))
+    }
+}
+
+fn dcbx_bits_of(mode: DcbxMode) -> u8 {
+    use dcb::dcbx::*;
+    match mode {
+        DcbxMode::Os => DCB_CAP_DCBX_HOST | DCB_CAP_DCBX_VER_IEEE,
+        DcbxMode::Firmware => DCB_CAP_DCBX_LLD_MANAGED | DCB_CAP_DCBX_VER_IEEE,
+    }
+}
+
+fn pfc_from_ieee(p: &dcb::IeeePfc) -> Pfc {
+    Pfc {
+        enabled: Pfc::enabled_from_bitmap(p.pfc_en),
+        delay: p.delay,
+        requests: p.requests,
+        indications: p.indications,
+        cap: p.pfc_cap,
+        mbc: p.mbc,
+    }
+}
+
+fn ets_from_ieee(e: &dcb::IeeeEts) -> Ets {
+    Ets {
+        willing: e.willing != 0,
+        ets_cap: e.ets_cap,
+        cbs: e.cbs != 0,
+        tc_tx_bw: e.tc_tx_bw,
+        tc_rx_bw: e.tc_rx_bw,
+        tc_tsa: e.tc_tsa,
+        prio_tc: e.prio_tc,
+        tc_reco_bw: e.tc_reco_bw,
+        tc_reco_tsa: e.tc_reco_tsa,
+        reco_prio_tc: e.reco_prio_tc,
+    }
+}
+
+/// The DCB part of one netdev from an `IEEE_GET` reply.
+#[allow(clippy::type_complexity)]
+fn dcb_from_ieee(
+    s: &IeeeState,
+    legacy_trust: Option<Observed<Trust>>,
+) -> (
+    Observed<DcbxMode>,
+    Observed<u8>,
+    Observed<Trust>,
+    Observed<BTreeMap<u8, u8>>,
+    Observed<Pfc>,
+    Observed<Ets>,
+) {
+    let name = s.ifname.clone().unwrap_or_default();
+    let (dcbx, bits) = match s.dcbx {
+        Some(b) => (dcbx_mode(b), Observed::Value(b)),
+        None => {
+            let r = format!("{name}: driver reports no DCBX mode (no getdcbx)");
+            (Observed::Unsupported(r.clone()), Observed::Unsupported(r))
+        }
+    };
+    let map = s.dscp_map();
+    let trust =
+        legacy_trust.unwrap_or(Observed::Value(if map.is_empty() { Trust::Pcp } else { Trust::Dscp }));
+    let pfc = match &s.pfc {
+        Some(p) => Observed::Value(pfc_from_ieee(p)),
+        None => Observed::Unsupported(format!("{name}: driver reports no IEEE PFC")),
+    };
+    let ets = match &s.ets {
+        Some(e) => Observed::Value(ets_from_ieee(e)),
+        None => Observed::Unsupported(format!("{name}: driver reports no IEEE ETS")),
+    };
+    (dcbx, bits, trust, Observed::Value(map), pfc, ets)
+}
+
+fn dcb_from_kernel(
+    sock: &mut Result<DcbSocket, String>,
+    name: &str,
+    legacy: Option<Observed<Trust>>,
+) -> DcbPart {
+    let global_pause = match ethtool::pause(name) {
+        Ok(EthtoolAnswer::Value((_, rx, tx))) => Observed::Value(rx || tx),
+        Ok(EthtoolAnswer::Unsupported(r)) => Observed::Unsupported(format!("{name}: {r}")),
+        Err(e) => Observed::Unknown(format!("{name}: ETHTOOL_GPAUSEPARAM: {e}")),
+    };
+    let fw_lldp_agent = match ethtool::priv_flag(name, "fw-lldp-agent") {
+        Ok(EthtoolAnswer::Value(v)) => Observed::Value(v),
+        Ok(EthtoolAnswer::Unsupported(r)) => Observed::Unsupported(format!("{name}: {r}")),
+        Err(e) => Observed::Unknown(format!("{name}: ethtool private flags: {e}")),
+    };
+    let sock = match sock {
+        Ok(s) => s,
+        Err(e) => {
+            let mut p = DcbPart::all(e, false);
+            p.global_pause = global_pause;
+            p.fw_lldp_agent = fw_lldp_agent;
+            return p;
+        }
+    };
+    match sock.ieee_get(name) {
+        Ok(state) => {
+            let (dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets) = dcb_from_ieee(&state, legacy);
+            DcbPart { dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets, global_pause, fw_lldp_agent }
+        }
+        Err(e) => {
+            if !e.is_unsupported() {
+                tracing::debug!(netdev = name, error = %e, "DCB netlink read failed");
+            }
+            let mut p = DcbPart::all(&e.to_string(), e.is_unsupported());
+            if let Some(t) = legacy {
+                p.trust = t;
+            }
+            p.global_pause = global_pause;
+            p.fw_lldp_agent = fw_lldp_agent;
+            p
+        }
+    }
+}
+
+fn dcb_from_desc(model: Model, pf: &PfDesc, legacy: Option<Observed<Trust>>) -> DcbPart {
+    let r = &pf.roce;
+    let mut enabled = [false; 8];
+    for &p in r.pfc.iter().filter(|&&p| p < 8) {
+        enabled[p as usize] = true;
+    }
+    let counters = |v: &[u64]| -> [u64; 8] { std::array::from_fn(|i| v.get(i).copied().unwrap_or(0)) };
+    let fw_lldp_agent = match model {
+        Model::E810C | Model::E810Xxv => Observed::Value(r.fw_lldp_agent),
+        _ => Observed::Unsupported(format!(
+            "{}: fw-lldp-agent is a private flag of ice (E810); driver {}",
+            pf.netdev,
+            model.pf_driver()
+        )),
+    };
+    DcbPart {
+        dcbx: Observed::Value(r.dcbx),
+        dcbx_bits: Observed::Value(dcbx_bits_of(r.dcbx)),
+        trust: legacy.unwrap_or(Observed::Value(r.trust)),
+        dscp_to_priority: Observed::Value(r.dscp_to_priority.clone()),
+        pfc: Observed::Value(Pfc {
+            enabled,
+            delay: r.pfc_delay,
+            requests: counters(&r.pfc_requests),
+            indications: counters(&r.pfc_indications),
+            cap: 8,
+            mbc: 0,
+        }),
+        ets: Observed::Unknown(format!("{}: the simulated node's description has no ETS", pf.netdev)),
+        global_pause: Observed::Value(r.global_pause),
+        fw_lldp_agent,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::netlink::dcb::{DcbApp, IeeePfc};
+
+    #[test]
+    fn trust_is_inferred_from_dscp_app_entries_unless_the_legacy_file_says() {
+        let mut s = IeeeState { ifname: Some("eth0".into()), ..Default::default() };
+        let (.., trust, map, pfc, ets) = dcb_from_ieee(&s, None);
+        assert_eq!(trust, Observed::Value(Trust::Pcp));
+        assert_eq!(map, Observed::Value(BTreeMap::new()));
+        assert!(pfc.is_unsupported() && ets.is_unsupported());
+
+        s.apps = vec![DcbApp::dscp(26, 3), DcbApp { selector: 255, priority: 1, protocol: 1 }];
+        s.pfc = Some(IeeePfc { pfc_cap: 8, pfc_en: 0x48, delay: 7, ..Default::default() });
+        s.dcbx = Some(0x0a);
+        let (dcbx, bits, trust, map, pfc, _) = dcb_from_ieee(&s, None);
+        assert_eq!(dcbx, Observed::Value(DcbxMode::Firmware));
+        assert_eq!(bits, Observed::Value(0x0a));
+        assert_eq!(trust, Observed::Value(Trust::Dscp));
+        assert_eq!(map, Observed::Value(BTreeMap::from([(26, 3)])));
+        assert_eq!(pfc.value().unwrap().enabled_priorities(), vec![3, 6]);
+
+        let (_, _, trust, ..) = dcb_from_ieee(&s, Some(Observed::Value(Trust::Pcp)));
+        assert_eq!(trust, Observed::Value(Trust::Pcp));
+    }
+
+    #[test]
+    fn dcbx_bits_map_to_modes() {
+        assert_eq!(dcbx_mode(0x09), Observed::Value(DcbxMode::Os));
+        assert_eq!(dcbx_mode(0x0a), Observed::Value(DcbxMode::Firmware));
+        assert_eq!(dcbx_mode(0x06), Observed::Value(DcbxMode::Firmware));
+        assert!(dcbx_mode(0x08).is_unknown());
+        assert_eq!(dcbx_bits_of(DcbxMode::Os), 0x09);
+    }
+
+    #[test]
+    fn legacy_trust_file_contents() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("trust");
+        assert_eq!(legacy_trust(&p), None);
+        std::fs::write(&p, "Priority trust state: dscp\n").unwrap();
+        assert_eq!(legacy_trust(&p), Some(Observed::Value(Trust::Dscp)));
+        std::fs::write(&p, "pcp\n").unwrap();
+        assert_eq!(legacy_trust(&p), Some(Observed::Value(Trust::Pcp)));
+        std::fs::write(&p, "what\n").unwrap();
+        assert!(legacy_trust(&p).unwrap().is_unknown());
+    }
+}

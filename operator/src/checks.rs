@@ -1,0 +1,520 @@
+//! Checks as pure functions: a [`RoceProfileSpec`] × an observed
+//! [`NodeRoce`] → a list of [`Check`]s, each with the exact command that fixes it.
+//!
+//! Two kinds of checks:
+//! - **settings**: one observed value against the profile (`pfc`, `dscp-map`, `ecn`, …).
+//!   A value the driver lacks (e.g. ECN sysfs on upstream mlx5 without NVIDIA OFED)
+//!   is `Unsupported`, never `Fail`.
+//! - **chain coherence** (`chain-*`): whether the settings that are there work
+//!   together: the rdma_cm ToS → DSCP → priority must land on a priority with PFC
+//!   and ECN on; CNPs must not ride the lossless priority; link-level pause must be
+//!   off when PFC is on; the netdev MTU must leave room for a 4096-byte RoCE MTU.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use nic::roce::{
+    min_netdev_mtu_for, remediation, roce_active_mtu, InterfaceRoce, NodeRoce, Observed, Remedy,
+    Trust,
+};
+
+use crate::crd::{
+    Check, CheckResult, CnpSpec, DscpMapping, EcnSpec, InterfaceSelector, Mode, PfcSpec,
+    RdmaCmSpec, RoceMode, RoceProfile, RoceProfileSpec, TrustMode,
+};
+
+/// Name of the built-in profile used when none applies.
+pub const DEFAULT_PROFILE: &str = "default";
+
+/// The RoCE active MTU a lossless RoCE v2 fabric wants.
+pub const WANTED_ACTIVE_MTU: u32 = 4096;
+
+/// What a RoCE v2 lossless fabric wants (the NVIDIA/industry "DSCP 26, priority 3"
+/// recipe): trust DSCP, DSCP 26 → priority 3 with PFC and ECN on priority 3, CNPs
+/// on DSCP 48 / priority 6, netdev MTU ≥ 4200, rdma_cm RoCE v2 with ToS 106
+/// (DSCP 26 << 2 | ECT(0)), link-level pause off.
+pub fn default_profile_spec() -> RoceProfileSpec {
+    RoceProfileSpec {
+        node_selector: BTreeMap::new(),
+        interface_selector: None,
+        mode: Mode::Audit,
+        trust: Some(TrustMode::Dscp),
+        dscp_to_priority: vec![
+            DscpMapping { dscp: 26, priority: 3 },
+            DscpMapping { dscp: 48, priority: 6 },
+        ],
+        pfc: Some(PfcSpec { priorities: vec![3] }),
+        global_pause: Some(false),
+        ecn: Some(EcnSpec { priorities: vec![3] }),
+        cnp: Some(CnpSpec { dscp: 48, priority: 6 }),
+        rdma_cm: Some(RdmaCmSpec { roce_mode: Some(RoceMode::V2), tos: Some(106) }),
+        min_mtu: Some(4200),
+        min_link_speed_mbps: None,
+        allow_link_flap: false,
+    }
+}
+
+/// [`default_profile_spec`] as a named object.
+pub fn default_profile() -> RoceProfile {
+    RoceProfile::new(DEFAULT_PROFILE, default_profile_spec())
+}
+
+/// Whether a profile's `interfaceSelector` takes this interface. Without a selector,
+/// every interface with an RDMA device is checked.
+pub fn interface_selected(sel: Option<&InterfaceSelector>, iface: &InterfaceRoce) -> bool {
+    let Some(sel) = sel else {
+        return iface.rdma_dev.is_some();
+    };
+    let name_ok = sel.names.is_empty() || sel.names.iter().any(|p| glob_match(p, &iface.netdev));
+    let driver_ok = sel.drivers.is_empty()
+        || iface.driver.as_deref().is_some_and(|d| sel.drivers.iter().any(|s| s == d));
+    name_ok && driver_ok
+}
+
+/// `pattern` with an optional trailing `*`.
+fn glob_match(pattern: &str, name: &str) -> bool {
+    match pattern.strip_suffix('*') {
+        Some(prefix) => name.starts_with(prefix),
+        None => pattern == name,
+    }
+}
+
+/// All checks of a node, interface by interface, in a stable order.
+pub fn check_node(profile: &RoceProfileSpec, node: &NodeRoce) -> Vec<Check> {
+    node.interfaces
+        .iter()
+        .filter(|i| interface_selected(profile.interface_selector.as_ref(), i))
+        .flat_map(|i| check_interface(profile, i))
+        .collect()
+}
+
+/// All checks of one interface.
+pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
+    let mut out = Vec::new();
+    let c = Ctx { iface: &i.netdev };
+
+    out.push(c.observed("link-up", "up", &i.operstate, |s| s.clone(), |s| s == "up", || {
+        format!("ip link set dev {} up", i.netdev)
+    }));
+    if let Some(min) = p.min_link_speed_mbps {
+        out.push(c.observed(
+            "link-speed",
+            &format!(">= {min} Mb/s"),
+            &i.speed_mbps,
+            |s| format!("{s} Mb/s"),
+            |&s| s >= min,
+            String::new,
+        ));
+    }
+    if let Some(min) = p.min_mtu {
+        out.push(c.observed("mtu", &format!(">= {min}"), &i.mtu, u32::to_string, |&m| m >= min, || {
+            remediation(&i.netdev, &Remedy::Mtu(min))
+        }));
+    }
+    if let Some(t) = p.trust {
+        out.push(c.observed(
+            "trust",
+            t.as_str(),
+            &i.trust,
+            |t| trust_str(*t).into(),
+            |o| trust_str(*o) == t.as_str(),
+            || trust_fix(&i.netdev, t, &p.dscp_to_priority),
+        ));
+    }
+    if !p.dscp_to_priority.is_empty() {
+        let want: BTreeMap<u8, u8> = p.dscp_to_priority.iter().map(|m| (m.dscp, m.priority)).collect();
+        out.push(c.observed(
+            "dscp-map",
+            &map_str(&want),
+            &i.dscp_to_priority,
+            map_str,
+            |have| want.iter().all(|(d, pr)| have.get(d) == Some(pr)),
+            || {
+                let have = i.dscp_to_priority.value().cloned().unwrap_or_default();
+                let missing: BTreeMap<u8, u8> =
+                    want.iter().filter(|(d, pr)| have.get(d) != Some(pr)).map(|(d, p)| (*d, *p)).collect();
+                remediation(&i.netdev, &Remedy::DscpAdd(missing))
+            },
+        ));
+    }
+    if let Some(pfc) = &p.pfc {
+        let want = sorted(&pfc.priorities);
+        out.push(c.observed(
+            "pfc",
+            &prio_str(&want),
+            &i.pfc,
+            |o| prio_str(&o.enabled_priorities()),
+            |o| o.enabled_priorities() == want,
+            || remediation(&i.netdev, &Remedy::Pfc { priorities: want.clone() }),
+        ));
+    }
+    if let Some(gp) = p.global_pause {
+        out.push(c.observed("global-pause", onoff(gp), &i.global_pause, |b| onoff(*b).into(), |&b| b == gp, || {
+            remediation(&i.netdev, &Remedy::GlobalPause(gp))
+        }));
+    }
+    if let Some(ecn) = &p.ecn {
+        let want = sorted(&ecn.priorities);
+        out.push(c.observed(
+            "ecn",
+            &prio_str(&want),
+            &i.ecn,
+            |o| prio_str(o),
+            |o| want.iter().all(|w| o.contains(w)),
+            || {
+                let have = i.ecn.value().cloned().unwrap_or_default();
+                want.iter()
+                    .filter(|w| !have.contains(w))
+                    .map(|&priority| remediation(&i.netdev, &Remedy::Ecn { priority, on: true }))
+                    .collect::<Vec<_>>()
+                    .join(" && ")
+            },
+        ));
+    }
+    if let Some(cnp) = p.cnp {
+        out.push(c.observed(
+            "cnp",
+            &format!("dscp {} prio {}", cnp.dscp, cnp.priority),
+            &i.cnp,
+            |o| format!("dscp {} prio {}", o.dscp, o.priority),
+            |o| o.dscp == cnp.dscp && o.priority == cnp.priority,
+            || {
+                let have = i.cnp.value().copied();
+                let mut fixes = Vec::new();
+                if have.map(|h| h.dscp) != Some(cnp.dscp) {
+                    fixes.push(remediation(&i.netdev, &Remedy::CnpDscp(cnp.dscp)));
+                }
+                if have.map(|h| h.priority) != Some(cnp.priority) {
+                    fixes.push(remediation(&i.netdev, &Remedy::CnpPriority(cnp.priority)));
+                }
+                fixes.join(" && ")
+            },
+        ));
+    }
+    if let Some(cm) = &p.rdma_cm {
+        let dev = i.rdma_dev.clone().unwrap_or_else(|| "<rdma-dev>".into());
+        if let Some(mode) = cm.roce_mode {
+            out.push(c.observed("roce-mode", mode.configfs(), &i.roce_mode, |m| m.clone(), |m| m == mode.configfs(), || {
+                remediation(&i.netdev, &Remedy::RoceMode { rdma_dev: dev.clone(), port: 1, v2: mode == RoceMode::V2 })
+            }));
+        }
+        if let Some(tos) = cm.tos {
+            out.push(c.observed("tos", &tos.to_string(), &i.tos, u8::to_string, |&t| t == tos, || {
+                remediation(&i.netdev, &Remedy::Tos { rdma_dev: dev.clone(), port: 1, tos })
+            }));
+        }
+    }
+    if i.rdma_dev.is_some() {
+        out.push(c.observed("rdma-port", "ACTIVE", &i.port_state, |s| s.clone(), |s| s == "ACTIVE", || {
+            format!("ip link set dev {} up", i.netdev)
+        }));
+        out.push(c.observed("gid-index", "a RoCE v2 GID", &i.gid_index, |g| format!("index {g}"), |_| true, || {
+            format!("ip addr add <address>/<prefix> dev {}", i.netdev)
+        }));
+    }
+    out.push(fw_lldp_check(&c, i));
+    out.extend(chain_checks(p, i));
+    out
+}
+
+/// E810 firmware LLDP agent: while on, the firmware owns DCB and overwrites what the
+/// host sets (Intel ice driver README, "FW-LLDP"). Not an mlx5 knob.
+fn fw_lldp_check(c: &Ctx, i: &InterfaceRoce) -> Check {
+    match &i.fw_lldp_agent {
+        Observed::Unsupported(r) => c.make("fw-lldp-agent", "off", &format!("n/a: {r}"), CheckResult::NotApplicable, String::new()),
+        o => c.observed("fw-lldp-agent", "off", o, |b| onoff(*b).into(), |&b| !b, || {
+            remediation(c.iface, &Remedy::FwLldpAgent(false))
+        }),
+    }
+}
+
+/// Whether the settings that exist work together.
+pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
+    let c = Ctx { iface: &i.netdev };
+    let mut out = Vec::new();
+
+    // ToS → DSCP → priority: prefer the node's rdma_cm ToS; fall back to the profile's.
+    let tos = i.tos.value().copied().or(p.rdma_cm.as_ref().and_then(|cm| cm.tos));
+    match tos {
+        None => {
+            out.push(c.make("chain-tos-pfc", "ToS priority lossless", "no ToS known", CheckResult::NotApplicable, String::new()));
+            out.push(c.make("chain-tos-ecn", "ToS priority has ECN", "no ToS known", CheckResult::NotApplicable, String::new()));
+        }
+        Some(tos) => {
+            let dscp = tos >> 2;
+            match tos_priority(i, dscp) {
+                Err(result) => {
+                    let (r, why) = result;
+                    out.push(c.make("chain-tos-pfc", "ToS priority lossless", &why, r, String::new()));
+                    out.push(c.make("chain-tos-ecn", "ToS priority has ECN", &why, r, String::new()));
+                }
+                Ok((prio, via)) => {
+                    let path = format!("tos {tos} → dscp {dscp} → prio {prio}{via}");
+                    out.push(chain_pfc(&c, i, p, prio, &path));
+                    out.push(chain_ecn(&c, i, prio, &path));
+                }
+            }
+        }
+    }
+
+    // CNPs must not use the lossless priority: a paused CNP cannot slow the sender.
+    let cnp_prio = match &i.cnp {
+        Observed::Value(v) => Some(v.priority),
+        _ => None,
+    };
+    match (cnp_prio, &i.pfc) {
+        (Some(cp), Observed::Value(pfc)) => {
+            let lossless = pfc.enabled_priorities();
+            let ok = !lossless.contains(&cp);
+            let fix = if ok {
+                String::new()
+            } else {
+                let free = p.cnp.map(|c| c.priority).filter(|x| !lossless.contains(x)).or_else(|| (0..8).rev().find(|x| !lossless.contains(x)));
+                free.map(|f| remediation(&i.netdev, &Remedy::CnpPriority(f))).unwrap_or_default()
+            };
+            out.push(c.make(
+                "chain-cnp-not-lossless",
+                &format!("cnp prio not in pfc {}", prio_str(&lossless)),
+                &format!("cnp prio {cp}"),
+                if ok { CheckResult::Pass } else { CheckResult::Fail },
+                fix,
+            ));
+        }
+        (_, Observed::Value(_)) => {
+            let r = if i.cnp.is_unsupported() { CheckResult::Unsupported } else { CheckResult::Unknown };
+            out.push(c.make("chain-cnp-not-lossless", "cnp prio not lossless", &reason_label(&i.cnp), r, String::new()));
+        }
+        _ => {
+            let r = if i.pfc.is_unsupported() { CheckResult::Unsupported } else { CheckResult::Unknown };
+            out.push(c.make("chain-cnp-not-lossless", "cnp prio not lossless", &reason_label(&i.pfc), r, String::new()));
+        }
+    }
+
+    // 802.3x pause pauses every priority and defeats PFC; the two must not be on together.
+    match (&i.pfc, &i.global_pause) {
+        (Observed::Value(pfc), Observed::Value(gp)) => {
+            let pfc_on = !pfc.enabled_priorities().is_empty();
+            let bad = pfc_on && *gp;
+            out.push(c.make(
+                "chain-global-pause-pfc",
+                "global pause off when pfc on",
+                &format!("pfc {}, global pause {}", prio_str(&pfc.enabled_priorities()), onoff(*gp)),
+                if bad { CheckResult::Fail } else { CheckResult::Pass },
+                if bad { remediation(&i.netdev, &Remedy::GlobalPause(false)) } else { String::new() },
+            ));
+        }
+        (a, b) => {
+            let unsupported = a.is_unsupported() || b.is_unsupported();
+            let r = if unsupported { CheckResult::Unsupported } else { CheckResult::Unknown };
+            let why = if a.is_value() { reason_label(b) } else { reason_label(a) };
+            out.push(c.make("chain-global-pause-pfc", "global pause off when pfc on", &why, r, String::new()));
+        }
+    }
+
+    // RoCE active MTU 4096 needs netdev MTU ≥ 4096 + 96 (iboe_get_mtu(), include/rdma/ib_addr.h).
+    let need = min_netdev_mtu_for(WANTED_ACTIVE_MTU);
+    let fix_mtu = p.min_mtu.unwrap_or(need).max(need);
+    out.push(c.observed(
+        "chain-active-mtu",
+        &format!("active mtu {WANTED_ACTIVE_MTU} (netdev mtu >= {need})"),
+        &i.mtu,
+        |&m| match roce_active_mtu(m) {
+            Some(a) => format!("netdev mtu {m} → active mtu {a}"),
+            None => format!("netdev mtu {m} → no RoCE MTU"),
+        },
+        |&m| roce_active_mtu(m) == Some(WANTED_ACTIVE_MTU),
+        || remediation(&i.netdev, &Remedy::Mtu(fix_mtu)),
+    ));
+    out
+}
+
+/// Priority a DSCP lands on under the observed trust and APP table, with a note on how.
+#[allow(clippy::type_complexity)]
+fn tos_priority(i: &InterfaceRoce, dscp: u8) -> Result<(u8, String), (CheckResult, String)> {
+    match &i.trust {
+        Observed::Value(Trust::Pcp) => {
+            return Err((CheckResult::Fail, format!("trust pcp: dscp {dscp} ignored, RoCE traffic uses the VLAN PCP or priority 0")))
+        }
+        Observed::Value(Trust::Dscp) => {}
+        o => return Err((result_of(o), format!("trust {}", reason_label(o)))),
+    }
+    match &i.dscp_to_priority {
+        Observed::Value(m) => match m.get(&dscp) {
+            Some(&p) => Ok((p, String::new())),
+            // Unmapped DSCP values go to priority 0 (dcbnl: no APP entry → default priority).
+            None => Ok((0, format!(" (dscp {dscp} unmapped → default prio 0)"))),
+        },
+        o => Err((result_of(o), format!("dscp map {}", reason_label(o)))),
+    }
+}
+
+fn chain_pfc(c: &Ctx, i: &InterfaceRoce, p: &RoceProfileSpec, prio: u8, path: &str) -> Check {
+    match &i.pfc {
+        Observed::Value(pfc) => {
+            let ok = pfc.enabled[usize::from(prio & 7)];
+            let fix = if ok {
+                String::new()
+            } else {
+                // Either steer the DSCP to the lossless priority the profile names, or make this one lossless.
+                let mut want = pfc.enabled_priorities();
+                want.push(prio);
+                let want = sorted(&want);
+                let lossless = p.pfc.as_ref().map(|x| sorted(&x.priorities)).unwrap_or_default();
+                if let Some(&lp) = lossless.first() {
+                    if lp != prio {
+                        let dscp = i.tos.value().copied().or(p.rdma_cm.as_ref().and_then(|cm| cm.tos)).unwrap_or(0) >> 2;
+                        remediation(&i.netdev, &Remedy::DscpAdd(BTreeMap::from([(dscp, lp)])))
+                    } else {
+                        remediation(&i.netdev, &Remedy::Pfc { priorities: want })
+                    }
+                } else {
+                    remediation(&i.netdev, &Remedy::Pfc { priorities: want })
+                }
+            };
+            c.make(
+                "chain-tos-pfc",
+                "ToS priority lossless",
+                &format!("{path}, pfc {}", prio_str(&pfc.enabled_priorities())),
+                if ok { CheckResult::Pass } else { CheckResult::Fail },
+                fix,
+            )
+        }
+        o => c.make("chain-tos-pfc", "ToS priority lossless", &format!("{path}, pfc {}", reason_label(o)), result_of(o), String::new()),
+    }
+}
+
+fn chain_ecn(c: &Ctx, i: &InterfaceRoce, prio: u8, path: &str) -> Check {
+    match &i.ecn {
+        Observed::Value(ecn) => {
+            let ok = ecn.contains(&prio);
+            c.make(
+                "chain-tos-ecn",
+                "ToS priority has ECN",
+                &format!("{path}, ecn {}", prio_str(ecn)),
+                if ok { CheckResult::Pass } else { CheckResult::Fail },
+                if ok { String::new() } else { remediation(&i.netdev, &Remedy::Ecn { priority: prio, on: true }) },
+            )
+        }
+        o => c.make("chain-tos-ecn", "ToS priority has ECN", &format!("{path}, ecn {}", reason_label(o)), result_of(o), String::new()),
+    }
+}
+
+struct Ctx<'a> {
+    iface: &'a str,
+}
+
+impl Ctx<'_> {
+    fn make(&self, name: &str, expected: &str, actual: &str, result: CheckResult, remediation: String) -> Check {
+        Check {
+            name: name.into(),
+            interface: self.iface.into(),
+            result,
+            expected: expected.into(),
+            actual: actual.into(),
+            remediation: if result == CheckResult::Fail { remediation } else { String::new() },
+        }
+    }
+
+    /// A check of one observed value: `Pass`/`Fail` on a value, `Unsupported`/`Unknown` otherwise.
+    fn observed<T>(
+        &self,
+        name: &str,
+        expected: &str,
+        obs: &Observed<T>,
+        render: impl FnOnce(&T) -> String,
+        ok: impl FnOnce(&T) -> bool,
+        fix: impl FnOnce() -> String,
+    ) -> Check {
+        match obs {
+            Observed::Value(v) => {
+                let pass = ok(v);
+                let actual = render(v);
+                if pass {
+                    self.make(name, expected, &actual, CheckResult::Pass, String::new())
+                } else {
+                    self.make(name, expected, &actual, CheckResult::Fail, fix())
+                }
+            }
+            o => self.make(name, expected, &reason_label(o), result_of(o), String::new()),
+        }
+    }
+}
+
+fn result_of<T>(o: &Observed<T>) -> CheckResult {
+    match o {
+        Observed::Value(_) => CheckResult::Pass,
+        Observed::Unsupported(_) => CheckResult::Unsupported,
+        Observed::Unknown(_) => CheckResult::Unknown,
+    }
+}
+
+fn reason_label<T>(o: &Observed<T>) -> String {
+    match o {
+        Observed::Value(_) => "read".into(),
+        Observed::Unsupported(r) => format!("unsupported: {r}"),
+        Observed::Unknown(r) => format!("unknown: {r}"),
+    }
+}
+
+fn trust_fix(iface: &str, t: TrustMode, map: &[DscpMapping]) -> String {
+    match t {
+        // Upstream mlx5 and ice switch to DSCP trust when the APP table has DSCP entries
+        // (dcb-app(8)); that works with and without OFED.
+        TrustMode::Dscp if !map.is_empty() => {
+            remediation(iface, &Remedy::DscpAdd(map.iter().map(|m| (m.dscp, m.priority)).collect()))
+        }
+        TrustMode::Dscp => remediation(iface, &Remedy::Trust(Trust::Dscp)),
+        TrustMode::Pcp => remediation(iface, &Remedy::Trust(Trust::Pcp)),
+    }
+}
+
+/// `dscp` or `pcp`.
+pub fn trust_str(t: Trust) -> &'static str {
+    match t {
+        Trust::Dscp => "dscp",
+        Trust::Pcp => "pcp",
+    }
+}
+
+fn onoff(b: bool) -> &'static str {
+    if b {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+fn sorted(v: &[u8]) -> Vec<u8> {
+    let s: BTreeSet<u8> = v.iter().copied().collect();
+    s.into_iter().collect()
+}
+
+/// `3` or `3,4`; `none` when empty.
+pub fn prio_str(v: &[u8]) -> String {
+    if v.is_empty() {
+        return "none".into();
+    }
+    v.iter().map(u8::to_string).collect::<Vec<_>>().join(",")
+}
+
+/// `26:3 48:6`; `none` when empty.
+pub fn map_str(m: &BTreeMap<u8, u8>) -> String {
+    if m.is_empty() {
+        return "none".into();
+    }
+    m.iter().map(|(d, p)| format!("{d}:{p}")).collect::<Vec<_>>().join(" ")
+}
+
+/// Counts of each result.
+pub fn tally(checks: &[Check]) -> BTreeMap<CheckResult, usize> {
+    let mut m = BTreeMap::new();
+    for c in checks {
+        *m.entry(c.result).or_insert(0) += 1;
+    }
+    m
+}
+
+/// A node is RoCE-ready when no check fails. Unknown and Unsupported results do not
+/// block readiness (they are reported as `Degraded`).
+pub fn is_ready(checks: &[Check]) -> bool {
+    !checks.iter().any(|c| c.result == CheckResult::Fail)
+}

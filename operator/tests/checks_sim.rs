@@ -1,0 +1,226 @@
+//! Checks of simulated nodes: the bundled examples, and variants with one setting
+//! broken in code. Each asserts the failing check, its result and the exact remediation.
+use kube_rdma_operator::agent::evaluate;
+use kube_rdma_operator::checks::{default_profile, default_profile_spec};
+use kube_rdma_operator::crd::{Check, CheckResult, RdmaNodeStateStatus, RoceProfile};
+use kube_rdma_operator::fixtures::{example, with_roce, SimNode};
+use nic::simdesc::NodeDesc;
+
+fn run(desc: &NodeDesc) -> RdmaNodeStateStatus {
+    let node = SimNode::new(desc);
+    evaluate(&default_profile(), &node.read())
+}
+
+fn check<'a>(s: &'a RdmaNodeStateStatus, iface: &str, name: &str) -> &'a Check {
+    s.checks
+        .iter()
+        .find(|c| c.interface == iface && c.name == name)
+        .unwrap_or_else(|| panic!("no check {iface}/{name} in {:#?}", s.checks))
+}
+
+fn failing(s: &RdmaNodeStateStatus) -> Vec<String> {
+    s.checks.iter().filter(|c| c.result == CheckResult::Fail).map(|c| format!("{}/{}", c.interface, c.name)).collect()
+}
+
+#[test]
+fn correct_cx6dx_node_passes_every_check() {
+    let s = run(&example("cx6dx-dual"));
+    assert!(failing(&s).is_empty(), "{:#?}", failing(&s));
+    assert_eq!(s.summary.ready, "True");
+    assert_eq!(s.summary.pfc, "3");
+    assert_eq!(s.summary.trust, "dscp");
+    assert_eq!(s.summary.mtu, "9000");
+    assert_eq!(s.summary.roce, "v2");
+    assert!(s.checks.iter().all(|c| matches!(c.result, CheckResult::Pass | CheckResult::NotApplicable)));
+    let cond = s.conditions.iter().find(|c| c.type_ == "RoceReady").unwrap();
+    assert_eq!(cond.status, "True");
+    assert_eq!(check(&s, "ens1f0np0", "gid-index").actual, "index 3");
+}
+
+#[test]
+fn pfc_missing_fails_pfc_and_the_tos_chain_with_the_dcb_command() {
+    let s = run(&with_roce(example("cx6dx-dual"), |r| r.pfc = vec![]));
+    let c = check(&s, "ens1f0np0", "pfc");
+    assert_eq!(c.result, CheckResult::Fail);
+    assert_eq!((c.expected.as_str(), c.actual.as_str()), ("3", "none"));
+    assert_eq!(c.remediation, "dcb pfc set dev ens1f0np0 prio-pfc all:off 3:on");
+    let chain = check(&s, "ens1f0np0", "chain-tos-pfc");
+    assert_eq!(chain.result, CheckResult::Fail);
+    assert_eq!(chain.actual, "tos 106 → dscp 26 → prio 3, pfc none");
+    assert_eq!(chain.remediation, "dcb pfc set dev ens1f0np0 prio-pfc all:off 3:on");
+    // Without PFC, the CNP priority cannot collide with a lossless one.
+    assert_eq!(check(&s, "ens1f0np0", "chain-cnp-not-lossless").result, CheckResult::Pass);
+    assert_eq!(s.summary.ready, "False");
+    assert_eq!(s.conditions.iter().find(|c| c.type_ == "Drifted").unwrap().status, "True");
+}
+
+#[test]
+fn wrong_dscp_map_sends_roce_to_priority_0_and_says_how_to_fix_it() {
+    // DSCP 26 mapped to priority 0, a classic mistake: traffic lands on a lossy priority.
+    let s = run(&with_roce(example("cx6dx-dual"), |r| {
+        r.dscp_to_priority = [(26, 0), (48, 6)].into_iter().collect();
+    }));
+    let c = check(&s, "ens1f1np1", "dscp-map");
+    assert_eq!(c.result, CheckResult::Fail);
+    assert_eq!(c.actual, "26:0 48:6");
+    assert_eq!(c.remediation, "dcb app replace dev ens1f1np1 dscp-prio 26:3");
+    let chain = check(&s, "ens1f1np1", "chain-tos-pfc");
+    assert_eq!(chain.result, CheckResult::Fail);
+    assert_eq!(chain.actual, "tos 106 → dscp 26 → prio 0, pfc 3");
+    assert_eq!(chain.remediation, "dcb app replace dev ens1f1np1 dscp-prio 26:3");
+    assert_eq!(check(&s, "ens1f1np1", "chain-tos-ecn").result, CheckResult::Fail);
+}
+
+#[test]
+fn unmapped_dscp_falls_to_default_priority_0() {
+    let s = run(&with_roce(example("cx6dx-dual"), |r| {
+        r.dscp_to_priority = [(48, 6)].into_iter().collect();
+    }));
+    let chain = check(&s, "ens1f0np0", "chain-tos-pfc");
+    assert_eq!(chain.result, CheckResult::Fail);
+    assert!(chain.actual.contains("dscp 26 unmapped → default prio 0"), "{}", chain.actual);
+}
+
+#[test]
+fn mtu_1500_fails_mtu_and_active_mtu_with_the_ip_command() {
+    let mut d = example("cx6dx-dual");
+    d.adapters[0].pfs[0].mtu = 1500;
+    let s = run(&d);
+    let c = check(&s, "ens1f0np0", "mtu");
+    assert_eq!(c.result, CheckResult::Fail);
+    assert_eq!((c.expected.as_str(), c.actual.as_str()), (">= 4200", "1500"));
+    assert_eq!(c.remediation, "ip link set dev ens1f0np0 mtu 4200");
+    let a = check(&s, "ens1f0np0", "chain-active-mtu");
+    assert_eq!(a.result, CheckResult::Fail);
+    assert_eq!(a.actual, "netdev mtu 1500 → active mtu 1024");
+    // The other port is untouched.
+    assert_eq!(check(&s, "ens1f1np1", "mtu").result, CheckResult::Pass);
+    assert_eq!(s.summary.mtu, "1500,9000");
+}
+
+#[test]
+fn active_mtu_4096_needs_netdev_mtu_4192_exactly() {
+    let mut d = example("cx6dx-dual");
+    d.adapters[0].pfs[0].mtu = 4191;
+    d.adapters[0].pfs[1].mtu = 4192;
+    let s = run(&d);
+    assert_eq!(check(&s, "ens1f0np0", "chain-active-mtu").result, CheckResult::Fail);
+    assert_eq!(check(&s, "ens1f0np0", "chain-active-mtu").actual, "netdev mtu 4191 → active mtu 2048");
+    assert_eq!(check(&s, "ens1f1np1", "chain-active-mtu").result, CheckResult::Pass);
+    // Both are below the profile's 4200 though.
+    assert_eq!(check(&s, "ens1f1np1", "mtu").result, CheckResult::Fail);
+}
+
+#[test]
+fn cnp_on_the_lossless_priority_fails_coherence() {
+    let s = run(&with_roce(example("cx6dx-dual"), |r| r.cnp_priority = 3));
+    let c = check(&s, "ens1f0np0", "chain-cnp-not-lossless");
+    assert_eq!(c.result, CheckResult::Fail);
+    assert_eq!(c.actual, "cnp prio 3");
+    assert_eq!(c.remediation, "echo 6 > /sys/class/net/ens1f0np0/ecn/roce_np/cnp_802p_prio");
+    let cnp = check(&s, "ens1f0np0", "cnp");
+    assert_eq!(cnp.result, CheckResult::Fail);
+    assert_eq!(cnp.remediation, "echo 6 > /sys/class/net/ens1f0np0/ecn/roce_np/cnp_802p_prio");
+}
+
+#[test]
+fn upstream_mlx5_without_ofed_sysfs_reports_ecn_unsupported_not_fail() {
+    let s = run(&with_roce(example("cx6dx-dual"), |r| r.ofed_sysfs = Some(false)));
+    for name in ["ecn", "cnp", "chain-tos-ecn", "chain-cnp-not-lossless"] {
+        let c = check(&s, "ens1f0np0", name);
+        assert_eq!(c.result, CheckResult::Unsupported, "{name}: {c:?}");
+        assert!(c.remediation.is_empty());
+    }
+    assert!(failing(&s).is_empty(), "{:?}", failing(&s));
+    assert_eq!(s.summary.ready, "True");
+    assert_eq!(s.summary.ecn, "?");
+}
+
+#[test]
+fn e810_with_firmware_lldp_agent_on_fails_with_the_ethtool_command() {
+    let s = run(&with_roce(example("e810-xxv"), |r| r.fw_lldp_agent = true));
+    let c = check(&s, "ens2f0", "fw-lldp-agent");
+    assert_eq!(c.result, CheckResult::Fail);
+    assert_eq!(c.actual, "on");
+    assert_eq!(c.remediation, "ethtool --set-priv-flags ens2f0 fw-lldp-agent off");
+    // E810 has no OFED ECN sysfs: unsupported, not failing.
+    assert_eq!(check(&s, "ens2f0", "ecn").result, CheckResult::Unsupported);
+    assert_eq!(failing(&s), vec!["ens2f0/fw-lldp-agent", "ens2f1/fw-lldp-agent"]);
+}
+
+#[test]
+fn e810_with_lldp_off_is_ready_and_fw_lldp_is_not_applicable_on_mlx5() {
+    let s = run(&example("e810-xxv"));
+    assert_eq!(check(&s, "ens2f0", "fw-lldp-agent").result, CheckResult::Pass);
+    assert_eq!(s.summary.ready, "True");
+    let s = run(&example("cx6dx-dual"));
+    assert_eq!(check(&s, "ens1f0np0", "fw-lldp-agent").result, CheckResult::NotApplicable);
+}
+
+#[test]
+fn global_pause_with_pfc_fails_coherence() {
+    let s = run(&with_roce(example("cx6dx-dual"), |r| r.global_pause = true));
+    let c = check(&s, "ens1f0np0", "chain-global-pause-pfc");
+    assert_eq!(c.result, CheckResult::Fail);
+    assert_eq!(c.remediation, "ethtool -A ens1f0np0 rx off tx off");
+    assert_eq!(check(&s, "ens1f0np0", "global-pause").result, CheckResult::Fail);
+}
+
+#[test]
+fn trust_pcp_breaks_the_dscp_chain() {
+    let s = run(&with_roce(example("cx6dx-dual"), |r| r.trust = nic::simdesc::Trust::Pcp));
+    let t = check(&s, "ens1f0np0", "trust");
+    assert_eq!(t.result, CheckResult::Fail, "{t:?}");
+    assert_eq!(t.remediation, "dcb app replace dev ens1f0np0 dscp-prio 26:3 48:6");
+    assert_eq!(check(&s, "ens1f0np0", "chain-tos-pfc").result, CheckResult::Fail);
+}
+
+#[test]
+fn roce_v1_and_wrong_tos_fail_with_the_mlnx_tools_commands() {
+    let s = run(&with_roce(example("cx6dx-dual"), |r| {
+        r.roce_mode = "IB/RoCE v1".into();
+        r.tos = 0;
+    }));
+    assert_eq!(check(&s, "ens1f0np0", "roce-mode").remediation, "cma_roce_mode -d mlx5_0 -p 1 -m 2");
+    assert_eq!(check(&s, "ens1f0np0", "tos").remediation, "cma_roce_tos -d mlx5_0 -p 1 -t 106");
+    // ToS 0 → DSCP 0 → unmapped → priority 0 → not lossless.
+    assert_eq!(check(&s, "ens1f0np0", "chain-tos-pfc").result, CheckResult::Fail);
+    assert_eq!(s.summary.roce, "v1");
+}
+
+#[test]
+fn a_partial_profile_only_checks_what_it_names() {
+    let spec = kube_rdma_operator::crd::RoceProfileSpec {
+        pfc: Some(kube_rdma_operator::crd::PfcSpec { priorities: vec![3] }),
+        ..serde_json::from_str("{}").unwrap()
+    };
+    let p = RoceProfile::new("pfc-only", spec);
+    let node = SimNode::new(&example("cx6dx-dual"));
+    let s = evaluate(&p, &node.read());
+    let names: std::collections::BTreeSet<&str> = s.checks.iter().map(|c| c.name.as_str()).collect();
+    assert!(names.contains("pfc") && !names.contains("ecn") && !names.contains("mtu"), "{names:?}");
+    assert_eq!(s.profile, "pfc-only");
+}
+
+#[test]
+fn interface_selector_limits_the_checked_ports() {
+    let mut spec = default_profile_spec();
+    spec.interface_selector = Some(kube_rdma_operator::crd::InterfaceSelector { names: vec!["ens1f0*".into()], drivers: vec![] });
+    let node = SimNode::new(&example("cx6dx-dual"));
+    let s = evaluate(&RoceProfile::new("p", spec), &node.read());
+    assert!(s.checks.iter().all(|c| c.interface == "ens1f0np0"));
+    assert_eq!(s.interfaces.len(), 1);
+}
+
+#[test]
+fn fingerprint_is_stable_and_changes_with_settings() {
+    let a = run(&example("cx6dx-dual"));
+    let b = run(&example("cx6dx-dual"));
+    assert_eq!(a.fingerprint, b.fingerprint);
+    assert_eq!(a.fingerprint.len(), 16);
+    let c = run(&with_roce(example("cx6dx-dual"), |r| r.pfc = vec![3, 4]));
+    assert_ne!(a.fingerprint, c.fingerprint);
+    // Pause counters move all the time; they must not change the fingerprint.
+    let d = run(&with_roce(example("cx6dx-dual"), |r| r.pfc_requests = vec![0, 0, 0, 12345, 0, 0, 0, 0]));
+    assert_eq!(a.fingerprint, d.fingerprint);
+}

@@ -1,0 +1,171 @@
+"""Security rules over rendered Kubernetes objects (scripts/test-delivery runs them).
+
+Each workload may have exactly the privileges its job needs and no more:
+
+| component     | root | capabilities          | host access                                         |
+|---------------|------|-----------------------|-----------------------------------------------------|
+| device-plugin | yes  | none                  | kubelet device-plugins dir, CDI dir, devinfo dir (rw); /sys, /dev (ro) |
+| install-cni   | yes  | none                  | the host's CNI bin dir (rw)                         |
+| agent         | only with allowEnforce or readRdmaCmConfigfs | NET_ADMIN only with allowEnforce | host network; /dev (ro); /sys/kernel/config only with readRdmaCmConfigfs |
+| controller    | no   | none                  | none                                                |
+
+Root is needed where a host file is root-owned (kubelet.sock, /opt/cni/bin, configfs); root
+without capabilities can still write files it owns, so no CAP_DAC_OVERRIDE is handed out.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+WORKLOAD_KINDS = {"DaemonSet", "Deployment", "StatefulSet", "Job", "Pod"}
+FORBIDDEN_VERBS = {"*", "escalate", "bind", "impersonate"}
+FORBIDDEN_RESOURCES = {"*", "secrets", "pods/exec", "clusterroles", "clusterrolebindings", "roles",
+                       "rolebindings", "serviceaccounts/token"}
+
+
+def _component(obj: dict[str, Any]) -> str:
+    return obj["metadata"].get("labels", {}).get("app.kubernetes.io/component", "?")
+
+
+def _pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+    return obj["spec"] if obj["kind"] == "Pod" else obj["spec"]["template"]["spec"]
+
+
+def policy(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """What each (component, container) may have, derived from the chart values."""
+    agent = values.get("agent", {})
+    dp = values.get("devicePlugin", {})
+    enforce = bool(agent.get("allowEnforce"))
+    configfs = bool(agent.get("readRdmaCmConfigfs"))
+    cni_bin = values.get("cni", {}).get("binDir", "/opt/cni/bin")
+    return {
+        "device-plugin/device-plugin": {
+            "root": True, "caps": set(), "hostNetwork": False,
+            "hostPaths": {dp.get("kubeletDir"): False, dp.get("cdiDir"): False,
+                          dp.get("devinfoDir"): False, "/sys": True, "/dev": True},
+        },
+        "device-plugin/install-cni": {
+            "root": True, "caps": set(), "hostNetwork": False, "hostPaths": {cni_bin: False},
+        },
+        "agent/agent": {
+            "root": enforce or configfs, "caps": {"NET_ADMIN"} if enforce else set(),
+            "hostNetwork": True,
+            "hostPaths": {"/dev": True, **({"/sys/kernel/config": False} if configfs else {})},
+        },
+        "controller/controller": {"root": False, "caps": set(), "hostNetwork": False, "hostPaths": {}},
+    }
+
+
+def check_workloads(objs: list[dict[str, Any]], values: dict[str, Any]) -> list[str]:
+    """Problems found; empty when every workload follows the policy."""
+    problems: list[str] = []
+    allowed = policy(values)
+    for obj in objs:
+        if obj.get("kind") not in WORKLOAD_KINDS:
+            continue
+        name = f"{obj['kind']}/{obj['metadata']['name']}"
+        spec = _pod_spec(obj)
+        comp = _component(obj)
+        pod_sc = spec.get("securityContext", {})
+        for flag in ("hostPID", "hostIPC"):
+            if spec.get(flag):
+                problems.append(f"{name}: {flag} is set")
+        if comp == "device-plugin" and spec.get("automountServiceAccountToken") is not False:
+            problems.append(f"{name}: mounts an API token it never uses")
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        containers = spec.get("initContainers", []) + spec.get("containers", [])
+        host_network_allowed = any(
+            allowed.get(f"{comp}/{c['name']}", {}).get("hostNetwork") for c in containers)
+        if spec.get("hostNetwork") and not host_network_allowed:
+            problems.append(f"{name}: hostNetwork without need")
+        for c in containers:
+            key = f"{comp}/{c['name']}"
+            where = f"{name} container {c['name']}"
+            rule = allowed.get(key)
+            if rule is None:
+                problems.append(f"{where}: no security policy for {key}")
+                continue
+            sc = c.get("securityContext", {})
+            if sc.get("privileged"):
+                problems.append(f"{where}: privileged (grant a capability instead)")
+            if sc.get("allowPrivilegeEscalation") is not False:
+                problems.append(f"{where}: allowPrivilegeEscalation is not false")
+            if sc.get("readOnlyRootFilesystem") is not True:
+                problems.append(f"{where}: readOnlyRootFilesystem is not true")
+            caps = sc.get("capabilities", {})
+            if "ALL" not in caps.get("drop", []):
+                problems.append(f"{where}: capabilities.drop lacks ALL")
+            extra = set(caps.get("add", [])) - rule["caps"]
+            if extra:
+                problems.append(f"{where}: capabilities {sorted(extra)} beyond {sorted(rule['caps'])}")
+            seccomp = sc.get("seccompProfile") or pod_sc.get("seccompProfile") or {}
+            if seccomp.get("type") not in ("RuntimeDefault", "Localhost"):
+                problems.append(f"{where}: no seccomp profile")
+            non_root = sc.get("runAsNonRoot", pod_sc.get("runAsNonRoot"))
+            uid = sc.get("runAsUser", pod_sc.get("runAsUser"))
+            runs_as_root = not non_root or uid == 0
+            if runs_as_root and not rule["root"]:
+                problems.append(f"{where}: runs as root without need (set runAsNonRoot)")
+            if non_root and uid == 0:
+                problems.append(f"{where}: runAsNonRoot with runAsUser 0 cannot start")
+            res = c.get("resources", {})
+            for r in ("cpu", "memory"):
+                if r not in res.get("requests", {}):
+                    problems.append(f"{where}: no {r} request")
+            if "memory" not in res.get("limits", {}):
+                problems.append(f"{where}: no memory limit")
+            for m in c.get("volumeMounts", []):
+                vol = volumes.get(m["name"], {})
+                if "hostPath" not in vol:
+                    continue
+                path = vol["hostPath"]["path"]
+                if path not in rule["hostPaths"]:
+                    problems.append(f"{where}: hostPath {path} not needed by {key}")
+                elif rule["hostPaths"][path] and not m.get("readOnly"):
+                    problems.append(f"{where}: hostPath {path} must be mounted read-only")
+        mounted = {m["name"] for c in containers for m in c.get("volumeMounts", [])}
+        for vname in volumes:
+            if vname not in mounted:
+                problems.append(f"{name}: volume {vname} is not mounted by any container")
+    return problems
+
+
+def check_rbac(objs: list[dict[str, Any]]) -> list[str]:
+    """Least privilege for RBAC: no wildcards, no secrets, no escalation; one role per account."""
+    problems: list[str] = []
+    sas = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
+    bound: dict[str, list[str]] = {}
+    for o in objs:
+        if o["kind"] in ("ClusterRole", "Role"):
+            for rule in o.get("rules", []):
+                for v in rule.get("verbs", []):
+                    if v in FORBIDDEN_VERBS:
+                        problems.append(f"{o['kind']}/{o['metadata']['name']}: verb {v}")
+                for r in rule.get("resources", []):
+                    if r in FORBIDDEN_RESOURCES:
+                        problems.append(f"{o['kind']}/{o['metadata']['name']}: resource {r}")
+                if "*" in rule.get("apiGroups", []):
+                    problems.append(f"{o['kind']}/{o['metadata']['name']}: apiGroup *")
+                if "nonResourceURLs" in rule:
+                    problems.append(f"{o['kind']}/{o['metadata']['name']}: nonResourceURLs")
+        if o["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+            if o["roleRef"]["name"] in ("cluster-admin", "admin", "edit"):
+                problems.append(f"{o['kind']}/{o['metadata']['name']}: binds {o['roleRef']['name']}")
+            for s in o.get("subjects", []):
+                bound.setdefault(s["name"], []).append(o["roleRef"]["name"])
+    for sa, roles in bound.items():
+        if sa not in sas:
+            problems.append(f"binding to unknown ServiceAccount {sa}")
+        if len(roles) > 1:
+            problems.append(f"ServiceAccount {sa} has several roles: {roles}")
+    workload_sas = {}
+    for o in objs:
+        if o["kind"] in WORKLOAD_KINDS:
+            workload_sas.setdefault(_pod_spec(o).get("serviceAccountName", "default"), []).append(
+                o["metadata"]["name"])
+    for sa, users in workload_sas.items():
+        if sa == "default":
+            problems.append(f"{users} use the default ServiceAccount")
+        if len(users) > 1:
+            problems.append(f"ServiceAccount {sa} shared by {users}")
+    return problems
