@@ -7,6 +7,7 @@
 
 use std::io::Write;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command as Proc, Stdio};
 
@@ -34,11 +35,11 @@ pub fn find_plugin(env: &Env, name: &str) -> Result<PathBuf> {
     })
 }
 
-fn exec(plugin: &Path, cmd: &str, env: &Env, stdin: &[u8]) -> std::io::Result<(bool, Vec<u8>)> {
+fn command(plugin: &Path, cmd: &str, env: &Env) -> Proc {
     let path = env.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":");
     let args = env.args.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(";");
-    let mut child = Proc::new(plugin)
-        .env("CNI_COMMAND", cmd)
+    let mut c = Proc::new(plugin);
+    c.env("CNI_COMMAND", cmd)
         .env("CNI_CONTAINERID", &env.container_id)
         .env("CNI_NETNS", &env.netns)
         .env("CNI_IFNAME", &env.ifname)
@@ -46,10 +47,75 @@ fn exec(plugin: &Path, cmd: &str, env: &Env, stdin: &[u8]) -> std::io::Result<(b
         .env("CNI_PATH", path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
+        .stderr(Stdio::piped());
+    // If we die (crash, runtime timeout), the IPAM plugin dies with us rather
+    // than finishing an allocation nobody will see; DEL then releases
+    // whatever it had written.
+    // SAFETY: prctl is async-signal-safe.
+    unsafe {
+        c.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
+    c
+}
+
+/// A running IPAM plugin: started early so that its exec overlaps the
+/// kernel's netns move (which mostly waits for an RCU grace period).
+#[derive(Debug)]
+pub struct Pending {
+    child: std::process::Child,
+    name: String,
+    cmd: &'static str,
+}
+
+/// Starts `plugin` with `cmd` and `stdin`.
+pub fn spawn(plugin: &Path, cmd: &'static str, env: &Env, stdin: &[u8]) -> Result<Pending> {
+    let mut child = command(plugin, cmd, env).spawn().map_err(|e| Error::io(plugin, e))?;
     if let Some(mut i) = child.stdin.take() {
-        i.write_all(stdin)?;
+        // The config is far below the pipe buffer: this does not block. A
+        // plugin that exits without reading is reported by wait() instead.
+        if let Err(e) = i.write_all(stdin) {
+            tracing::debug!(plugin = %plugin.display(), error = %e, "IPAM plugin did not read its stdin");
+        }
+    }
+    let name = plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam").to_string();
+    Ok(Pending { child, name, cmd })
+}
+
+impl Pending {
+    /// Waits; returns stdout on success, the plugin's error otherwise.
+    pub fn wait(self) -> Result<Vec<u8>> {
+        let out = self.child.wait_with_output().map_err(|e| Error::io(&self.name, e))?;
+        if !out.stderr.is_empty() {
+            tracing::debug!(plugin = %self.name, cmd = self.cmd, stderr = %String::from_utf8_lossy(&out.stderr), "IPAM stderr");
+        }
+        if !out.status.success() {
+            let mut e = plugin_error(&self.name, self.cmd, &out.stdout);
+            if let Error::Ipam { msg, .. } = &mut e {
+                if msg.is_empty() {
+                    *msg = format!("{} ({})", out.status, String::from_utf8_lossy(&out.stderr).trim());
+                }
+            }
+            return Err(e);
+        }
+        Ok(out.stdout)
+    }
+
+    /// Waits for an ADD and parses its result.
+    pub fn wait_add(self) -> Result<Value> {
+        let name = self.name.clone();
+        let out = self.wait()?;
+        serde_json::from_slice(&out).map_err(|e| Error::Ipam { plugin: name, cmd: "ADD", code: None, msg: format!("unreadable result: {e}") })
+    }
+}
+
+fn exec(plugin: &Path, cmd: &'static str, env: &Env, stdin: &[u8]) -> std::io::Result<(bool, Vec<u8>)> {
+    let mut child = command(plugin, cmd, env).spawn()?;
+    if let Some(mut i) = child.stdin.take() {
+        // VERSION answers without reading stdin: EPIPE here is normal.
+        let _ = i.write_all(stdin);
     }
     let out = child.wait_with_output()?;
     if !out.stderr.is_empty() {
@@ -139,24 +205,12 @@ pub fn prepare(raw: &Value, requested: &str, ipam_type: &str, env: &Env, state_d
 
 /// IPAM ADD; returns the plugin's result.
 pub fn add(plugin: &Path, conf: &Value, env: &Env) -> Result<Value> {
-    let name = plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam").to_string();
-    let body = serde_json::to_vec(conf).unwrap_or_default();
-    let (ok, out) = exec(plugin, "ADD", env, &body).map_err(|e| Error::io(plugin, e))?;
-    if !ok {
-        return Err(plugin_error(&name, "ADD", &out));
-    }
-    serde_json::from_slice(&out).map_err(|e| Error::Ipam { plugin: name, cmd: "ADD", code: None, msg: format!("unreadable result: {e}") })
+    spawn(plugin, "ADD", env, &serde_json::to_vec(conf).unwrap_or_default())?.wait_add()
 }
 
 /// IPAM DEL.
 pub fn del(plugin: &Path, conf: &Value, env: &Env) -> Result<()> {
-    let name = plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam").to_string();
-    let body = serde_json::to_vec(conf).unwrap_or_default();
-    let (ok, out) = exec(plugin, "DEL", env, &body).map_err(|e| Error::io(plugin, e))?;
-    if !ok {
-        return Err(plugin_error(&name, "DEL", &out));
-    }
-    Ok(())
+    spawn(plugin, "DEL", env, &serde_json::to_vec(conf).unwrap_or_default())?.wait().map(|_| ())
 }
 
 /// An address from an IPAM result.

@@ -46,7 +46,8 @@ pub enum Step {
     LinkConfig,
     /// RDMA device(s) moved into the pod (nldev SET + NET_NS_FD).
     MoveRdma,
-    /// IPAM ADD.
+    /// IPAM ADD: started before the move so the exec overlaps it; its result
+    /// is collected (and the failpoint fires) before the addresses step.
     Ipam,
     /// Addresses and routes in the pod.
     Addresses,
@@ -55,9 +56,9 @@ pub enum Step {
 }
 
 impl Step {
-    /// Every step, in ADD order.
+    /// Every step, in the order ADD starts them.
     pub const ALL: [Step; 7] =
-        [Step::PfAttrs, Step::MoveNetdev, Step::LinkConfig, Step::MoveRdma, Step::Ipam, Step::Addresses, Step::DeviceInfo];
+        [Step::PfAttrs, Step::Ipam, Step::MoveNetdev, Step::LinkConfig, Step::MoveRdma, Step::Addresses, Step::DeviceInfo];
 
     /// The name used in the journal and by the failpoint.
     pub fn name(self) -> &'static str {
@@ -288,6 +289,8 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
             ..Journal::default()
         },
     };
+    // The IPAM plugin runs while the kernel moves the netdev (see ipam::Pending).
+    let mut pending: Option<ipam::Pending> = None;
     let run = (|| -> Result<Value> {
         // PF-side VF attributes, only when asked.
         if let Some(pfn) = &pf_netdev {
@@ -302,6 +305,12 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
             vfnl::apply(&mut host, pf.index, vf.index, &conf.vf)
                 .map_err(|e| Error::netlink(format!("set VF {} attributes on {pfn}", vf.index), e))?;
             failpoint(Step::PfAttrs);
+        }
+        if let Some((plugin, iconf)) = &ipam {
+            ctx.journal.ipam_conf = Some(iconf.clone());
+            ctx.journal.ipam_type = conf.ipam_type.clone();
+            ctx.begin(Step::Ipam)?;
+            pending = Some(ipam::spawn(plugin, "ADD", env, &serde_json::to_vec(iconf).unwrap_or_default())?);
         }
         ctx.begin(Step::MoveNetdev)?;
         move_into_pod(&mut host, &mut podc, link.index, &pod, &env.ifname)?;
@@ -321,12 +330,11 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
             failpoint(Step::MoveRdma);
         }
 
-        let mut ipam_result = None;
-        if let Some((plugin, iconf)) = &ipam {
-            ctx.journal.ipam_conf = Some(iconf.clone());
-            ctx.journal.ipam_type = conf.ipam_type.clone();
-            ctx.begin(Step::Ipam)?;
-            ipam_result = Some(ipam::add(plugin, iconf, env)?);
+        let ipam_result = match pending.take() {
+            Some(p) => Some(p.wait_add()?),
+            None => None,
+        };
+        if ipam_result.is_some() {
             failpoint(Step::Ipam);
         }
 
@@ -366,6 +374,10 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         Ok(r) => Ok(r),
         Err(e) => {
             tracing::warn!(error = %e, "ADD failed; rolling back");
+            if let Some(p) = pending.take() {
+                // Let an in-flight IPAM ADD finish so its allocation can be released.
+                let _ = p.wait();
+            }
             let mut ok = true;
             if ctx.journal.steps.contains(&Step::Ipam) {
                 if let Some((plugin, iconf)) = &ipam {
@@ -558,13 +570,21 @@ pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
     };
     // Re-read under the lock.
     let j = Journal::load(&jpath)?;
-    if let Some(j) = &j {
-        undo(j, roots)?;
-    }
-    if let Some(t) = &conf.ipam_type {
-        let (plugin, iconf) = ipam::prepare(&conf.raw, &conf.cni_version, t, env, &conf.state_dir)?;
-        ipam::del(&plugin, &iconf, env)?;
-    }
+    // IPAM DEL from the stdin config, running while the netdev moves back.
+    let pending = match &conf.ipam_type {
+        Some(t) => {
+            let (plugin, iconf) = ipam::prepare(&conf.raw, &conf.cni_version, t, env, &conf.state_dir)?;
+            Some(ipam::spawn(&plugin, "DEL", env, &serde_json::to_vec(&iconf).unwrap_or_default())?)
+        }
+        None => None,
+    };
+    let undone = match &j {
+        Some(j) => undo(j, roots),
+        None => Ok(()),
+    };
+    let released = pending.map(|p| p.wait().map(|_| ())).unwrap_or(Ok(()));
+    undone?;
+    released?;
     if let Some(f) = &conf.device_info_file {
         journal::remove(f)?;
     }

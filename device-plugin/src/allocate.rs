@@ -164,7 +164,13 @@ pub fn container_response(pool: &Pool, ids: &[String]) -> Result<ContainerAlloca
         }
     }
     let cdi_devices = devs.iter().map(|d| CdiDevice { name: cdi_name(pool, &d.id) }).collect();
-    Ok(ContainerAllocateResponse { envs, mounts: vec![], devices: specs, annotations: HashMap::new(), cdi_devices })
+    Ok(ContainerAllocateResponse {
+        envs,
+        mounts: vec![],
+        devices: specs,
+        annotations: HashMap::new(),
+        cdi_devices,
+    })
 }
 
 /// Preferred allocation of `size` devices out of `available`, always
@@ -205,7 +211,8 @@ pub fn preferred(pool: &Pool, available: &[String], must: &[String], size: usize
         *by_numa.entry(d.numa).or_default() += 1;
     }
     let must_numa: BTreeSet<Option<u32>> = must_devs.iter().map(|d| d.numa).collect();
-    let fitting: Vec<(Option<u32>, usize)> = by_numa.iter().filter(|(_, n)| **n >= need).map(|(k, n)| (*k, *n)).collect();
+    let fitting: Vec<(Option<u32>, usize)> =
+        by_numa.iter().filter(|(_, n)| **n >= need).map(|(k, n)| (*k, *n)).collect();
     let chosen_numa = if must_numa.len() == 1 && fitting.iter().any(|(k, _)| must_numa.contains(k)) {
         must_numa.iter().next().copied()
     } else if must_numa.len() > 1 {

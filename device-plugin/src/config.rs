@@ -247,7 +247,9 @@ impl Config {
             .map_err(|source| ConfigError::Syntax { path: path.to_path_buf(), source })?;
         let mut cx = Cx { path: path.to_path_buf(), pool: None };
         let Value::Object(top) = value else {
-            return Err(cx.err("(top level)", "expected a mapping with `pools`, `resourceList` or `configList`"));
+            return Err(
+                cx.err("(top level)", "expected a mapping with `pools`, `resourceList` or `configList`")
+            );
         };
         let (format, pools) = if top.contains_key("pools") {
             cx.keys(&top, "", &["pools", "resourcePrefix"])?;
@@ -297,7 +299,9 @@ impl Cx {
         for k in m.keys() {
             if !known.contains(&k.as_str()) {
                 let field = if at.is_empty() { k.clone() } else { format!("{at}.{k}") };
-                return Err(self.err(&field, &format!("unknown field; expected one of: {}", known.join(", "))));
+                return Err(
+                    self.err(&field, &format!("unknown field; expected one of: {}", known.join(", ")))
+                );
             }
         }
         Ok(())
@@ -383,12 +387,25 @@ fn prefix_of(cx: &Cx, m: &Map<String, Value>, default: &str) -> Result<String, C
     Ok(p)
 }
 
-fn native_pool(cx: &mut Cx, (_, m): (usize, &Map<String, Value>), prefix: &str) -> Result<PoolConfig, ConfigError> {
+fn native_pool(
+    cx: &mut Cx,
+    (_, m): (usize, &Map<String, Value>),
+    prefix: &str,
+) -> Result<PoolConfig, ConfigError> {
     let name = pool_name(cx, m, "name")?;
     cx.keys(
         m,
         "",
-        &["name", "resourcePrefix", "mode", "policy", "gpuAffinity", "rdmaHcaMax", "excludeTopology", "selectors"],
+        &[
+            "name",
+            "resourcePrefix",
+            "mode",
+            "policy",
+            "gpuAffinity",
+            "rdmaHcaMax",
+            "excludeTopology",
+            "selectors",
+        ],
     )?;
     let prefix = prefix_of(cx, m, prefix)?;
     let mode = match opt_str(cx, m, "mode")?.as_deref() {
@@ -410,7 +427,9 @@ fn native_pool(cx: &mut Cx, (_, m): (usize, &Map<String, Value>), prefix: &str) 
 
 fn hca_max(cx: &Cx, m: &Map<String, Value>, required: bool) -> Result<u32, ConfigError> {
     match m.get("rdmaHcaMax") {
-        None if required => Err(cx.err("rdmaHcaMax", "missing: shared mode needs the number of pods per HCA")),
+        None if required => {
+            Err(cx.err("rdmaHcaMax", "missing: shared mode needs the number of pods per HCA"))
+        }
         None => Ok(0),
         Some(v) => match v.as_u64() {
             Some(n) if (1..=1000).contains(&n) && required => Ok(n as u32),
@@ -425,17 +444,24 @@ fn sndp_pool(cx: &mut Cx, (_, m): (usize, &Map<String, Value>)) -> Result<PoolCo
     cx.keys(
         m,
         "",
-        &["resourceName", "resourcePrefix", "deviceType", "excludeTopology", "selectors", "isRdma", "additionalInfo"],
+        &[
+            "resourceName",
+            "resourcePrefix",
+            "deviceType",
+            "excludeTopology",
+            "selectors",
+            "isRdma",
+            "additionalInfo",
+        ],
     )?;
     // SNDP's --resource-prefix defaults to intel.com; keep it so pods' requests still match.
     let prefix = prefix_of(cx, m, "intel.com")?;
     match opt_str(cx, m, "deviceType")?.as_deref() {
         None | Some("netDevice") => {}
         Some(o) => {
-            return Err(cx.err(
-                "deviceType",
-                &format!("{o:?} is not supported: kube-rdma serves netDevice VFs only"),
-            ))
+            return Err(
+                cx.err("deviceType", &format!("{o:?} is not supported: kube-rdma serves netDevice VFs only"))
+            )
         }
     }
     let exclude_topology = opt_bool(cx, m, "excludeTopology", "")?.unwrap_or(false);
@@ -507,7 +533,10 @@ fn selectors(cx: &Cx, m: &Map<String, Value>, kind: SelKind) -> Result<Vec<Selec
                 _ => Err(cx.err(&format!("selectors[{i}]"), "expected a mapping")),
             })
             .collect(),
-        Some(v) => Err(cx.err("selectors", &format!("expected a mapping or a non-empty list of mappings, found {v}"))),
+        Some(v) => {
+            Err(cx
+                .err("selectors", &format!("expected a mapping or a non-empty list of mappings, found {v}")))
+        }
     }
 }
 
@@ -516,12 +545,34 @@ const SNDP_UNSUPPORTED: &[&str] = &["ddpProfiles", "vdpaType", "acpiIndexes", "a
 fn selector(cx: &Cx, o: &Map<String, Value>, at: &str, kind: SelKind) -> Result<Selector, ConfigError> {
     let known: &[&str] = match kind {
         SelKind::Native => &[
-            "vendors", "devices", "deviceIDs", "drivers", "pciAddresses", "pfNames", "rootDevices",
-            "linkTypes", "isRdma", "ifNames", "linkSpeeds", "numaNodes",
+            "vendors",
+            "devices",
+            "deviceIDs",
+            "drivers",
+            "pciAddresses",
+            "pfNames",
+            "rootDevices",
+            "linkTypes",
+            "isRdma",
+            "ifNames",
+            "linkSpeeds",
+            "numaNodes",
         ],
         SelKind::Sndp => &[
-            "vendors", "devices", "drivers", "pciAddresses", "pfNames", "rootDevices", "linkTypes", "isRdma",
-            "needVhostNet", "ddpProfiles", "vdpaType", "acpiIndexes", "auxTypes", "pKeys",
+            "vendors",
+            "devices",
+            "drivers",
+            "pciAddresses",
+            "pfNames",
+            "rootDevices",
+            "linkTypes",
+            "isRdma",
+            "needVhostNet",
+            "ddpProfiles",
+            "vdpaType",
+            "acpiIndexes",
+            "auxTypes",
+            "pKeys",
         ],
         SelKind::Rsdp => &["vendors", "deviceIDs", "drivers", "ifNames", "linkTypes"],
     };
@@ -680,8 +731,9 @@ mod tests {
 
     #[test]
     fn yaml_number_vendor_is_read_as_hex_digits() {
-        let c = Config::parse("pools: [{name: a, selectors: {vendors: [8086, \"15b3\"]}}]", Path::new("c.yaml"))
-            .unwrap();
+        let c =
+            Config::parse("pools: [{name: a, selectors: {vendors: [8086, \"15b3\"]}}]", Path::new("c.yaml"))
+                .unwrap();
         assert_eq!(c.pools[0].selectors[0].vendors, vec![0x8086, 0x15b3]);
         assert_eq!(c.pools[0].resource_name(), "kuberdma.io/a");
     }

@@ -17,11 +17,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError, PoolConfig};
+use crate::devinfo;
 use crate::kubelet::{self, DirEvent, KUBELET_SOCKET};
 use crate::metrics::Metrics;
 use crate::pools::{self, Pool};
 use crate::server::{self, PoolService};
-use crate::devinfo;
 
 /// Everything the daemon needs to know.
 #[derive(Debug, Clone)]
@@ -119,8 +119,9 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     let (cfg, cfg_text) = load_config(opts.config.as_deref())?;
     let metrics = Arc::new(Metrics::default());
     if let Some(addr) = opts.metrics_addr {
-        let (local, fut) =
-            crate::metrics::serve(addr, metrics.clone()).await.map_err(|source| DaemonError::Metrics { addr, source })?;
+        let (local, fut) = crate::metrics::serve(addr, metrics.clone())
+            .await
+            .map_err(|source| DaemonError::Metrics { addr, source })?;
         tracing::info!(%local, "metrics listening");
         tokio::spawn(fut);
     }
@@ -211,7 +212,8 @@ impl Daemon {
         }
         self.metrics.set_pool(&pool);
         let (tx, rx) = watch::channel(Arc::new(pool.clone()));
-        let listener = server::bind(&socket).map_err(|source| DaemonError::Bind { path: socket.clone(), source })?;
+        let listener =
+            server::bind(&socket).map_err(|source| DaemonError::Bind { path: socket.clone(), source })?;
         let svc = PoolService::new(rx, self.opts.devinfo_dir.clone(), self.metrics.clone());
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         self.generation += 1;
@@ -230,10 +232,8 @@ impl Daemon {
             let _ = died.send((task_name, generation));
         });
         tracing::info!(pool = %name, socket = %socket.display(), devices = pool.devices.len(), "serving");
-        self.running.insert(
-            name,
-            Running { config: pool.config, tx, stop: Some(stop_tx), task, socket, generation },
-        );
+        self.running
+            .insert(name, Running { config: pool.config, tx, stop: Some(stop_tx), task, socket, generation });
         Ok(())
     }
 
@@ -328,7 +328,9 @@ impl Daemon {
                 let hit: Vec<String> = self
                     .running
                     .iter()
-                    .filter(|(_, r)| r.socket.file_name().is_some_and(|s| s.to_string_lossy() == f) && !r.socket.exists())
+                    .filter(|(_, r)| {
+                        r.socket.file_name().is_some_and(|s| s.to_string_lossy() == f) && !r.socket.exists()
+                    })
                     .map(|(n, _)| n.clone())
                     .collect();
                 for n in hit {
@@ -424,7 +426,9 @@ fn log_changes(prev: &Pool, next: &Pool, why: &str) {
         match prev.device(&d.id) {
             None => tracing::info!(pool = %name, device = %d.id, why, "device added"),
             Some(p) if p.health != d.health => match &d.health {
-                crate::health::Health::Healthy => tracing::info!(pool = %name, device = %d.id, why, "device healthy again"),
+                crate::health::Health::Healthy => {
+                    tracing::info!(pool = %name, device = %d.id, why, "device healthy again")
+                }
                 crate::health::Health::Unhealthy(r) => {
                     tracing::warn!(pool = %name, device = %d.id, reason = %r, why, "device unhealthy")
                 }

@@ -28,7 +28,11 @@ pub struct FileError {
 /// Writes `data` to `path` atomically, creating the directory if needed.
 pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), FileError> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|source| FileError { op: "create dir", path: dir.into(), source })?;
+    std::fs::create_dir_all(dir).map_err(|source| FileError {
+        op: "create dir",
+        path: dir.into(),
+        source,
+    })?;
     // A unique temp name in the same directory, so `rename` is atomic.
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -38,7 +42,11 @@ pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), FileError> {
         .and_then(|mut f| f.write_all(data))
         .map_err(|source| FileError { op: "write", path: tmp.clone(), source })
         .and_then(|()| {
-            std::fs::rename(&tmp, path).map_err(|source| FileError { op: "rename into", path: path.into(), source })
+            std::fs::rename(&tmp, path).map_err(|source| FileError {
+                op: "rename into",
+                path: path.into(),
+                source,
+            })
         });
     if res.is_err() {
         let _ = std::fs::remove_file(&tmp);
@@ -123,11 +131,16 @@ pub fn cdi_spec(pool: &Pool) -> serde_json::Value {
                 .flat_map(|r| r.char_devs.iter())
                 .map(|c| json!({ "path": c.node_path.to_string_lossy() }))
                 .collect();
-            let env: Vec<String> = d.rdma.iter().map(|r| format!("KUBERDMA_RDMA_DEVICE_{}={}", cdi_env(&d.id), r.name)).collect();
+            let env: Vec<String> = d
+                .rdma
+                .iter()
+                .map(|r| format!("KUBERDMA_RDMA_DEVICE_{}={}", cdi_env(&d.id), r.name))
+                .collect();
             json!({ "name": d.id, "containerEdits": { "deviceNodes": nodes, "env": env } })
         })
         .collect();
-    let mut spec = json!({ "cdiVersion": "0.6.0", "kind": crate::allocate::cdi_kind(pool), "devices": devices });
+    let mut spec =
+        json!({ "cdiVersion": "0.6.0", "kind": crate::allocate::cdi_kind(pool), "devices": devices });
     if pool.rdma_cm {
         spec["containerEdits"] = json!({ "deviceNodes": [ { "path": RDMA_CM } ] });
     }

@@ -51,7 +51,9 @@ pub fn vf_health(pf: &Pf, vf: &Vf, require_rdma: bool) -> Health {
 
 /// Health of an HCA (or a PF) shared as a whole.
 pub fn hca_health(netdevs: &[Netdev], rdma: &RdmaDev) -> Health {
-    link_problem(netdevs, "HCA").or_else(|| rdma_problem(std::slice::from_ref(rdma))).unwrap_or(Health::Healthy)
+    link_problem(netdevs, "HCA")
+        .or_else(|| rdma_problem(std::slice::from_ref(rdma)))
+        .unwrap_or(Health::Healthy)
 }
 
 /// The link is down when no netdev of the function reports `up`
@@ -64,10 +66,8 @@ fn link_problem(netdevs: &[Netdev], what: &str) -> Option<Health> {
     if up {
         return None;
     }
-    let names: Vec<String> = netdevs
-        .iter()
-        .map(|n| format!("{} is {}", n.name, n.operstate.as_deref().unwrap_or("?")))
-        .collect();
+    let names: Vec<String> =
+        netdevs.iter().map(|n| format!("{} is {}", n.name, n.operstate.as_deref().unwrap_or("?"))).collect();
     Some(Health::Unhealthy(format!("{what} link down ({})", names.join(", "))))
 }
 

@@ -85,7 +85,11 @@ pub async fn register(kubelet_dir: &Path, endpoint: &str, resource: &str) -> Res
                 }),
             })
             .await
-            .map_err(|status| KubeletError::Register { path: path.clone(), resource: resource.into(), status })?;
+            .map_err(|status| KubeletError::Register {
+                path: path.clone(),
+                resource: resource.into(),
+                status,
+            })?;
         Ok(())
     };
     tokio::time::timeout(Duration::from_secs(10), call)
@@ -134,7 +138,10 @@ pub fn watch_dir(dir: &Path) -> std::io::Result<mpsc::Receiver<DirEvent>> {
                 Ok(evs) => {
                     for e in evs {
                         let name = e.name.map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-                        let ev = if e.mask.intersects(AddWatchFlags::IN_Q_OVERFLOW | AddWatchFlags::IN_DELETE_SELF) {
+                        let ev = if e
+                            .mask
+                            .intersects(AddWatchFlags::IN_Q_OVERFLOW | AddWatchFlags::IN_DELETE_SELF)
+                        {
                             DirEvent::Rescan
                         } else if e.mask.intersects(AddWatchFlags::IN_DELETE | AddWatchFlags::IN_MOVED_FROM) {
                             DirEvent::Deleted(name)

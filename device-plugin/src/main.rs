@@ -12,7 +12,11 @@ use kube_rdma_device_plugin::{config::Config, daemon, pools, report};
 use nic::Roots;
 
 #[derive(Parser, Debug)]
-#[command(name = "kube-rdma-device-plugin", version, about = "Serves SR-IOV VFs with their RDMA devices to the kubelet")]
+#[command(
+    name = "kube-rdma-device-plugin",
+    version,
+    about = "Serves SR-IOV VFs with their RDMA devices to the kubelet"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Option<Cmd>,
@@ -85,7 +89,9 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<()> {
     // The simulated node lives as long as this value.
     let sim = match &cli.sim {
-        Some(p) => Some(nic::sim::Sim::from_file(p).with_context(|| format!("simulated node {}", p.display()))?),
+        Some(p) => {
+            Some(nic::sim::Sim::from_file(p).with_context(|| format!("simulated node {}", p.display()))?)
+        }
         None => None,
     };
     let roots = match &sim {
@@ -101,12 +107,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let inv = nic::discover(&roots);
             let plan = pools::plan(&inv, &cfg);
             let origin = match &cli.sim {
-                Some(p) => format!("simulated from {} (materialised under {})", p.display(), roots.sysfs.display()),
+                Some(p) => {
+                    format!("simulated from {} (materialised under {})", p.display(), roots.sysfs.display())
+                }
                 None => format!("sysfs {}, dev {}", roots.sysfs.display(), roots.dev.display()),
             };
             match output {
                 Output::Table => print!("{}", report::render_table(&inv, &cfg, &plan, &origin)),
-                Output::Json => println!("{}", serde_json::to_string_pretty(&report::render_json(&inv, &cfg, &plan))?),
+                Output::Json => {
+                    println!("{}", serde_json::to_string_pretty(&report::render_json(&inv, &cfg, &plan))?)
+                }
             }
             Ok(())
         }
@@ -127,13 +137,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             rt.block_on(async {
                 let shutdown = async {
-                    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                        Ok(s) => s,
-                        Err(e) => {
-                            tracing::error!(error = %e, "cannot install SIGTERM handler");
-                            return std::future::pending().await;
-                        }
-                    };
+                    let mut term =
+                        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                            Ok(s) => s,
+                            Err(e) => {
+                                tracing::error!(error = %e, "cannot install SIGTERM handler");
+                                return std::future::pending().await;
+                            }
+                        };
                     tokio::select! {
                         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
                         _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),

@@ -92,11 +92,16 @@ impl Metrics {
                 let _ = writeln!(s, "{name}{{resource=\"{p}\"}} {}", f(m));
             }
         };
-        gauge(&mut s, "kuberdma_pool_capacity", "Devices advertised by the pool.", &|m| m.capacity.to_string());
-        gauge(&mut s, "kuberdma_pool_healthy", "Healthy devices of the pool.", &|m| m.healthy.to_string());
-        gauge(&mut s, "kuberdma_pool_allocated", "Distinct advertised devices handed out by Allocate since start.", &|m| {
-            m.allocated.len().to_string()
+        gauge(&mut s, "kuberdma_pool_capacity", "Devices advertised by the pool.", &|m| {
+            m.capacity.to_string()
         });
+        gauge(&mut s, "kuberdma_pool_healthy", "Healthy devices of the pool.", &|m| m.healthy.to_string());
+        gauge(
+            &mut s,
+            "kuberdma_pool_allocated",
+            "Distinct advertised devices handed out by Allocate since start.",
+            &|m| m.allocated.len().to_string(),
+        );
         let _ = writeln!(s, "# HELP kuberdma_allocate_failures_total Allocate calls refused.\n# TYPE kuberdma_allocate_failures_total counter");
         for (p, m) in g.iter() {
             let _ = writeln!(s, "kuberdma_allocate_failures_total{{resource=\"{p}\"}} {}", m.failures);
@@ -124,7 +129,15 @@ pub async fn serve(
     let local = listener.local_addr()?;
     let fut = async move {
         loop {
-            let Ok((mut sock, _)) = listener.accept().await else { continue };
+            let mut sock = match listener.accept().await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // E.g. EMFILE: back off instead of spinning.
+                    tracing::warn!(error = %e, "metrics accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
             let metrics = metrics.clone();
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 2048];

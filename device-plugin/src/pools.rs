@@ -130,10 +130,18 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
 /// `Ok` when `f` satisfies `s`, else the first failing field and why.
 fn check(s: &Selector, f: &Facts) -> Result<(), String> {
     if !s.vendors.is_empty() && !f.vendor.is_some_and(|v| s.vendors.contains(&v)) {
-        return Err(format!("vendors [{}]: vendor is {}", hex_list(&s.vendors), opt(f.vendor.map(|v| format!("{v:04x}")))));
+        return Err(format!(
+            "vendors [{}]: vendor is {}",
+            hex_list(&s.vendors),
+            opt(f.vendor.map(|v| format!("{v:04x}")))
+        ));
     }
     if !s.devices.is_empty() && !f.device.is_some_and(|v| s.devices.contains(&v)) {
-        return Err(format!("devices [{}]: device is {}", hex_list(&s.devices), opt(f.device.map(|v| format!("{v:04x}")))));
+        return Err(format!(
+            "devices [{}]: device is {}",
+            hex_list(&s.devices),
+            opt(f.device.map(|v| format!("{v:04x}")))
+        ));
     }
     if !s.drivers.is_empty() && !f.driver.is_some_and(|d| s.drivers.iter().any(|x| x == d)) {
         return Err(format!("drivers [{}]: driver is {}", s.drivers.join(","), f.driver.unwrap_or("none")));
@@ -142,9 +150,10 @@ fn check(s: &Selector, f: &Facts) -> Result<(), String> {
         return Err(format!("pciAddresses: {} is not listed", opt(f.pci)));
     }
     if !s.pf_names.is_empty() {
-        let hit = s.pf_names.iter().any(|p| {
-            f.pf_netdevs.contains(&p.name.as_str()) && f.vf_index.is_none_or(|i| p.covers(i))
-        });
+        let hit = s
+            .pf_names
+            .iter()
+            .any(|p| f.pf_netdevs.contains(&p.name.as_str()) && f.vf_index.is_none_or(|i| p.covers(i)));
         if !hit {
             let names: Vec<String> = s.pf_names.iter().map(|p| p.to_string()).collect();
             return Err(format!(
@@ -163,7 +172,11 @@ fn check(s: &Selector, f: &Facts) -> Result<(), String> {
     }
     if let Some(want) = s.is_rdma {
         if want != f.is_rdma {
-            return Err(if want { "isRdma: no RDMA device".into() } else { "isRdma false: has an RDMA device".into() });
+            return Err(if want {
+                "isRdma: no RDMA device".into()
+            } else {
+                "isRdma false: has an RDMA device".into()
+            });
         }
     }
     if !s.if_names.is_empty() && !f.if_names.iter().any(|n| s.if_names.iter().any(|x| x == n)) {
@@ -218,11 +231,7 @@ fn rdma_info(r: &RdmaDev, netdev: Option<&str>) -> RdmaInfo {
     char_devs.extend(r.uverbs.iter().cloned());
     char_devs.extend(r.umad.iter().cloned());
     char_devs.extend(r.issm.iter().cloned());
-    RdmaInfo {
-        name: r.name.clone(),
-        char_devs,
-        gid_index: netdev.and_then(|n| r.roce_v2_gid_index(n)),
-    }
+    RdmaInfo { name: r.name.clone(), char_devs, gid_index: netdev.and_then(|n| r.roce_v2_gid_index(n)) }
 }
 
 fn vf_facts<'a>(pf: &'a Pf, vf: &'a Vf) -> Facts<'a> {
@@ -335,7 +344,13 @@ fn shared_candidates(inv: &Inventory) -> Vec<SharedCand<'_>> {
 
 /// Assigns `facts` to the first matching pool of `mode`; returns the pool
 /// index and the decision.
-fn decide(cfg: &Config, mode: Mode, device: String, kind: &'static str, f: &Facts) -> (Option<usize>, Decision) {
+fn decide(
+    cfg: &Config,
+    mode: Mode,
+    device: String,
+    kind: &'static str,
+    f: &Facts,
+) -> (Option<usize>, Decision) {
     let mut d = Decision { device, kind, pool: None, notes: Vec::new() };
     let mut taken = None;
     for (i, p) in cfg.pools.iter().enumerate() {
@@ -347,10 +362,9 @@ fn decide(cfg: &Config, mode: Mode, device: String, kind: &'static str, f: &Fact
                 taken = Some(i);
                 d.pool = Some(p.resource_name());
             }
-            (Ok(()), Some(_)) => d.notes.push(format!(
-                "also selected by {}; the first pool in the config wins",
-                p.resource_name()
-            )),
+            (Ok(()), Some(_)) => d
+                .notes
+                .push(format!("also selected by {}; the first pool in the config wins", p.resource_name())),
             (Err(why), None) => d.notes.push(format!("{}: rejected by {why}", p.resource_name())),
             (Err(_), Some(_)) => {}
         }

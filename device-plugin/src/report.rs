@@ -43,7 +43,11 @@ fn dash<T: ToString>(v: Option<T>) -> String {
 }
 
 fn ids(v: Option<u16>, d: Option<u16>) -> String {
-    format!("{}:{}", v.map(|v| format!("{v:04x}")).unwrap_or("?".into()), d.map(|v| format!("{v:04x}")).unwrap_or("?".into()))
+    format!(
+        "{}:{}",
+        v.map(|v| format!("{v:04x}")).unwrap_or("?".into()),
+        d.map(|v| format!("{v:04x}")).unwrap_or("?".into())
+    )
 }
 
 fn speed(n: Option<&Netdev>) -> String {
@@ -107,7 +111,8 @@ fn decision_text(d: Option<&Decision>) -> String {
 fn describe_config(cfg: &Config) -> String {
     let src = match (&cfg.source, cfg.format) {
         (_, Format::Default) => {
-            "none: default pool kuberdma.io/rdma_vfs = every VF with an RDMA device (isRdma: true)".to_string()
+            "none: default pool kuberdma.io/rdma_vfs = every VF with an RDMA device (isRdma: true)"
+                .to_string()
         }
         (Some(p), f) => format!(
             "{} ({})",
@@ -129,7 +134,8 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str) ->
     let mut s = String::new();
     let _ = writeln!(s, "node: {origin}");
     let _ = writeln!(s, "{}", describe_config(cfg));
-    let _ = writeln!(s, "rdma_cm: {}", if inv.rdma_cm { "/dev/infiniband/rdma_cm present" } else { "absent" });
+    let _ =
+        writeln!(s, "rdma_cm: {}", if inv.rdma_cm { "/dev/infiniband/rdma_cm present" } else { "absent" });
 
     let _ = writeln!(s, "\nPhysical functions ({})", inv.pfs.len());
     let rows: Vec<Vec<String>> = inv
@@ -169,10 +175,8 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str) ->
     let mut rows = Vec::new();
     for pf in &inv.pfs {
         for vf in &pf.vfs {
-            let gid = vf
-                .netdev
-                .as_ref()
-                .and_then(|n| vf.rdma.iter().find_map(|r| r.roce_v2_gid_index(&n.name)));
+            let gid =
+                vf.netdev.as_ref().and_then(|n| vf.rdma.iter().find_map(|r| r.roce_v2_gid_index(&n.name)));
             let id = vf.pci.to_string();
             let mut why = decision_text(find(&id));
             if let Some(h) = health_of(&id) {
@@ -195,7 +199,20 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str) ->
         }
     }
     s.push_str(&table(
-        &["PCI", "PF", "VF", "VENDOR:DEV", "DRIVER", "NETDEV", "RDMA", "UVERBS", "NUMA", "SPEED", "GID", "POOL / WHY NOT"],
+        &[
+            "PCI",
+            "PF",
+            "VF",
+            "VENDOR:DEV",
+            "DRIVER",
+            "NETDEV",
+            "RDMA",
+            "UVERBS",
+            "NUMA",
+            "SPEED",
+            "GID",
+            "POOL / WHY NOT",
+        ],
         &rows,
     ));
 
@@ -225,7 +242,18 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str) ->
             })
             .collect();
         s.push_str(&table(
-            &["PCI", "VENDOR:DEV", "DRIVER", "NETDEV", "LINK", "SPEED", "NUMA", "RDMA", "UVERBS", "POOL / WHY NOT"],
+            &[
+                "PCI",
+                "VENDOR:DEV",
+                "DRIVER",
+                "NETDEV",
+                "LINK",
+                "SPEED",
+                "NUMA",
+                "RDMA",
+                "UVERBS",
+                "POOL / WHY NOT",
+            ],
             &rows,
         ));
     }
@@ -279,7 +307,10 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str) ->
             ]
         })
         .collect();
-    s.push_str(&table(&["RESOURCE", "MODE", "POLICY", "GPU-AFFINITY", "DEVICES", "HEALTHY", "NEAR-GPU", "SOCKET"], &rows));
+    s.push_str(&table(
+        &["RESOURCE", "MODE", "POLICY", "GPU-AFFINITY", "DEVICES", "HEALTHY", "NEAR-GPU", "SOCKET"],
+        &rows,
+    ));
 
     let mut problems = Vec::new();
     for pf in &inv.pfs {

@@ -64,7 +64,10 @@ type ListStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>
 
 #[tonic::async_trait]
 impl DevicePlugin for PoolService {
-    async fn get_device_plugin_options(&self, _: Request<Empty>) -> Result<Response<DevicePluginOptions>, Status> {
+    async fn get_device_plugin_options(
+        &self,
+        _: Request<Empty>,
+    ) -> Result<Response<DevicePluginOptions>, Status> {
         Ok(Response::new(DevicePluginOptions {
             pre_start_required: false,
             get_preferred_allocation_available: true,
@@ -90,7 +93,12 @@ impl DevicePlugin for PoolService {
             .map(|c| {
                 let size = usize::try_from(c.allocation_size).unwrap_or(0);
                 ContainerPreferredAllocationResponse {
-                    device_i_ds: allocate::preferred(&pool, &c.available_device_i_ds, &c.must_include_device_i_ds, size),
+                    device_i_ds: allocate::preferred(
+                        &pool,
+                        &c.available_device_i_ds,
+                        &c.must_include_device_i_ds,
+                        size,
+                    ),
                 }
             })
             .collect();

@@ -19,7 +19,15 @@ fn cfg_dir() -> PathBuf {
 const BAD: &[(&str, &[&str])] = &[
     ("not-yaml.yaml", &["not-yaml.yaml", "not valid YAML or JSON", "line"]),
     ("no-known-top-level.yaml", &["no-known-top-level.yaml", "none of `pools`"]),
-    ("bad-vendor.yaml", &["bad-vendor.yaml", "pool \"rdma_a\"", "`selectors.vendors[1]`", "\"15bz\" is not a 4-digit hex PCI id"]),
+    (
+        "bad-vendor.yaml",
+        &[
+            "bad-vendor.yaml",
+            "pool \"rdma_a\"",
+            "`selectors.vendors[1]`",
+            "\"15bz\" is not a 4-digit hex PCI id",
+        ],
+    ),
     ("unknown-selector.yaml", &["pool \"rdma_a\"", "`selectors.vendor`", "unknown field", "vendors"]),
     ("bad-pfname-range.yaml", &["pool \"rdma_a\"", "`selectors.pfNames[0]`", "runs backwards"]),
     ("bad-mode.yaml", &["pool \"rdma_a\"", "`mode`", "\"exclusive\" is not one of: vf, shared"]),
@@ -69,7 +77,11 @@ fn sndp_config_json_is_read_unchanged_and_pooled_first_pool_wins() {
     // SNDP's default prefix is intel.com: pods keep requesting what they requested.
     assert_eq!(
         names,
-        vec!["nvidia.com/mlnx_sriov_rdma", "intel.com/sriov_netdevice_pf1_low", "intel.com/intel_sriov_netdevice"]
+        vec![
+            "nvidia.com/mlnx_sriov_rdma",
+            "intel.com/sriov_netdevice_pf1_low",
+            "intel.com/intel_sriov_netdevice"
+        ]
     );
     let pf1 = &cfg.pools[1].selectors[0].pf_names[0];
     assert!(pf1.covers(3) && pf1.covers(6) && !pf1.covers(4));
@@ -81,7 +93,11 @@ fn sndp_config_json_is_read_unchanged_and_pooled_first_pool_wins() {
     assert_eq!(plan.pools[1].devices.len(), 0, "claimed by the first pool");
     // discover says who else wanted a device, and only for VFs in the pfNames range.
     let note = |dev: &str| plan.decisions.iter().find(|d| d.device == dev).unwrap().notes.join("; ");
-    assert!(note("0000:af:00.1").contains("also selected by intel.com/sriov_netdevice_pf1_low"), "{}", note("0000:af:00.1"));
+    assert!(
+        note("0000:af:00.1").contains("also selected by intel.com/sriov_netdevice_pf1_low"),
+        "{}",
+        note("0000:af:00.1")
+    );
     assert!(note("0000:af:00.7").contains("also selected by intel.com/sriov_netdevice_pf1_low"));
     assert!(!note("0000:af:00.5").contains("also selected"), "VF index 4 is outside #0-3,6");
     assert!(!note("0000:3d:00.1").contains("also selected"), "PF0 is not ens1f1np1");
@@ -93,7 +109,11 @@ fn sndp_config_json_is_read_unchanged_and_pooled_first_pool_wins() {
     let plan = pools::plan(&inv, &cfg);
     assert_eq!(plan.pools[2].devices.len(), 8, "iavf VFs, no isRdma needed");
     let d = plan.decisions.iter().find(|d| d.device == "0000:17:01.0").unwrap();
-    assert!(d.notes.iter().any(|n| n.contains("nvidia.com/mlnx_sriov_rdma: rejected by selectors.vendors [15b3]: vendor is 8086")), "{d:?}");
+    assert!(
+        d.notes.iter().any(|n| n
+            .contains("nvidia.com/mlnx_sriov_rdma: rejected by selectors.vendors [15b3]: vendor is 8086")),
+        "{d:?}"
+    );
     let env = allocate::container_response(&plan.pools[2], &["0000:17:01.0".to_string()]).unwrap().envs;
     assert_eq!(env["PCIDEVICE_INTEL_COM_INTEL_SRIOV_NETDEVICE"], "0000:17:01.0");
 }

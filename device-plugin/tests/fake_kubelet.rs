@@ -42,11 +42,8 @@ async fn registers_v1beta1_and_first_list_is_full_with_numa() {
     let mut s = list_and_watch(&mut c).await;
     let first = s.message().await.unwrap().unwrap();
     assert_eq!(first.devices.len(), 16, "the first response is the full list");
-    let numa: BTreeMap<&str, i64> = first
-        .devices
-        .iter()
-        .map(|d| (d.id.as_str(), d.topology.as_ref().unwrap().nodes[0].id))
-        .collect();
+    let numa: BTreeMap<&str, i64> =
+        first.devices.iter().map(|d| (d.id.as_str(), d.topology.as_ref().unwrap().nodes[0].id)).collect();
     assert_eq!(numa["0000:3d:00.1"], 0);
     assert_eq!(numa["0000:af:01.0"], 1);
     assert!(first.devices.iter().all(|d| d.health == "Healthy"));
@@ -67,7 +64,9 @@ async fn allocate_gives_device_specs_env_cdi_and_device_info() {
     let mut c = plugin(&dirs.kubelet, SOCK).await;
     let ids = vec!["0000:3d:00.1".to_string(), "0000:3d:00.2".to_string()];
     let r = c
-        .allocate(AllocateRequest { container_requests: vec![ContainerAllocateRequest { devices_ids: ids.clone() }] })
+        .allocate(AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest { devices_ids: ids.clone() }],
+        })
         .await
         .unwrap()
         .into_inner();
@@ -91,7 +90,8 @@ async fn allocate_gives_device_specs_env_cdi_and_device_info() {
         "node paths, never the sim root"
     );
     assert_eq!(cr.envs["PCIDEVICE_KUBERDMA_IO_RDMA_VFS"], "0000:3d:00.1,0000:3d:00.2");
-    let info: serde_json::Value = serde_json::from_str(&cr.envs["PCIDEVICE_KUBERDMA_IO_RDMA_VFS_INFO"]).unwrap();
+    let info: serde_json::Value =
+        serde_json::from_str(&cr.envs["PCIDEVICE_KUBERDMA_IO_RDMA_VFS_INFO"]).unwrap();
     assert_eq!(info["0000:3d:00.1"]["generic"]["deviceID"], "0000:3d:00.1");
     assert_eq!(info["0000:3d:00.1"]["rdma"]["rdma_dev"], "mlx5_2");
     assert_eq!(cr.envs["NCCL_IB_HCA"], "mlx5_2,mlx5_3");
@@ -185,7 +185,8 @@ async fn health_follows_pf_link_vf_removal_and_uverbs_removal() {
 
     // PF link down: every VF of that PF goes Unhealthy, the other PF's stay Healthy.
     sim.set_operstate("ens1f0np0", "down").unwrap();
-    let m = wait_list(&mut s, T, "PF0 VFs unhealthy", |m| health_of(m, "0000:3d:00.1") == Some("Unhealthy")).await;
+    let m = wait_list(&mut s, T, "PF0 VFs unhealthy", |m| health_of(m, "0000:3d:00.1") == Some("Unhealthy"))
+        .await;
     assert!(m.devices.iter().filter(|d| d.id.starts_with("0000:3d")).all(|d| d.health == "Unhealthy"));
     assert!(m.devices.iter().filter(|d| d.id.starts_with("0000:af")).all(|d| d.health == "Healthy"));
     // ... and back up.
@@ -194,13 +195,18 @@ async fn health_follows_pf_link_vf_removal_and_uverbs_removal() {
 
     // VF removed (echo 1 > remove): still listed, Unhealthy.
     sim.remove_vf(pci("0000:af:00.3")).unwrap();
-    let m = wait_list(&mut s, T, "removed VF unhealthy", |m| health_of(m, "0000:af:00.3") == Some("Unhealthy")).await;
+    let m =
+        wait_list(&mut s, T, "removed VF unhealthy", |m| health_of(m, "0000:af:00.3") == Some("Unhealthy"))
+            .await;
     let ids: Vec<(&str, &str)> = m.devices.iter().map(|d| (d.id.as_str(), d.health.as_str())).collect();
     assert_eq!(m.devices.len(), 16, "{ids:?}");
 
     // uverbs node removed: that VF Unhealthy.
     sim.remove_char_dev("uverbs4").unwrap(); // mlx5_4 = VF 0000:3d:00.3
-    wait_list(&mut s, T, "VF without uverbs unhealthy", |m| health_of(m, "0000:3d:00.3") == Some("Unhealthy")).await;
+    wait_list(&mut s, T, "VF without uverbs unhealthy", |m| {
+        health_of(m, "0000:3d:00.3") == Some("Unhealthy")
+    })
+    .await;
     d.stop().await;
 }
 
@@ -304,8 +310,11 @@ async fn shared_mode_exposes_n_ids_per_hca() {
     let sim = sim("mixed.yaml");
     let dirs = Dirs::new();
     let cfg = dirs.tmp.path().join("shared.yaml");
-    std::fs::write(&cfg, "pools:\n- name: hca\n  mode: shared\n  rdmaHcaMax: 4\n  selectors: {ifNames: [ens5f0np0]}\n")
-        .unwrap();
+    std::fs::write(
+        &cfg,
+        "pools:\n- name: hca\n  mode: shared\n  rdmaHcaMax: 4\n  selectors: {ifNames: [ens5f0np0]}\n",
+    )
+    .unwrap();
     let k = FakeKubelet::start(&dirs.kubelet);
     let d = InProc::spawn(dirs.options(sim.roots(), Some(cfg), Duration::from_secs(3600)));
     assert_eq!(k.next_registration(T).await.resource_name, "kuberdma.io/hca");
@@ -317,7 +326,9 @@ async fn shared_mode_exposes_n_ids_per_hca() {
     assert!(m.devices.iter().all(|d| d.topology.as_ref().unwrap().nodes[0].id == 1));
     let r = c
         .allocate(AllocateRequest {
-            container_requests: vec![ContainerAllocateRequest { devices_ids: vec!["0000:86:00.0-0002".into()] }],
+            container_requests: vec![ContainerAllocateRequest {
+                devices_ids: vec!["0000:86:00.0-0002".into()],
+            }],
         })
         .await
         .unwrap()
@@ -335,10 +346,11 @@ async fn preferred_allocation_over_grpc_packs_on_one_pf() {
     let _k = FakeKubelet::start(&dirs.kubelet);
     let d = InProc::spawn(dirs.options(sim.roots(), None, Duration::from_secs(3600)));
     let mut c = plugin(&dirs.kubelet, SOCK).await;
-    let avail: Vec<String> = vec!["0000:af:00.2", "0000:3d:00.3", "0000:af:00.1", "0000:3d:00.4", "0000:af:00.3"]
-        .into_iter()
-        .map(String::from)
-        .collect();
+    let avail: Vec<String> =
+        vec!["0000:af:00.2", "0000:3d:00.3", "0000:af:00.1", "0000:3d:00.4", "0000:af:00.3"]
+            .into_iter()
+            .map(String::from)
+            .collect();
     let r = c
         .get_preferred_allocation(PreferredAllocationRequest {
             container_requests: vec![ContainerPreferredAllocationRequest {
@@ -384,8 +396,11 @@ async fn sigterm_cleans_up_and_exits_zero() {
     .unwrap();
     assert!(dirs.devinfo.join("kuberdma.io-rdma_vfs-0000:3d:00.1-device.json").exists());
     assert!(dirs.cdi.join("kuberdma.io-rdma_vfs.json").exists());
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(child.id().unwrap() as i32), nix::sys::signal::Signal::SIGTERM)
-        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id().unwrap() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .unwrap();
     let st = tokio::time::timeout(T, child.wait()).await.unwrap().unwrap();
     assert_eq!(st.code(), Some(0));
     assert!(!dirs.kubelet.join(SOCK).exists());
@@ -422,6 +437,9 @@ async fn metrics_and_healthz_are_served() {
     assert!(m.contains("kuberdma_pool_capacity{resource=\"kuberdma.io/rdma_vfs\"} 16"), "{m}");
     assert!(m.contains("kuberdma_pool_healthy{resource=\"kuberdma.io/rdma_vfs\"} 16"), "{m}");
     assert!(m.contains("kuberdma_pool_allocated{resource=\"kuberdma.io/rdma_vfs\"} 1"), "{m}");
-    assert!(m.contains("kuberdma_allocate_duration_seconds_count{resource=\"kuberdma.io/rdma_vfs\"} 1"), "{m}");
+    assert!(
+        m.contains("kuberdma_allocate_duration_seconds_count{resource=\"kuberdma.io/rdma_vfs\"} 1"),
+        "{m}"
+    );
     d.stop().await;
 }

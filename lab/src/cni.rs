@@ -171,7 +171,9 @@ fn links_in(ns: Option<&str>) -> anyhow::Result<Vec<String>> {
         None => iproute2("ip", &["-j", "link", "show"])?,
     };
     let v: Value = serde_json::from_str(&out)?;
-    Ok(v.as_array().map(|a| a.iter().filter_map(|l| l["ifname"].as_str().map(String::from)).collect()).unwrap_or_default())
+    Ok(v.as_array()
+        .map(|a| a.iter().filter_map(|l| l["ifname"].as_str().map(String::from)).collect())
+        .unwrap_or_default())
 }
 
 fn rxe_in_init_net(lab: &Lab) -> anyhow::Result<bool> {
@@ -229,8 +231,14 @@ fn add_check_del(lab: &Lab) -> anyhow::Result<String> {
 
     let (rc, out, err) = f.cni(lab, "DEL", &netns, &conf)?;
     anyhow::ensure!(rc == 0, "DEL exit {rc}: {out} {}", err.trim());
-    anyhow::ensure!(links_in(None)?.contains(&VF_NETDEV.to_string()), "{VF_NETDEV} not back on the host after DEL");
-    anyhow::ensure!(!links_in(Some("lab-cni-auto"))?.contains(&POD_IF.to_string()), "{POD_IF} still in the pod");
+    anyhow::ensure!(
+        links_in(None)?.contains(&VF_NETDEV.to_string()),
+        "{VF_NETDEV} not back on the host after DEL"
+    );
+    anyhow::ensure!(
+        !links_in(Some("lab-cni-auto"))?.contains(&POD_IF.to_string()),
+        "{POD_IF} still in the pod"
+    );
     check_eq!("VF 2 after DEL (kernel)", f.vf_now()?, f.before);
     let (rc, out, err) = f.cni(lab, "DEL", &netns, &conf)?;
     anyhow::ensure!(rc == 0, "second DEL exit {rc}: {out} {}", err.trim());
@@ -262,15 +270,24 @@ fn required_exclusive_rollback(lab: &Lab) -> anyhow::Result<String> {
         anyhow::ensure!(rc != 0, "ADD with rdma required on rxe succeeded: {out}");
         let msg = out.to_string();
         anyhow::ensure!(
-            msg.contains("Operation not supported") || msg.contains("EOPNOTSUPP") || msg.contains("os error 95"),
+            msg.contains("Operation not supported")
+                || msg.contains("EOPNOTSUPP")
+                || msg.contains("os error 95"),
             "error does not carry the kernel's EOPNOTSUPP: {out}; stderr: {}",
             err.trim()
         );
-        anyhow::ensure!(links_in(None)?.contains(&VF_NETDEV.to_string()), "{VF_NETDEV} not rolled back to the host");
-        anyhow::ensure!(!links_in(Some("lab-cni-reqexcl"))?.contains(&POD_IF.to_string()), "{POD_IF} left in the pod");
+        anyhow::ensure!(
+            links_in(None)?.contains(&VF_NETDEV.to_string()),
+            "{VF_NETDEV} not rolled back to the host"
+        );
+        anyhow::ensure!(
+            !links_in(Some("lab-cni-reqexcl"))?.contains(&POD_IF.to_string()),
+            "{POD_IF} left in the pod"
+        );
         check_eq!("VF 2 after rollback", f.vf_now()?, f.before);
         anyhow::ensure!(rxe_in_init_net(lab)?, "{} not in init_net", lab.rxe);
-        let journals: Vec<_> = walk(&f.state).into_iter().filter(|p| p.extension().is_some_and(|e| e == "json")).collect();
+        let journals: Vec<_> =
+            walk(&f.state).into_iter().filter(|p| p.extension().is_some_and(|e| e == "json")).collect();
         anyhow::ensure!(journals.is_empty(), "journal left after a clean rollback: {journals:?}");
         Ok(format!("code {}: {}", out["code"], out["msg"].as_str().unwrap_or("")))
     })();

@@ -23,7 +23,9 @@ fn ieee_get_unsupported(lab: &Lab) -> anyhow::Result<String> {
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
             let drv = std::fs::read_link(e.path().join("device/driver")).ok();
-            if drv.and_then(|d| d.file_name().map(|f| f.to_string_lossy().into_owned())).as_deref() == Some("virtio_net") {
+            if drv.and_then(|d| d.file_name().map(|f| f.to_string_lossy().into_owned())).as_deref()
+                == Some("virtio_net")
+            {
                 names.push(n);
             }
         }
@@ -67,6 +69,15 @@ fn observe_unsupported(lab: &Lab) -> anyhow::Result<String> {
     unsupported("dscp_to_priority", &i.dscp_to_priority)?;
     // The values that do exist on rxe are read, not given up on.
     anyhow::ensure!(i.mtu.is_value(), "mtu: {:?}", i.mtu);
-    anyhow::ensure!(i.port_state.value().map(String::as_str) == Some("ACTIVE"), "port_state: {:?}", i.port_state);
-    Ok(format!("{}: pfc/ets/dcbx/app Unsupported ({}); mtu {:?}", i.netdev, i.pfc.reason().unwrap_or(""), i.mtu.value()))
+    anyhow::ensure!(
+        i.port_state.value().map(String::as_str) == Some("ACTIVE"),
+        "port_state: {:?}",
+        i.port_state
+    );
+    Ok(format!(
+        "{}: pfc/ets/dcbx/app Unsupported ({}); mtu {:?}",
+        i.netdev,
+        i.pfc.reason().unwrap_or(""),
+        i.mtu.value()
+    ))
 }

@@ -24,7 +24,11 @@ fn node_dev(path: &std::path::Path) -> anyhow::Result<(u32, u32)> {
 
 fn check_chardev(what: &str, c: &CharDev) -> anyhow::Result<String> {
     anyhow::ensure!(c.present, "{what} {}: not present under /dev", c.name);
-    check_eq!(format!("{what} node path"), c.node_path, std::path::PathBuf::from(format!("/dev/infiniband/{}", c.name)));
+    check_eq!(
+        format!("{what} node path"),
+        c.node_path,
+        std::path::PathBuf::from(format!("/dev/infiniband/{}", c.name))
+    );
     check_eq!(format!("{what} {} major:minor vs stat", c.name), c.major_minor, Some(node_dev(&c.node_path)?));
     let (ma, mi) = c.major_minor.unwrap_or_default();
     Ok(format!("{}={ma}:{mi}", c.name))
@@ -33,11 +37,13 @@ fn check_chardev(what: &str, c: &CharDev) -> anyhow::Result<String> {
 fn rxe_virtual(lab: &Lab) -> anyhow::Result<String> {
     let roots = Roots { sysfs: "/sys".into(), dev: "/dev".into() };
     let inv = nic::discover(&roots);
-    let hca = inv
-        .hcas
-        .iter()
-        .find(|h| h.rdma.name == lab.rxe)
-        .with_context(|| format!("{} not among the HCAs: {:?}", lab.rxe, inv.hcas.iter().map(|h| &h.rdma.name).collect::<Vec<_>>()))?;
+    let hca = inv.hcas.iter().find(|h| h.rdma.name == lab.rxe).with_context(|| {
+        format!(
+            "{} not among the HCAs: {:?}",
+            lab.rxe,
+            inv.hcas.iter().map(|h| &h.rdma.name).collect::<Vec<_>>()
+        )
+    })?;
     check_eq!("rxe via", hca.rdma.via, RdmaVia::Virtual);
     check_eq!("rxe PCI address", hca.pci, None);
     anyhow::ensure!(
@@ -66,14 +72,23 @@ fn rxe_virtual(lab: &Lab) -> anyhow::Result<String> {
     check_eq!("port 1 state", port.state.as_deref(), Some("ACTIVE"));
     // The PCI functions QEMU gives the VM (virtio-net etc.) carry no SR-IOV: nothing is a PF here.
     check_eq!("PFs on the VM", inv.pfs.len(), 0);
-    Ok(format!("{} virtual, no PCI, netdev {}, {} rdma_cm={ma}:{mi}", lab.rxe, lab.rxe_netdev, seen.join(" ")))
+    Ok(format!(
+        "{} virtual, no PCI, netdev {}, {} rdma_cm={ma}:{mi}",
+        lab.rxe,
+        lab.rxe_netdev,
+        seen.join(" ")
+    ))
 }
 
 /// The MAD char devices (umadN, issmN) of rxe: the device plugin hands them to pods "where present",
 /// and on this kernel they are present (`/sys/class/infiniband_mad/*/ibdev` = rxe0).
 fn rxe_mad(lab: &Lab) -> anyhow::Result<String> {
     let inv = nic::discover(&Roots { sysfs: "/sys".into(), dev: "/dev".into() });
-    let hca = inv.hcas.iter().find(|h| h.rdma.name == lab.rxe).with_context(|| format!("{} not an HCA", lab.rxe))?;
+    let hca = inv
+        .hcas
+        .iter()
+        .find(|h| h.rdma.name == lab.rxe)
+        .with_context(|| format!("{} not an HCA", lab.rxe))?;
     let mut in_sysfs = Vec::new();
     for e in std::fs::read_dir("/sys/class/infiniband_mad")?.flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
@@ -82,7 +97,8 @@ fn rxe_mad(lab: &Lab) -> anyhow::Result<String> {
         }
     }
     in_sysfs.sort();
-    let mut ours: Vec<String> = hca.rdma.umad.iter().chain(hca.rdma.issm.iter()).map(|c| c.name.clone()).collect();
+    let mut ours: Vec<String> =
+        hca.rdma.umad.iter().chain(hca.rdma.issm.iter()).map(|c| c.name.clone()).collect();
     ours.sort();
     check_eq!("umad/issm of rxe (discover vs /sys/class/infiniband_mad)", ours, in_sysfs);
     let mut seen = Vec::new();

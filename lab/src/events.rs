@@ -16,7 +16,7 @@ pub fn tests() -> Vec<Test> {
 }
 
 /// `ip link set dev IF up|down`, as one RTM_SETLINK with IFF_UP in the change mask.
-fn set_up(index: u32, up: bool) -> anyhow::Result<()> {
+pub fn set_up(index: u32, up: bool) -> anyhow::Result<()> {
     let mut c = Client::new(SocketTransport::open(NETLINK_ROUTE)?);
     let mut m = LinkMessage::default();
     m.header = LinkHeader {
@@ -29,7 +29,11 @@ fn set_up(index: u32, up: bool) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn wait_for(rx: &mut Receiver<RtnlEvent>, index: u32, want: impl Fn(&LinkEvent) -> bool) -> anyhow::Result<LinkEvent> {
+async fn wait_for(
+    rx: &mut Receiver<RtnlEvent>,
+    index: u32,
+    want: impl Fn(&LinkEvent) -> bool,
+) -> anyhow::Result<LinkEvent> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
     loop {
         let ev = tokio::time::timeout_at(deadline, rx.recv())

@@ -11,6 +11,7 @@ mod discover;
 mod events;
 mod harness;
 mod nldev;
+mod plugin;
 mod setup;
 mod util;
 mod vf;
@@ -29,6 +30,8 @@ fn tests() -> Vec<Test> {
     v.extend(events::tests());
     v.extend(dcb::tests());
     v.extend(cni::tests());
+    // Last: it takes rxe's netdev down for a moment.
+    v.extend(plugin::tests());
     v
 }
 

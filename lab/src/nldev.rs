@@ -31,7 +31,10 @@ fn rxe(c: &mut Client<SocketTransport>, lab: &Lab) -> anyhow::Result<RdmaDevice>
     devs.iter().find(|d| d.name == lab.rxe).cloned().with_context(|| format!("{} not in {devs:?}", lab.rxe))
 }
 
-fn set_mode(c: &mut Client<SocketTransport>, mode: NetnsMode) -> Result<(), nic::netlink::transport::NlError> {
+fn set_mode(
+    c: &mut Client<SocketTransport>,
+    mode: NetnsMode,
+) -> Result<(), nic::netlink::transport::NlError> {
     c.request(&format!("RDMA_NLDEV_CMD_SYS_SET netns {mode:?}"), nldev::sys_set_netns_mode(mode), false, 0)
         .map(|_| ())
 }
@@ -40,7 +43,8 @@ fn set_mode(c: &mut Client<SocketTransport>, mode: NetnsMode) -> Result<(), nic:
 fn list(lab: &Lab) -> anyhow::Result<String> {
     let mut c = client()?;
     let d = rxe(&mut c, lab)?;
-    let oracle: serde_json::Value = serde_json::from_str(&iproute2("rdma", &["-j", "dev", "show", &lab.rxe])?)?;
+    let oracle: serde_json::Value =
+        serde_json::from_str(&iproute2("rdma", &["-j", "dev", "show", &lab.rxe])?)?;
     check_eq!("device index (rdma -j dev show)", Some(d.index as u64), oracle[0]["ifindex"].as_u64());
     check_eq!("ports", d.ports, 1);
     check_eq!("protocol", d.protocol.as_deref(), Some("roce"));
@@ -49,7 +53,13 @@ fn list(lab: &Lab) -> anyhow::Result<String> {
     // nldev carries be64_to_cpu(ib_device.node_guid) (drivers/infiniband/core/nldev.c); sysfs prints
     // the same number as four 16-bit groups.
     let be = guid;
-    let ours = format!("{:04x}:{:04x}:{:04x}:{:04x}", be >> 48, (be >> 32) & 0xffff, (be >> 16) & 0xffff, be & 0xffff);
+    let ours = format!(
+        "{:04x}:{:04x}:{:04x}:{:04x}",
+        be >> 48,
+        (be >> 32) & 0xffff,
+        (be >> 16) & 0xffff,
+        be & 0xffff
+    );
     check_eq!("node GUID vs sysfs", ours, guid_sysfs);
 
     // `rdma link show DEV`: PORT_GET dump with DEV_INDEX (the kernel's port dumpit requires it).
@@ -62,7 +72,10 @@ fn list(lab: &Lab) -> anyhow::Result<String> {
         .iter()
         .filter_map(nldev::RdmaPortInfo::from_message)
         .collect();
-    let p = ports.iter().find(|p| p.dev_index == d.index).with_context(|| format!("no port of {} in {ports:?}", d.name))?;
+    let p = ports
+        .iter()
+        .find(|p| p.dev_index == d.index)
+        .with_context(|| format!("no port of {} in {ports:?}", d.name))?;
     check_eq!("port", p.port, 1);
     check_eq!("port dev name", p.dev_name, lab.rxe);
     check_eq!("port state (4 = ACTIVE)", p.state, Some(4));

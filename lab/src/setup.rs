@@ -35,6 +35,12 @@ fn kernel_objects(lab: &Lab) -> anyhow::Result<String> {
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
-    anyhow::ensure!(uverbs.iter().any(|n| n.starts_with("uverbs")), "no uverbs in /dev/infiniband: {uverbs:?}");
-    Ok(format!("pf={} vfs={numvfs} rxe={} over {} dev/infiniband={uverbs:?}", lab.pf, lab.rxe, lab.rxe_netdev))
+    anyhow::ensure!(
+        uverbs.iter().any(|n| n.starts_with("uverbs")),
+        "no uverbs in /dev/infiniband: {uverbs:?}"
+    );
+    Ok(format!(
+        "pf={} vfs={numvfs} rxe={} over {} dev/infiniband={uverbs:?}",
+        lab.pf, lab.rxe, lab.rxe_netdev
+    ))
 }

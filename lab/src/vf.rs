@@ -63,8 +63,16 @@ fn check_oracle(pf: &str, n: u32, want: &VfState) -> anyhow::Result<()> {
         let proto = if want.vlan.ad { "802.1ad" } else { "802.1Q" };
         check_eq!(format!("ip: vf {n} vlan protocol"), first["protocol"].as_str().unwrap_or("802.1Q"), proto);
     }
-    check_eq!(format!("ip: vf {n} max_tx_rate"), o["rate"]["max_tx"].as_u64().unwrap_or(0), want.max_tx_rate as u64);
-    check_eq!(format!("ip: vf {n} min_tx_rate"), o["rate"]["min_tx"].as_u64().unwrap_or(0), want.min_tx_rate as u64);
+    check_eq!(
+        format!("ip: vf {n} max_tx_rate"),
+        o["rate"]["max_tx"].as_u64().unwrap_or(0),
+        want.max_tx_rate as u64
+    );
+    check_eq!(
+        format!("ip: vf {n} min_tx_rate"),
+        o["rate"]["min_tx"].as_u64().unwrap_or(0),
+        want.min_tx_rate as u64
+    );
     if let Some(s) = want.spoofchk {
         check_eq!(format!("ip: vf {n} spoofchk"), o["spoofchk"].as_bool(), Some(s));
     }

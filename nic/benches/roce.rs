@@ -36,7 +36,7 @@ fn main() {
     println!("discover + observe, {n} PFs x 8 VFs:       median {both:?}");
 
     // A reply like the ones mlx5 sends: PFC + 16 DSCP APP entries.
-    let apps: Vec<DcbApp> = (0..16).map(|d| DcbApp::dscp(d * 4, (d % 8) as u8)).collect();
+    let apps: Vec<DcbApp> = (0..16).map(|d| DcbApp::dscp(d * 4, d % 8)).collect();
     let mut msg = DcbMessage::add_apps("ens1f0np0", &apps);
     if let Payload::Dcb(d) = &mut msg.payload {
         if let Some(nic::netlink::dcb::DcbAttr::Ieee(i)) = d.attrs.get_mut(1) {

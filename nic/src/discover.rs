@@ -20,6 +20,8 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv6Addr};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::OnceLock;
 
 use crate::inventory::*;
 use crate::pci::PciAddr;
@@ -31,7 +33,14 @@ pub use crate::sim::roce_active_mtu;
 /// Reads the node under `roots` into an [`Inventory`]. Never panics; problems
 /// are recorded on the device they concern.
 pub fn discover(roots: &Roots) -> Inventory {
-    Walk::new(roots).run()
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
+    discover_with_threads(roots, threads)
+}
+
+/// [`discover`] reading functions on at most `threads` threads (1: only the
+/// calling thread). The result does not depend on `threads`.
+pub fn discover_with_threads(roots: &Roots, threads: usize) -> Inventory {
+    Walk::new(roots).run(threads)
 }
 
 /// One PCI function as listed in `bus/pci/devices`.
@@ -48,14 +57,23 @@ impl Entry {
     }
 }
 
+/// What one function's directory says, read independently of every other
+/// function (so that functions can be read in parallel), assembled afterwards.
+enum Read {
+    Pf(Pf, Vec<(u32, String, Result<PathBuf, SysfsError>)>),
+    Vf(Vf, Result<PathBuf, SysfsError>),
+    Hcas(Vec<Hca>),
+    Gpu(Gpu),
+    Nothing,
+}
+
 struct Walk<'a> {
     roots: &'a Roots,
     entries: BTreeMap<PciAddr, Entry>,
+    /// Names in `<dev>/infiniband/`, listed once.
+    dev_nodes: BTreeSet<String>,
     /// `/sys/class/infiniband_verbs/*/ibdev`, read on first need.
-    verbs_index: Option<HashMap<String, (String, PathBuf)>>,
-    /// RDMA device names already attached to a PCI function.
-    seen_rdma: BTreeSet<String>,
-    inv: Inventory,
+    verbs_index: OnceLock<HashMap<String, (String, PathBuf)>>,
 }
 
 fn problem(field: impl Into<String>, reason: impl Into<String>) -> Problem {
@@ -82,54 +100,157 @@ fn state_name(s: &str) -> Option<String> {
     (num.trim().parse::<u32>().is_ok() && !name.is_empty()).then(|| name.to_string())
 }
 
+fn pci_of(target: &Path) -> Option<PciAddr> {
+    target.file_name()?.to_str()?.parse().ok()
+}
+
+/// Runs `f` over `items` on up to `threads` scoped threads, results in input order.
+/// Falls back to the calling thread if a thread cannot be spawned.
+fn parallel_map<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) -> R + Sync) -> Vec<R> {
+    if threads <= 1 || items.len() < 64 {
+        return items.iter().map(&f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let work = || {
+        let mut out = Vec::new();
+        loop {
+            let i = next.fetch_add(1, Ordering::Relaxed);
+            let Some(item) = items.get(i) else { break };
+            out.push((i, f(item)));
+        }
+        out
+    };
+    let mut all: Vec<(usize, R)> = std::thread::scope(|s| {
+        let handles: Vec<_> =
+            (1..threads).filter_map(|_| std::thread::Builder::new().spawn_scoped(s, work).ok()).collect();
+        let mut all = work();
+        for h in handles {
+            // Our readers do not panic; if one did, its items are redone below.
+            if let Ok(part) = h.join() {
+                all.extend(part);
+            }
+        }
+        all
+    });
+    if all.len() != items.len() {
+        let done: BTreeSet<usize> = all.iter().map(|(i, _)| *i).collect();
+        for (i, item) in items.iter().enumerate().filter(|(i, _)| !done.contains(i)) {
+            all.push((i, f(item)));
+        }
+    }
+    all.sort_unstable_by_key(|(i, _)| *i);
+    all.into_iter().map(|(_, r)| r).collect()
+}
+
 impl<'a> Walk<'a> {
     fn new(roots: &'a Roots) -> Self {
-        Walk { roots, entries: BTreeMap::new(), verbs_index: None, seen_rdma: BTreeSet::new(), inv: Inventory::default() }
+        let dev_nodes = sysfs::list_dir(&roots.dev("infiniband")).unwrap_or_default().into_iter().collect();
+        Walk { roots, entries: BTreeMap::new(), dev_nodes, verbs_index: OnceLock::new() }
     }
 
-    fn run(mut self) -> Inventory {
-        self.list_devices();
+    fn run(mut self, threads: usize) -> Inventory {
+        let mut inv = Inventory::default();
+        self.list_devices(&mut inv);
         let addrs: Vec<PciAddr> = self.entries.keys().copied().collect();
-        let mut claimed: BTreeSet<PciAddr> = BTreeSet::new();
-        for &a in &addrs {
-            if self.entries[&a].has("sriov_totalvfs") {
-                let pf = self.read_pf(a, &mut claimed);
-                self.inv.pfs.push(pf);
+        let reads = parallel_map(&addrs, threads, |a| self.read_function(*a));
+
+        // Assemble: VFs go to the PF whose virtfnN link names them.
+        let mut vfs: BTreeMap<PciAddr, (Vf, Result<PathBuf, SysfsError>)> = BTreeMap::new();
+        let mut pfs = vec![];
+        for (a, r) in addrs.iter().zip(reads) {
+            match r {
+                Read::Pf(pf, links) => pfs.push((pf, links)),
+                Read::Vf(vf, physfn) => {
+                    vfs.insert(*a, (vf, physfn));
+                }
+                Read::Hcas(h) => inv.hcas.extend(h),
+                Read::Gpu(g) => inv.gpus.push(g),
+                Read::Nothing => {}
             }
         }
-        for &a in &addrs {
-            if claimed.contains(&a) {
-                continue;
+        let pf_addrs: BTreeSet<PciAddr> = pfs.iter().map(|(pf, _)| pf.pci).collect();
+        for (mut pf, links) in pfs {
+            for (index, link, target) in links {
+                let path = self.entries[&pf.pci].dir.join(&link);
+                let target = match target {
+                    Ok(t) => t,
+                    Err(e) => {
+                        pf.problems.push(problem(link, e.to_string()));
+                        continue;
+                    }
+                };
+                let Some(vf_addr) = pci_of(&target) else {
+                    pf.problems.push(problem(link, format!("{path:?} -> {target:?}: target is not a PCI address")));
+                    continue;
+                };
+                let Some((mut vf, physfn)) = vfs.remove(&vf_addr) else {
+                    let why = if self.entries.contains_key(&vf_addr) { "is not a VF (no physfn)" } else { "does not exist (dangling link)" };
+                    pf.problems.push(problem(link, format!("{path:?} -> {target:?}: VF {vf_addr} {why}")));
+                    continue;
+                };
+                let physfn_path = self.entries[&vf_addr].dir.join("physfn");
+                match physfn.as_ref().map(|t| pci_of(t)) {
+                    Ok(Some(p)) if p == pf.pci => {}
+                    Ok(_) => vf.problems.push(problem(
+                        "physfn",
+                        format!("{physfn_path:?} -> {:?}, but PF {} lists this VF", physfn.as_ref().ok(), pf.pci),
+                    )),
+                    Err(e) => vf.problems.push(problem("physfn", e.to_string())),
+                }
+                vf.index = index;
+                vf.pf = pf.pci;
+                pf.vfs.push(vf);
             }
-            let e = &self.entries[&a];
-            if e.has("sriov_totalvfs") {
-                continue;
+            if let Some(n) = pf.num_vfs {
+                if n as usize != pf.vfs.len() && !pf.problems.iter().any(|p| p.field.starts_with("virtfn")) {
+                    pf.problems.push(problem(
+                        "sriov_numvfs",
+                        format!("{:?} says {n} but {} virtfn links lead to VFs", self.entries[&pf.pci].dir, pf.vfs.len()),
+                    ));
+                }
             }
-            if e.has("physfn") {
-                let reason = self.orphan_reason(a);
-                self.inv.skipped.push(Skipped { device: a.to_string(), reason });
-                continue;
-            }
-            self.read_other(a);
+            inv.pfs.push(pf);
         }
-        self.read_unattached_rdma();
-        self.inv.rdma_cm = sysfs::exists(&self.roots.dev("infiniband/rdma_cm"));
-        self.inv
+        let mut seen: BTreeSet<String> = BTreeSet::new();
+        // VFs no PF claimed; their RDMA devices go with them.
+        for (a, (vf, physfn)) in vfs {
+            seen.extend(vf.rdma.iter().map(|r| r.name.clone()));
+            let physfn_path = self.entries[&a].dir.join("physfn");
+            let reason = match physfn {
+                Ok(t) => match pci_of(&t) {
+                    Some(pf) if !self.entries.contains_key(&pf) => {
+                        format!("VF whose PF vanished: {physfn_path:?} -> {t:?} dangles (PF {pf} not present)")
+                    }
+                    Some(pf) if !pf_addrs.contains(&pf) => format!("{physfn_path:?} -> {t:?}: {pf} is not an SR-IOV PF"),
+                    Some(pf) => format!("VF not listed by its PF: no virtfnN link of {pf} points to {a}"),
+                    None => format!("{physfn_path:?} -> {t:?}: target is not a PCI address"),
+                },
+                Err(e) => format!("VF without a readable physfn: {e}"),
+            };
+            inv.skipped.push(Skipped { device: a.to_string(), reason });
+        }
+        for pf in &inv.pfs {
+            seen.extend(pf.rdma.iter().chain(pf.vfs.iter().flat_map(|v| &v.rdma)).map(|r| r.name.clone()));
+        }
+        seen.extend(inv.hcas.iter().map(|h| h.rdma.name.clone()));
+        self.read_unattached_rdma(&seen, &mut inv);
+        inv.rdma_cm = self.dev_nodes.contains("rdma_cm");
+        inv
     }
 
-    fn list_devices(&mut self) {
+    fn list_devices(&mut self, inv: &mut Inventory) {
         let bus = self.roots.sys("bus/pci/devices");
         let names = match sysfs::list_dir(&bus) {
             Ok(n) => n,
             Err(e) if e.is_not_found() => return, // no PCI (containers, some VMs)
             Err(e) => {
-                self.inv.skipped.push(Skipped { device: "bus/pci/devices".into(), reason: e.to_string() });
+                inv.skipped.push(Skipped { device: "bus/pci/devices".into(), reason: e.to_string() });
                 return;
             }
         };
         for name in names {
             let Ok(addr) = name.parse::<PciAddr>() else {
-                self.inv.skipped.push(Skipped {
+                inv.skipped.push(Skipped {
                     device: name.clone(),
                     reason: format!("{:?}: entry is not a PCI address", bus.join(&name)),
                 });
@@ -145,9 +266,20 @@ impl<'a> Walk<'a> {
                         Ok(t) if e.is_not_found() => format!("{dir:?} -> {t:?}: dangling link (device gone)"),
                         _ => e.to_string(),
                     };
-                    self.inv.skipped.push(Skipped { device: addr.to_string(), reason });
+                    inv.skipped.push(Skipped { device: addr.to_string(), reason });
                 }
             }
+        }
+    }
+
+    fn read_function(&self, a: PciAddr) -> Read {
+        let e = &self.entries[&a];
+        if e.has("sriov_totalvfs") {
+            self.read_pf(a)
+        } else if e.has("physfn") {
+            self.read_vf(a)
+        } else {
+            self.read_other(a)
         }
     }
 
@@ -211,7 +343,7 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn read_pf(&mut self, a: PciAddr, claimed: &mut BTreeSet<PciAddr>) -> Pf {
+    fn read_pf(&self, a: PciAddr) -> Read {
         let mut problems = vec![];
         let e = &self.entries[&a];
         let vendor = self.read_hex16(e, "vendor", &mut problems);
@@ -221,113 +353,78 @@ impl<'a> Walk<'a> {
         let num_vfs = self.read_opt(e, "sriov_numvfs", &mut problems, sysfs::read_u32);
         let numa_node = self.numa(e, &mut problems);
         let upstream = self.upstream(a, &mut problems);
-        let netdevs = self.netdevs(a);
-        let rdma = self.rdma_of(a, &netdevs);
-        // virtfnN links, by numeric index.
-        let mut virtfns: Vec<(u32, String)> = self.entries[&a]
-            .names
-            .iter()
-            .filter_map(|n| Some((n.strip_prefix("virtfn")?.parse().ok()?, n.clone())))
+        let netdevs = self.netdevs(e);
+        let rdma = self.rdma_of(e, &netdevs);
+        // virtfnN links, by numeric index (virtfn10 after virtfn9).
+        let mut links: Vec<(u32, String)> =
+            e.names.iter().filter_map(|n| Some((n.strip_prefix("virtfn")?.parse().ok()?, n.clone()))).collect();
+        links.sort();
+        let links = links
+            .into_iter()
+            .map(|(i, l)| {
+                let t = sysfs::read_link(&e.dir.join(&l));
+                (i, l, t)
+            })
             .collect();
-        virtfns.sort();
-        let mut vfs = vec![];
-        for (index, link) in virtfns {
-            let path = self.entries[&a].dir.join(&link);
-            let target = match sysfs::read_link(&path) {
-                Ok(t) => t,
-                Err(err) => {
-                    problems.push(problem(link, err.to_string()));
-                    continue;
-                }
-            };
-            let Some(vf_addr) = target.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse::<PciAddr>().ok())
-            else {
-                problems.push(problem(link, format!("{path:?} -> {target:?}: target is not a PCI address")));
-                continue;
-            };
-            if !self.entries.contains_key(&vf_addr) {
-                problems.push(problem(
-                    link,
-                    format!("{path:?} -> {target:?}: VF {vf_addr} does not exist (dangling link)"),
-                ));
-                continue;
-            }
-            claimed.insert(vf_addr);
-            vfs.push(self.read_vf(vf_addr, a, index));
-        }
-        if let Some(n) = num_vfs {
-            if n as usize != vfs.len() && !problems.iter().any(|p| p.field.starts_with("virtfn")) {
-                problems.push(problem(
-                    "sriov_numvfs",
-                    format!("{:?} says {n} but {} virtfn links lead to VFs", self.entries[&a].dir, vfs.len()),
-                ));
-            }
-        }
-        Pf { pci: a, vendor, device, driver, total_vfs, num_vfs, numa_node, netdevs, rdma, upstream, vfs, problems }
+        let pf = Pf {
+            pci: a,
+            vendor,
+            device,
+            driver,
+            total_vfs,
+            num_vfs,
+            numa_node,
+            netdevs,
+            rdma,
+            upstream,
+            vfs: vec![],
+            problems,
+        };
+        Read::Pf(pf, links)
     }
 
-    fn read_vf(&mut self, a: PciAddr, pf: PciAddr, index: u32) -> Vf {
+    /// A VF on its own; index and PF are filled in when its PF claims it.
+    fn read_vf(&self, a: PciAddr) -> Read {
         let mut problems = vec![];
         let e = &self.entries[&a];
         let vendor = self.read_hex16(e, "vendor", &mut problems);
         let device = self.read_hex16(e, "device", &mut problems);
         let driver = self.driver(e, &mut problems);
         let numa_node = self.numa(e, &mut problems);
-        let physfn = e.dir.join("physfn");
-        match sysfs::link_name(&physfn) {
-            Ok(n) if n == pf.to_string() => {}
-            Ok(n) => problems.push(problem("physfn", format!("{physfn:?} names {n:?}, but PF {pf} lists this VF"))),
-            Err(err) => problems.push(problem("physfn", err.to_string())),
-        }
-        let mut netdevs = self.netdevs(a);
+        let physfn = sysfs::read_link(&e.dir.join("physfn"));
+        let mut netdevs = self.netdevs(e);
         if netdevs.len() > 1 {
             let names: Vec<&str> = netdevs.iter().map(|n| n.name.as_str()).collect();
             problems.push(problem("net", format!("{:?}: several netdevs {names:?}; using the first", e.dir.join("net"))));
         }
-        let rdma = self.rdma_of(a, &netdevs);
+        let rdma = self.rdma_of(e, &netdevs);
         let netdev = if netdevs.is_empty() { None } else { Some(netdevs.swap_remove(0)) };
-        Vf { index, pci: a, pf, vendor, device, driver, numa_node, netdev, rdma, problems }
-    }
-
-    fn orphan_reason(&self, a: PciAddr) -> String {
-        let physfn = self.entries[&a].dir.join("physfn");
-        match sysfs::read_link(&physfn) {
-            Ok(t) => {
-                let pf = t.file_name().and_then(|n| n.to_str()).and_then(|n| n.parse::<PciAddr>().ok());
-                match pf {
-                    Some(pf) if !self.entries.contains_key(&pf) => {
-                        format!("VF whose PF vanished: {physfn:?} -> {t:?} dangles (PF {pf} not present)")
-                    }
-                    Some(pf) => format!("VF not listed by its PF: no virtfnN link of {pf} points to {a}"),
-                    None => format!("{physfn:?} -> {t:?}: target is not a PCI address"),
-                }
-            }
-            Err(e) => format!("VF without a readable physfn: {e}"),
-        }
+        let pf = physfn.as_ref().ok().and_then(|t| pci_of(t)).unwrap_or(a);
+        Read::Vf(Vf { index: 0, pci: a, pf, vendor, device, driver, numa_node, netdev, rdma, problems }, physfn)
     }
 
     /// Functions that are neither PF nor VF: GPUs and RDMA HCAs without SR-IOV.
-    fn read_other(&mut self, a: PciAddr) {
+    fn read_other(&self, a: PciAddr) -> Read {
         let e = &self.entries[&a];
         let has_rdma = e.has("infiniband") || e.names.iter().any(|n| is_rdma_aux(n));
         let vendor = if e.has("vendor") { sysfs::read_hex_u16(&e.dir.join("vendor")).ok() } else { None };
         if vendor == Some(0x10de) && !has_rdma {
             let class = if e.has("class") { sysfs::read_hex_u32(&e.dir.join("class")).ok() } else { None };
             // PCI class 03 (display): 0300 VGA, 0302 3D controller (PCI Code and ID Assignment spec).
-            if matches!(class.map(|c| c >> 8), Some(0x0300 | 0x0302)) {
-                let mut problems = vec![];
-                let device = self.read_hex16(e, "device", &mut problems);
-                let numa_node = self.numa(e, &mut problems);
-                let upstream = self.upstream(a, &mut problems);
-                for p in problems {
-                    tracing::debug!(gpu = %a, field = %p.field, reason = %p.reason, "GPU field unknown");
-                }
-                self.inv.gpus.push(Gpu { pci: a, vendor: 0x10de, device, numa_node, upstream });
+            if !matches!(class.map(|c| c >> 8), Some(0x0300 | 0x0302)) {
+                return Read::Nothing;
             }
-            return;
+            let mut problems = vec![];
+            let device = self.read_hex16(e, "device", &mut problems);
+            let numa_node = self.numa(e, &mut problems);
+            let upstream = self.upstream(a, &mut problems);
+            for p in problems {
+                tracing::debug!(gpu = %a, field = %p.field, reason = %p.reason, "GPU field unknown");
+            }
+            return Read::Gpu(Gpu { pci: a, vendor: 0x10de, device, numa_node, upstream });
         }
         if !has_rdma {
-            return;
+            return Read::Nothing;
         }
         let mut problems = vec![];
         let vendor = self.read_hex16(e, "vendor", &mut problems);
@@ -335,9 +432,11 @@ impl<'a> Walk<'a> {
         let driver = self.driver(e, &mut problems);
         let numa_node = self.numa(e, &mut problems);
         let upstream = self.upstream(a, &mut problems);
-        let netdevs = self.netdevs(a);
-        for rdma in self.rdma_of(a, &netdevs) {
-            self.inv.hcas.push(Hca {
+        let netdevs = self.netdevs(e);
+        let hcas = self
+            .rdma_of(e, &netdevs)
+            .into_iter()
+            .map(|rdma| Hca {
                 pci: Some(a),
                 vendor,
                 device,
@@ -347,13 +446,13 @@ impl<'a> Walk<'a> {
                 rdma,
                 upstream: upstream.clone(),
                 problems: problems.clone(),
-            });
-        }
+            })
+            .collect();
+        Read::Hcas(hcas)
     }
 
     /// Netdevs under `<pci>/net/`.
-    fn netdevs(&self, a: PciAddr) -> Vec<Netdev> {
-        let e = &self.entries[&a];
+    fn netdevs(&self, e: &Entry) -> Vec<Netdev> {
         if !e.has("net") {
             return vec![];
         }
@@ -361,15 +460,14 @@ impl<'a> Walk<'a> {
         match sysfs::list_dir(&net) {
             Ok(names) => names.into_iter().map(|n| read_netdev(&net.join(&n), n)).collect(),
             Err(err) => {
-                tracing::debug!(pci = %a, error = %err, "net directory unreadable");
+                tracing::debug!(error = %err, "net directory unreadable");
                 vec![]
             }
         }
     }
 
     /// RDMA devices of a function: direct and via aux devices.
-    fn rdma_of(&mut self, a: PciAddr, netdevs: &[Netdev]) -> Vec<RdmaDev> {
-        let e = &self.entries[&a];
+    fn rdma_of(&self, e: &Entry, netdevs: &[Netdev]) -> Vec<RdmaDev> {
         let mut bases: Vec<(PathBuf, RdmaVia)> = vec![];
         if e.has("infiniband") {
             bases.push((e.dir.clone(), RdmaVia::Direct));
@@ -384,31 +482,22 @@ impl<'a> Walk<'a> {
                 Ok(n) => n,
                 Err(err) if err.is_not_found() => continue, // aux device without RDMA registered
                 Err(err) => {
-                    tracing::debug!(pci = %a, error = %err, "infiniband directory unreadable");
+                    tracing::debug!(error = %err, "infiniband directory unreadable");
                     continue;
                 }
             };
             if names.is_empty() {
                 continue;
             }
-            let chars = CharDevs::scan(&base, &self.roots.dev);
+            let chars = CharDevs::scan(&base, &self.dev_nodes);
             for name in names {
-                let dev = self.read_rdma(&ibdir.join(&name), name, via.clone(), &chars, netdevs);
-                self.seen_rdma.insert(dev.name.clone());
-                out.push(dev);
+                out.push(self.read_rdma(&ibdir.join(&name), name, via.clone(), &chars, netdevs));
             }
         }
         out
     }
 
-    fn read_rdma(
-        &mut self,
-        dir: &Path,
-        name: String,
-        via: RdmaVia,
-        chars: &CharDevs,
-        netdevs: &[Netdev],
-    ) -> RdmaDev {
+    fn read_rdma(&self, dir: &Path, name: String, via: RdmaVia, chars: &CharDevs, netdevs: &[Netdev]) -> RdmaDev {
         let mut problems = chars.problems.clone();
         let node_guid =
             sysfs::read_string(&dir.join("node_guid")).map_err(|e| problems.push(problem("node_guid", e.to_string()))).ok();
@@ -431,8 +520,8 @@ impl<'a> Walk<'a> {
 
     /// `/sys/class/infiniband_verbs/*/ibdev`, for kernels or layouts where the
     /// verbs device is not a sibling of the RDMA device.
-    fn verbs_fallback(&mut self, name: &str) -> Option<CharDev> {
-        if self.verbs_index.is_none() {
+    fn verbs_fallback(&self, name: &str) -> Option<CharDev> {
+        let idx = self.verbs_index.get_or_init(|| {
             let class = self.roots.sys("class/infiniband_verbs");
             let mut idx = HashMap::new();
             for n in sysfs::list_dir(&class).unwrap_or_default() {
@@ -443,44 +532,46 @@ impl<'a> Walk<'a> {
                     idx.insert(ib, (n.clone(), class.join(&n)));
                 }
             }
-            self.verbs_index = Some(idx);
-        }
-        let (n, path) = self.verbs_index.as_ref()?.get(name)?;
-        Some(char_dev(n.clone(), sysfs::read_major_minor(&path.join("dev")).ok(), &self.roots.dev))
+            idx
+        });
+        let (n, path) = idx.get(name)?;
+        Some(char_dev(n.clone(), sysfs::read_major_minor(&path.join("dev")).ok(), &self.dev_nodes))
     }
 
     /// RDMA devices in `/sys/class/infiniband` not found under any PCI function:
     /// Soft-RoCE and other virtual devices (no `device` link), or devices on
     /// parents we do not know (subfunctions).
-    fn read_unattached_rdma(&mut self) {
+    fn read_unattached_rdma(&self, seen: &BTreeSet<String>, inv: &mut Inventory) {
         let class = self.roots.sys("class/infiniband");
         let Ok(names) = sysfs::list_dir(&class) else { return };
         for name in names {
-            if self.seen_rdma.contains(&name) {
+            if seen.contains(&name) {
                 continue;
             }
             let dir = class.join(&name);
+            if let Err(e) = sysfs::list_dir_os(&dir) {
+                let reason = match sysfs::read_link(&dir) {
+                    Ok(t) if e.is_not_found() => format!("{dir:?} -> {t:?}: dangling link (device gone)"),
+                    _ => e.to_string(),
+                };
+                inv.skipped.push(Skipped { device: name, reason });
+                continue;
+            }
             let parent_link = dir.join("device");
             let pci = sysfs::link_name(&parent_link).ok().and_then(|n| n.parse::<PciAddr>().ok());
-            let base = if pci.is_some() { parent_link.clone() } else { PathBuf::new() };
-            let chars =
-                if pci.is_some() { CharDevs::scan(&base, &self.roots.dev) } else { CharDevs::default() };
-            let mut rdma = self.read_rdma(&dir, name.clone(), if pci.is_some() { RdmaVia::Direct } else { RdmaVia::Virtual }, &chars, &[]);
+            let chars = if pci.is_some() { CharDevs::scan(&parent_link, &self.dev_nodes) } else { CharDevs::default() };
+            let via = if pci.is_some() { RdmaVia::Direct } else { RdmaVia::Virtual };
+            let mut rdma = self.read_rdma(&dir, name.clone(), via, &chars, &[]);
             // A virtual device's netdev is the one its GIDs are bound to.
             let ndev = rdma.ports.iter().flat_map(|p| &p.gids).find_map(|g| g.netdev.clone());
-            let netdevs: Vec<Netdev> = ndev
-                .map(|n| {
-                    let p = self.roots.sys("class/net").join(&n);
-                    vec![read_netdev(&p, n)]
-                })
-                .unwrap_or_default();
+            let netdevs: Vec<Netdev> =
+                ndev.map(|n| vec![read_netdev(&self.roots.sys("class/net").join(&n), n)]).unwrap_or_default();
             if let Some(mtu) = netdevs.iter().find_map(|n| n.mtu).and_then(roce_active_mtu) {
                 for p in rdma.ports.iter_mut().filter(|p| p.link_layer == Some(LinkLayer::Ethernet)) {
                     p.active_mtu = Some(mtu);
                 }
             }
-            self.seen_rdma.insert(name);
-            self.inv.hcas.push(Hca {
+            inv.hcas.push(Hca {
                 pci,
                 vendor: None,
                 device: None,
@@ -504,14 +595,14 @@ struct CharDevs {
     problems: Vec<Problem>,
 }
 
-fn char_dev(name: String, major_minor: Option<(u32, u32)>, dev_root: &Path) -> CharDev {
+fn char_dev(name: String, major_minor: Option<(u32, u32)>, dev_nodes: &BTreeSet<String>) -> CharDev {
     let node_path = Path::new("/dev/infiniband").join(&name);
-    let present = sysfs::exists(&dev_root.join("infiniband").join(&name));
+    let present = dev_nodes.contains(&name);
     CharDev { name, node_path, major_minor, present }
 }
 
 impl CharDevs {
-    fn scan(base: &Path, dev_root: &Path) -> CharDevs {
+    fn scan(base: &Path, dev_nodes: &BTreeSet<String>) -> CharDevs {
         let mut c = CharDevs::default();
         let verbs = base.join("infiniband_verbs");
         for n in sysfs::list_dir(&verbs).unwrap_or_default() {
@@ -519,7 +610,7 @@ impl CharDevs {
             match sysfs::read_string(&d.join("ibdev")) {
                 Ok(ib) => {
                     let mm = sysfs::read_major_minor(&d.join("dev")).ok();
-                    c.verbs.insert(ib, char_dev(n, mm, dev_root));
+                    c.verbs.insert(ib, char_dev(n, mm, dev_nodes));
                 }
                 Err(e) => c.problems.push(problem("uverbs", format!("{n}: {e}"))),
             }
@@ -535,7 +626,7 @@ impl CharDevs {
                 Ok(ib) => {
                     let mm = sysfs::read_major_minor(&d.join("dev")).ok();
                     let map = if issm { &mut c.issm } else { &mut c.umad };
-                    map.entry(ib).or_default().push(char_dev(n, mm, dev_root));
+                    map.entry(ib).or_default().push(char_dev(n, mm, dev_nodes));
                 }
                 Err(e) => c.problems.push(problem(if issm { "issm" } else { "umad" }, format!("{n}: {e}"))),
             }

@@ -80,13 +80,15 @@ pub fn read_string(path: &Path) -> Result<String, SysfsError> {
     let mut buf = [0u8; 4096];
     let mut f = std::fs::File::open(path).map_err(|e| SysfsError::io(path, e))?;
     let mut len = 0;
-    // One read normally returns the whole attribute; loop for the rare short read.
+    // sysfs hands over a whole attribute (at most a page) in the first read, and a
+    // regular file returns fewer bytes than asked only at its end: a short read is
+    // the end, which saves the extra zero-length read per file.
     loop {
         let n = f.read(&mut buf[len..]).map_err(|e| SysfsError::io(path, e))?;
-        if n == 0 {
+        len += n;
+        if n == 0 || len < buf.len() {
             break;
         }
-        len += n;
         if len == buf.len() {
             // Longer than a page is not a sysfs attribute; read the rest the slow way.
             let mut rest = Vec::new();

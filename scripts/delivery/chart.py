@@ -7,6 +7,7 @@ Used by scripts/render-manifests and scripts/test-delivery.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,8 @@ CHART_CRDS = CHART_DIR / "crds" / "crds.yaml"
 # The operator commits `kube-rdma-operator crds` output here; the chart carries a copy because a
 # chart can only ship files inside its own directory.
 OPERATOR_CRDS = ROOT / "operator" / "crds" / "crds.yaml"
-MANIFESTS_DIR = ROOT / "manifests"
+# Overridable so the staleness check itself can be tested on a scratch copy.
+MANIFESTS_DIR = Path(os.environ.get("KUBE_RDMA_MANIFESTS_DIR") or ROOT / "manifests")
 FULL_VALUES = CHART_DIR / "ci" / "full-values.yaml"
 
 RELEASE = "kube-rdma"

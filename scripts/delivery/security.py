@@ -4,7 +4,7 @@ Each workload may have exactly the privileges its job needs and no more:
 
 | component     | root | capabilities          | host access                                         |
 |---------------|------|-----------------------|-----------------------------------------------------|
-| device-plugin | yes  | none                  | kubelet device-plugins dir, CDI dir, devinfo dir (rw); /sys, /dev (ro) |
+| device-plugin | yes  | none                  | host network (link events); kubelet device-plugins dir, CDI dir, devinfo dir (rw); /sys, /dev (ro) |
 | install-cni   | yes  | none                  | the host's CNI bin dir (rw)                         |
 | agent         | only with allowEnforce or readRdmaCmConfigfs | NET_ADMIN only with allowEnforce | host network; /dev (ro); /sys/kernel/config only with readRdmaCmConfigfs |
 | controller    | no   | none                  | none                                                |
@@ -40,7 +40,7 @@ def policy(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     cni_bin = values.get("cni", {}).get("binDir", "/opt/cni/bin")
     return {
         "device-plugin/device-plugin": {
-            "root": True, "caps": set(), "hostNetwork": False,
+            "root": True, "caps": set(), "hostNetwork": True,
             "hostPaths": {dp.get("kubeletDir"): False, dp.get("cdiDir"): False,
                           dp.get("devinfoDir"): False, "/sys": True, "/dev": True},
         },
@@ -168,4 +168,44 @@ def check_rbac(objs: list[dict[str, Any]]) -> list[str]:
             problems.append(f"{users} use the default ServiceAccount")
         if len(users) > 1:
             problems.append(f"ServiceAccount {sa} shared by {users}")
+    return problems
+
+
+# What each component's code calls (operator/src/agent.rs, controller.rs); the ClusterRoles must grant
+# exactly this. `patch` on rdmanodestates is server-side apply, which also needs `create` when the
+# object does not exist yet.
+EXPECTED_RBAC: dict[str, set[tuple[str, str, str]]] = {
+    "agent": {
+        *(("kuberdma.io", "rdmanodestates", v) for v in ("get", "list", "watch", "create", "patch")),
+        *(("kuberdma.io", "rdmanodestates/status", v) for v in ("get", "patch")),
+        *(("kuberdma.io", "roceprofiles", v) for v in ("get", "list", "watch")),
+        *(("", "nodes", v) for v in ("get", "patch")),
+        *((g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
+    },
+    "controller": {
+        *(("kuberdma.io", "roceprofiles", v) for v in ("get", "list", "watch")),
+        *(("kuberdma.io", "roceprofiles/status", v) for v in ("get", "patch", "update")),
+        *(("kuberdma.io", "rdmanodestates", v) for v in ("get", "list", "watch", "delete")),
+        *(("", "nodes", v) for v in ("get", "list", "watch")),
+    },
+}
+
+
+def check_rbac_exact(objs: list[dict[str, Any]]) -> list[str]:
+    """Each component's ClusterRole grants exactly EXPECTED_RBAC; the device plugin has no role."""
+    problems = []
+    roles = {_component(o): o for o in objs if o["kind"] == "ClusterRole"}
+    if "device-plugin" in roles:
+        problems.append("the device plugin has a ClusterRole; it never calls the API server")
+    for comp, want in EXPECTED_RBAC.items():
+        role = roles.get(comp)
+        if role is None:
+            problems.append(f"no ClusterRole for {comp}")
+            continue
+        got = {(g, r, v) for rule in role.get("rules", []) for g in rule.get("apiGroups", [])
+               for r in rule.get("resources", []) for v in rule.get("verbs", [])}
+        for extra in sorted(got - want):
+            problems.append(f"{comp} may {extra[2]} {extra[0] or 'core'}/{extra[1]}, which it never does")
+        for missing in sorted(want - got):
+            problems.append(f"{comp} cannot {missing[2]} {missing[0] or 'core'}/{missing[1]}, which it needs")
     return problems

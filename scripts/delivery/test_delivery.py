@@ -6,7 +6,11 @@
   resources are checked against the CRDs' own openAPIV3Schema.
 - security.py checks privileges, RBAC and resources of every rendered workload.
 - scripts/render-manifests --check fails when manifests/ is stale.
-- The image is built with podman from statically linked binaries and each binary answers --version.
+- The image is built with podman from statically linked binaries; in it, each binary answers
+  --version, every command line the chart renders parses, the device plugin accepts the chart's pool
+  config (and sriov-network-device-plugin / k8s-rdma-shared-dev-plugin files) on simulated nodes,
+  the CNI installs itself as the init container does and parses every NAD config, and the agent
+  checks the example RoceProfile and emits an RdmaNodeState that fits the CRD.
 
 Prints one line per check and ends with `N passed, N failed`; exits 1 when anything failed.
 Environment: KUBE_RDMA_SKIP_IMAGE=1 skips the image part (reported as failed, not passed);
@@ -23,6 +27,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 import traceback
 from pathlib import Path
@@ -138,6 +143,9 @@ def test_pool_config_matches_values() -> None:
     shared = next(p for p in cfg["pools"] if p["name"] == "cx6_shared")
     assert shared["rdmaHcaMax"] == 16, shared
     ds = next(o for o in objs if o["kind"] == "DaemonSet" and "device-plugin" in o["metadata"]["name"])
+    # full values turn hostNetwork off: link events would show the pod's namespace only.
+    assert not ds["spec"]["template"]["spec"].get("hostNetwork"), "hostNetwork despite hostNetwork: false"
+    assert "--no-link-events" in ds["spec"]["template"]["spec"]["containers"][0]["args"]
     annotations = ds["spec"]["template"]["metadata"]["annotations"]
     assert re.fullmatch(r"[0-9a-f]{64}", annotations["checksum/config"]), annotations
 
@@ -371,6 +379,28 @@ def test_examples() -> str:
     return f"NAD {conf['name']} -> {pool}; {len(pods)} pod(s); RoceProfile valid"
 
 
+def readme_values() -> tuple[str, dict[str, Any]]:
+    """The worked example's pools.yaml text and its values merged with my-values.yaml (README.md)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    blocks = [textwrap.dedent(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
+    pools = next(b for b in blocks if b.lstrip().startswith("pools:"))
+    rest = next(b for b in blocks if b.lstrip().startswith("networks:"))
+    return pools, {**yaml.safe_load(pools), **yaml.safe_load(rest)}
+
+
+def test_readme_example_renders() -> str:
+    _, values = readme_values()
+    objs = chart.objects(chart.render(values))
+    nads = [o for o in objs if o["kind"] == "NetworkAttachmentDefinition"]
+    assert len(nads) == 1, kinds(objs)
+    check_nad(nads[0], {"kuberdma.io/rdma_vf"})
+    for o in objs:
+        if o["apiVersion"].startswith("kuberdma.io/"):
+            validate_custom(o)
+    kubernetes_validate(builtin(objs), "README example")
+    return "pools.yaml + my-values.yaml render and validate"
+
+
 def test_agent_privileges() -> None:
     d = chart.objects(chart.render(None))
     f = chart.objects(chart.render(full_values()))
@@ -386,7 +416,8 @@ def test_agent_privileges() -> None:
 
 def test_security(values: dict[str, Any]) -> str:
     objs = chart.objects(chart.render(values))
-    problems = security.check_workloads(objs, values) + security.check_rbac(objs)
+    problems = security.check_workloads(objs, values) + security.check_rbac(objs) + \
+        security.check_rbac_exact(objs)
     assert not problems, "\n".join(problems)
     n = sum(1 for o in objs if o["kind"] in security.WORKLOAD_KINDS)
     return f"{n} workload(s) clean"
@@ -400,7 +431,8 @@ def test_security_catches_mutations() -> str:
     def mutate(fn: Callable[[dict[str, Any]], None], kind: str = "Deployment") -> list[str]:
         objs = copy.deepcopy(base)
         fn(next(o for o in objs if o["kind"] == kind))
-        return security.check_workloads(objs, values) + security.check_rbac(objs)
+        return security.check_workloads(objs, values) + security.check_rbac(objs) + \
+            security.check_rbac_exact(objs)
 
     def c0(o: dict[str, Any]) -> dict[str, Any]:
         return o["spec"]["template"]["spec"]["containers"][0]
@@ -413,9 +445,10 @@ def test_security_catches_mutations() -> str:
         "no requests": lambda o: c0(o)["resources"].pop("requests"),
         "hostNetwork": lambda o: o["spec"]["template"]["spec"].update(hostNetwork=True),
         "secrets": lambda o: o["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}),
+        "list pods": lambda o: o["rules"].append({"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}),
     }
     for name, fn in cases.items():
-        found = mutate(fn, "ClusterRole" if name == "secrets" else "Deployment")
+        found = mutate(fn, "ClusterRole" if name in ("secrets", "list pods") else "Deployment")
         assert found, f"mutation '{name}' went unnoticed"
     return f"{len(cases)} mutations caught"
 
@@ -426,6 +459,23 @@ def test_manifests_fresh() -> None:
     res = subprocess.run([sys.executable, str(ROOT / "scripts" / "render-manifests"), "--check"],
                          capture_output=True, text=True)
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_manifests_check_detects_staleness() -> str:
+    """`render-manifests --check` fails on an edited copy and passes on a fresh one."""
+    script = [sys.executable, str(ROOT / "scripts" / "render-manifests")]
+    with tempfile.TemporaryDirectory(prefix="kube-rdma-manifests-") as tmp:
+        env = dict(os.environ, KUBE_RDMA_MANIFESTS_DIR=tmp)
+        res = subprocess.run(script, env=env, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr
+        fresh = subprocess.run(script + ["--check"], env=env, capture_output=True, text=True)
+        assert fresh.returncode == 0, fresh.stderr
+        main = Path(tmp, "kube-rdma.yaml")
+        main.write_text(main.read_text(encoding="utf-8").replace("--rescan-interval=30", "--rescan-interval=5"),
+                        encoding="utf-8")
+        stale = subprocess.run(script + ["--check"], env=env, capture_output=True, text=True)
+        assert stale.returncode == 1 and "rescan-interval" in stale.stderr, stale.stderr
+    return "an edited manifest is reported with its diff"
 
 
 def test_manifests_validate() -> str:
@@ -459,6 +509,28 @@ def static_target_dir() -> Path:
     return Path(os.environ.get("KUBE_RDMA_STATIC_TARGET_DIR") or ROOT / "target-static")
 
 
+def elf_interpreter(path: Path) -> str | None:
+    """The PT_INTERP of a 64-bit little-endian ELF file (None: static, runs without ld.so).
+
+    Layout from the ELF spec (elf(5)): e_phoff at 0x20, e_phentsize at 0x36, e_phnum at 0x38; each
+    program header starts with p_type (PT_INTERP = 3), p_offset at +8, p_filesz at +32.
+    """
+    import struct
+
+    data = path.read_bytes()
+    assert data[:4] == b"\x7fELF" and data[4] == 2 and data[5] == 1, f"{path}: not a 64-bit LE ELF file"
+    phoff, = struct.unpack_from("<Q", data, 0x20)
+    phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
+    for i in range(phnum):
+        base = phoff + i * phentsize
+        p_type, = struct.unpack_from("<I", data, base)
+        if p_type == 3:
+            off, = struct.unpack_from("<Q", data, base + 8)
+            size, = struct.unpack_from("<Q", data, base + 32)
+            return data[off:off + size].rstrip(b"\0").decode()
+    return None
+
+
 def build_static() -> str:
     env = dict(os.environ)
     # crt-static links glibc statically: the binaries then run in a `FROM scratch` image. Only the
@@ -472,8 +544,8 @@ def build_static() -> str:
     assert res.returncode == 0, res.stderr[-4000:]
     out = static_target_dir() / TRIPLE / "debug"
     for b in BINARIES:
-        info = subprocess.run(["file", "-b", str(out / b)], capture_output=True, text=True).stdout
-        assert "static" in info and "dynamically linked" not in info, f"{b}: {info}"
+        interp = elf_interpreter(out / b)
+        assert interp is None, f"{b} needs the dynamic loader {interp}: it cannot run FROM scratch"
     return f"{len(BINARIES)} static binaries in {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}"
 
 
@@ -566,6 +638,41 @@ def test_dp_accepts_raw_sriovdp_config(version: str) -> str:
     return str(pools)
 
 
+def test_dp_accepts_raw_rdma_shared_config(version: str) -> str:
+    raw = (FIXTURES / "rdma-shared-dev-plugin-config.json").read_text(encoding="utf-8")
+    values = merged(default_values(), pools=[], rawConfig=raw)
+    pools = discover_in_image(version, device_plugin_config(values), "cx6dx-dual.yaml")
+    # k8s-rdma-shared-dev-plugin's prefix (rdma) is kept; one PF's HCA shared 16 ways.
+    assert pools == {"rdma/hca_shared_devices_a": 16}, pools
+    return str(pools)
+
+
+def test_chart_command_lines(version: str) -> str:
+    """Every command line the chart renders (default and full values) is accepted by the binary
+    in the image: clap rejects an unknown flag or a bad value before it acts on a trailing --help."""
+    seen = set()
+    for values in (None, full_values()):
+        for o in chart.objects(chart.render(values)):
+            if o["kind"] not in security.WORKLOAD_KINDS:
+                continue
+            spec = o["spec"]["template"]["spec"]
+            for c in spec.get("initContainers", []) + spec.get("containers", []):
+                line = tuple(c["command"] + c.get("args", []))
+                if line[0].endswith("kube-rdma-cni"):
+                    continue  # not clap; its `install` runs for real in another check
+                seen.add(line)
+    for line in sorted(seen):
+        run_in_image(version, [*line, "--help"])
+    return f"{len(seen)} distinct command lines"
+
+
+def test_readme_pools_in_image(version: str) -> str:
+    pools_yaml, _ = readme_values()
+    pools = discover_in_image(version, pools_yaml, "cx6dx-dual.yaml")
+    assert pools.get("kuberdma.io/rdma_vf", 0) > 0, pools
+    return f"README pools.yaml on cx6dx-dual: {pools}"
+
+
 def test_cni_install_in_image(version: str) -> str:
     """The init container's command: as root without capabilities, into a host-like directory."""
     with tempfile.TemporaryDirectory(prefix="kube-rdma-cnibin-") as tmp:
@@ -587,6 +694,8 @@ def test_cni_accepts_nad_configs(version: str) -> str:
     STATUS parses the config and answers 0 or 50 (no RDMA here), but 7 for an invalid config."""
     nads = [o for o in chart.objects(chart.render(full_values())) if o["kind"] == "NetworkAttachmentDefinition"]
     nads += load_examples()["network-attachment-definition.yaml"]
+    nads += [o for o in chart.objects(chart.render(readme_values()[1]))
+             if o["kind"] == "NetworkAttachmentDefinition"]
     confs = [n["spec"]["config"] for n in nads]
     bad = json.dumps({"cniVersion": "1.1.0", "name": "bad", "type": "kube-rdma-cni", "mtu": 99999,
                       "ipam": {"type": "host-local"}})
@@ -621,6 +730,7 @@ def test_agent_once_in_image(version: str) -> str:
 
 
 def main() -> int:
+    sys.stdout.reconfigure(line_buffering=True)  # CI logs show progress during the long build
     suite = Suite()
     full = full_values()
     suite.check("chart: lint (default values, strict)", lambda: lint(None))
@@ -659,11 +769,13 @@ def main() -> int:
     suite.check("validate: rendered NetworkAttachmentDefinitions", test_rendered_nads)
     suite.check("validate: ServiceMonitor selects the metrics Services", test_servicemonitor)
     suite.check("validate: manifests/examples (NAD, pod, RoceProfile)", test_examples)
+    suite.check("docs: README worked example renders and validates", test_readme_example_renders)
     suite.check("security: default values", lambda: test_security(default_values()))
     suite.check("security: full values (Enforce, configfs)", lambda: test_security(full))
     suite.check("security: agent gets NET_ADMIN only with allowEnforce", test_agent_privileges)
     suite.check("security: checker catches added privileges", test_security_catches_mutations)
     suite.check("manifests: up to date (scripts/render-manifests --check)", test_manifests_fresh)
+    suite.check("manifests: the staleness check catches an edit", test_manifests_check_detects_staleness)
     suite.check("manifests: kube-rdma.yaml validates", test_manifests_validate)
 
     if os.environ.get("KUBE_RDMA_SKIP_IMAGE") == "1":
@@ -678,10 +790,16 @@ def main() -> int:
                 suite.check("image: podman build (FROM scratch, offline)", lambda: build_image(version)):
             for b in BINARIES:
                 suite.check(f"image: {b} --version", lambda b=b: test_binary_version(version, b))
+            suite.check("image: the chart's command lines are accepted by the binaries",
+                        lambda: test_chart_command_lines(version))
             suite.check("image: device plugin accepts the chart's pool config (simulated nodes)",
                         lambda: test_dp_accepts_chart_config(version))
             suite.check("image: device plugin accepts rawConfig (sriov-network-device-plugin format)",
                         lambda: test_dp_accepts_raw_sriovdp_config(version))
+            suite.check("image: device plugin accepts rawConfig (k8s-rdma-shared-dev-plugin format)",
+                        lambda: test_dp_accepts_raw_rdma_shared_config(version))
+            suite.check("image: device plugin accepts the README's pools.yaml",
+                        lambda: test_readme_pools_in_image(version))
             suite.check("image: kube-rdma-cni install (init container, root without capabilities)",
                         lambda: test_cni_install_in_image(version))
             suite.check("image: kube-rdma-cni parses every NetworkAttachmentDefinition config",

@@ -213,7 +213,16 @@ pub fn run_plugin(
 ) -> (i32, Value) {
     let nsf = std::fs::File::open(host_ns).unwrap();
     let fd = nsf.as_raw_fd();
-    let mut c = Command::new(BIN);
+    // CNI_TEST_WRAP="strace -f -c -o /tmp/x" runs the plugin under a tool (profiling).
+    let mut c = match std::env::var("CNI_TEST_WRAP") {
+        Ok(w) if !w.is_empty() => {
+            let mut it = w.split_whitespace();
+            let mut c = Command::new(it.next().unwrap());
+            c.args(it).arg(BIN);
+            c
+        }
+        _ => Command::new(BIN),
+    };
     c.env_remove("KUBE_RDMA_CNI_FAILPOINT")
         .env("CNI_COMMAND", cmd)
         .env("CNI_CONTAINERID", cid)

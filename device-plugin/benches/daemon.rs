@@ -1,0 +1,152 @@
+//! Daemon benchmark on a simulated 1024-VF node (8 PF × 128 VF), run against
+//! the real binary (the daemon is its own process, as in production):
+//! - start → first ListAndWatch response (process spawn, discovery, pools,
+//!   socket served, first list received by a client);
+//! - Allocate latency p50/p99 over 10 000 calls on one connection;
+//! - resident memory (VmRSS) of the daemon after start and after the calls.
+//!
+//! Targets: < 100 ms, p99 < 1 ms, RSS < 20 MiB.
+//! Run: `cargo bench -p kube-rdma-device-plugin --bench daemon`.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Dirs, FakeKubelet, SOCK};
+use kube_rdma_device_plugin::api::device_plugin_client::DevicePluginClient;
+use kube_rdma_device_plugin::api::{AllocateRequest, ContainerAllocateRequest, Empty};
+use kube_rdma_device_plugin::kubelet;
+
+fn vm_rss_kib(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let sim = nic::sim::Sim::materialise(&nic::sim::big_node(8, 128)).expect("materialise 1024-VF node");
+    let roots = sim.roots();
+    let dirs = Dirs::new();
+    let k = FakeKubelet::start(&dirs.kubelet);
+    let sock = dirs.kubelet.join(SOCK);
+    let mut starts = Vec::new();
+    let mut last_child = None;
+    for round in 0..5 {
+        let t0 = Instant::now();
+        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"))
+            .arg("--sysfs-root")
+            .arg(&roots.sysfs)
+            .arg("--dev-root")
+            .arg(&roots.dev)
+            .arg("--kubelet-dir")
+            .arg(&dirs.kubelet)
+            .arg("--cdi-dir")
+            .arg(&dirs.cdi)
+            .arg("--devinfo-dir")
+            .arg(&dirs.devinfo)
+            .arg("--rescan-interval")
+            .arg("3600")
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true)
+            .spawn()
+            .expect("spawn daemon");
+        // Dial as soon as the socket exists; the first list must be the full 1024.
+        let ch = loop {
+            if sock.exists() {
+                if let Ok(ch) = kubelet::connect_unix(&sock).await {
+                    break ch;
+                }
+            }
+            tokio::time::sleep(Duration::from_micros(200)).await;
+        };
+        let mut c = DevicePluginClient::new(ch);
+        let mut s = c.list_and_watch(Empty {}).await.unwrap().into_inner();
+        let first = s.message().await.unwrap().unwrap();
+        let took = t0.elapsed();
+        assert_eq!(first.devices.len(), 1024);
+        starts.push(took);
+        let _ = k.next_registration(Duration::from_secs(5)).await;
+        if round < 4 {
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id().unwrap() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .unwrap();
+            let st = child.wait().await.unwrap();
+            assert!(st.success());
+            // Wait for cleanup so the next round starts from an empty dir.
+            while sock.exists() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        } else {
+            last_child = Some((child, c, first));
+        }
+    }
+    let (mut child, mut c, first) = last_child.unwrap();
+    let pid = child.id().unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rss_start = vm_rss_kib(pid);
+
+    let ids: Vec<String> = first.devices.iter().map(|d| d.id.clone()).collect();
+    // Warm-up, then 10 000 measured calls.
+    for id in ids.iter().take(100) {
+        c.allocate(AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest { devices_ids: vec![id.clone()] }],
+        })
+        .await
+        .unwrap();
+    }
+    let mut lat = Vec::with_capacity(10_000);
+    for i in 0..10_000 {
+        let id = ids[i % ids.len()].clone();
+        let t = Instant::now();
+        let r = c
+            .allocate(AllocateRequest {
+                container_requests: vec![ContainerAllocateRequest { devices_ids: vec![id] }],
+            })
+            .await
+            .unwrap();
+        lat.push(t.elapsed());
+        assert_eq!(r.into_inner().container_responses.len(), 1);
+    }
+    lat.sort();
+    let rss_after = vm_rss_kib(pid);
+    starts.sort();
+
+    println!("kube-rdma-device-plugin on a simulated 8 PF x 128 VF node (1024 VFs), release build");
+    println!(
+        "start -> first ListAndWatch (1024 devices): median {:.1} ms, min {:.1} ms, max {:.1} ms over {} starts (target < 100 ms)",
+        pct(&starts, 0.5).as_secs_f64() * 1e3,
+        starts[0].as_secs_f64() * 1e3,
+        starts[starts.len() - 1].as_secs_f64() * 1e3,
+        starts.len()
+    );
+    println!(
+        "Allocate (1 VF, gRPC round trip over the unix socket, incl. device-info file write) x {}: p50 {:.0} us, p99 {:.0} us, max {:.0} us (target p99 < 1 ms)",
+        lat.len(),
+        pct(&lat, 0.5).as_secs_f64() * 1e6,
+        pct(&lat, 0.99).as_secs_f64() * 1e6,
+        lat[lat.len() - 1].as_secs_f64() * 1e6
+    );
+    println!(
+        "daemon VmRSS: {:.1} MiB after start, {:.1} MiB after the Allocate calls (target < 20 MiB)",
+        rss_start as f64 / 1024.0,
+        rss_after as f64 / 1024.0
+    );
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    let _ = child.wait().await;
+}
