@@ -489,12 +489,12 @@ fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
         if !netdev_names.insert(p.netdev.clone()) {
             return Err(format!("duplicate netdev name {}", p.netdev));
         }
+        if model == Model::ConnectX6DxNoSriov && (p.vfs > 0 || p.total_vfs.unwrap_or(0) > 0) {
+            return Err(format!("PF {}: model connectx-6dx-nosriov has no SR-IOV (vfs must be 0)", p.bdf));
+        }
         let total = p.total_vfs.unwrap_or(model.default_total_vfs());
         if p.vfs > total {
             return Err(format!("PF {}: vfs {} > totalVfs {total}", p.bdf, p.vfs));
-        }
-        if model == Model::ConnectX6DxNoSriov && (p.vfs > 0 || p.total_vfs.unwrap_or(0) > 0) {
-            return Err(format!("PF {}: model connectx-6dx-nosriov has no SR-IOV (vfs must be 0)", p.bdf));
         }
         for &i in p.vfs_without_netdev.iter().chain(&p.vfs_vfio) {
             if i >= p.vfs {
@@ -952,6 +952,21 @@ impl Writer {
 // ---------------------------------------------------------------------------------------------
 // The simulated node.
 
+fn default_parent() -> PathBuf {
+    if std::env::var_os("TMPDIR").is_some_and(|v| !v.is_empty()) {
+        return std::env::temp_dir();
+    }
+    let shm = Path::new("/dev/shm");
+    let roomy = nix::sys::statvfs::statvfs(shm)
+        .map(|s| (s.blocks_available() as u64).saturating_mul(s.fragment_size() as u64) >= 512 << 20)
+        .unwrap_or(false);
+    if roomy && nix::unistd::access(shm, nix::unistd::AccessFlags::W_OK).is_ok() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// A materialised simulated node. The tree lives as long as this value.
 pub struct Sim {
     dir: tempfile::TempDir,
@@ -968,12 +983,21 @@ impl std::fmt::Debug for Sim {
 
 impl Sim {
     /// Writes `desc` as a sysfs + `/dev` tree in a new temporary directory.
+    ///
+    /// The directory goes under `$TMPDIR` when that is set, else under `/dev/shm`
+    /// when it is a writable tmpfs with at least 512 MiB free (in memory, like
+    /// sysfs, and tens of times faster to fill than a disk), else under `/tmp`.
     pub fn materialise(desc: &NodeDesc) -> Result<Sim, SimError> {
+        Sim::materialise_in(desc, &default_parent())
+    }
+
+    /// [`Sim::materialise`] in a new temporary directory under `parent`.
+    pub fn materialise_in(desc: &NodeDesc, parent: &Path) -> Result<Sim, SimError> {
         let funcs = plan(desc).map_err(yaml_err)?;
         let dir = tempfile::Builder::new()
             .prefix("kube-rdma-sim-")
-            .tempdir()
-            .map_err(|source| SimError::Io { path: std::env::temp_dir(), source })?;
+            .tempdir_in(parent)
+            .map_err(|source| SimError::Io { path: parent.to_path_buf(), source })?;
         let sim = Sim { dir, desc: desc.clone(), funcs, removed_char_devs: BTreeSet::new() };
         let w = sim.writer();
         for d in [
@@ -1234,7 +1258,8 @@ impl Sim {
                         self.func_lines(v, "    ", &mut out);
                     }
                 }
-                Role::Hca => {
+                // A NIC without SR-IOV and without RDMA is not in the inventory.
+                Role::Hca if f.rdma.is_some() => {
                     let up: Vec<String> = upstream(f).iter().map(|a| a.to_string()).collect();
                     out.push(format!(
                         "hca {} {}:{} driver={} numa={} upstream={}",
@@ -1251,7 +1276,7 @@ impl Sim {
                     let up: Vec<String> = upstream(f).iter().map(|a| a.to_string()).collect();
                     out.push(format!("gpu {} {}:{} numa={} upstream={}", f.bdf, hex(f.vendor), hex(f.device), numa(f.numa), up.join(",")));
                 }
-                Role::Bridge | Role::Vf { .. } => {}
+                Role::Hca | Role::Bridge | Role::Vf { .. } => {}
             }
         }
         out.push(format!("rdma_cm {}", self.desc.rdma_cm && !self.removed_char_devs.contains("rdma_cm")));

@@ -4,9 +4,9 @@ Each workload may have exactly the privileges its job needs and no more:
 
 | component     | root | capabilities          | host access                                         |
 |---------------|------|-----------------------|-----------------------------------------------------|
-| device-plugin | yes  | none                  | host network (link events); kubelet device-plugins dir, CDI dir, devinfo dir (rw); /sys, /dev (ro) |
+| device-plugin | yes  | none                  | host network (link events); kubelet device-plugins dir, CDI dir, devinfo dir (rw); /dev (ro); /sys (ro) only without host network |
 | install-cni   | yes  | none                  | the host's CNI bin dir (rw)                         |
-| agent         | only with allowEnforce or readRdmaCmConfigfs | NET_ADMIN only with allowEnforce | host network; /dev (ro); /sys/kernel/config only with readRdmaCmConfigfs |
+| agent         | only with allowEnforce or readRdmaCmConfigfs | NET_ADMIN only with allowEnforce | host network; /dev (ro); /sys (rw) only with allowEnforce; /sys/kernel/config only with readRdmaCmConfigfs |
 | controller    | no   | none                  | none                                                |
 
 Root is needed where a host file is root-owned (kubelet.sock, /opt/cni/bin, configfs); root
@@ -50,7 +50,8 @@ def policy(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "agent/agent": {
             "root": enforce or configfs, "caps": {"NET_ADMIN"} if enforce else set(),
             "hostNetwork": True,
-            "hostPaths": {"/dev": True, **({"/sys/kernel/config": False} if configfs else {})},
+            "hostPaths": {"/dev": True, **({"/sys": False} if enforce else {}),
+                          **({"/sys/kernel/config": False} if configfs else {})},
         },
         "controller/controller": {"root": False, "caps": set(), "hostNetwork": False, "hostPaths": {}},
     }

@@ -413,6 +413,18 @@ def test_agent_privileges() -> None:
     assert sd.get("runAsNonRoot") is True and "add" not in sd["capabilities"], sd
     assert sf["capabilities"].get("add") == ["NET_ADMIN"] and sf.get("runAsUser") == 0, sf
 
+    def agent_mounts(objs: list[dict[str, Any]]) -> dict[str, tuple[str, bool]]:
+        ds = next(o for o in objs if o["kind"] == "DaemonSet" and o["metadata"]["name"].endswith("-agent"))
+        spec = ds["spec"]["template"]["spec"]
+        vols = {v["name"]: v for v in spec["volumes"]}
+        return {m["mountPath"]: (vols[m["name"]]["hostPath"]["path"], bool(m.get("readOnly")))
+                for m in spec["containers"][0]["volumeMounts"]}
+
+    # Reading needs no host sysfs; Enforce writes through a writable one, with configfs beneath it.
+    assert agent_mounts(d) == {"/host/dev": ("/dev", True)}, agent_mounts(d)
+    assert agent_mounts(f) == {"/host/dev": ("/dev", True), "/host/sys": ("/sys", False),
+                               "/host/sys/kernel/config": ("/sys/kernel/config", False)}, agent_mounts(f)
+
 
 def test_security(values: dict[str, Any]) -> str:
     objs = chart.objects(chart.render(values))
@@ -772,7 +784,8 @@ def main() -> int:
     suite.check("docs: README worked example renders and validates", test_readme_example_renders)
     suite.check("security: default values", lambda: test_security(default_values()))
     suite.check("security: full values (Enforce, configfs)", lambda: test_security(full))
-    suite.check("security: agent gets NET_ADMIN only with allowEnforce", test_agent_privileges)
+    suite.check("security: agent gets NET_ADMIN and writable sysfs only with allowEnforce",
+                test_agent_privileges)
     suite.check("security: checker catches added privileges", test_security_catches_mutations)
     suite.check("manifests: up to date (scripts/render-manifests --check)", test_manifests_fresh)
     suite.check("manifests: the staleness check catches an edit", test_manifests_check_detects_staleness)

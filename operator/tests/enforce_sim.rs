@@ -1,0 +1,86 @@
+//! Enforce mode on simulated nodes: the minimal ordered plan, refused link-flapping
+//! writes, sysfs writes that really land in the tree, and the re-read recorded.
+use kube_rdma_operator::agent::evaluate;
+use kube_rdma_operator::checks::default_profile_spec;
+use kube_rdma_operator::crd::{CheckResult, Mode, RoceProfile};
+use kube_rdma_operator::enforce::{enforce, plan};
+use kube_rdma_operator::fixtures::{example, with_roce, SimNode};
+use nic::roce::Remedy;
+
+fn broken() -> nic::simdesc::NodeDesc {
+    let mut d = with_roce(example("cx6dx-dual"), |r| {
+        r.ecn = vec![];
+        r.cnp_priority = 3;
+        r.pfc = vec![];
+        r.global_pause = true;
+    });
+    d.adapters[0].pfs[0].mtu = 1500;
+    d
+}
+
+#[test]
+fn plan_is_minimal_and_ordered_pause_then_pfc_then_steering_then_mtu() {
+    let node = SimNode::new(&broken()).read();
+    let mut spec = default_profile_spec();
+    spec.mode = Mode::Enforce;
+    let w = plan(&spec, &node.interfaces[0]);
+    let remedies: Vec<&Remedy> = w.iter().map(|w| &w.remedy).collect();
+    assert_eq!(
+        remedies,
+        [
+            &Remedy::GlobalPause(false),
+            &Remedy::Pfc { priorities: vec![3] },
+            &Remedy::Ecn { priority: 3, on: true },
+            &Remedy::CnpPriority(6),
+            &Remedy::Mtu(4200),
+        ]
+    );
+    // Link-flapping writes are refused without allowLinkFlap, the others are not.
+    let refused: Vec<bool> = w.iter().map(|w| w.refused.is_some()).collect();
+    assert_eq!(refused, [true, false, false, false, true]);
+    assert!(w[4].refused.as_ref().unwrap().contains("ip link set dev ens1f0np0 mtu 4200"));
+    // The correct port needs nothing.
+    let good = SimNode::new(&example("cx6dx-dual")).read();
+    assert!(plan(&spec, &good.interfaces[0]).is_empty());
+}
+
+#[test]
+fn enforce_writes_ecn_and_cnp_refuses_mtu_and_records_what_happened() {
+    let sim = SimNode::new(&broken());
+    let mut spec = default_profile_spec();
+    spec.mode = Mode::Enforce;
+    let before = sim.read();
+    let (after, records) = enforce(&sim.source, &spec, before);
+    let rec = |iface: &str, setting: &str| {
+        records.iter().find(|r| r.interface == iface && r.setting == setting).unwrap_or_else(|| panic!("{iface}/{setting} in {records:#?}"))
+    };
+    assert_eq!(rec("ens1f0np0", "ecn").outcome, "Applied");
+    assert_eq!(rec("ens1f0np0", "cnp").outcome, "Applied");
+    assert_eq!(rec("ens1f0np0", "mtu").outcome, "Refused");
+    assert_eq!(rec("ens1f0np0", "global-pause").outcome, "Refused");
+    // DCB of a simulated node comes from its description: reported, not faked.
+    let pfc = rec("ens1f0np0", "pfc");
+    assert_eq!(pfc.outcome, "Failed");
+    assert!(pfc.detail.contains("dcb pfc set dev ens1f0np0 prio-pfc all:off 3:on"), "{}", pfc.detail);
+    // The re-read shows the sysfs writes.
+    let enabled = std::fs::read_to_string(sim.source.roots.sys("class/net/ens1f0np0/ecn/roce_np/enable/3")).unwrap();
+    assert_eq!(enabled.trim(), "1");
+    let s = evaluate(&RoceProfile::new("p", spec), &after);
+    let result = |i: &str, n: &str| s.checks.iter().find(|c| c.interface == i && c.name == n).unwrap().result;
+    assert_eq!(result("ens1f0np0", "ecn"), CheckResult::Pass);
+    assert_eq!(result("ens1f0np0", "cnp"), CheckResult::Pass);
+    assert_eq!(result("ens1f0np0", "mtu"), CheckResult::Fail);
+    assert_eq!(result("ens1f0np0", "pfc"), CheckResult::Fail);
+}
+
+#[test]
+fn allow_link_flap_lets_the_mtu_write_through() {
+    let sim = SimNode::new(&broken());
+    let mut spec = default_profile_spec();
+    spec.mode = Mode::Enforce;
+    spec.allow_link_flap = true;
+    let (after, records) = enforce(&sim.source, &spec, sim.read());
+    let mtu = records.iter().find(|r| r.interface == "ens1f0np0" && r.setting == "mtu").unwrap();
+    assert_eq!(mtu.outcome, "Applied", "{mtu:?}");
+    assert_eq!(after.interface("ens1f0np0").unwrap().mtu.value(), Some(&4200));
+}
