@@ -20,7 +20,7 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn main() {
     let rounds: usize = std::env::args().skip(1).find_map(|a| a.parse().ok()).unwrap_or(40);
-    let lab = Lab::new("e810-xxv", 2, "");
+    let lab = Lab::new("e810-xxv", 3, "");
     let pod = lab.pod(0);
     let (ours_pci, _) = lab.vfs[0].clone();
     let (_, theirs_dev) = lab.vfs[1].clone();
@@ -45,8 +45,26 @@ fn main() {
     run_theirs("ADD", 0);
     run_theirs("DEL", 0);
 
-    let (mut a, mut b) = (Vec::new(), Vec::new());
+    // The kernel's share: one netns move and back of the third veth, by
+    // netlink from this process (both plugins pay this; it is mostly
+    // synchronize_net()/rcu_barrier() in __dev_change_net_namespace).
+    let host_ns = lab.host.open().unwrap();
+    let pod_ns = pod.open().unwrap();
+    let floor_dev = lab.vfs[2].1.clone();
+    let mut host_c = kube_rdma_cni::rtnl::open_in(&host_ns).unwrap();
+    let mut pod_c = kube_rdma_cni::rtnl::open_in(&pod_ns).unwrap();
+    let mut move_and_back = || {
+        let l = kube_rdma_cni::rtnl::link_by_name(&mut host_c, &floor_dev).unwrap().unwrap();
+        let t = Instant::now();
+        kube_rdma_cni::rtnl::move_to_netns(&mut host_c, l.index, pod_ns.raw_fd(), None).unwrap();
+        let l = kube_rdma_cni::rtnl::link_by_name(&mut pod_c, &floor_dev).unwrap().unwrap();
+        kube_rdma_cni::rtnl::move_to_netns(&mut pod_c, l.index, host_ns.raw_fd(), None).unwrap();
+        t.elapsed()
+    };
+
+    let (mut a, mut b, mut k) = (Vec::new(), Vec::new(), Vec::new());
     for i in 1..=rounds {
+        k.push(move_and_back());
         let t = Instant::now();
         run_ours("ADD", i);
         run_ours("DEL", i);
@@ -56,22 +74,35 @@ fn main() {
         run_theirs("DEL", i);
         b.push(t.elapsed());
     }
-    let (ma, mb) = (median(a), median(b));
+    let (ma, mb, mk) = (median(a), median(b), median(k));
     println!("ADD+DEL median over {rounds} rounds (static IPAM, veth into a pod netns):");
     println!("  kube-rdma-cni : {:>8.2} ms", ma.as_secs_f64() * 1e3);
     println!("  host-device   : {:>8.2} ms", mb.as_secs_f64() * 1e3);
     println!("  ratio         : {:>8.2} (target <= 0.60)", ma.as_secs_f64() / mb.as_secs_f64());
+    println!(
+        "  kernel floor  : {:>8.2} ms (netns move + move back, in-process netlink)",
+        mk.as_secs_f64() * 1e3
+    );
 }
 
 /// Runs Debian's host-device in the lab's host netns (same harness as ours).
-fn run_host_device(lab: &Lab, plugin: &std::path::Path, cmd: &str, cid: &str, netns: &std::path::Path, ifname: &str, conf: &serde_json::Value) -> (i32, serde_json::Value) {
+fn run_host_device(
+    lab: &Lab,
+    plugin: &std::path::Path,
+    cmd: &str,
+    cid: &str,
+    netns: &std::path::Path,
+    ifname: &str,
+    conf: &serde_json::Value,
+) -> (i32, serde_json::Value) {
     use std::io::Write;
     use std::os::fd::AsRawFd;
     use std::os::unix::process::CommandExt;
     let nsf = std::fs::File::open(lab.host.path()).unwrap();
     let fd = nsf.as_raw_fd();
     let mut c = std::process::Command::new(plugin);
-    c.env("CNI_COMMAND", cmd)
+    c.env_remove("LD_LIBRARY_PATH")
+        .env("CNI_COMMAND", cmd)
         .env("CNI_CONTAINERID", cid)
         .env("CNI_NETNS", netns)
         .env("CNI_IFNAME", ifname)
@@ -81,7 +112,13 @@ fn run_host_device(lab: &Lab, plugin: &std::path::Path, cmd: &str, cid: &str, ne
         .stderr(std::process::Stdio::piped());
     // SAFETY: setns is async-signal-safe.
     unsafe {
-        c.pre_exec(move || if libc::setns(fd, libc::CLONE_NEWNET) != 0 { Err(std::io::Error::last_os_error()) } else { Ok(()) });
+        c.pre_exec(move || {
+            if libc::setns(fd, libc::CLONE_NEWNET) != 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(())
+            }
+        });
     }
     let mut child = c.spawn().unwrap();
     child.stdin.take().unwrap().write_all(conf.to_string().as_bytes()).unwrap();

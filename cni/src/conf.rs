@@ -98,7 +98,8 @@ pub fn read_env(cmd: Command, get: &dyn Fn(&str) -> Option<String>) -> Result<En
             env.args.insert(k.to_string(), v.to_string());
         }
     }
-    env.path = get("CNI_PATH").unwrap_or_default().split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
+    env.path =
+        get("CNI_PATH").unwrap_or_default().split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
     Ok(env)
 }
 
@@ -296,7 +297,9 @@ pub fn parse(stdin: &[u8], env: &Env, cmd: Command) -> Result<NetConf> {
         let ad = match r.vlan_proto.as_deref().map(str::to_ascii_lowercase).as_deref() {
             None | Some("802.1q") => false,
             Some("802.1ad") => true,
-            Some(o) => return Err(Error::config("vlanProto", format!("{o:?} is not \"802.1q\" or \"802.1ad\""))),
+            Some(o) => {
+                return Err(Error::config("vlanProto", format!("{o:?} is not \"802.1q\" or \"802.1ad\"")))
+            }
         };
         if id == 0 && (qos != 0 || ad) {
             return Err(Error::config("vlan", "vlanQoS or vlanProto 802.1ad need a non-zero vlan"));
@@ -339,7 +342,8 @@ pub fn parse(stdin: &[u8], env: &Env, cmd: Command) -> Result<NetConf> {
     let mac = match mac_src {
         None => None,
         Some((field, m)) => {
-            let mac = parse_mac(&m).ok_or_else(|| Error::config(field, format!("{m:?} is not a MAC address")))?;
+            let mac =
+                parse_mac(&m).ok_or_else(|| Error::config(field, format!("{m:?} is not a MAC address")))?;
             if mac[0] & 1 == 1 {
                 return Err(Error::config(field, format!("{m} is a multicast address")));
             }
@@ -394,4 +398,86 @@ pub fn parse(stdin: &[u8], env: &Env, cmd: Command) -> Result<NetConf> {
         valid_attachments: r.valid_attachments.or(r.attachments),
         raw,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env() -> Env {
+        Env { container_id: "c".into(), ifname: "net1".into(), netns: "/x".into(), ..Env::default() }
+    }
+
+    #[test]
+    fn device_id_precedence_runtime_config_then_top_level_then_pci_bus_id() {
+        let c = parse(
+            br#"{"cniVersion":"1.1.0","name":"n","type":"kube-rdma-cni","pciBusID":"0000:01:00.3","deviceID":"0000:01:00.2","runtimeConfig":{"deviceID":"0000:01:00.1"}}"#,
+            &env(),
+            Command::Add,
+        )
+        .unwrap();
+        assert_eq!(c.device.unwrap().to_string(), "0000:01:00.1");
+        let c = parse(br#"{"cniVersion":"1.1.0","pciBusID":"0000:01:00.3"}"#, &env(), Command::Add).unwrap();
+        assert_eq!(c.device.unwrap().to_string(), "0000:01:00.3");
+    }
+
+    #[test]
+    fn mac_precedence_runtime_config_then_cni_args_then_config() {
+        let mut e = env();
+        e.args.insert("MAC".into(), "02:00:00:00:00:02".into());
+        let c = parse(
+            br#"{"cniVersion":"1.1.0","deviceID":"0000:01:00.1","mac":"02:00:00:00:00:03"}"#,
+            &e,
+            Command::Add,
+        )
+        .unwrap();
+        assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 2]));
+        let c = parse(
+            br#"{"cniVersion":"1.1.0","deviceID":"0000:01:00.1","mac":"02:00:00:00:00:03","runtimeConfig":{"mac":"02:00:00:00:00:01"}}"#,
+            &e,
+            Command::Add,
+        )
+        .unwrap();
+        assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 1]));
+    }
+
+    #[test]
+    fn vf_attributes_only_when_asked() {
+        let c = parse(br#"{"cniVersion":"1.0.0","deviceID":"0000:01:00.1"}"#, &env(), Command::Add).unwrap();
+        assert!(c.vf.is_empty(), "no PF-side attribute requested: the PF is never touched");
+        let c = parse(
+            br#"{"cniVersion":"1.0.0","deviceID":"0000:01:00.1","vlan":100,"vlanQoS":5,"vlanProto":"802.1ad","spoofchk":"off","trust":"on","link_state":"disable","min_tx_rate":10,"max_tx_rate":0}"#,
+            &env(),
+            Command::Add,
+        )
+        .unwrap();
+        assert_eq!(c.vf.vlan, Some(VfVlanSetting { id: 100, qos: 5, ad: true }));
+        assert_eq!((c.vf.spoofchk, c.vf.trust), (Some(false), Some(true)));
+        assert_eq!(c.vf.link_state, Some(VfLink::Disable));
+        assert_eq!(c.vf.rate, Some((10, 0)), "max 0 means no limit, so min above it is fine");
+    }
+
+    #[test]
+    fn gc_accepts_both_attachment_keys() {
+        for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
+            let s = format!(r#"{{"cniVersion":"1.1.0","{key}":[{{"containerID":"a","ifname":"net1"}}]}}"#);
+            let c = parse(s.as_bytes(), &Env::default(), Command::Gc).unwrap();
+            assert_eq!(
+                c.valid_attachments.unwrap(),
+                vec![Attachment { container_id: "a".into(), ifname: "net1".into() }]
+            );
+        }
+    }
+
+    #[test]
+    fn names_and_macs() {
+        assert!(valid_ifname("net1").is_ok());
+        assert!(valid_ifname("a234567890123456").is_err());
+        assert!(valid_ifname("..").is_err());
+        assert!(valid_container_id("abc-1.2_3"));
+        assert!(!valid_container_id("-abc") && !valid_container_id("a/b") && !valid_container_id(""));
+        assert_eq!(parse_mac("02-AA-bb-cc-dd-ee"), Some([2, 0xaa, 0xbb, 0xcc, 0xdd, 0xee]));
+        assert_eq!(parse_mac("02:aa:bb:cc:dd"), None);
+        assert_eq!(fmt_mac(&[2, 0xaa, 0, 1, 2, 3]), "02:aa:00:01:02:03");
+    }
 }

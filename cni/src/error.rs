@@ -47,12 +47,12 @@ pub enum Error {
     #[error("container network namespace: {0}")]
     Netns(#[source] NetnsError),
     /// A lock could not be taken in time.
-    #[error("{what} is busy (another ADD/DEL holds its lock for more than {secs} s); try again")]
+    #[error("{what} is busy (another ADD/DEL held its lock for more than {ms} ms); try again")]
     Busy {
         /// What was locked.
         what: String,
-        /// How long we waited.
-        secs: u64,
+        /// How long we waited, in milliseconds.
+        ms: u64,
     },
     /// The plugin cannot serve ADDs (STATUS).
     #[error("plugin not available: {0}")]
@@ -103,7 +103,11 @@ impl Error {
             Error::Env { .. } => 4,
             Error::Decode(_) => 6,
             Error::Config { .. } | Error::Device { .. } => 7,
-            Error::Netns(NetnsError::Open { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => 3,
+            Error::Netns(NetnsError::Open { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound =>
+            {
+                3
+            }
             Error::Netns(_) => 3,
             Error::Busy { .. } => 11,
             Error::Unavailable(_) => 50,

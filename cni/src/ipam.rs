@@ -107,7 +107,12 @@ impl Pending {
     pub fn wait_add(self) -> Result<Value> {
         let name = self.name.clone();
         let out = self.wait()?;
-        serde_json::from_slice(&out).map_err(|e| Error::Ipam { plugin: name, cmd: "ADD", code: None, msg: format!("unreadable result: {e}") })
+        serde_json::from_slice(&out).map_err(|e| Error::Ipam {
+            plugin: name,
+            cmd: "ADD",
+            code: None,
+            msg: format!("unreadable result: {e}"),
+        })
     }
 }
 
@@ -127,7 +132,11 @@ fn exec(plugin: &Path, cmd: &'static str, env: &Env, stdin: &[u8]) -> std::io::R
 fn plugin_error(plugin: &str, cmd: &'static str, out: &[u8]) -> Error {
     let v: Value = serde_json::from_slice(out).unwrap_or(Value::Null);
     let code = v.get("code").and_then(Value::as_u64).map(|c| c as u32);
-    let mut msg = v.get("msg").and_then(Value::as_str).map(str::to_string).unwrap_or_else(|| String::from_utf8_lossy(out).trim().to_string());
+    let mut msg = v
+        .get("msg")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+        .unwrap_or_else(|| String::from_utf8_lossy(out).trim().to_string());
     if let Some(d) = v.get("details").and_then(Value::as_str).filter(|d| !d.is_empty()) {
         msg = format!("{msg}: {d}");
     }
@@ -137,14 +146,21 @@ fn plugin_error(plugin: &str, cmd: &'static str, out: &[u8]) -> Error {
 /// The versions the plugin supports, from the cache or by asking it.
 fn plugin_versions(plugin: &Path, env: &Env, state_dir: &Path) -> Result<Vec<String>> {
     let meta = std::fs::metadata(plugin).map_err(|e| Error::io(plugin, e))?;
-    let key = format!("{}|{}|{}|{}", plugin.display(), meta.ino(), meta.size(), meta.mtime_nsec() + meta.mtime() * 1_000_000_000);
+    let key = format!(
+        "{}|{}|{}|{}",
+        plugin.display(),
+        meta.ino(),
+        meta.size(),
+        meta.mtime_nsec() + meta.mtime() * 1_000_000_000
+    );
     let cache_path = state_dir.join("ipam-versions.json");
     let mut cache: serde_json::Map<String, Value> =
         std::fs::read(&cache_path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
     if let Some(Value::Array(vs)) = cache.get(&key) {
         return Ok(vs.iter().filter_map(Value::as_str).map(str::to_string).collect());
     }
-    let (ok, out) = exec(plugin, "VERSION", env, br#"{"cniVersion":"0.3.1"}"#).map_err(|e| Error::io(plugin, e))?;
+    let (ok, out) =
+        exec(plugin, "VERSION", env, br#"{"cniVersion":"0.3.1"}"#).map_err(|e| Error::io(plugin, e))?;
     let name = plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam");
     if !ok {
         return Err(plugin_error(name, "VERSION", &out));
@@ -172,7 +188,8 @@ fn plugin_versions(plugin: &Path, env: &Env, state_dir: &Path) -> Result<Vec<Str
 /// Picks the newest version both sides speak, not above what the runtime asked
 /// unless the runtime's is unknown to the plugin (then the plugin's newest we know).
 pub fn negotiate(requested: &str, plugin: &[String]) -> Option<String> {
-    let ours: Vec<&str> = crate::SUPPORTED_VERSIONS.iter().copied().filter(|v| plugin.iter().any(|p| p == v)).collect();
+    let ours: Vec<&str> =
+        crate::SUPPORTED_VERSIONS.iter().copied().filter(|v| plugin.iter().any(|p| p == v)).collect();
     if ours.contains(&requested) {
         return Some(requested.to_string());
     }
@@ -191,7 +208,13 @@ pub fn delegate_conf(raw: &Value, version: &str) -> Value {
 }
 
 /// Prepares the delegate config: finds the plugin and negotiates a version.
-pub fn prepare(raw: &Value, requested: &str, ipam_type: &str, env: &Env, state_dir: &Path) -> Result<(PathBuf, Value)> {
+pub fn prepare(
+    raw: &Value,
+    requested: &str,
+    ipam_type: &str,
+    env: &Env,
+    state_dir: &Path,
+) -> Result<(PathBuf, Value)> {
     let plugin = find_plugin(env, ipam_type)?;
     let vs = plugin_versions(&plugin, env, state_dir)?;
     let v = negotiate(requested, &vs).ok_or_else(|| Error::Ipam {
@@ -262,4 +285,39 @@ pub fn parse_result(v: &Value) -> Result<(Vec<IpCfg>, Vec<RouteCfg>)> {
         routes.push(RouteCfg { dst, prefix, gw });
     }
     Ok((ips, routes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negotiation_speaks_the_newest_common_version() {
+        let debian_1_1_1: Vec<String> =
+            ["0.1.0", "0.2.0", "0.3.0", "0.3.1", "0.4.0", "1.0.0"].map(String::from).to_vec();
+        assert_eq!(negotiate("1.1.0", &debian_1_1_1).as_deref(), Some("1.0.0"));
+        assert_eq!(negotiate("0.3.1", &debian_1_1_1).as_deref(), Some("0.3.1"));
+        assert_eq!(negotiate("1.1.0", &["0.2.0".to_string()]), None);
+    }
+
+    #[test]
+    fn delegate_conf_rewrites_the_version_and_drops_prev_result() {
+        let c = delegate_conf(
+            &json!({"cniVersion": "1.1.0", "prevResult": {}, "ipam": {"type": "static"}}),
+            "1.0.0",
+        );
+        assert_eq!(c, json!({"cniVersion": "1.0.0", "ipam": {"type": "static"}}));
+    }
+
+    #[test]
+    fn results_parse_in_any_version() {
+        let r = json!({"cniVersion": "0.4.0", "ips": [{"version": "4", "address": "10.0.0.2/24", "gateway": "10.0.0.1"}, {"address": "fd00::2/64"}],
+                       "routes": [{"dst": "0.0.0.0/0"}]});
+        let (ips, routes) = parse_result(&r).unwrap();
+        assert_eq!(ips.len(), 2);
+        assert_eq!(ips[0].gateway, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!(routes[0].prefix, 0);
+        assert!(parse_result(&json!({"ips": [{"address": "10.0.0.2/33"}]})).is_err());
+        assert!(parse_cidr("10.0.0.1").is_none());
+    }
 }

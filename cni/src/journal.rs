@@ -130,7 +130,11 @@ pub fn remove(p: &Path) -> Result<()> {
 /// Creates the state dir (0700) if needed.
 pub fn ensure_dir(dir: &Path) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new().recursive(true).mode(0o700).create(dir.join("locks")).map_err(|e| Error::io(dir, e))
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir.join("locks"))
+        .map_err(|e| Error::io(dir, e))
 }
 
 /// An exclusive `flock(2)`, released on drop.
@@ -144,7 +148,12 @@ impl Lock {
     /// times out as [`Error::Busy`] (code 11).
     pub fn take(state_dir: &Path, name: &str, what: &str, wait: Duration) -> Result<Self> {
         let p = state_dir.join("locks").join(format!("{name}.lock"));
-        let file = OpenOptions::new().create(true).truncate(false).write(true).open(&p).map_err(|e| Error::io(&p, e))?;
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&p)
+            .map_err(|e| Error::io(&p, e))?;
         let deadline = Instant::now() + wait;
         let mut pause = Duration::from_millis(1);
         loop {
@@ -158,7 +167,7 @@ impl Lock {
                 return Err(Error::io(&p, e));
             }
             if Instant::now() >= deadline {
-                return Err(Error::Busy { what: what.to_string(), secs: wait.as_secs() });
+                return Err(Error::Busy { what: what.to_string(), ms: wait.as_millis() as u64 });
             }
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(20));

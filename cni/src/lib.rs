@@ -77,13 +77,18 @@ fn dispatch(env: &dyn Fn(&str) -> Option<String>, stdin: &[u8]) -> Result<Option
     }
     let e = conf::read_env(cmd, env)?;
     let c = conf::parse(stdin, &e, cmd)?;
-    let roots = Roots::resolve(env(nic::roots::SYSFS_ROOT_ENV).map(Into::into), env(nic::roots::DEV_ROOT_ENV).map(Into::into));
+    let roots = Roots::resolve(
+        env(nic::roots::SYSFS_ROOT_ENV).map(Into::into),
+        env(nic::roots::DEV_ROOT_ENV).map(Into::into),
+    );
     match cmd {
         Command::Add => txn::add(&c, &e, &roots).map(Some),
         Command::Del => txn::del(&c, &e, &roots).map(|_| None),
         Command::Check => {
             if ipam::version_key(&c.cni_version) < (0, 4, 0) {
-                return Err(Error::Version { requested: format!("{} (CHECK needs 0.4.0 or later)", c.cni_version) });
+                return Err(Error::Version {
+                    requested: format!("{} (CHECK needs 0.4.0 or later)", c.cni_version),
+                });
             }
             txn::check(&c, &e).map(|_| None)
         }

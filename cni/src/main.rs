@@ -18,7 +18,8 @@ fn install(args: &[String]) -> anyhow::Result<()> {
         _ => anyhow::bail!("usage: kube-rdma-cni install --dest DIR"),
     };
     let exe = std::env::current_exe().context("cannot find our own executable")?;
-    let to = kube_rdma_cni::install(&exe, std::path::Path::new(&dest)).with_context(|| format!("install into {dest}"))?;
+    let to = kube_rdma_cni::install(&exe, std::path::Path::new(&dest))
+        .with_context(|| format!("install into {dest}"))?;
     eprintln!("installed {}", to.display());
     Ok(())
 }
@@ -31,10 +32,12 @@ fn init_logging(stdin: &[u8]) {
         .map(str::to_string)
         .or_else(|| std::env::var("KUBE_RDMA_CNI_LOG").ok())
         .unwrap_or_else(|| "warn".into());
-    let filter = tracing_subscriber::EnvFilter::try_new(&level).unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let file = v.get("logFile").and_then(|f| f.as_str()).and_then(|p| {
-        std::fs::OpenOptions::new().create(true).append(true).open(p).ok()
-    });
+    let filter = tracing_subscriber::EnvFilter::try_new(&level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
+    let file = v
+        .get("logFile")
+        .and_then(|f| f.as_str())
+        .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
     let b = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
     match file {
         Some(f) => {

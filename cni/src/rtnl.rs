@@ -6,7 +6,9 @@ use std::net::IpAddr;
 
 use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkHeader, LinkMessage};
-use netlink_packet_route::route::{RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType};
+use netlink_packet_route::route::{
+    RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
+};
 use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use nic::netlink::transport::{Client, NlError, SocketTransport, Transport, NETLINK_ROUTE};
 use nic::netns::Netns;
@@ -21,17 +23,19 @@ pub type Rtnl = Client<SocketTransport>;
 
 /// Opens a route socket in the calling thread's netns.
 pub fn open_here() -> Result<Rtnl> {
-    SocketTransport::open(NETLINK_ROUTE)
-        .map(Client::new)
-        .map_err(|e| Error::netlink("open NETLINK_ROUTE socket", NlError::Io { op: "socket".into(), source: e }))
+    SocketTransport::open(NETLINK_ROUTE).map(Client::new).map_err(|e| {
+        Error::netlink("open NETLINK_ROUTE socket", NlError::Io { op: "socket".into(), source: e })
+    })
 }
 
 /// Opens a route socket inside `ns`.
 pub fn open_in(ns: &Netns) -> Result<Rtnl> {
-    SocketTransport::open_in(ns, NETLINK_ROUTE)
-        .map_err(Error::Netns)?
-        .map(Client::new)
-        .map_err(|e| Error::netlink("open NETLINK_ROUTE socket in pod netns", NlError::Io { op: "socket".into(), source: e }))
+    SocketTransport::open_in(ns, NETLINK_ROUTE).map_err(Error::Netns)?.map(Client::new).map_err(|e| {
+        Error::netlink(
+            "open NETLINK_ROUTE socket in pod netns",
+            NlError::Io { op: "socket".into(), source: e },
+        )
+    })
 }
 
 /// What we read back about a link.
@@ -50,7 +54,13 @@ pub struct Link {
 }
 
 fn to_link(m: &LinkMessage) -> Link {
-    let mut l = Link { index: m.header.index, name: String::new(), mac: None, mtu: None, up: m.header.flags.contains(LinkFlags::Up) };
+    let mut l = Link {
+        index: m.header.index,
+        name: String::new(),
+        mac: None,
+        mtu: None,
+        up: m.header.flags.contains(LinkFlags::Up),
+    };
     for a in &m.attributes {
         match a {
             LinkAttribute::IfName(n) => l.name = n.clone(),
@@ -83,7 +93,12 @@ fn setlink<T: Transport>(c: &mut Client<T>, op: String, m: LinkMessage) -> std::
 /// `ip link set dev IDX netns NS name NEW` in one RTM_SETLINK: the move and
 /// the rename happen together, so the VF is never visible in the pod under its
 /// host name (a clash with an existing pod interface is impossible).
-pub fn move_to_netns<T: Transport>(c: &mut Client<T>, index: u32, ns_fd: i32, new_name: Option<&str>) -> std::result::Result<(), NlError> {
+pub fn move_to_netns<T: Transport>(
+    c: &mut Client<T>,
+    index: u32,
+    ns_fd: i32,
+    new_name: Option<&str>,
+) -> std::result::Result<(), NlError> {
     let mut m = LinkMessage::default();
     m.header = LinkHeader { index, ..LinkHeader::default() };
     m.attributes.push(LinkAttribute::NetNsFd(ns_fd));
@@ -94,7 +109,11 @@ pub fn move_to_netns<T: Transport>(c: &mut Client<T>, index: u32, ns_fd: i32, ne
 }
 
 /// `ip link set dev IDX name NEW` (the link must be down).
-pub fn rename<T: Transport>(c: &mut Client<T>, index: u32, new_name: &str) -> std::result::Result<(), NlError> {
+pub fn rename<T: Transport>(
+    c: &mut Client<T>,
+    index: u32,
+    new_name: &str,
+) -> std::result::Result<(), NlError> {
     let mut m = LinkMessage::default();
     m.header = LinkHeader { index, ..LinkHeader::default() };
     m.attributes.push(LinkAttribute::IfName(new_name.to_string()));
@@ -102,7 +121,13 @@ pub fn rename<T: Transport>(c: &mut Client<T>, index: u32, new_name: &str) -> st
 }
 
 /// `ip link set dev IDX [address MAC] [mtu MTU] up|down` in one request.
-pub fn configure<T: Transport>(c: &mut Client<T>, index: u32, mac: Option<&[u8]>, mtu: Option<u32>, up: Option<bool>) -> std::result::Result<(), NlError> {
+pub fn configure<T: Transport>(
+    c: &mut Client<T>,
+    index: u32,
+    mac: Option<&[u8]>,
+    mtu: Option<u32>,
+    up: Option<bool>,
+) -> std::result::Result<(), NlError> {
     let mut m = LinkMessage::default();
     m.header = LinkHeader { index, ..LinkHeader::default() };
     if let Some(up) = up {
@@ -121,7 +146,12 @@ pub fn configure<T: Transport>(c: &mut Client<T>, index: u32, mac: Option<&[u8]>
 }
 
 /// `ip addr add ADDR/PREFIX dev IDX` (IPv6: `nodad`, so it is usable at once).
-pub fn add_address<T: Transport>(c: &mut Client<T>, index: u32, addr: IpAddr, prefix: u8) -> std::result::Result<(), NlError> {
+pub fn add_address<T: Transport>(
+    c: &mut Client<T>,
+    index: u32,
+    addr: IpAddr,
+    prefix: u8,
+) -> std::result::Result<(), NlError> {
     let mut m = AddressMessage::default();
     m.header.index = index;
     m.header.prefix_len = prefix;
@@ -134,13 +164,22 @@ pub fn add_address<T: Transport>(c: &mut Client<T>, index: u32, addr: IpAddr, pr
     }
     m.attributes.push(AddressAttribute::Local(addr));
     m.attributes.push(AddressAttribute::Address(addr));
-    c.request(&format!("RTM_NEWADDR {addr}/{prefix} ifindex {index}"), RouteNetlinkMessage::NewAddress(m), false, CREATE_EXCL)
-        .map(|_| ())
+    c.request(
+        &format!("RTM_NEWADDR {addr}/{prefix} ifindex {index}"),
+        RouteNetlinkMessage::NewAddress(m),
+        false,
+        CREATE_EXCL,
+    )
+    .map(|_| ())
 }
 
 /// Addresses on link `index` (`ip addr show dev IDX`), as `(addr, prefix)`.
-pub fn addresses<T: Transport>(c: &mut Client<T>, index: u32) -> std::result::Result<Vec<(IpAddr, u8)>, NlError> {
-    let r = c.request("RTM_GETADDR dump", RouteNetlinkMessage::GetAddress(AddressMessage::default()), true, 0)?;
+pub fn addresses<T: Transport>(
+    c: &mut Client<T>,
+    index: u32,
+) -> std::result::Result<Vec<(IpAddr, u8)>, NlError> {
+    let r =
+        c.request("RTM_GETADDR dump", RouteNetlinkMessage::GetAddress(AddressMessage::default()), true, 0)?;
     Ok(r.iter()
         .filter_map(|m| match m {
             RouteNetlinkMessage::NewAddress(a) if a.header.index == index => a
@@ -170,7 +209,13 @@ fn route_addr(ip: IpAddr) -> RouteAddress {
 }
 
 /// `ip route add DST/PREFIX [via GW] dev IDX`.
-pub fn add_route<T: Transport>(c: &mut Client<T>, index: u32, dst: IpAddr, prefix: u8, gw: Option<IpAddr>) -> std::result::Result<(), NlError> {
+pub fn add_route<T: Transport>(
+    c: &mut Client<T>,
+    index: u32,
+    dst: IpAddr,
+    prefix: u8,
+    gw: Option<IpAddr>,
+) -> std::result::Result<(), NlError> {
     let mut m = RouteMessage::default();
     m.header = RouteHeader {
         address_family: if dst.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 },
@@ -188,15 +233,21 @@ pub fn add_route<T: Transport>(c: &mut Client<T>, index: u32, dst: IpAddr, prefi
         m.attributes.push(RouteAttribute::Gateway(route_addr(g)));
     }
     m.attributes.push(RouteAttribute::Oif(index));
-    c.request(&format!("RTM_NEWROUTE {dst}/{prefix} via {gw:?} ifindex {index}"), RouteNetlinkMessage::NewRoute(m), false, CREATE_EXCL)
-        .map(|_| ())
+    c.request(
+        &format!("RTM_NEWROUTE {dst}/{prefix} via {gw:?} ifindex {index}"),
+        RouteNetlinkMessage::NewRoute(m),
+        false,
+        CREATE_EXCL,
+    )
+    .map(|_| ())
 }
 
 /// The name of link `index`, if it exists.
 pub fn link_by_index_name<T: Transport>(c: &mut Client<T>, index: u32) -> Option<String> {
     let mut m = LinkMessage::default();
     m.header = LinkHeader { index, ..LinkHeader::default() };
-    let r = c.request(&format!("RTM_GETLINK ifindex {index}"), RouteNetlinkMessage::GetLink(m), false, 0).ok()?;
+    let r =
+        c.request(&format!("RTM_GETLINK ifindex {index}"), RouteNetlinkMessage::GetLink(m), false, 0).ok()?;
     r.iter().find_map(|m| match m {
         RouteNetlinkMessage::NewLink(l) => Some(to_link(l).name),
         _ => None,

@@ -26,6 +26,18 @@ use crate::vfdev::{self, VfDev};
 
 /// How long ADD/DEL wait for the per-VF lock.
 pub const VF_LOCK_WAIT: Duration = Duration::from_secs(10);
+
+/// Test-only: `KUBE_RDMA_CNI_LOCK_WAIT_MS` shortens the lock waits so the
+/// "busy → code 11" path can be tested quickly. Not for production use.
+pub const LOCK_WAIT_ENV: &str = "KUBE_RDMA_CNI_LOCK_WAIT_MS";
+
+fn lock_wait(default: Duration) -> Duration {
+    std::env::var(LOCK_WAIT_ENV)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map(Duration::from_millis)
+        .unwrap_or(default)
+}
 /// How long ADD/DEL wait for the short per-PF lock (PF-side VF attributes).
 pub const PF_LOCK_WAIT: Duration = Duration::from_secs(5);
 
@@ -57,8 +69,15 @@ pub enum Step {
 
 impl Step {
     /// Every step, in the order ADD starts them.
-    pub const ALL: [Step; 7] =
-        [Step::PfAttrs, Step::Ipam, Step::MoveNetdev, Step::LinkConfig, Step::MoveRdma, Step::Addresses, Step::DeviceInfo];
+    pub const ALL: [Step; 7] = [
+        Step::PfAttrs,
+        Step::Ipam,
+        Step::MoveNetdev,
+        Step::LinkConfig,
+        Step::MoveRdma,
+        Step::Addresses,
+        Step::DeviceInfo,
+    ];
 
     /// The name used in the journal and by the failpoint.
     pub fn name(self) -> &'static str {
@@ -184,7 +203,15 @@ impl Ctx<'_> {
 }
 
 /// The result JSON for `version`.
-pub fn build_result(version: &str, ifname: &str, mac: &str, mtu: Option<u32>, sandbox: &str, pci: &str, ipam: Option<&Value>) -> Value {
+pub fn build_result(
+    version: &str,
+    ifname: &str,
+    mac: &str,
+    mtu: Option<u32>,
+    sandbox: &str,
+    pci: &str,
+    ipam: Option<&Value>,
+) -> Value {
     let v11 = ipam::version_key(version) >= (1, 1, 0);
     let pre1 = ipam::version_key(version) < (1, 0, 0);
     let mut iface = serde_json::json!({"name": ifname, "mac": mac, "sandbox": sandbox});
@@ -235,7 +262,10 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     let vf = VfDev::lookup(roots, pci)?;
     let host_name = vf.netdev.clone().ok_or_else(|| Error::Device {
         pci: pci.to_string(),
-        why: format!("has no netdev on the host ({} is empty): already in a pod, or bound to vfio-pci", vf.dir.join("net").display()),
+        why: format!(
+            "has no netdev on the host ({} is empty): already in a pod, or bound to vfio-pci",
+            vf.dir.join("net").display()
+        ),
     })?;
     let pod = Netns::open(&env.netns).map_err(Error::Netns)?;
     let here = Netns::current().map_err(Error::Netns)?;
@@ -249,7 +279,10 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     })?;
     let mut podc = rtnl::open_in(&pod)?;
     if rtnl::link_by_name(&mut podc, &env.ifname)?.is_some() {
-        return Err(Error::Env { var: "CNI_IFNAME", why: format!("{} already exists in the container", env.ifname) });
+        return Err(Error::Env {
+            var: "CNI_IFNAME",
+            why: format!("{} already exists in the container", env.ifname),
+        });
     }
     let rdma_plan = plan_rdma(conf, &vf, roots)?;
     let pf_netdev = if conf.vf.is_empty() { None } else { Some(vf.pf_netdev()?) };
@@ -259,7 +292,8 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         Some(t) => Some(ipam::prepare(&conf.raw, &conf.cni_version, t, env, &conf.state_dir)?),
         None => None,
     };
-    let _vf_lock = Lock::take(&conf.state_dir, &format!("vf-{pci}"), &format!("VF {pci}"), VF_LOCK_WAIT)?;
+    let _vf_lock =
+        Lock::take(&conf.state_dir, &format!("vf-{pci}"), &format!("VF {pci}"), lock_wait(VF_LOCK_WAIT))?;
     let jpath = journal::path(&attachments_dir(&conf.state_dir), &env.container_id, &env.ifname);
     if Journal::load(&jpath)?.is_some() {
         return Err(Error::Env {
@@ -271,7 +305,10 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     let link = match rtnl::link_by_name(&mut host, &host_name)? {
         Some(l) if l.index == link.index => l,
         _ => {
-            return Err(Error::Device { pci: pci.to_string(), why: format!("netdev {host_name} was taken by another attachment") })
+            return Err(Error::Device {
+                pci: pci.to_string(),
+                why: format!("netdev {host_name} was taken by another attachment"),
+            })
         }
     };
     let mut ctx = Ctx {
@@ -282,7 +319,12 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
             ifname: env.ifname.clone(),
             netns: env.netns.clone(),
             pci: Some(pci),
-            original: Original { name: host_name.clone(), mac: link.mac.as_deref().map(fmt_mac), mtu: link.mtu, up: link.up },
+            original: Original {
+                name: host_name.clone(),
+                mac: link.mac.as_deref().map(fmt_mac),
+                mtu: link.mtu,
+                up: link.up,
+            },
             mac: conf.mac.map(|m| fmt_mac(&m)),
             mtu: conf.mtu,
             device_info_file: conf.device_info_file.clone(),
@@ -294,12 +336,22 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     let run = (|| -> Result<Value> {
         // PF-side VF attributes, only when asked.
         if let Some(pfn) = &pf_netdev {
-            let _pf_lock = Lock::take(&conf.state_dir, &format!("pf-{}", vf.pf), &format!("PF {}", vf.pf), PF_LOCK_WAIT)?;
-            let pf = rtnl::link_by_name(&mut host, pfn)?
-                .ok_or_else(|| Error::Device { pci: vf.pf.to_string(), why: format!("PF netdev {pfn} not found") })?;
+            let _pf_lock = Lock::take(
+                &conf.state_dir,
+                &format!("pf-{}", vf.pf),
+                &format!("PF {}", vf.pf),
+                lock_wait(PF_LOCK_WAIT),
+            )?;
+            let pf = rtnl::link_by_name(&mut host, pfn)?.ok_or_else(|| Error::Device {
+                pci: vf.pf.to_string(),
+                why: format!("PF netdev {pfn} not found"),
+            })?;
             let cur = vfnl::read(&mut host, pf.index, vf.index)
                 .map_err(|e| Error::netlink(format!("read VF {} of {pfn}", vf.index), e))?
-                .ok_or_else(|| Error::Device { pci: pci.to_string(), why: format!("{pfn} does not report VF {}", vf.index) })?;
+                .ok_or_else(|| Error::Device {
+                    pci: pci.to_string(),
+                    why: format!("{pfn} does not report VF {}", vf.index),
+                })?;
             ctx.journal.vf_undo = Some(vf_undo_of(pfn, vf.index, &conf.vf, &cur));
             ctx.begin(Step::PfAttrs)?;
             vfnl::apply(&mut host, pf.index, vf.index, &conf.vf)
@@ -342,13 +394,16 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         if let Some(r) = &ipam_result {
             let (ips, routes) = ipam::parse_result(r)?;
             for ip in &ips {
-                rtnl::add_address(&mut podc, plink.index, ip.addr, ip.prefix)
-                    .map_err(|e| Error::netlink(format!("add {}/{} to {}", ip.addr, ip.prefix, env.ifname), e))?;
+                rtnl::add_address(&mut podc, plink.index, ip.addr, ip.prefix).map_err(|e| {
+                    Error::netlink(format!("add {}/{} to {}", ip.addr, ip.prefix, env.ifname), e)
+                })?;
             }
             for r in &routes {
                 // A route without gw uses the gateway of the first address of
                 // its family, as the reference plugins' ConfigureIface does.
-                let gw = r.gw.or_else(|| ips.iter().filter(|i| i.addr.is_ipv4() == r.dst.is_ipv4()).find_map(|i| i.gateway));
+                let gw = r.gw.or_else(|| {
+                    ips.iter().filter(|i| i.addr.is_ipv4() == r.dst.is_ipv4()).find_map(|i| i.gateway)
+                });
                 rtnl::add_route(&mut podc, plink.index, r.dst, r.prefix, gw)
                     .map_err(|e| Error::netlink(format!("add route {}/{} in the pod", r.dst, r.prefix), e))?;
             }
@@ -363,7 +418,15 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
 
         let final_link = rtnl::link_by_name(&mut podc, &env.ifname)?.unwrap_or(plink);
         let mac = final_link.mac.as_deref().map(fmt_mac).unwrap_or_default();
-        let result = build_result(&conf.cni_version, &env.ifname, &mac, final_link.mtu, &env.netns, &pci.to_string(), ipam_result.as_ref());
+        let result = build_result(
+            &conf.cni_version,
+            &env.ifname,
+            &mac,
+            final_link.mtu,
+            &env.netns,
+            &pci.to_string(),
+            ipam_result.as_ref(),
+        );
         ctx.journal.mac = Some(mac);
         ctx.journal.complete = true;
         ctx.journal.result = Some(result.clone());
@@ -400,7 +463,13 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     }
 }
 
-fn move_into_pod(host: &mut rtnl::Rtnl, podc: &mut rtnl::Rtnl, index: u32, pod: &Netns, ifname: &str) -> Result<()> {
+fn move_into_pod(
+    host: &mut rtnl::Rtnl,
+    podc: &mut rtnl::Rtnl,
+    index: u32,
+    pod: &Netns,
+    ifname: &str,
+) -> Result<()> {
     match rtnl::move_to_netns(host, index, pod.raw_fd(), Some(ifname)) {
         Ok(()) => Ok(()),
         Err(e) => {
@@ -443,7 +512,10 @@ fn move_rdma(names: &[String], to: &Netns, from: Option<&Netns>) -> Result<()> {
 
 fn write_device_info(path: &Path, pci: &str, rdma: Option<&String>) -> Result<()> {
     // device-info-spec 1.1.0: keep what the device plugin wrote, add ours.
-    let mut v: Value = std::fs::read(path).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_else(|| serde_json::json!({}));
+    let mut v: Value = std::fs::read(path)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or_else(|| serde_json::json!({}));
     if !v.is_object() {
         v = serde_json::json!({});
     }
@@ -505,8 +577,10 @@ pub fn undo(j: &Journal, roots: &Roots) -> Result<()> {
 
 fn restore_pf(u: &VfUndo) -> Result<()> {
     let mut host = rtnl::open_here()?;
-    let pf = rtnl::link_by_name(&mut host, &u.pf_netdev)?
-        .ok_or_else(|| Error::Device { pci: u.pf_netdev.clone(), why: "PF netdev not found to restore VF attributes".into() })?;
+    let pf = rtnl::link_by_name(&mut host, &u.pf_netdev)?.ok_or_else(|| Error::Device {
+        pci: u.pf_netdev.clone(),
+        why: "PF netdev not found to restore VF attributes".into(),
+    })?;
     vfnl::apply(&mut host, pf.index, u.vf, &vf_settings_of(u))
         .map_err(|e| Error::netlink(format!("restore VF {} attributes on {}", u.vf, u.pf_netdev), e))
 }
@@ -524,7 +598,10 @@ fn bring_home(j: &Journal, pod: Option<&Netns>, roots: &Roots) -> Result<()> {
             let r = rtnl::move_to_netns(&mut podc, l.index, here.raw_fd(), Some(&j.original.name));
             if let Err(e) = r {
                 if e.errno() != Some(libc::EEXIST) {
-                    return Err(Error::netlink(format!("move {} back to the host as {}", j.ifname, j.original.name), e));
+                    return Err(Error::netlink(
+                        format!("move {} back to the host as {}", j.ifname, j.original.name),
+                        e,
+                    ));
                 }
                 tracing::warn!("{} is taken on the host; moving back under the pod name", j.original.name);
                 rtnl::move_to_netns(&mut podc, l.index, here.raw_fd(), None)
@@ -550,7 +627,11 @@ fn bring_home(j: &Journal, pod: Option<&Netns>, roots: &Roots) -> Result<()> {
         tracing::warn!(name = %j.original.name, "VF netdev not found on the host or in the pod; nothing to restore");
         return Ok(());
     };
-    let mac = if j.mac.is_some() || j.original.mac.is_some() { j.original.mac.as_deref().and_then(parse_mac) } else { None };
+    let mac = if j.mac.is_some() || j.original.mac.is_some() {
+        j.original.mac.as_deref().and_then(parse_mac)
+    } else {
+        None
+    };
     let mac = mac.filter(|m| l.mac.as_deref() != Some(&m[..]));
     let mtu = j.original.mtu.filter(|m| l.mtu != Some(*m));
     rtnl::configure(&mut host, l.index, mac.as_ref().map(|m| &m[..]), mtu, Some(j.original.up))
@@ -565,7 +646,12 @@ pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
     let j = Journal::load(&jpath)?;
     let pci = j.as_ref().and_then(|j| j.pci).or(conf.device);
     let _lock = match pci {
-        Some(p) => Some(Lock::take(&conf.state_dir, &format!("vf-{p}"), &format!("VF {p}"), VF_LOCK_WAIT)?),
+        Some(p) => Some(Lock::take(
+            &conf.state_dir,
+            &format!("vf-{p}"),
+            &format!("VF {p}"),
+            lock_wait(VF_LOCK_WAIT),
+        )?),
         None => None,
     };
     // Re-read under the lock.
@@ -594,9 +680,9 @@ pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
 /// CHECK: the attachment is as ADD left it.
 pub fn check(conf: &NetConf, env: &Env) -> Result<()> {
     let jpath = journal::path(&attachments_dir(&conf.state_dir), &env.container_id, &env.ifname);
-    let j = Journal::load(&jpath)?
-        .filter(|j| j.complete)
-        .ok_or_else(|| Error::Check(format!("no completed attachment {}/{}", env.container_id, env.ifname)))?;
+    let j = Journal::load(&jpath)?.filter(|j| j.complete).ok_or_else(|| {
+        Error::Check(format!("no completed attachment {}/{}", env.container_id, env.ifname))
+    })?;
     let pod = Netns::open(&env.netns).map_err(Error::Netns)?;
     let mut podc = rtnl::open_in(&pod)?;
     let l = rtnl::link_by_name(&mut podc, &env.ifname)?
@@ -618,7 +704,8 @@ pub fn check(conf: &NetConf, env: &Env) -> Result<()> {
     let want = conf.prev_result.as_ref().or(j.result.as_ref());
     if let Some(r) = want {
         let (ips, _) = ipam::parse_result(r)?;
-        let have = rtnl::addresses(&mut podc, l.index).map_err(|e| Error::netlink("list addresses in the pod", e))?;
+        let have = rtnl::addresses(&mut podc, l.index)
+            .map_err(|e| Error::netlink("list addresses in the pod", e))?;
         for ip in ips {
             if !have.contains(&(ip.addr, ip.prefix)) {
                 return Err(Error::Check(format!("{} lacks address {}/{}", env.ifname, ip.addr, ip.prefix)));
@@ -669,13 +756,23 @@ pub fn gc(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
         }
         tracing::info!(container = %j.container_id, ifname = %j.ifname, "GC: removing stale attachment");
         let _lock = match j.pci {
-            Some(pci) => Some(Lock::take(&conf.state_dir, &format!("vf-{pci}"), &format!("VF {pci}"), VF_LOCK_WAIT)?),
+            Some(pci) => Some(Lock::take(
+                &conf.state_dir,
+                &format!("vf-{pci}"),
+                &format!("VF {pci}"),
+                lock_wait(VF_LOCK_WAIT),
+            )?),
             None => None,
         };
         let mut r = undo(&j, roots);
         if r.is_ok() {
             if let (Some(t), Some(c)) = (&j.ipam_type, &j.ipam_conf) {
-                let genv = Env { container_id: j.container_id.clone(), ifname: j.ifname.clone(), netns: String::new(), ..env.clone() };
+                let genv = Env {
+                    container_id: j.container_id.clone(),
+                    ifname: j.ifname.clone(),
+                    netns: String::new(),
+                    ..env.clone()
+                };
                 r = ipam::find_plugin(&genv, t).and_then(|p| ipam::del(&p, c, &genv));
             }
         }
@@ -694,11 +791,12 @@ pub fn gc(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
 
 /// STATUS: ready, or 50 with the reason.
 pub fn status(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
-    journal::ensure_dir(&conf.state_dir).map_err(|e| Error::Unavailable(format!("state directory unusable: {e}")))?;
+    journal::ensure_dir(&conf.state_dir)
+        .map_err(|e| Error::Unavailable(format!("state directory unusable: {e}")))?;
     let probe = conf.state_dir.join(format!(".status-{}", std::process::id()));
-    std::fs::write(&probe, b"")
-        .and_then(|_| std::fs::remove_file(&probe))
-        .map_err(|e| Error::Unavailable(format!("state directory {} is not writable: {e}", conf.state_dir.display())))?;
+    std::fs::write(&probe, b"").and_then(|_| std::fs::remove_file(&probe)).map_err(|e| {
+        Error::Unavailable(format!("state directory {} is not writable: {e}", conf.state_dir.display()))
+    })?;
     if conf.rdma == RdmaMode::Required {
         match rdma_netns_mode(roots) {
             Some(NetnsMode::Exclusive) => {}
@@ -714,4 +812,42 @@ pub fn status(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
         ipam::find_plugin(env, t).map_err(|e| Error::Unavailable(e.to_string()))?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_follow_the_requested_version() {
+        let ipam = serde_json::json!({"ips": [{"address": "10.0.0.2/24", "gateway": "10.0.0.1", "interface": 5}], "dns": {"nameservers": ["1.1.1.1"]}});
+        let r = build_result(
+            "1.1.0",
+            "net1",
+            "02:00:00:00:00:01",
+            Some(9000),
+            "/run/netns/p",
+            "0000:3b:00.2",
+            Some(&ipam),
+        );
+        assert_eq!(r["interfaces"][0]["pciID"], "0000:3b:00.2");
+        assert_eq!(r["interfaces"][0]["mtu"], 9000);
+        assert_eq!(r["ips"][0]["interface"], 0);
+        assert!(r["ips"][0].get("version").is_none());
+        assert_eq!(r["dns"]["nameservers"][0], "1.1.1.1");
+        let r = build_result("1.0.0", "net1", "m", Some(9000), "s", "p", Some(&ipam));
+        assert!(r["interfaces"][0].get("pciID").is_none() && r["interfaces"][0].get("mtu").is_none());
+        let r = build_result("0.3.1", "net1", "m", None, "s", "p", Some(&ipam));
+        assert_eq!(r["ips"][0]["version"], "4");
+        assert_eq!(r["cniVersion"], "0.3.1");
+    }
+
+    #[test]
+    fn step_names_round_trip_through_the_journal_format() {
+        for s in Step::ALL {
+            let j = serde_json::to_string(&s).unwrap();
+            assert_eq!(j, format!("\"{}\"", s.name()));
+            assert_eq!(serde_json::from_str::<Step>(&j).unwrap(), s);
+        }
+    }
 }

@@ -81,7 +81,9 @@ impl VfDev {
     pub fn pf_netdev(&self) -> Result<String> {
         entries(&self.pf_dir.join("net")).into_iter().next().ok_or_else(|| Error::Device {
             pci: self.pf.to_string(),
-            why: "PF has no netdev; PF-side VF attributes (vlan, spoofchk, trust, rates, link_state) need one".into(),
+            why:
+                "PF has no netdev; PF-side VF attributes (vlan, spoofchk, trust, rates, link_state) need one"
+                    .into(),
         })
     }
 }

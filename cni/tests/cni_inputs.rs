@@ -36,48 +36,243 @@ fn bad_inputs_get_the_spec_code_and_a_useful_message_and_change_nothing() {
 
     // (case, CNI_COMMAND, stdin, env overrides)
     let cases: Vec<(Case, &str, Vec<u8>, Vec<(&str, String)>)> = vec![
-        (Case { name: "malformed JSON", code: 6, msg: "cannot decode" }, "ADD", b"{\"cniVersion\": ".to_vec(), vec![]),
-        (Case { name: "config is not an object", code: 6, msg: "JSON object" }, "ADD", b"[1,2]".to_vec(), vec![]),
-        (Case { name: "missing CNI_COMMAND", code: 4, msg: "CNI_COMMAND" }, "", vec![], vec![("CNI_COMMAND", String::new())]),
+        (
+            Case { name: "malformed JSON", code: 6, msg: "cannot decode" },
+            "ADD",
+            b"{\"cniVersion\": ".to_vec(),
+            vec![],
+        ),
+        (
+            Case { name: "config is not an object", code: 6, msg: "JSON object" },
+            "ADD",
+            b"[1,2]".to_vec(),
+            vec![],
+        ),
+        (
+            Case { name: "missing CNI_COMMAND", code: 4, msg: "CNI_COMMAND" },
+            "",
+            vec![],
+            vec![("CNI_COMMAND", String::new())],
+        ),
         (Case { name: "unknown CNI_COMMAND", code: 4, msg: "not ADD, DEL" }, "FROB", vec![], vec![]),
-        (Case { name: "missing CNI_CONTAINERID", code: 4, msg: "CNI_CONTAINERID" }, "ADD", vec![], vec![("CNI_CONTAINERID", String::new())]),
-        (Case { name: "bad CNI_CONTAINERID", code: 4, msg: "CNI_CONTAINERID" }, "ADD", vec![], vec![("CNI_CONTAINERID", "../x".into())]),
-        (Case { name: "missing CNI_NETNS", code: 4, msg: "CNI_NETNS" }, "ADD", vec![], vec![("CNI_NETNS", String::new())]),
-        (Case { name: "CNI_IFNAME too long", code: 4, msg: "IFNAMSIZ" }, "ADD", vec![], vec![("CNI_IFNAME", "averyverylongname0".into())]),
-        (Case { name: "CNI_IFNAME with a slash", code: 4, msg: "'/'" }, "ADD", vec![], vec![("CNI_IFNAME", "a/b".into())]),
-        (Case { name: "interface name taken in the pod", code: 4, msg: "already exists in the container" }, "ADD", vec![], vec![("CNI_IFNAME", "net9".into())]),
-        (Case { name: "traversal deviceID", code: 7, msg: "deviceID" }, "ADD", ser(&with("deviceID", json!("../../../etc"))), vec![]),
-        (Case { name: "short deviceID", code: 7, msg: "not a PCI address" }, "ADD", ser(&with("deviceID", json!("0000:3b:00"))), vec![]),
-        (Case { name: "traversal runtimeConfig.deviceID", code: 7, msg: "deviceID" }, "ADD", ser(&with("runtimeConfig", json!({"deviceID": "0000:3b:00.0/../.."}))), vec![]),
-        (Case { name: "missing deviceID", code: 7, msg: "deviceID" }, "ADD", ser(&{ let mut c = base.clone(); c.as_object_mut().unwrap().remove("deviceID"); c }), vec![]),
-        (Case { name: "no such PCI device", code: 7, msg: "no such PCI device" }, "ADD", ser(&with("deviceID", json!("0000:fe:1f.7"))), vec![]),
-        (Case { name: "not a VF (the PF)", code: 7, msg: "not an SR-IOV VF" }, "ADD", ser(&with("deviceID", json!(pf))), vec![]),
-        (Case { name: "bad MAC", code: 7, msg: "not a MAC address" }, "ADD", ser(&with("mac", json!("02:00:00:00:00"))), vec![]),
-        (Case { name: "multicast MAC", code: 7, msg: "multicast" }, "ADD", ser(&with("mac", json!("03:00:00:00:00:01"))), vec![]),
-        (Case { name: "bad CNI_ARGS MAC", code: 7, msg: "CNI_ARGS MAC" }, "ADD", vec![], vec![("CNI_ARGS", "IgnoreUnknown=1;MAC=zz".into())]),
-        (Case { name: "vlan out of range", code: 7, msg: "vlan: 4096 is outside" }, "ADD", ser(&with("vlan", json!(4096))), vec![]),
-        (Case { name: "vlanQoS out of range", code: 7, msg: "vlanQoS" }, "ADD", ser(&{ let mut c = with("vlan", json!(10)); c["vlanQoS"] = json!(8); c }), vec![]),
-        (Case { name: "bad vlanProto", code: 7, msg: "vlanProto" }, "ADD", ser(&{ let mut c = with("vlan", json!(10)); c["vlanProto"] = json!("802.1x"); c }), vec![]),
-        (Case { name: "trust yes", code: 7, msg: "trust: \"yes\" is not \"on\" or \"off\"" }, "ADD", ser(&with("trust", json!("yes"))), vec![]),
-        (Case { name: "spoofchk true", code: 7, msg: "spoofchk" }, "ADD", ser(&with("spoofchk", json!("true"))), vec![]),
-        (Case { name: "min above max rate", code: 7, msg: "above max_tx_rate" }, "ADD", ser(&{ let mut c = with("min_tx_rate", json!(200)); c["max_tx_rate"] = json!(100); c }), vec![]),
-        (Case { name: "bad link_state", code: 7, msg: "link_state" }, "ADD", ser(&with("link_state", json!("up"))), vec![]),
+        (
+            Case { name: "missing CNI_CONTAINERID", code: 4, msg: "CNI_CONTAINERID" },
+            "ADD",
+            vec![],
+            vec![("CNI_CONTAINERID", String::new())],
+        ),
+        (
+            Case { name: "bad CNI_CONTAINERID", code: 4, msg: "CNI_CONTAINERID" },
+            "ADD",
+            vec![],
+            vec![("CNI_CONTAINERID", "../x".into())],
+        ),
+        (
+            Case { name: "missing CNI_NETNS", code: 4, msg: "CNI_NETNS" },
+            "ADD",
+            vec![],
+            vec![("CNI_NETNS", String::new())],
+        ),
+        (
+            Case { name: "CNI_IFNAME too long", code: 4, msg: "IFNAMSIZ" },
+            "ADD",
+            vec![],
+            vec![("CNI_IFNAME", "averyverylongname0".into())],
+        ),
+        (
+            Case { name: "CNI_IFNAME with a slash", code: 4, msg: "'/'" },
+            "ADD",
+            vec![],
+            vec![("CNI_IFNAME", "a/b".into())],
+        ),
+        (
+            Case { name: "interface name taken in the pod", code: 4, msg: "already exists in the container" },
+            "ADD",
+            vec![],
+            vec![("CNI_IFNAME", "net9".into())],
+        ),
+        (
+            Case { name: "traversal deviceID", code: 7, msg: "deviceID" },
+            "ADD",
+            ser(&with("deviceID", json!("../../../etc"))),
+            vec![],
+        ),
+        (
+            Case { name: "short deviceID", code: 7, msg: "not a PCI address" },
+            "ADD",
+            ser(&with("deviceID", json!("0000:3b:00"))),
+            vec![],
+        ),
+        (
+            Case { name: "traversal runtimeConfig.deviceID", code: 7, msg: "deviceID" },
+            "ADD",
+            ser(&with("runtimeConfig", json!({"deviceID": "0000:3b:00.0/../.."}))),
+            vec![],
+        ),
+        (
+            Case { name: "missing deviceID", code: 7, msg: "deviceID" },
+            "ADD",
+            ser(&{
+                let mut c = base.clone();
+                c.as_object_mut().unwrap().remove("deviceID");
+                c
+            }),
+            vec![],
+        ),
+        (
+            Case { name: "no such PCI device", code: 7, msg: "no such PCI device" },
+            "ADD",
+            ser(&with("deviceID", json!("0000:fe:1f.7"))),
+            vec![],
+        ),
+        (
+            Case { name: "not a VF (the PF)", code: 7, msg: "not an SR-IOV VF" },
+            "ADD",
+            ser(&with("deviceID", json!(pf))),
+            vec![],
+        ),
+        (
+            Case { name: "bad MAC", code: 7, msg: "not a MAC address" },
+            "ADD",
+            ser(&with("mac", json!("02:00:00:00:00"))),
+            vec![],
+        ),
+        (
+            Case { name: "multicast MAC", code: 7, msg: "multicast" },
+            "ADD",
+            ser(&with("mac", json!("03:00:00:00:00:01"))),
+            vec![],
+        ),
+        (
+            Case { name: "bad CNI_ARGS MAC", code: 7, msg: "CNI_ARGS MAC" },
+            "ADD",
+            vec![],
+            vec![("CNI_ARGS", "IgnoreUnknown=1;MAC=zz".into())],
+        ),
+        (
+            Case { name: "vlan out of range", code: 7, msg: "vlan: 4096 is outside" },
+            "ADD",
+            ser(&with("vlan", json!(4096))),
+            vec![],
+        ),
+        (
+            Case { name: "vlanQoS out of range", code: 7, msg: "vlanQoS" },
+            "ADD",
+            ser(&{
+                let mut c = with("vlan", json!(10));
+                c["vlanQoS"] = json!(8);
+                c
+            }),
+            vec![],
+        ),
+        (
+            Case { name: "bad vlanProto", code: 7, msg: "vlanProto" },
+            "ADD",
+            ser(&{
+                let mut c = with("vlan", json!(10));
+                c["vlanProto"] = json!("802.1x");
+                c
+            }),
+            vec![],
+        ),
+        (
+            Case { name: "trust yes", code: 7, msg: "trust: \"yes\" is not \"on\" or \"off\"" },
+            "ADD",
+            ser(&with("trust", json!("yes"))),
+            vec![],
+        ),
+        (
+            Case { name: "spoofchk true", code: 7, msg: "spoofchk" },
+            "ADD",
+            ser(&with("spoofchk", json!("true"))),
+            vec![],
+        ),
+        (
+            Case { name: "min above max rate", code: 7, msg: "above max_tx_rate" },
+            "ADD",
+            ser(&{
+                let mut c = with("min_tx_rate", json!(200));
+                c["max_tx_rate"] = json!(100);
+                c
+            }),
+            vec![],
+        ),
+        (
+            Case { name: "bad link_state", code: 7, msg: "link_state" },
+            "ADD",
+            ser(&with("link_state", json!("up"))),
+            vec![],
+        ),
         (Case { name: "mtu too small", code: 7, msg: "mtu" }, "ADD", ser(&with("mtu", json!(10))), vec![]),
-        (Case { name: "bad rdma mode", code: 7, msg: "rdma" }, "ADD", ser(&with("rdma", json!("maybe"))), vec![]),
-        (Case { name: "wrong type for vlan", code: 7, msg: "invalid type" }, "ADD", ser(&with("vlan", json!("ten"))), vec![]),
-        (Case { name: "unsupported cniVersion", code: 1, msg: "not supported" }, "ADD", ser(&with("cniVersion", json!("2.0.0"))), vec![]),
-        (Case { name: "CHECK with a pre-0.4.0 config", code: 1, msg: "CHECK needs 0.4.0" }, "CHECK", ser(&with("cniVersion", json!("0.3.1"))), vec![]),
-        (Case { name: "netns path is not a netns", code: 3, msg: "not a network namespace" }, "ADD", vec![], vec![("CNI_NETNS", not_netns.path().display().to_string())]),
-        (Case { name: "netns path missing", code: 3, msg: "cannot open network namespace" }, "ADD", vec![], vec![("CNI_NETNS", "/run/netns/does-not-exist".into())]),
-        (Case { name: "CNI_NETNS is the host's own", code: 4, msg: "own network namespace" }, "ADD", vec![], vec![("CNI_NETNS", lab.host.path().display().to_string())]),
-        (Case { name: "IPAM plugin not in CNI_PATH", code: 7, msg: "not found in CNI_PATH" }, "ADD", ser(&with("ipam", json!({"type": "no-such-ipam"}))), vec![]),
-        (Case { name: "relative stateDir", code: 7, msg: "stateDir" }, "ADD", ser(&with("stateDir", json!("relative/dir"))), vec![]),
+        (
+            Case { name: "bad rdma mode", code: 7, msg: "rdma" },
+            "ADD",
+            ser(&with("rdma", json!("maybe"))),
+            vec![],
+        ),
+        (
+            Case { name: "wrong type for vlan", code: 7, msg: "invalid type" },
+            "ADD",
+            ser(&with("vlan", json!("ten"))),
+            vec![],
+        ),
+        (
+            Case { name: "unsupported cniVersion", code: 1, msg: "not supported" },
+            "ADD",
+            ser(&with("cniVersion", json!("2.0.0"))),
+            vec![],
+        ),
+        (
+            Case { name: "CHECK with a pre-0.4.0 config", code: 1, msg: "CHECK needs 0.4.0" },
+            "CHECK",
+            ser(&with("cniVersion", json!("0.3.1"))),
+            vec![],
+        ),
+        (
+            Case { name: "netns path is not a netns", code: 3, msg: "not a network namespace" },
+            "ADD",
+            vec![],
+            vec![("CNI_NETNS", not_netns.path().display().to_string())],
+        ),
+        (
+            Case { name: "netns path missing", code: 3, msg: "cannot open network namespace" },
+            "ADD",
+            vec![],
+            vec![("CNI_NETNS", "/run/netns/does-not-exist".into())],
+        ),
+        (
+            Case { name: "CNI_NETNS is the host's own", code: 4, msg: "own network namespace" },
+            "ADD",
+            vec![],
+            vec![("CNI_NETNS", lab.host.path().display().to_string())],
+        ),
+        (
+            Case { name: "IPAM plugin not in CNI_PATH", code: 7, msg: "not found in CNI_PATH" },
+            "ADD",
+            ser(&with("ipam", json!({"type": "no-such-ipam"}))),
+            vec![],
+        ),
+        (
+            Case { name: "relative stateDir", code: 7, msg: "stateDir" },
+            "ADD",
+            ser(&with("stateDir", json!("relative/dir"))),
+            vec![],
+        ),
     ];
     assert!(cases.len() >= 15);
     for (case, cmd, stdin, env) in cases {
         let stdin = if stdin.is_empty() { ser(&base) } else { stdin };
         let envs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
-        let (code, out) = run_plugin(lab.host.path(), &lab.sim.roots().sysfs, cmd, "bad1", Path::new(&pod_path), "net1", &stdin, &envs);
+        let (code, out) = run_plugin(
+            lab.host.path(),
+            &lab.sim.roots().sysfs,
+            cmd,
+            "bad1",
+            Path::new(&pod_path),
+            "net1",
+            &stdin,
+            &envs,
+        );
         assert_eq!(code, case.code, "{}: {out}", case.name);
         let msg = out["msg"].as_str().unwrap_or_default();
         assert!(msg.contains(case.msg), "{}: message {msg:?} lacks {:?}", case.name, case.msg);
@@ -87,6 +282,31 @@ fn bad_inputs_get_the_spec_code_and_a_useful_message_and_change_nothing() {
         assert!(lab.state_files().is_empty(), "{}: state left {:?}", case.name, lab.state_files());
         assert!(lab.ipam_allocations().is_empty(), "{}: IPAM leaked", case.name);
     }
+}
+
+#[test]
+fn a_vf_locked_by_another_attachment_is_busy_code_11() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.221.0.0/24");
+    let locks = lab.state.path().join("locks");
+    std::fs::create_dir_all(&locks).unwrap();
+    let f = std::fs::File::create(locks.join(format!("vf-{pci}.lock"))).unwrap();
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on our own descriptor.
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let (code, out) =
+        lab.cni_env("ADD", "busy1", pod.path(), "net1", &conf, &[("KUBE_RDMA_CNI_LOCK_WAIT_MS", "200")]);
+    assert_eq!(code, 11, "{out}");
+    assert!(out["msg"].as_str().unwrap().contains("busy"), "{out}");
+    assert!(lab.host_links().contains(&vfname));
+    assert!(lab.ipam_allocations().is_empty());
+    drop(f);
+    let (code, out) = lab.cni("ADD", "busy1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = lab.cni("DEL", "busy1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
 }
 
 fn ser(v: &Value) -> Vec<u8> {
@@ -107,7 +327,11 @@ fn version_lists_every_supported_version() {
 
 #[test]
 fn missing_cni_command_prints_error_json_not_usage() {
-    let out = std::process::Command::new(BIN).env_remove("CNI_COMMAND").stdin(std::process::Stdio::null()).output().unwrap();
+    let out = std::process::Command::new(BIN)
+        .env_remove("CNI_COMMAND")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(1));
     let v: Value = serde_json::from_slice(&out.stdout).expect("stdout is the error JSON");
     assert_eq!(v["code"], 4);
@@ -140,7 +364,8 @@ fn status_reports_an_unwritable_state_dir() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("file");
     std::fs::write(&file, "").unwrap();
-    let conf = json!({"cniVersion": "1.1.0", "name": "n", "type": "kube-rdma-cni", "stateDir": file.join("sub")});
+    let conf =
+        json!({"cniVersion": "1.1.0", "name": "n", "type": "kube-rdma-cni", "stateDir": file.join("sub")});
     let out = std::process::Command::new(BIN)
         .env("CNI_COMMAND", "STATUS")
         .stdin(std::process::Stdio::piped())

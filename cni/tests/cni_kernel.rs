@@ -183,7 +183,11 @@ fn device_info_file_is_read_extended_and_removed() {
     let pod = lab.pod(0);
     let info = lab.state.path().join("devinfo/dp.json");
     std::fs::create_dir_all(info.parent().unwrap()).unwrap();
-    std::fs::write(&info, r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"x","pf-pci-address":"0000:10:00.0"}}"#).unwrap();
+    std::fs::write(
+        &info,
+        r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"x","pf-pci-address":"0000:10:00.0"}}"#,
+    )
+    .unwrap();
     let mut conf = lab.conf("1.1.0", pci, "10.207.0.0/24");
     conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": info});
     let (code, out) = lab.cni("ADD", "d1", pod.path(), "net1", &conf);
@@ -222,8 +226,22 @@ fn gc_undoes_attachments_that_are_no_longer_valid() {
 }
 
 /// Snapshot of everything an ADD may change.
-fn snapshot(lab: &Lab, pod: &str) -> (std::collections::BTreeSet<String>, std::collections::BTreeSet<String>, std::collections::BTreeSet<String>, std::collections::BTreeSet<String>, Vec<(String, u64, bool)>) {
-    let info = lab.vfs.iter().filter(|(_, n)| lab.host_links().contains(n)).map(|(_, n)| link_info(lab.host.name(), n)).collect();
+fn snapshot(
+    lab: &Lab,
+    pod: &str,
+) -> (
+    std::collections::BTreeSet<String>,
+    std::collections::BTreeSet<String>,
+    std::collections::BTreeSet<String>,
+    std::collections::BTreeSet<String>,
+    Vec<(String, u64, bool)>,
+) {
+    let info = lab
+        .vfs
+        .iter()
+        .filter(|(_, n)| lab.host_links().contains(n))
+        .map(|(_, n)| link_info(lab.host.name(), n))
+        .collect();
     (lab.host_links(), links(pod), lab.state_files(), lab.ipam_allocations(), info)
 }
 
@@ -241,7 +259,8 @@ fn a_crash_after_any_add_step_is_fully_undone_by_del() {
     for step in ["move_netdev", "link_config", "ipam", "addresses", "device_info"] {
         let before = snapshot(&lab, pod.name());
         let fp = format!("after:{step}");
-        let (code, out) = lab.cni_env("ADD", "f1", pod.path(), "net1", &conf, &[("KUBE_RDMA_CNI_FAILPOINT", &fp)]);
+        let (code, out) =
+            lab.cni_env("ADD", "f1", pod.path(), "net1", &conf, &[("KUBE_RDMA_CNI_FAILPOINT", &fp)]);
         assert_eq!(code, 99, "{step}: plugin did not die at the failpoint: {out}");
         assert_ne!(snapshot(&lab, pod.name()), before, "{step}: the crash left nothing to undo?");
         let (code, out) = lab.cni("DEL", "f1", pod.path(), "net1", &conf);
@@ -272,7 +291,11 @@ fn thirty_two_parallel_add_del_cycles_leak_nothing() {
                 });
             }
         });
-        assert_eq!((lab.host_links(), lab.state_files(), lab.ipam_allocations()), before, "leak after round {round}");
+        assert_eq!(
+            (lab.host_links(), lab.state_files(), lab.ipam_allocations()),
+            before,
+            "leak after round {round}"
+        );
         for p in &pods {
             assert!(links(p.name()).is_empty(), "leaked link in {}", p.name());
         }

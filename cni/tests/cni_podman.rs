@@ -49,7 +49,16 @@ impl Podman<'_> {
             .arg(d.join("run"))
             .arg("--tmpdir")
             .arg(d.join("tmp"))
-            .args(["--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--runtime", "runc", "--events-backend", "file"])
+            .args([
+                "--storage-driver",
+                "vfs",
+                "--cgroup-manager",
+                "cgroupfs",
+                "--runtime",
+                "runc",
+                "--events-backend",
+                "file",
+            ])
             .arg("--network-config-dir")
             .arg(d.join("net.d"))
             .args(args)
@@ -121,9 +130,22 @@ fn podman_runs_a_container_on_a_kube_rdma_cni_network_and_gives_the_vf_back() {
     assert!(out.status.success(), "podman import: {}", String::from_utf8_lossy(&out.stderr));
 
     let net = format!("kr{}", lab.tag);
-    let out = pm.run(&["run", "--rm", "--network", &net, &image, "/bin/sh", "-c", "ip -o addr show eth0; ip -o link show eth0"]);
+    let out = pm.run(&[
+        "run",
+        "--rm",
+        "--network",
+        &net,
+        &image,
+        "/bin/sh",
+        "-c",
+        "ip -o addr show eth0; ip -o link show eth0",
+    ]);
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "podman run failed\nstdout: {stdout}\nstderr: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "podman run failed\nstdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(stdout.contains("inet 10.230.7.2/24"), "no address inside the container: {stdout}");
     assert!(stdout.contains("mtu 1400"), "MTU not applied: {stdout}");
 

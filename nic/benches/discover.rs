@@ -51,20 +51,24 @@ fn plain_walk(sys: &Path, dev: &Path) -> usize {
                 }
             }
         }
-        for aux in entries.iter().filter(|e| e.contains(".rdma.") || e.contains(".roce.") || e.contains(".iwarp.")) {
+        for aux in
+            entries.iter().filter(|e| e.contains(".rdma.") || e.contains(".roce.") || e.contains(".iwarp."))
+        {
             let base = d.join(aux);
             let Ok(ibs) = std::fs::read_dir(base.join("infiniband")) else { continue };
             for verbs in std::fs::read_dir(base.join("infiniband_verbs")).into_iter().flatten() {
                 let v = verbs.unwrap().path();
                 read(&v.join("ibdev"));
                 read(&v.join("dev"));
-                links += std::fs::symlink_metadata(dev.join("infiniband").join(v.file_name().unwrap())).is_ok() as usize;
+                links += std::fs::symlink_metadata(dev.join("infiniband").join(v.file_name().unwrap()))
+                    .is_ok() as usize;
             }
             for mad in std::fs::read_dir(base.join("infiniband_mad")).into_iter().flatten() {
                 let m = mad.unwrap().path();
                 read(&m.join("ibdev"));
                 read(&m.join("dev"));
-                links += std::fs::symlink_metadata(dev.join("infiniband").join(m.file_name().unwrap())).is_ok() as usize;
+                links += std::fs::symlink_metadata(dev.join("infiniband").join(m.file_name().unwrap()))
+                    .is_ok() as usize;
             }
             for ib in ibs {
                 let ib = ib.unwrap().path();
@@ -127,7 +131,9 @@ fn main() {
     let (o, s, p) = (median(ours), median(single), median(plain));
     let (oc, pc) = (median(ours_cpu), median(plain_cpu));
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(8);
-    println!("node: 8 PF x 128 VF = 1024 VFs (1024 RDMA devices, 8-entry GID tables); medians of {rounds} runs");
+    println!(
+        "node: 8 PF x 128 VF = 1024 VFs (1024 RDMA devices, 8-entry GID tables); medians of {rounds} runs"
+    );
     println!("discover ({threads} threads):   {:8.2} ms wall  {:8.2} ms CPU", ms(o), ms(oc));
     println!("discover (1 thread):    {:8.2} ms wall", ms(s));
     println!("plain std::fs walk:     {:8.2} ms wall  {:8.2} ms CPU", ms(p), ms(pc));

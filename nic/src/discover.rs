@@ -87,10 +87,14 @@ fn not_found(path: PathBuf) -> SysfsError {
 /// The aux device name patterns that carry RDMA devices.
 fn is_rdma_aux(name: &str) -> bool {
     let mut parts = name.split('.');
-    let (Some(drv), Some(kind), Some(id), None) = (parts.next(), parts.next(), parts.next(), parts.next()) else {
+    let (Some(drv), Some(kind), Some(id), None) = (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
         return false;
     };
-    !drv.is_empty() && matches!(kind, "rdma" | "roce" | "iwarp") && !id.is_empty() && id.bytes().all(|b| b.is_ascii_digit())
+    !drv.is_empty()
+        && matches!(kind, "rdma" | "roce" | "iwarp")
+        && !id.is_empty()
+        && id.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// `"4: ACTIVE"` → `"ACTIVE"`.
@@ -180,11 +184,16 @@ impl<'a> Walk<'a> {
                     }
                 };
                 let Some(vf_addr) = pci_of(&target) else {
-                    pf.problems.push(problem(link, format!("{path:?} -> {target:?}: target is not a PCI address")));
+                    pf.problems
+                        .push(problem(link, format!("{path:?} -> {target:?}: target is not a PCI address")));
                     continue;
                 };
                 let Some((mut vf, physfn)) = vfs.remove(&vf_addr) else {
-                    let why = if self.entries.contains_key(&vf_addr) { "is not a VF (no physfn)" } else { "does not exist (dangling link)" };
+                    let why = if self.entries.contains_key(&vf_addr) {
+                        "is not a VF (no physfn)"
+                    } else {
+                        "does not exist (dangling link)"
+                    };
                     pf.problems.push(problem(link, format!("{path:?} -> {target:?}: VF {vf_addr} {why}")));
                     continue;
                 };
@@ -193,7 +202,11 @@ impl<'a> Walk<'a> {
                     Ok(Some(p)) if p == pf.pci => {}
                     Ok(_) => vf.problems.push(problem(
                         "physfn",
-                        format!("{physfn_path:?} -> {:?}, but PF {} lists this VF", physfn.as_ref().ok(), pf.pci),
+                        format!(
+                            "{physfn_path:?} -> {:?}, but PF {} lists this VF",
+                            physfn.as_ref().ok(),
+                            pf.pci
+                        ),
                     )),
                     Err(e) => vf.problems.push(problem("physfn", e.to_string())),
                 }
@@ -205,7 +218,11 @@ impl<'a> Walk<'a> {
                 if n as usize != pf.vfs.len() && !pf.problems.iter().any(|p| p.field.starts_with("virtfn")) {
                     pf.problems.push(problem(
                         "sriov_numvfs",
-                        format!("{:?} says {n} but {} virtfn links lead to VFs", self.entries[&pf.pci].dir, pf.vfs.len()),
+                        format!(
+                            "{:?} says {n} but {} virtfn links lead to VFs",
+                            self.entries[&pf.pci].dir,
+                            pf.vfs.len()
+                        ),
                     ));
                 }
             }
@@ -217,14 +234,18 @@ impl<'a> Walk<'a> {
             seen.extend(vf.rdma.iter().map(|r| r.name.clone()));
             let physfn_path = self.entries[&a].dir.join("physfn");
             let reason = match physfn {
-                Ok(t) => match pci_of(&t) {
-                    Some(pf) if !self.entries.contains_key(&pf) => {
-                        format!("VF whose PF vanished: {physfn_path:?} -> {t:?} dangles (PF {pf} not present)")
+                Ok(t) => {
+                    match pci_of(&t) {
+                        Some(pf) if !self.entries.contains_key(&pf) => {
+                            format!("VF whose PF vanished: {physfn_path:?} -> {t:?} dangles (PF {pf} not present)")
+                        }
+                        Some(pf) if !pf_addrs.contains(&pf) => {
+                            format!("{physfn_path:?} -> {t:?}: {pf} is not an SR-IOV PF")
+                        }
+                        Some(pf) => format!("VF not listed by its PF: no virtfnN link of {pf} points to {a}"),
+                        None => format!("{physfn_path:?} -> {t:?}: target is not a PCI address"),
                     }
-                    Some(pf) if !pf_addrs.contains(&pf) => format!("{physfn_path:?} -> {t:?}: {pf} is not an SR-IOV PF"),
-                    Some(pf) => format!("VF not listed by its PF: no virtfnN link of {pf} points to {a}"),
-                    None => format!("{physfn_path:?} -> {t:?}: target is not a PCI address"),
-                },
+                }
                 Err(e) => format!("VF without a readable physfn: {e}"),
             };
             inv.skipped.push(Skipped { device: a.to_string(), reason });
@@ -307,7 +328,8 @@ impl<'a> Walk<'a> {
             Err(_) if v == -1 => None, // no NUMA affinity: not a problem
             Err(_) => {
                 let p = e.dir.join("numa_node");
-                problems.push(problem("numa_node", format!("{p:?}: expected -1 or a node number, found {v}")));
+                problems
+                    .push(problem("numa_node", format!("{p:?}: expected -1 or a node number, found {v}")));
                 None
             }
         }
@@ -356,8 +378,11 @@ impl<'a> Walk<'a> {
         let netdevs = self.netdevs(e);
         let rdma = self.rdma_of(e, &netdevs);
         // virtfnN links, by numeric index (virtfn10 after virtfn9).
-        let mut links: Vec<(u32, String)> =
-            e.names.iter().filter_map(|n| Some((n.strip_prefix("virtfn")?.parse().ok()?, n.clone()))).collect();
+        let mut links: Vec<(u32, String)> = e
+            .names
+            .iter()
+            .filter_map(|n| Some((n.strip_prefix("virtfn")?.parse().ok()?, n.clone())))
+            .collect();
         links.sort();
         let links = links
             .into_iter()
@@ -395,12 +420,18 @@ impl<'a> Walk<'a> {
         let mut netdevs = self.netdevs(e);
         if netdevs.len() > 1 {
             let names: Vec<&str> = netdevs.iter().map(|n| n.name.as_str()).collect();
-            problems.push(problem("net", format!("{:?}: several netdevs {names:?}; using the first", e.dir.join("net"))));
+            problems.push(problem(
+                "net",
+                format!("{:?}: several netdevs {names:?}; using the first", e.dir.join("net")),
+            ));
         }
         let rdma = self.rdma_of(e, &netdevs);
         let netdev = if netdevs.is_empty() { None } else { Some(netdevs.swap_remove(0)) };
         let pf = physfn.as_ref().ok().and_then(|t| pci_of(t)).unwrap_or(a);
-        Read::Vf(Vf { index: 0, pci: a, pf, vendor, device, driver, numa_node, netdev, rdma, problems }, physfn)
+        Read::Vf(
+            Vf { index: 0, pci: a, pf, vendor, device, driver, numa_node, netdev, rdma, problems },
+            physfn,
+        )
     }
 
     /// Functions that are neither PF nor VF: GPUs and RDMA HCAs without SR-IOV.
@@ -497,10 +528,18 @@ impl<'a> Walk<'a> {
         out
     }
 
-    fn read_rdma(&self, dir: &Path, name: String, via: RdmaVia, chars: &CharDevs, netdevs: &[Netdev]) -> RdmaDev {
+    fn read_rdma(
+        &self,
+        dir: &Path,
+        name: String,
+        via: RdmaVia,
+        chars: &CharDevs,
+        netdevs: &[Netdev],
+    ) -> RdmaDev {
         let mut problems = chars.problems.clone();
-        let node_guid =
-            sysfs::read_string(&dir.join("node_guid")).map_err(|e| problems.push(problem("node_guid", e.to_string()))).ok();
+        let node_guid = sysfs::read_string(&dir.join("node_guid"))
+            .map_err(|e| problems.push(problem("node_guid", e.to_string())))
+            .ok();
         let mut uverbs = chars.verbs.get(&name).cloned();
         if uverbs.is_none() {
             uverbs = self.verbs_fallback(&name);
@@ -559,7 +598,11 @@ impl<'a> Walk<'a> {
             }
             let parent_link = dir.join("device");
             let pci = sysfs::link_name(&parent_link).ok().and_then(|n| n.parse::<PciAddr>().ok());
-            let chars = if pci.is_some() { CharDevs::scan(&parent_link, &self.dev_nodes) } else { CharDevs::default() };
+            let chars = if pci.is_some() {
+                CharDevs::scan(&parent_link, &self.dev_nodes)
+            } else {
+                CharDevs::default()
+            };
             let via = if pci.is_some() { RdmaVia::Direct } else { RdmaVia::Virtual };
             let mut rdma = self.read_rdma(&dir, name.clone(), via, &chars, &[]);
             // A virtual device's netdev is the one its GIDs are bound to.
@@ -657,7 +700,9 @@ fn read_netdev(dir: &Path, name: String) -> Netdev {
     let num = |f: &str, v: Option<String>, problems: &mut Vec<Problem>| -> Option<u32> {
         let v = v?;
         v.parse()
-            .map_err(|_| problems.push(problem(f, format!("{:?}: not a decimal number, found {v:?}", dir.join(f)))))
+            .map_err(|_| {
+                problems.push(problem(f, format!("{:?}: not a decimal number, found {v:?}", dir.join(f))))
+            })
             .ok()
     };
     let ifindex = num("ifindex", ifindex, &mut problems);
@@ -668,7 +713,10 @@ fn read_netdev(dir: &Path, name: String) -> Netdev {
         Some("1") => Some(LinkLayer::Ethernet),
         Some("32") => Some(LinkLayer::InfiniBand),
         Some(other) => {
-            problems.push(problem("type", format!("{:?}: not Ethernet (1) or InfiniBand (32), found {other:?}", dir.join("type"))));
+            problems.push(problem(
+                "type",
+                format!("{:?}: not Ethernet (1) or InfiniBand (32), found {other:?}", dir.join("type")),
+            ));
             None
         }
     };
@@ -693,7 +741,10 @@ fn read_ports(dir: &Path, active_mtu: Option<u32>, problems: &mut Vec<Problem>) 
             let path = p.join(f);
             match sysfs::read_string(&path) {
                 Ok(s) => state_name(&s).or_else(|| {
-                    problems.push(problem(format!("ports/{num}/{f}"), format!("{path:?}: expected \"N: NAME\", found {s:?}")));
+                    problems.push(problem(
+                        format!("ports/{num}/{f}"),
+                        format!("{path:?}: expected \"N: NAME\", found {s:?}"),
+                    ));
                     None
                 }),
                 Err(e) => {
@@ -709,7 +760,10 @@ fn read_ports(dir: &Path, active_mtu: Option<u32>, problems: &mut Vec<Problem>) 
             Ok(s) if s == "Ethernet" => Some(LinkLayer::Ethernet),
             Ok(s) if s == "InfiniBand" => Some(LinkLayer::InfiniBand),
             Ok(s) => {
-                problems.push(problem(format!("ports/{num}/link_layer"), format!("{ll_path:?}: unknown link layer {s:?}")));
+                problems.push(problem(
+                    format!("ports/{num}/link_layer"),
+                    format!("{ll_path:?}: unknown link layer {s:?}"),
+                ));
                 None
             }
             Err(e) => {
@@ -745,7 +799,10 @@ fn read_gids(port: &Path, num: u32, problems: &mut Vec<Problem>) -> Vec<Gid> {
             }
         };
         let Ok(addr) = gid.parse::<Ipv6Addr>() else {
-            problems.push(problem(format!("ports/{num}/gids/{i}"), format!("{gpath:?}: not a GID, found {gid:?}")));
+            problems.push(problem(
+                format!("ports/{num}/gids/{i}"),
+                format!("{gpath:?}: not a GID, found {gid:?}"),
+            ));
             continue;
         };
         if addr.is_unspecified() {
@@ -758,7 +815,10 @@ fn read_gids(port: &Path, num: u32, problems: &mut Vec<Problem>) -> Vec<Gid> {
             Ok(t) if t.is_empty() => GidKind::Other,
             Err(e) if e.is_einval() => GidKind::Other,
             Ok(t) => {
-                problems.push(problem(format!("ports/{num}/gid_attrs/types/{i}"), format!("{tpath:?}: unknown GID type {t:?}")));
+                problems.push(problem(
+                    format!("ports/{num}/gid_attrs/types/{i}"),
+                    format!("{tpath:?}: unknown GID type {t:?}"),
+                ));
                 GidKind::Other
             }
             Err(e) => {
@@ -766,7 +826,9 @@ fn read_gids(port: &Path, num: u32, problems: &mut Vec<Problem>) -> Vec<Gid> {
                 GidKind::Other
             }
         };
-        let netdev = sysfs::read_string(&port.join("gid_attrs/ndevs").join(i.to_string())).ok().filter(|s| !s.is_empty());
+        let netdev = sysfs::read_string(&port.join("gid_attrs/ndevs").join(i.to_string()))
+            .ok()
+            .filter(|s| !s.is_empty());
         let ip = match addr.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
             None => IpAddr::V6(addr),

@@ -230,11 +230,19 @@ impl Drop for NamedNetns {
 /// created before, which then can never be unmounted by path.
 fn make_run_dir_shared() -> std::io::Result<()> {
     use nix::mount::{mount, MsFlags};
-    let shared = || mount(None::<&str>, NETNS_RUN_DIR, None::<&str>, MsFlags::MS_SHARED | MsFlags::MS_REC, None::<&str>);
+    let shared = || {
+        mount(None::<&str>, NETNS_RUN_DIR, None::<&str>, MsFlags::MS_SHARED | MsFlags::MS_REC, None::<&str>)
+    };
     match shared() {
         Ok(()) => Ok(()),
         Err(nix::Error::EINVAL) => {
-            mount(Some(NETNS_RUN_DIR), NETNS_RUN_DIR, Some("none"), MsFlags::MS_BIND | MsFlags::MS_REC, None::<&str>)?;
+            mount(
+                Some(NETNS_RUN_DIR),
+                NETNS_RUN_DIR,
+                Some("none"),
+                MsFlags::MS_BIND | MsFlags::MS_REC,
+                None::<&str>,
+            )?;
             shared().map_err(Into::into)
         }
         Err(e) => Err(e.into()),

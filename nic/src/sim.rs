@@ -15,6 +15,7 @@
 //! <tmp>/sys/bus/pci/devices/<bdf> -> ../../../devices/pci…/<bdf>
 //! <tmp>/sys/class/{net,infiniband,infiniband_verbs,infiniband_mad}/<name> -> ../../devices/…
 //! <tmp>/sys/kernel/config/rdma_cm/<rdmadev>/ports/1/{default_roce_mode,default_roce_tos}
+//! <tmp>/sys/module/ib_core/parameters/netns_mode      Y (shared) or N (exclusive)
 //! <tmp>/dev/infiniband/{uverbsN,umadN,issmN,rdma_cm}
 //! ```
 //!
@@ -211,7 +212,7 @@ fn rid(a: PciAddr) -> u32 {
     (a.bus as u32) << 8 | (a.device as u32) << 3 | a.function as u32
 }
 
-fn from_rid(domain: u32, r: u32) -> Option<PciAddr> {
+fn from_rid(domain: u32, r: u64) -> Option<PciAddr> {
     (r <= 0xffff).then(|| PciAddr::new(domain, (r >> 8) as u8, ((r >> 3) & 0x1f) as u8, (r & 7) as u8))
 }
 
@@ -245,7 +246,10 @@ fn eui64(mac: &[u8; 6]) -> [u8; 8] {
 
 fn guid_for(mac: &[u8; 6]) -> String {
     let e = eui64(mac);
-    format!("{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}", e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7])
+    format!(
+        "{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}:{:02x}{:02x}",
+        e[0], e[1], e[2], e[3], e[4], e[5], e[6], e[7]
+    )
 }
 
 /// How the kernel prints a GID (`%pI6`: eight groups of four hex digits).
@@ -279,8 +283,20 @@ fn gid_entries(net: &NetPlan) -> Vec<GidEntry> {
     ];
     if let (true, Some(v4)) = (net.present, net.ipv4) {
         let mapped = v4.to_ipv6_mapped();
-        v.push(GidEntry { index: 2, gid: mapped, kind: "IB/RoCE v1", ndev: net.name.clone(), ip: IpAddr::V4(v4) });
-        v.push(GidEntry { index: 3, gid: mapped, kind: "RoCE v2", ndev: net.name.clone(), ip: IpAddr::V4(v4) });
+        v.push(GidEntry {
+            index: 2,
+            gid: mapped,
+            kind: "IB/RoCE v1",
+            ndev: net.name.clone(),
+            ip: IpAddr::V4(v4),
+        });
+        v.push(GidEntry {
+            index: 3,
+            gid: mapped,
+            kind: "RoCE v2",
+            ndev: net.name.clone(),
+            ip: IpAddr::V4(v4),
+        });
     }
     v
 }
@@ -434,7 +450,8 @@ fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
         }
         let p = match switch {
             Some(name) => {
-                let s = switches.get(name.as_str()).ok_or_else(|| format!("{bdf}: unknown switch {name:?}"))?;
+                let s =
+                    switches.get(name.as_str()).ok_or_else(|| format!("{bdf}: unknown switch {name:?}"))?;
                 if s.root_port.domain != bdf.domain {
                     return Err(format!("{bdf}: switch {name} is in another PCI domain"));
                 }
@@ -444,9 +461,10 @@ fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
                 }
                 let ds = PciAddr::new(bdf.domain, s.upstream.bus + 1, *k, 0);
                 *k += 1;
-                let up_dir = PathBuf::from(format!("devices/pci{:04x}:{:02x}", s.root_port.domain, s.root_port.bus))
-                    .join(s.root_port.to_string())
-                    .join(s.upstream.to_string());
+                let up_dir =
+                    PathBuf::from(format!("devices/pci{:04x}:{:02x}", s.root_port.domain, s.root_port.bus))
+                        .join(s.root_port.to_string())
+                        .join(s.upstream.to_string());
                 add(bridge(ds, up_dir.clone(), 0x10b5, 0xc030), funcs)?;
                 up_dir.join(ds.to_string())
             }
@@ -507,7 +525,10 @@ fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             }
         }
         if let Some((d, pr)) = p.roce.dscp_to_priority.iter().find(|(d, pr)| **d > 63 || **pr > 7) {
-            return Err(format!("PF {}: roce.dscpToPriority: {d} -> {pr} out of range (dscp 0-63, prio 0-7)", p.bdf));
+            return Err(format!(
+                "PF {}: roce.dscpToPriority: {d} -> {pr} out of range (dscp 0-63, prio 0-7)",
+                p.bdf
+            ));
         }
         let parent = parent_of(p.bdf, &p.switch, &mut funcs)?;
         let is_mlx5 = model.is_mlx5();
@@ -516,12 +537,20 @@ fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             .adapters
             .iter()
             .flat_map(|a| a.pfs.iter())
-            .filter(|q| q.bdf.domain == p.bdf.domain && q.bdf.bus == p.bdf.bus && q.bdf.device == p.bdf.device)
+            .filter(|q| {
+                q.bdf.domain == p.bdf.domain && q.bdf.bus == p.bdf.bus && q.bdf.device == p.bdf.device
+            })
             .collect();
         slot.sort_by_key(|q| q.bdf.function);
         let j = slot.iter().position(|q| q.bdf == p.bdf).unwrap_or(0) as u32;
-        let before: u32 = slot[..j as usize].iter().map(|q| q.total_vfs.unwrap_or(model.default_total_vfs())).sum();
-        let offset = if is_mlx5 { slot.len() as u32 - j + before } else { 8 - j.min(7) + before };
+        // u64: descriptions may carry absurd totalVfs; an offset past 16 bits is refused below.
+        let before: u64 =
+            slot[..j as usize].iter().map(|q| q.total_vfs.unwrap_or(model.default_total_vfs()) as u64).sum();
+        let offset =
+            if is_mlx5 { slot.len() as u64 - j as u64 + before } else { 8 - j.min(7) as u64 + before };
+        let Ok(offset) = u32::try_from(offset).map(|o| o.min(0x1_0000)) else {
+            return Err(format!("PF {}: VF offset past the PCI routing-id space", p.bdf));
+        };
         let mac = mac_for(p.bdf, Some(if is_mlx5 { [0xb8, 0xce, 0xf6] } else { [0xb4, 0x96, 0x91] }));
         let ofed = p.roce.ofed_sysfs.unwrap_or(is_mlx5).then(|| p.roce.clone());
         let net = NetPlan {
@@ -583,7 +612,10 @@ fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             if !netdev_names.insert(vf.net.as_ref().map(|n| n.name.clone()).unwrap_or_default())
                 && vf.net.is_some()
             {
-                return Err(format!("duplicate netdev name {}", vf.net.as_ref().map(|n| n.name.as_str()).unwrap_or("")));
+                return Err(format!(
+                    "duplicate netdev name {}",
+                    vf.net.as_ref().map(|n| n.name.as_str()).unwrap_or("")
+                ));
             }
             if let Some(n) = &vf.net {
                 check_netdev_name(&n.name, &format!("VF {} of PF {}", i, p.bdf))?;
@@ -616,7 +648,10 @@ fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             let name = b.bdf.to_string();
             let numa = funcs
                 .values()
-                .find(|f| !matches!(f.role, Role::Bridge) && f.parent.components().any(|c| c.as_os_str() == name.as_str()))
+                .find(|f| {
+                    !matches!(f.role, Role::Bridge)
+                        && f.parent.components().any(|c| c.as_os_str() == name.as_str())
+                })
                 .and_then(|f| f.numa);
             (b.bdf, numa)
         })
@@ -634,7 +669,7 @@ fn vf_func(pf: &Func, p: &PfDesc, index: u32, alloc: &mut Alloc) -> Result<Func,
     let Role::Pf { model, offset, ordinal, .. } = pf.role else {
         return Err(format!("{} is not an SR-IOV PF", pf.bdf));
     };
-    let bdf = from_rid(pf.bdf.domain, rid(pf.bdf) + offset + index)
+    let bdf = from_rid(pf.bdf.domain, rid(pf.bdf) as u64 + offset as u64 + index as u64)
         .ok_or_else(|| format!("PF {}: VF {index} would be past bus ff", pf.bdf))?;
     let is_mlx5 = model.is_mlx5();
     let vfio = p.vfs_vfio.contains(&index);
@@ -649,7 +684,8 @@ fn vf_func(pf: &Func, p: &PfDesc, index: u32, alloc: &mut Alloc) -> Result<Func,
         mtu: 1500,
         speed: p.speed.unwrap_or(default_speed(model)),
         operstate: p.operstate.clone(),
-        ipv4: (index + 2 <= 254).then(|| Ipv4Addr::new(192, 168, (ordinal as u8).wrapping_add(1), (index + 2) as u8)),
+        ipv4: (index <= 252)
+            .then(|| Ipv4Addr::new(192, 168, (ordinal as u8).wrapping_add(1), (index + 2) as u8)),
         present: !p.vfs_without_netdev.contains(&index),
         ofed: None,
     });
@@ -797,7 +833,10 @@ impl Writer {
             }
             Role::Vf { pf, index } => {
                 self.link(&dir.join("physfn"), format!("../{pf}"))?;
-                self.link(&f.parent.join(pf.to_string()).join(format!("virtfn{index}")), format!("../{}", f.bdf))?;
+                self.link(
+                    &f.parent.join(pf.to_string()).join(format!("virtfn{index}")),
+                    format!("../{}", f.bdf),
+                )?;
             }
             _ => {}
         }
@@ -898,14 +937,22 @@ impl Writer {
         let entries = f.net.as_ref().map(gid_entries).unwrap_or_default();
         for i in 0..GID_TBL_LEN {
             let e = entries.iter().find(|e| e.index == i);
-            self.file(&port.join(format!("gids/{i}")), fmt_gid(e.map(|e| e.gid).unwrap_or(Ipv6Addr::UNSPECIFIED)))?;
+            self.file(
+                &port.join(format!("gids/{i}")),
+                fmt_gid(e.map(|e| e.gid).unwrap_or(Ipv6Addr::UNSPECIFIED)),
+            )?;
             // Empty entries: the kernel answers EINVAL; an empty file is the closest a plain file gets.
             self.file(&port.join(format!("gid_attrs/types/{i}")), e.map(|e| e.kind).unwrap_or(""))?;
             self.file(&port.join(format!("gid_attrs/ndevs/{i}")), e.map(|e| e.ndev.as_str()).unwrap_or(""))?;
         }
         if r.hw_counters {
-            for c in ["np_cnp_sent", "rp_cnp_handled", "np_ecn_marked_roce_packets", "out_of_sequence", "packet_seq_err"]
-            {
+            for c in [
+                "np_cnp_sent",
+                "rp_cnp_handled",
+                "np_ecn_marked_roce_packets",
+                "out_of_sequence",
+                "packet_seq_err",
+            ] {
                 self.file(&port.join("hw_counters").join(c), "0")?;
             }
         }
@@ -952,6 +999,8 @@ impl Writer {
 // ---------------------------------------------------------------------------------------------
 // The simulated node.
 
+// fsblkcnt_t / c_ulong are u32 on some targets: the casts are not always no-ops.
+#[allow(clippy::unnecessary_cast)]
 fn default_parent() -> PathBuf {
     if std::env::var_os("TMPDIR").is_some_and(|v| !v.is_empty()) {
         return std::env::temp_dir();
@@ -1012,6 +1061,10 @@ impl Sim {
             w.mkdir(Path::new(d))?;
         }
         w.file(Path::new("class/infiniband_verbs/abi_version"), "6")?;
+        // ib_core's bool module parameter `netns_mode` (drivers/infiniband/core/device.c):
+        // Y = shared (the boot default), N = exclusive.
+        let shared = desc.rdma_netns_mode == crate::simdesc::NetnsMode::Shared;
+        w.file(Path::new("module/ib_core/parameters/netns_mode"), if shared { "Y" } else { "N" })?;
         std::fs::create_dir_all(&w.dev).map_err(io_err(&w.dev))?;
         // Bridges first (parents), then functions in PCI order; PF directories exist before VF links.
         let order = |f: &&Func| match f.role {
@@ -1066,7 +1119,8 @@ impl Sim {
 
     fn save_desc(&self) -> Result<(), SimError> {
         let p = self.desc_path();
-        let yaml = serde_yaml::to_string(&self.desc).map_err(|e| SimError::Refused(format!("serialize: {e}")))?;
+        let yaml =
+            serde_yaml::to_string(&self.desc).map_err(|e| SimError::Refused(format!("serialize: {e}")))?;
         std::fs::write(&p, yaml).map_err(io_err(&p))
     }
 
@@ -1232,7 +1286,16 @@ impl Sim {
         for f in ordered {
             match &f.role {
                 Role::Pf { total, num, .. } => {
-                    out.push(pf_line(f.bdf, Some(f.vendor), Some(f.device), f.driver.as_deref(), Some(*num), Some(*total), f.numa, &upstream(f)));
+                    out.push(pf_line(
+                        f.bdf,
+                        Some(f.vendor),
+                        Some(f.device),
+                        f.driver.as_deref(),
+                        Some(*num),
+                        Some(*total),
+                        f.numa,
+                        &upstream(f),
+                    ));
                     self.func_lines(f, "  ", &mut out);
                     let mut vfs: Vec<(&u32, &Func)> = self
                         .funcs
@@ -1274,7 +1337,14 @@ impl Sim {
                 }
                 Role::Gpu => {
                     let up: Vec<String> = upstream(f).iter().map(|a| a.to_string()).collect();
-                    out.push(format!("gpu {} {}:{} numa={} upstream={}", f.bdf, hex(f.vendor), hex(f.device), numa(f.numa), up.join(",")));
+                    out.push(format!(
+                        "gpu {} {}:{} numa={} upstream={}",
+                        f.bdf,
+                        hex(f.vendor),
+                        hex(f.device),
+                        numa(f.numa),
+                        up.join(",")
+                    ));
                 }
                 Role::Hca | Role::Bridge | Role::Vf { .. } => {}
             }
@@ -1305,13 +1375,23 @@ impl Sim {
             name,
             major_minor: Some(mm),
         };
-        let umad: Vec<CharDev> = r.mad.iter().map(|m| chardev(format!("umad{m}"), umad_dev(*m, false))).collect();
-        let issm: Vec<CharDev> = r.mad.iter().map(|m| chardev(format!("issm{m}"), umad_dev(*m, true))).collect();
+        let umad: Vec<CharDev> =
+            r.mad.iter().map(|m| chardev(format!("umad{m}"), umad_dev(*m, false))).collect();
+        let issm: Vec<CharDev> =
+            r.mad.iter().map(|m| chardev(format!("issm{m}"), umad_dev(*m, true))).collect();
         let via = match &r.aux {
             Some(a) => RdmaVia::Aux(a.clone()),
             None => RdmaVia::Direct,
         };
-        out.push(rdma_line(ind, &r.name, &via, Some(&r.guid), Some(&chardev(format!("uverbs{}", r.uverbs), uverbs_dev(r.uverbs))), &umad, &issm));
+        out.push(rdma_line(
+            ind,
+            &r.name,
+            &via,
+            Some(&r.guid),
+            Some(&chardev(format!("uverbs{}", r.uverbs), uverbs_dev(r.uverbs))),
+            &umad,
+            &issm,
+        ));
         let up = f.net.as_ref().is_some_and(|n| n.operstate == "up");
         let mtu = net.and_then(|n| roce_active_mtu(n.mtu));
         out.push(format!(
@@ -1397,7 +1477,13 @@ fn rdma_line(
         RdmaVia::Aux(a) => format!("aux:{a}"),
         RdmaVia::Virtual => "virtual".to_string(),
     };
-    let list = |v: &[CharDev]| if v.is_empty() { "-".into() } else { v.iter().map(chardev_str).collect::<Vec<_>>().join(",") };
+    let list = |v: &[CharDev]| {
+        if v.is_empty() {
+            "-".into()
+        } else {
+            v.iter().map(chardev_str).collect::<Vec<_>>().join(",")
+        }
+    };
     format!(
         "{ind}rdma {name} via={via} guid={} uverbs={} umad={} issm={}",
         guid.unwrap_or("-"),
@@ -1458,7 +1544,16 @@ fn rdma_lines(ind: &str, r: &RdmaDev, out: &mut Vec<String>) {
 pub fn describe(inv: &Inventory) -> Vec<String> {
     let mut out = Vec::new();
     for pf in &inv.pfs {
-        out.push(pf_line(pf.pci, pf.vendor, pf.device, pf.driver.as_deref(), pf.num_vfs, pf.total_vfs, pf.numa_node, &pf.upstream));
+        out.push(pf_line(
+            pf.pci,
+            pf.vendor,
+            pf.device,
+            pf.driver.as_deref(),
+            pf.num_vfs,
+            pf.total_vfs,
+            pf.numa_node,
+            &pf.upstream,
+        ));
         problem_lines("  ", &pf.problems, &mut out);
         for n in &pf.netdevs {
             netdev_lines("  ", n, &mut out);

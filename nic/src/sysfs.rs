@@ -157,13 +157,16 @@ pub fn read_link(path: &Path) -> Result<PathBuf, SysfsError> {
 pub fn link_name(path: &Path) -> Result<String, SysfsError> {
     let target = read_link(path)?;
     let name = target.file_name().and_then(|n| n.to_str()).map(str::to_string);
-    name.ok_or_else(|| SysfsError::invalid(path, "link target without a UTF-8 file name", &target.to_string_lossy()))
+    name.ok_or_else(|| {
+        SysfsError::invalid(path, "link target without a UTF-8 file name", &target.to_string_lossy())
+    })
 }
 
 /// Entry names of a directory, sorted; names that are not UTF-8 are skipped
 /// (no sysfs name we care about is).
 pub fn list_dir(path: &Path) -> Result<Vec<String>, SysfsError> {
-    let mut names: Vec<String> = list_dir_os(path)?.into_iter().filter_map(|n| n.into_string().ok()).collect();
+    let mut names: Vec<String> =
+        list_dir_os(path)?.into_iter().filter_map(|n| n.into_string().ok()).collect();
     names.sort_unstable();
     Ok(names)
 }

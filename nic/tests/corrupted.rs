@@ -90,9 +90,12 @@ fn vfs_whose_pf_vanished_are_skipped_with_the_dangling_physfn() {
     fs::remove_file(r.sys("bus/pci/devices").join(PF1)).unwrap();
     let inv = discover(&r);
     assert_eq!(inv.pfs.len(), 1);
-    let orphans: Vec<_> = inv.skipped.iter().filter(|s| s.reason.starts_with("VF whose PF vanished")).collect();
+    let orphans: Vec<_> =
+        inv.skipped.iter().filter(|s| s.reason.starts_with("VF whose PF vanished")).collect();
     assert_eq!(orphans.len(), 8, "{:#?}", inv.skipped);
-    assert!(orphans.iter().all(|s| s.reason.contains("physfn") && s.reason.contains(&format!("PF {PF1} not present"))));
+    assert!(orphans
+        .iter()
+        .all(|s| s.reason.contains("physfn") && s.reason.contains(&format!("PF {PF1} not present"))));
     assert_eq!(orphans[0].device, "0000:af:00.1");
     // The PF's own RDMA device link now dangles: skipped by name; VF RDMA devices stay with their VFs.
     let mlx5_1: Vec<_> = inv.skipped.iter().filter(|s| s.device == "mlx5_1").collect();
@@ -146,7 +149,11 @@ fn missing_driver_link_means_unbound() {
     let (_, vf) = inv.vf(pci(VF2)).unwrap();
     assert_eq!(vf.driver, None);
     let p = only_problem(&vf.problems, "driver");
-    assert!(p.reason.contains(&format!("{VF2}/driver")) && p.reason.contains("no driver bound"), "{}", p.reason);
+    assert!(
+        p.reason.contains(&format!("{VF2}/driver")) && p.reason.contains("no driver bound"),
+        "{}",
+        p.reason
+    );
     assert_rest_is_clean(&inv, &[VF2]);
 }
 
@@ -163,8 +170,16 @@ fn uverbs_dir_without_ibdev_leaves_the_rdma_device_without_uverbs() {
     assert_eq!(rd.uverbs, None);
     let uverbs: Vec<&Problem> = rd.problems.iter().filter(|p| p.field == "uverbs").collect();
     assert_eq!(uverbs.len(), 2, "{:#?}", rd.problems);
-    assert!(uverbs[0].reason.contains("uverbs4/ibdev") && uverbs[0].reason.contains("No such file"), "{}", uverbs[0].reason);
-    assert!(uverbs[1].reason.contains("no infiniband_verbs/uverbsN with ibdev \"mlx5_4\""), "{}", uverbs[1].reason);
+    assert!(
+        uverbs[0].reason.contains("uverbs4/ibdev") && uverbs[0].reason.contains("No such file"),
+        "{}",
+        uverbs[0].reason
+    );
+    assert!(
+        uverbs[1].reason.contains("no infiniband_verbs/uverbsN with ibdev \"mlx5_4\""),
+        "{}",
+        uverbs[1].reason
+    );
     // umad/issm next to it are still found.
     assert_eq!(rd.umad[0].name, "umad4");
     assert_rest_is_clean(&inv, &[VF2]);
@@ -224,11 +239,17 @@ fn netdev_dir_without_files_gives_a_problem_per_field() {
     let (_, vf) = inv.vf(pci(VF2)).unwrap();
     let n = vf.netdev.as_ref().unwrap();
     assert_eq!(n.name, "ens1f0np0v2");
-    assert_eq!((n.ifindex, n.mtu, n.speed_mbps, n.mac.as_deref(), n.link_layer), (None, None, None, None, None));
+    assert_eq!(
+        (n.ifindex, n.mtu, n.speed_mbps, n.mac.as_deref(), n.link_layer),
+        (None, None, None, None, None)
+    );
     let mut fields: Vec<&str> = n.problems.iter().map(|p| p.field.as_str()).collect();
     fields.sort();
     assert_eq!(fields, ["address", "ifindex", "mtu", "operstate", "speed", "type"]);
-    assert!(n.problems.iter().all(|p| p.reason.contains("ens1f0np0v2/") && p.reason.contains("No such file")));
+    assert!(n
+        .problems
+        .iter()
+        .all(|p| p.reason.contains("ens1f0np0v2/") && p.reason.contains("No such file")));
     // The RDMA port cannot derive its MTU without the netdev's.
     assert_eq!(vf.rdma[0].ports[0].active_mtu, None);
     assert_rest_is_clean(&inv, &[VF2]);
@@ -246,7 +267,10 @@ fn non_pci_entries_and_garbled_port_state_are_reported() {
     assert!(s.reason.contains("not a PCI address"));
     let (_, vf) = inv.vf(pci(VF2)).unwrap();
     let port = &vf.rdma[0].ports[0];
-    assert_eq!((port.state.as_deref(), port.phys_state.as_deref(), port.link_layer), (None, Some("LinkUp"), None));
+    assert_eq!(
+        (port.state.as_deref(), port.phys_state.as_deref(), port.link_layer),
+        (None, Some("LinkUp"), None)
+    );
     let p = only_problem(&vf.rdma[0].problems, "ports/1/state");
     assert!(p.reason.contains("expected \"N: NAME\", found \"ACTIVE\""), "{}", p.reason);
     assert!(only_problem(&vf.rdma[0].problems, "ports/1/link_layer").reason.contains("\"Token Ring\""));
@@ -295,13 +319,17 @@ fn direct_mlx5_layout_and_a_virtual_rxe_device() {
     fs::write(port.join("gids/1"), "0000:0000:0000:0000:0000:0000:0000:0000\n").unwrap();
     fs::write(port.join("gid_attrs/types/0"), "RoCE v2\n").unwrap();
     fs::write(port.join("gid_attrs/ndevs/0"), "ens1f0np0\n").unwrap();
-    std::os::unix::fs::symlink("../../devices/virtual/infiniband/rxe0", r.sys("class/infiniband/rxe0")).unwrap();
+    std::os::unix::fs::symlink("../../devices/virtual/infiniband/rxe0", r.sys("class/infiniband/rxe0"))
+        .unwrap();
     let verbs = r.sys("devices/virtual/infiniband_verbs/uverbs99");
     fs::create_dir_all(&verbs).unwrap();
     fs::write(verbs.join("ibdev"), "rxe0\n").unwrap();
     fs::write(verbs.join("dev"), "240:67\n").unwrap();
-    std::os::unix::fs::symlink("../../devices/virtual/infiniband_verbs/uverbs99", r.sys("class/infiniband_verbs/uverbs99"))
-        .unwrap();
+    std::os::unix::fs::symlink(
+        "../../devices/virtual/infiniband_verbs/uverbs99",
+        r.sys("class/infiniband_verbs/uverbs99"),
+    )
+    .unwrap();
 
     let inv = discover(&r);
     let pf = inv.pf(pci(PF0)).unwrap();
@@ -323,4 +351,59 @@ fn empty_or_missing_roots_give_an_empty_inventory() {
     let dir = tempfile::tempdir().unwrap();
     let inv = discover(&Roots { sysfs: dir.path().join("nope"), dev: dir.path().join("nodev") });
     assert_eq!(inv, Inventory::default());
+}
+
+/// xorshift64 for the random-damage property below.
+fn xorshift(s: &mut u64) -> u64 {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    *s
+}
+
+fn all_paths(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let p = e.path();
+        out.push(p.clone());
+        if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+            all_paths(&p, out);
+        }
+    }
+}
+
+#[test]
+fn random_damage_never_panics_and_keeps_the_rest() {
+    let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+    let desc =
+        nic::sim::load_desc(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/nodes/mixed.yaml"))
+            .unwrap();
+    for round in 0..30 {
+        let sim = Sim::materialise(&desc).unwrap();
+        let r = sim.roots();
+        let mut paths = vec![];
+        all_paths(&r.sysfs, &mut paths);
+        paths.sort();
+        for _ in 0..15 {
+            let p = &paths[(xorshift(&mut seed) % paths.len() as u64) as usize];
+            if fs::symlink_metadata(p).is_err() {
+                continue; // gone with an earlier removal
+            }
+            let is_dir = fs::symlink_metadata(p).map(|m| m.is_dir()).unwrap_or(false);
+            let _ = if is_dir { fs::remove_dir_all(p) } else { fs::remove_file(p) };
+            match xorshift(&mut seed) % 5 {
+                0 => {}                                                              // gone
+                1 => drop(fs::write(p, b"\xff\xfe garbage \x00\n")),                 // not UTF-8
+                2 => drop(fs::create_dir(p)),                                        // file became a dir
+                3 => drop(std::os::unix::fs::symlink("../nowhere/0000:99:00.0", p)), // dangling
+                _ => drop(std::os::unix::fs::symlink(p.file_name().unwrap(), p)),    // loop (ELOOP)
+            }
+        }
+        let inv = discover(&r);
+        // Whatever broke, the node is still read: every VF found is attached to a PF found.
+        for pf in &inv.pfs {
+            assert!(pf.vfs.iter().all(|v| v.pf == pf.pci), "round {round}");
+        }
+        let _ = nic::sim::describe(&inv);
+    }
 }

@@ -31,11 +31,17 @@ fn cx6dx_dual_discovers_as_described() {
     assert_eq!(inv.vfs().count(), 16);
     let pf0 = inv.pf(pci("0000:3d:00.0")).unwrap();
     let pf1 = inv.pf(pci("0000:af:00.0")).unwrap();
-    assert_eq!((pf0.vendor, pf0.device, pf0.driver.as_deref()), (Some(0x15b3), Some(0x101d), Some("mlx5_core")));
+    assert_eq!(
+        (pf0.vendor, pf0.device, pf0.driver.as_deref()),
+        (Some(0x15b3), Some(0x101d), Some("mlx5_core"))
+    );
     assert_eq!((pf0.num_vfs, pf0.total_vfs), (Some(8), Some(127)));
     assert_eq!((pf0.numa_node, pf1.numa_node), (Some(0), Some(1)));
     let nd = &pf0.netdevs[0];
-    assert_eq!((nd.name.as_str(), nd.speed_mbps, nd.mtu, nd.operstate.as_deref()), ("ens1f0np0", Some(100000), Some(9000), Some("up")));
+    assert_eq!(
+        (nd.name.as_str(), nd.speed_mbps, nd.mtu, nd.operstate.as_deref()),
+        ("ens1f0np0", Some(100000), Some(9000), Some("up"))
+    );
     assert_eq!(pf0.rdma[0].name, "mlx5_0");
     assert_eq!(pf0.rdma[0].via, RdmaVia::Aux("mlx5_core.rdma.0".into()));
     assert_eq!(pf1.rdma[0].name, "mlx5_1");
@@ -86,7 +92,19 @@ fn e810_xxv_has_rdma_on_pfs_only() {
     assert_eq!(pf1.rdma[0].uverbs.as_ref().unwrap().name, "uverbs1");
     // E810: VFs start on the next device number; PF1's after PF0's 64.
     let a: Vec<String> = inv.vfs().map(|v| v.pci.to_string()).collect();
-    assert_eq!(a, ["0000:17:01.0", "0000:17:01.1", "0000:17:01.2", "0000:17:01.3", "0000:17:09.0", "0000:17:09.1", "0000:17:09.2", "0000:17:09.3"]);
+    assert_eq!(
+        a,
+        [
+            "0000:17:01.0",
+            "0000:17:01.1",
+            "0000:17:01.2",
+            "0000:17:01.3",
+            "0000:17:09.0",
+            "0000:17:09.1",
+            "0000:17:09.2",
+            "0000:17:09.3"
+        ]
+    );
     for vf in inv.vfs() {
         assert_eq!((vf.device, vf.driver.as_deref()), (Some(0x1889), Some("iavf")));
         assert!(vf.rdma.is_empty(), "{} has RDMA", vf.pci);
@@ -110,7 +128,10 @@ fn mixed_node_has_vf_rdma_on_e810_an_hca_and_a_gpu() {
     assert_eq!(vf.rdma[0].uverbs.as_ref().unwrap().name, "uverbs9");
     assert_eq!(inv.hcas.len(), 1);
     let hca = &inv.hcas[0];
-    assert_eq!((hca.pci, hca.rdma.name.as_str(), hca.numa_node), (Some(pci("0000:86:00.0")), "mlx5_1", Some(1)));
+    assert_eq!(
+        (hca.pci, hca.rdma.name.as_str(), hca.numa_node),
+        (Some(pci("0000:86:00.0")), "mlx5_1", Some(1))
+    );
     assert_eq!(hca.netdevs[0].name, "ens5f0np0");
     assert_eq!(inv.gpus.len(), 1);
     assert_eq!(inv.gpus[0].upstream[1..], cx7.upstream[1..]);
@@ -126,7 +147,9 @@ fn node_yaml_is_written_and_parses_back() {
     let np3 = std::fs::read_to_string(sim.roots().sys("class/net/ens1f0np0/ecn/roce_np/enable/3")).unwrap();
     let np2 = std::fs::read_to_string(sim.roots().sys("class/net/ens1f0np0/ecn/roce_np/enable/2")).unwrap();
     assert_eq!((np3.trim(), np2.trim()), ("1", "0"));
-    let mode = std::fs::read_to_string(sim.roots().sys("kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_mode")).unwrap();
+    let mode =
+        std::fs::read_to_string(sim.roots().sys("kernel/config/rdma_cm/mlx5_0/ports/1/default_roce_mode"))
+            .unwrap();
     assert_eq!(mode.trim(), "RoCE v2");
 }
 

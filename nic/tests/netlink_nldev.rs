@@ -177,7 +177,10 @@ fn port_reply_gives_state_and_netdev() {
     let parsed = NetlinkMessage::<NldevMessage>::deserialize(&PORT_REPLY).unwrap();
     let NetlinkPayload::InnerMessage(m) = &parsed.payload else { panic!() };
     let p = RdmaPortInfo::from_message(m).unwrap();
-    assert_eq!((p.dev_index, p.dev_name.as_str(), p.port, p.state, p.phys_state, p.ndev_index), (2, "rxe0", 1, Some(4), Some(5), Some(3)));
+    assert_eq!(
+        (p.dev_index, p.dev_name.as_str(), p.port, p.state, p.phys_state, p.ndev_index),
+        (2, "rxe0", 1, Some(4), Some(5), Some(3))
+    );
     assert_eq!(emit(&parsed), PORT_REPLY);
 }
 
@@ -214,7 +217,13 @@ fn requests_match_their_cli_equivalents() {
     assert_eq!(rdma_nl_get_type(RDMA_NL_NLDEV, RDMA_NLDEV_CMD_GET), 0x1401);
     assert_eq!(dump_devices().payload(), Vec::<u8>::new());
     assert_eq!(get_device(5).payload(), vec![0x08, 0x00, 0x01, 0x00, 0x05, 0x00, 0x00, 0x00]);
-    assert_eq!(sys_set_netns_mode(NetnsMode::Exclusive).payload(), vec![0x05, 0x00, 0x42, 0x00, 0x00, 0x00, 0x00, 0x00]);
-    assert_eq!(sys_set_netns_mode(NetnsMode::Shared).payload(), vec![0x05, 0x00, 0x42, 0x00, 0x01, 0x00, 0x00, 0x00]);
+    assert_eq!(
+        sys_set_netns_mode(NetnsMode::Exclusive).payload(),
+        vec![0x05, 0x00, 0x42, 0x00, 0x00, 0x00, 0x00, 0x00]
+    );
+    assert_eq!(
+        sys_set_netns_mode(NetnsMode::Shared).payload(),
+        vec![0x05, 0x00, 0x42, 0x00, 0x01, 0x00, 0x00, 0x00]
+    );
     assert_eq!(rdma_nl_get_op(0x1407), RDMA_NLDEV_CMD_SYS_SET);
 }

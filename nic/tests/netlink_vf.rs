@@ -69,7 +69,11 @@ fn set_all_raw() -> Vec<u8> {
 
 #[test]
 fn set_request_with_every_attribute_is_byte_exact_both_ways() {
-    let expected = message(1, NLM_F_REQUEST | NLM_F_ACK, RouteNetlinkMessage::SetLink(set_request(5, 3, &all_settings())));
+    let expected = message(
+        1,
+        NLM_F_REQUEST | NLM_F_ACK,
+        RouteNetlinkMessage::SetLink(set_request(5, 3, &all_settings())),
+    );
     assert_eq!(emit(&expected), set_all_raw());
     let parsed = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&set_all_raw()).unwrap();
     assert_eq!(parsed, expected);
@@ -125,7 +129,9 @@ fn pf_reply_parses_into_vf_state() {
     let raw = newlink_reply_raw();
     assert_eq!(raw.len(), 204);
     let parsed = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&raw).unwrap();
-    let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)) = &parsed.payload else { panic!("not NEWLINK") };
+    let NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)) = &parsed.payload else {
+        panic!("not NEWLINK")
+    };
     let vfs = parse_vfs(l);
     assert_eq!(
         vfs,
@@ -142,9 +148,20 @@ fn pf_reply_parses_into_vf_state() {
     );
     assert_eq!(emit(&parsed), raw, "re-emitting the parsed reply gives the same bytes");
     // What undoing "vlan 100 trust off" must write back.
-    let want = VfSettings { vlan: Some(VfVlanSetting { id: 100, qos: 0, ad: false }), trust: Some(false), ..Default::default() };
+    let want = VfSettings {
+        vlan: Some(VfVlanSetting { id: 100, qos: 0, ad: false }),
+        trust: Some(false),
+        ..Default::default()
+    };
     let undo = want.undo_from(&vfs[0]);
-    assert_eq!(undo, VfSettings { vlan: Some(VfVlanSetting { id: 10, qos: 0, ad: false }), trust: Some(true), ..Default::default() });
+    assert_eq!(
+        undo,
+        VfSettings {
+            vlan: Some(VfVlanSetting { id: 10, qos: 0, ad: false }),
+            trust: Some(true),
+            ..Default::default()
+        }
+    );
     assert!(vfs[0].satisfies(&undo).is_ok());
     assert!(vfs[0].satisfies(&want).unwrap_err().contains("vlan, trust"));
 }

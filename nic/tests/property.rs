@@ -24,7 +24,8 @@ impl Rng {
     }
 }
 
-const MODELS: [Model; 5] = [Model::ConnectX6Dx, Model::ConnectX7, Model::ConnectX6DxNoSriov, Model::E810C, Model::E810Xxv];
+const MODELS: [Model; 5] =
+    [Model::ConnectX6Dx, Model::ConnectX7, Model::ConnectX6DxNoSriov, Model::E810C, Model::E810Xxv];
 
 fn random_desc(rng: &mut Rng, case: u32) -> NodeDesc {
     let mut switches = vec![];
@@ -61,7 +62,8 @@ fn random_desc(rng: &mut Rng, case: u32) -> NodeDesc {
                 }
                 (true, RdmaNaming::Mlx5, false) => Some(format!("irdma{}", 100 + pf_no)),
             };
-            let mut pf: PfDesc = serde_yaml::from_str(&format!("{{bdf: \"{bdf}\", netdev: \"eth{pf_no}\"}}")).unwrap();
+            let mut pf: PfDesc =
+                serde_yaml::from_str(&format!("{{bdf: \"{bdf}\", netdev: \"eth{pf_no}\"}}")).unwrap();
             pf.vfs = vfs;
             pf.total_vfs = sriov.then_some(total);
             pf.numa = if rng.chance(20) { None } else { Some(rng.below(2) as u32) };
@@ -125,7 +127,10 @@ fn random_descriptions_round_trip_through_discovery() {
                 // The generator may produce address collisions (E810 VFs spilling onto the next
                 // bus); the validator must say so instead of building a broken tree.
                 let msg = e.to_string();
-                assert!(msg.contains("duplicate PCI address") || msg.contains("past bus ff"), "case {case}: {msg}\n{desc:#?}");
+                assert!(
+                    msg.contains("duplicate PCI address") || msg.contains("past bus ff"),
+                    "case {case}: {msg}\n{desc:#?}"
+                );
                 rejected += 1;
                 continue;
             }

@@ -118,7 +118,10 @@ adapters:
     let inv = assert_in_step(&sim);
     let vfs = &inv.pfs[0].vfs;
     assert!(vfs[1].netdev.is_none() && vfs[1].rdma.len() == 1);
-    assert_eq!((vfs[2].driver.as_deref(), vfs[2].netdev.is_none(), vfs[2].rdma.is_empty()), (Some("vfio-pci"), true, true));
+    assert_eq!(
+        (vfs[2].driver.as_deref(), vfs[2].netdev.is_none(), vfs[2].rdma.is_empty()),
+        (Some("vfio-pci"), true, true)
+    );
     sim.add_netdev_back("p0v1").unwrap();
     assert_in_step(&sim);
 }
@@ -159,6 +162,7 @@ fn description_errors_name_file_line_and_field() {
         ("- {bdf: \"0000:3b:00.0\", netdev: p0, rdma: x}\n      - {bdf: \"0000:3b:00.1\", netdev: p1, rdma: x}", "duplicate RDMA device name x"),
         ("- {bdf: \"0000:3b:00.0\", netdev: p0, roce: {pfc: [9]}}", "roce.pfc: priority 9 > 7"),
         ("- {bdf: \"0000:ff:1f.0\", netdev: p0, vfs: 20}", "past bus ff"),
+        ("- {bdf: \"0000:3b:00.0\", netdev: p0, totalVfs: 4294967295}\n      - {bdf: \"0000:3b:00.1\", netdev: p1, vfs: 4000000000, totalVfs: 4294967295}", "past"),
     ];
     for (pfs, want) in invalid {
         let text = format!("node: x\nadapters:\n  - model: connectx-6dx\n    pfs:\n      {pfs}\n");
@@ -182,4 +186,62 @@ fn big_node_has_1024_vfs() {
     let d = nic::sim::big_node(8, 128);
     assert_eq!(d.adapters.iter().flat_map(|a| &a.pfs).map(|p| p.vfs).sum::<u32>(), 1024);
     nic::sim::validate(&d).unwrap();
+}
+
+#[test]
+fn tree_layout_is_the_kernels() {
+    use std::path::Path;
+    let sim = Sim::from_file(example("cx6dx-dual.yaml")).unwrap();
+    let r = sim.roots();
+    let link = |p: &str| fs::read_link(r.sys(p)).unwrap();
+    let real = |p: &str| fs::canonicalize(r.sys(p)).unwrap();
+    let sys = fs::canonicalize(&r.sysfs).unwrap();
+    // Bus links are relative and land in the bridge hierarchy.
+    assert_eq!(
+        link("bus/pci/devices/0000:3d:00.0"),
+        Path::new("../../../devices/pci0000:3a/0000:3a:00.0/0000:3b:00.0/0000:3c:00.0/0000:3d:00.0")
+    );
+    let pf = real("bus/pci/devices/0000:3d:00.0");
+    assert!(fs::symlink_metadata(&pf).unwrap().is_dir());
+    assert_eq!(
+        fs::read_link(pf.join("driver")).unwrap(),
+        Path::new("../../../../../../bus/pci/drivers/mlx5_core")
+    );
+    assert_eq!(fs::canonicalize(pf.join("driver")).unwrap(), sys.join("bus/pci/drivers/mlx5_core"));
+    assert_eq!(fs::read_link(pf.join("virtfn0")).unwrap(), Path::new("../0000:3d:00.1"));
+    assert_eq!(link("bus/pci/devices/0000:3d:00.1/physfn"), Path::new("../0000:3d:00.0"));
+    assert_eq!(fs::read_to_string(pf.join("sriov_totalvfs")).unwrap(), "127\n");
+    assert_eq!(fs::read_to_string(pf.join("vendor")).unwrap(), "0x15b3\n");
+    // Netdev: real dir under the function, class link, `device` back to the function.
+    assert_eq!(real("class/net/ens1f0np0"), pf.join("net/ens1f0np0"));
+    assert_eq!(real("class/net/ens1f0np0/device"), pf);
+    assert_eq!(fs::read_to_string(r.sys("class/net/ens1f0np0/device/sriov_numvfs")).unwrap(), "8\n");
+    // RDMA under the mlx5 aux device, char devices beside it, class links.
+    assert_eq!(real("class/infiniband/mlx5_0"), pf.join("mlx5_core.rdma.0/infiniband/mlx5_0"));
+    assert!(pf.join("mlx5_core.eth.0").is_dir());
+    assert_eq!(real("class/infiniband_verbs/uverbs0"), pf.join("mlx5_core.rdma.0/infiniband_verbs/uverbs0"));
+    assert_eq!(fs::read_to_string(r.sys("class/infiniband_verbs/uverbs0/ibdev")).unwrap(), "mlx5_0\n");
+    assert_eq!(fs::read_to_string(r.sys("class/infiniband_mad/issm0/dev")).unwrap(), "231:64\n");
+    assert_eq!(fs::read_to_string(r.sys("class/infiniband/mlx5_0/ports/1/state")).unwrap(), "4: ACTIVE\n");
+    assert_eq!(
+        fs::read_to_string(r.sys("class/infiniband/mlx5_2/ports/1/gids/3")).unwrap(),
+        "0000:0000:0000:0000:0000:ffff:c0a8:0102\n"
+    );
+    assert_eq!(
+        fs::read_to_string(r.sys("class/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent")).unwrap(),
+        "0\n"
+    );
+    assert_eq!(fs::read_to_string(r.sys("module/ib_core/parameters/netns_mode")).unwrap(), "Y\n");
+    // E810: RDMA via ice.roce.N; GPU class 0x030200.
+    let e810 = Sim::from_file(example("mixed.yaml")).unwrap();
+    let er = e810.roots();
+    let pf = fs::canonicalize(er.sys("bus/pci/devices/0000:5e:00.0")).unwrap();
+    assert_eq!(
+        fs::canonicalize(er.sys("class/infiniband/rocep94s0f0")).unwrap(),
+        pf.join("ice.roce.0/infiniband/rocep94s0f0")
+    );
+    let vf = fs::canonicalize(er.sys("bus/pci/devices/0000:5e:01.1")).unwrap();
+    assert!(vf.join("iavf.rdma.1/infiniband/rocep94s0f0v1").is_dir());
+    assert_eq!(fs::read_to_string(er.sys("bus/pci/devices/0000:1b:00.0/class")).unwrap(), "0x030200\n");
+    assert!(!er.sys("class/net/ens4f0/ecn").exists(), "no OFED sysfs on E810");
 }

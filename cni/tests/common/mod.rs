@@ -46,7 +46,14 @@ pub fn ip(ns: &str, args: &[&str]) -> String {
 }
 
 pub fn ip_ok(ns: &str, args: &[&str]) -> bool {
-    Command::new("ip").arg("-n").arg(ns).args(args).stdout(Stdio::null()).stderr(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("ip")
+        .arg("-n")
+        .arg(ns)
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Link names in a netns (without `lo`).
@@ -106,25 +113,36 @@ impl Lab {
         let yaml = format!(
             "node: t{tag}\nadapters:\n  - model: {model}\n    pfs:\n      - bdf: \"0000:{bus:02x}:00.0\"\n        netdev: k{tag}p\n        vfs: {nvfs}\n        totalVfs: {nvfs}\n        vfNetdevPrefix: k{tag}v\n{pf_extra}"
         );
-        let desc: nic::simdesc::NodeDesc = serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
+        let desc: nic::simdesc::NodeDesc =
+            serde_yaml::from_str(&yaml).unwrap_or_else(|e| panic!("{e}\n{yaml}"));
         let sim = Sim::materialise(&desc).expect("materialise sim");
         let roots = sim.roots();
         let pf: PciAddr = format!("0000:{bus:02x}:00.0").parse().unwrap();
         let mut vfs = Vec::new();
         for i in 0..nvfs {
             let link = roots.sys(format!("bus/pci/devices/{pf}/virtfn{i}"));
-            let vf: PciAddr = std::fs::read_link(&link).unwrap().file_name().unwrap().to_str().unwrap().parse().unwrap();
-            let net = std::fs::read_dir(roots.sys(format!("bus/pci/devices/{vf}/net"))).unwrap().next().unwrap().unwrap();
+            let vf: PciAddr =
+                std::fs::read_link(&link).unwrap().file_name().unwrap().to_str().unwrap().parse().unwrap();
+            let net = std::fs::read_dir(roots.sys(format!("bus/pci/devices/{vf}/net")))
+                .unwrap()
+                .next()
+                .unwrap()
+                .unwrap();
             vfs.push((vf, net.file_name().into_string().unwrap()));
         }
         let host = NamedNetns::create(&format!("kr-{tag}-host")).unwrap();
         let wire = NamedNetns::create(&format!("kr-{tag}-wire")).unwrap();
         let mut batch = String::new();
         for (i, (_, name)) in vfs.iter().enumerate() {
-            batch.push_str(&format!("link add {name} type veth peer name k{tag}w{i} netns {}\n", wire.name()));
+            batch
+                .push_str(&format!("link add {name} type veth peer name k{tag}w{i} netns {}\n", wire.name()));
             batch.push_str(&format!("link set {name} mtu 1500\n"));
         }
-        let mut child = Command::new("ip").args(["-n", host.name(), "-batch", "-"]).stdin(Stdio::piped()).spawn().unwrap();
+        let mut child = Command::new("ip")
+            .args(["-n", host.name(), "-batch", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
         child.stdin.take().unwrap().write_all(batch.as_bytes()).unwrap();
         assert!(child.wait().unwrap().success(), "creating veths failed");
         Lab {
@@ -178,8 +196,25 @@ impl Lab {
         self.cni_env(cmd, cid, netns, ifname, stdin, &[])
     }
 
-    pub fn cni_env(&self, cmd: &str, cid: &str, netns: &Path, ifname: &str, stdin: &Value, extra: &[(&str, &str)]) -> (i32, Value) {
-        run_plugin(self.host.path(), &self.sim.roots().sysfs, cmd, cid, netns, ifname, &serde_json::to_vec(stdin).unwrap(), extra)
+    pub fn cni_env(
+        &self,
+        cmd: &str,
+        cid: &str,
+        netns: &Path,
+        ifname: &str,
+        stdin: &Value,
+        extra: &[(&str, &str)],
+    ) -> (i32, Value) {
+        run_plugin(
+            self.host.path(),
+            &self.sim.roots().sysfs,
+            cmd,
+            cid,
+            netns,
+            ifname,
+            &serde_json::to_vec(stdin).unwrap(),
+            extra,
+        )
     }
 
     /// Allocation files host-local keeps (one per allocated IP).
@@ -195,7 +230,10 @@ impl Lab {
 
     /// State files other than locks and the IPAM version cache.
     pub fn state_files(&self) -> BTreeSet<String> {
-        files(self.state.path()).into_iter().filter(|f| !f.starts_with("locks/") && f != "ipam-versions.json").collect()
+        files(self.state.path())
+            .into_iter()
+            .filter(|f| !f.starts_with("locks/") && f != "ipam-versions.json")
+            .collect()
     }
 }
 
@@ -223,7 +261,10 @@ pub fn run_plugin(
         }
         _ => Command::new(BIN),
     };
-    c.env_remove("KUBE_RDMA_CNI_FAILPOINT")
+    // cargo test/bench set LD_LIBRARY_PATH to the toolchain's dirs; a runtime
+    // does not, and the extra library search costs milliseconds per exec.
+    c.env_remove("LD_LIBRARY_PATH")
+        .env_remove("KUBE_RDMA_CNI_FAILPOINT")
         .env("CNI_COMMAND", cmd)
         .env("CNI_CONTAINERID", cid)
         .env("CNI_NETNS", netns)
@@ -253,13 +294,22 @@ pub fn run_plugin(
     child.stdin.take().unwrap().write_all(stdin).unwrap();
     let out = child.wait_with_output().unwrap();
     drop(nsf);
-    let v = if out.stdout.is_empty() { Value::Null } else { serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("stdout not JSON ({e}): {:?}", String::from_utf8_lossy(&out.stdout))) };
+    let v = if out.stdout.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("stdout not JSON ({e}): {:?}", String::from_utf8_lossy(&out.stdout)))
+    };
     if std::env::var("CNI_TEST_VERBOSE").is_ok() {
         eprintln!("{cmd} -> {:?} {v} stderr: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
     }
     // Failures report the CNI error code from the JSON; a killed plugin its exit status.
     let status = out.status.code().unwrap_or(-1);
-    let code = if status == 0 { 0 } else { v.get("code").and_then(Value::as_i64).map(|c| c as i32).unwrap_or(status) };
+    let code = if status == 0 {
+        0
+    } else {
+        v.get("code").and_then(Value::as_i64).map(|c| c as i32).unwrap_or(status)
+    };
     (code, v)
 }
 

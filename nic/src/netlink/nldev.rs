@@ -24,8 +24,8 @@
 //! - [`sys_set_netns_mode`]: `rdma system set netns shared|exclusive`
 
 use netlink_packet_core::{
-    DecodeError, DefaultNla, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkSerializable, Nla, NlaBuffer,
-    NlasIterator, Parseable,
+    DecodeError, DefaultNla, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkSerializable, Nla,
+    NlaBuffer, NlasIterator, Parseable,
 };
 
 use super::transport::{Client, NlError, Transport};
@@ -184,7 +184,9 @@ impl Nla for NldevAttr {
     fn emit_value(&self, buf: &mut [u8]) {
         use NldevAttr::*;
         match self {
-            DevIndex(v) | PortIndex(v) | NdevIndex(v) | NetNsFd(v) => buf[..4].copy_from_slice(&v.to_ne_bytes()),
+            DevIndex(v) | PortIndex(v) | NdevIndex(v) | NetNsFd(v) => {
+                buf[..4].copy_from_slice(&v.to_ne_bytes())
+            }
             CapFlags(v) | NodeGuid(v) | SysImageGuid(v) => buf[..8].copy_from_slice(&v.to_ne_bytes()),
             PortState(v) | PortPhysState(v) | DevNodeType(v) | SysNetnsMode(v) => buf[0] = *v,
             DevName(s) | FwVersion(s) | NdevName(s) | DevProtocol(s) => emit_str(buf, s),

@@ -94,9 +94,9 @@ impl Transport for Recorded {
     }
 
     fn recv(&mut self) -> io::Result<Vec<u8>> {
-        self.replies
-            .pop_front()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::UnexpectedEof, "recorded transport has no more replies"))
+        self.replies.pop_front().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::UnexpectedEof, "recorded transport has no more replies")
+        })
     }
 }
 
@@ -209,7 +209,13 @@ impl<T: Transport> Client<T> {
 
     /// Sends `payload` as a request (`NLM_F_REQUEST|NLM_F_ACK`, plus
     /// `NLM_F_DUMP` when `dump`) and returns the replies' payloads.
-    pub fn request<M>(&mut self, op: &str, payload: M, dump: bool, extra_flags: u16) -> Result<Vec<M>, NlError>
+    pub fn request<M>(
+        &mut self,
+        op: &str,
+        payload: M,
+        dump: bool,
+        extra_flags: u16,
+    ) -> Result<Vec<M>, NlError>
     where
         M: NetlinkSerializable + NetlinkDeserializable + Debug,
     {

@@ -95,7 +95,12 @@ impl VfSettings {
         }
         if let Some(v) = self.vlan {
             let proto = if v.ad { VlanProtocol::Ieee8021Ad } else { VlanProtocol::Ieee8021Q };
-            info.push(VfInfo::VlanList(vec![VfVlan::Info(VfVlanInfo::new(vf, v.id.into(), v.qos.into(), proto))]));
+            info.push(VfInfo::VlanList(vec![VfVlan::Info(VfVlanInfo::new(
+                vf,
+                v.id.into(),
+                v.qos.into(),
+                proto,
+            ))]));
         }
         if let Some(s) = self.spoofchk {
             info.push(VfInfo::SpoofCheck(VfInfoSpoofCheck::new(vf, s)));
@@ -275,7 +280,12 @@ pub fn read<T: Transport>(c: &mut Client<T>, pf_index: u32, vf: u32) -> Result<O
 }
 
 /// Applies `settings` to VF `vf` of PF `pf_index`.
-pub fn apply<T: Transport>(c: &mut Client<T>, pf_index: u32, vf: u32, settings: &VfSettings) -> Result<(), NlError> {
+pub fn apply<T: Transport>(
+    c: &mut Client<T>,
+    pf_index: u32,
+    vf: u32,
+    settings: &VfSettings,
+) -> Result<(), NlError> {
     if settings.is_empty() {
         return Ok(());
     }
