@@ -77,8 +77,9 @@ fn main() -> ExitCode {
     }
     let mut stdin = Vec::new();
     let cmd = std::env::var("CNI_COMMAND").unwrap_or_default();
-    // VERSION may come without stdin; every other command reads it.
-    if cmd != "VERSION" || !atty_stdin() {
+    // Without CNI_COMMAND there is nothing to read (and a user at a terminal
+    // must get the error, not a hang); VERSION may come without stdin.
+    if !cmd.is_empty() && (cmd != "VERSION" || !atty_stdin()) {
         let _ = std::io::stdin().read_to_end(&mut stdin);
     }
     init_logging(&stdin);

@@ -9,7 +9,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use nic::netlink::nldev::{Nldev, RdmaDevice};
-use nic::netlink::transport::{Client, SocketTransport, NETLINK_RDMA};
+use nic::netlink::transport::{Client, NlError, SocketTransport, NETLINK_RDMA};
 use nic::netlink::vf::{self as vfnl, VfLink, VfSettings, VfVlanSetting};
 use nic::netns::Netns;
 use nic::simdesc::NetnsMode;
@@ -42,8 +42,10 @@ fn lock_wait(default: Duration) -> Duration {
 pub const PF_LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Test-only: `KUBE_RDMA_CNI_FAILPOINT=after:<step>` makes the process exit
-/// abruptly (exit status 99, no cleanup) right after `<step>` of ADD.
-/// Used by the fault-injection tests; never set it in production.
+/// abruptly (exit status 99, no cleanup) right after `<step>` of ADD;
+/// `refuse:combined_move` makes ADD behave as if the kernel refused the
+/// one-request move+rename (exercises the temporary-netns fallback).
+/// Used by the tests; never set it in production.
 pub const FAILPOINT_ENV: &str = "KUBE_RDMA_CNI_FAILPOINT";
 
 /// The mutating steps of ADD, in order.
@@ -365,7 +367,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
             pending = Some(ipam::spawn(plugin, "ADD", env, &serde_json::to_vec(iconf).unwrap_or_default())?);
         }
         ctx.begin(Step::MoveNetdev)?;
-        move_into_pod(&mut host, &mut podc, link.index, &pod, &env.ifname)?;
+        move_into_pod(&mut host, link.index, &pod, &env.ifname)?;
         failpoint(Step::MoveNetdev);
 
         ctx.begin(Step::LinkConfig)?;
@@ -463,30 +465,53 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     }
 }
 
-fn move_into_pod(
-    host: &mut rtnl::Rtnl,
-    podc: &mut rtnl::Rtnl,
-    index: u32,
-    pod: &Netns,
-    ifname: &str,
-) -> Result<()> {
-    match rtnl::move_to_netns(host, index, pod.raw_fd(), Some(ifname)) {
-        Ok(()) => Ok(()),
-        Err(e) => {
-            // Fallback for kernels/drivers refusing the combined request: move
-            // under the current name, then rename inside the pod (link down).
-            tracing::info!(error = %e, "combined move+rename refused; moving then renaming");
-            let name = rtnl::link_by_index_name(host, index);
-            rtnl::move_to_netns(host, index, pod.raw_fd(), None)
-                .map_err(|e2| Error::netlink(format!("move ifindex {index} into the pod"), e2))?;
-            let l = name
-                .and_then(|n| rtnl::link_by_name(podc, &n).ok().flatten())
-                .ok_or_else(|| Error::netlink("find the moved link in the pod", e))?;
-            rtnl::configure(podc, l.index, None, None, Some(false))
-                .and_then(|_| rtnl::rename(podc, l.index, ifname))
-                .map_err(|e| Error::netlink(format!("rename to {ifname} in the pod"), e))
+fn move_into_pod(host: &mut rtnl::Rtnl, index: u32, pod: &Netns, ifname: &str) -> Result<()> {
+    let forced = std::env::var(FAILPOINT_ENV).is_ok_and(|v| v == "refuse:combined_move");
+    let combined = if forced {
+        Err(NlError::Kernel {
+            op: "combined move (refused by test failpoint)".into(),
+            errno: libc::EOPNOTSUPP,
+            ext: None,
+        })
+    } else {
+        rtnl::move_to_netns(host, index, pod.raw_fd(), Some(ifname))
+    };
+    let e = match combined {
+        Ok(()) => return Ok(()),
+        Err(e) => e,
+    };
+    // Fallback for kernels/drivers refusing the combined request: move into a
+    // private netns, rename there (nothing can clash), then move into the pod.
+    tracing::info!(error = %e, "combined move+rename refused; renaming through a temporary netns");
+    let tmp = Netns::new_anonymous().map_err(Error::Netns)?;
+    let name = rtnl::link_by_index_name(host, index)
+        .ok_or_else(|| Error::netlink(format!("find ifindex {index} on the host"), e))?;
+    rtnl::move_to_netns(host, index, tmp.raw_fd(), None)
+        .map_err(|e| Error::netlink(format!("move {name} into a temporary netns"), e))?;
+    let mut tc = rtnl::open_in(&tmp)?;
+    let back = |tc: &mut rtnl::Rtnl, err: Error| -> Error {
+        // Leave the link on the host, not stranded in a netns that dies with us.
+        if let Ok(Some(l)) = rtnl::link_by_name(tc, &name) {
+            if let Ok(here) = Netns::current() {
+                let _ = rtnl::move_to_netns(tc, l.index, here.raw_fd(), None);
+            }
         }
+        err
+    };
+    let l = match rtnl::link_by_name(&mut tc, &name) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Err(Error::Check(format!("{name} vanished in the temporary netns"))),
+        Err(e) => return Err(back(&mut tc, e)),
+    };
+    if let Err(e) = rtnl::rename(&mut tc, l.index, ifname) {
+        return Err(back(&mut tc, Error::netlink(format!("rename {name} to {ifname}"), e)));
     }
+    if let Err(e) = rtnl::move_to_netns(&mut tc, l.index, pod.raw_fd(), None) {
+        let err = Error::netlink(format!("move {ifname} into the pod"), e);
+        let _ = rtnl::rename(&mut tc, l.index, &name);
+        return Err(back(&mut tc, err));
+    }
+    Ok(())
 }
 
 /// Moves RDMA devices into `to` (ADD: `from` = None, socket in our netns) or

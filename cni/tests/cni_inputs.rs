@@ -35,6 +35,7 @@ fn bad_inputs_get_the_spec_code_and_a_useful_message_and_change_nothing() {
     let pf = lab.pf.to_string();
 
     // (case, CNI_COMMAND, stdin, env overrides)
+    #[allow(clippy::type_complexity)]
     let cases: Vec<(Case, &str, Vec<u8>, Vec<(&str, String)>)> = vec![
         (
             Case { name: "malformed JSON", code: 6, msg: "cannot decode" },

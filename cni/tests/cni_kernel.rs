@@ -95,6 +95,25 @@ fn static_ipam_with_a_1_0_0_config_gets_a_1_0_0_result() {
 }
 
 #[test]
+fn rename_falls_back_to_a_temporary_netns_when_the_combined_move_is_refused() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pod = lab.pod(0);
+    // A pod link already named like the VF on the host: renaming inside the
+    // pod would clash; the temporary netns cannot.
+    ip(pod.name(), &["link", "add", &vfname, "type", "veth", "peer", "name", "clashp"]);
+    let conf = lab.conf("1.1.0", pci, "10.211.0.0/24");
+    let fp = [("KUBE_RDMA_CNI_FAILPOINT", "refuse:combined_move")];
+    let (code, out) = lab.cni_env("ADD", "t1", pod.path(), "net1", &conf, &fp);
+    assert_eq!(code, 0, "{out}");
+    assert!(links(pod.name()).contains("net1"));
+    assert_eq!(addrs(pod.name(), "net1"), vec!["10.211.0.2/24".to_string()]);
+    let (code, out) = lab.cni("DEL", "t1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.host_links().contains(&vfname));
+}
+
+#[test]
 fn old_versions_get_results_in_their_own_format() {
     let lab = Lab::new("e810-xxv", 2, "");
     for (i, v) in ["0.3.1", "0.4.0"].into_iter().enumerate() {
@@ -129,6 +148,30 @@ fn del_succeeds_and_releases_ipam_when_the_netns_is_gone() {
     // Also with an empty CNI_NETNS, as runtimes send after the sandbox died.
     let (code, out) = lab.cni_env("DEL", "g1", std::path::Path::new(""), "net1", &conf, &[("CNI_NETNS", "")]);
     assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn del_repairs_a_vf_the_kernel_returned_to_the_host_under_its_pod_name() {
+    // When a pod netns dies, the kernel moves a physical VF back to the
+    // initial netns keeping its pod name (sriov-cni #126: VFs left misnamed).
+    // Stand-in: move net1 back by hand, then delete the netns.
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let before = link_info(lab.host.name(), &vfname);
+    let pod = lab.pod(0);
+    let mut conf = lab.conf("1.1.0", pci, "10.212.0.0/24");
+    conf["mac"] = json!("02:00:00:00:12:34");
+    let (code, out) = lab.cni("ADD", "k1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    ip(pod.name(), &["link", "set", "net1", "netns", lab.host.name()]);
+    let path = pod.path().to_path_buf();
+    pod.delete().unwrap();
+    assert!(lab.host_links().contains("net1"));
+    let (code, out) = lab.cni("DEL", "k1", &path, "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert!(!lab.host_links().contains("net1"));
+    assert_eq!(link_info(lab.host.name(), &vfname), before, "name, MAC, MTU and state restored");
+    assert!(lab.ipam_allocations().is_empty());
 }
 
 #[test]
@@ -225,24 +268,28 @@ fn gc_undoes_attachments_that_are_no_longer_valid() {
     assert!(lab.ipam_allocations().is_empty());
 }
 
-/// Snapshot of everything an ADD may change.
-fn snapshot(
-    lab: &Lab,
-    pod: &str,
-) -> (
-    std::collections::BTreeSet<String>,
-    std::collections::BTreeSet<String>,
-    std::collections::BTreeSet<String>,
-    std::collections::BTreeSet<String>,
-    Vec<(String, u64, bool)>,
-) {
-    let info = lab
+type Names = std::collections::BTreeSet<String>;
+
+/// Everything an ADD may change: host links, pod links, state files, IPAM
+/// allocations, and name/MAC/MTU/state of each VF netdev on the host.
+#[derive(Debug, PartialEq)]
+struct Snapshot {
+    host: Names,
+    pod: Names,
+    state: Names,
+    ipam: Names,
+    vfs: Vec<(String, u64, bool)>,
+}
+
+fn snapshot(lab: &Lab, pod: &str) -> Snapshot {
+    let host = lab.host_links();
+    let vfs = lab
         .vfs
         .iter()
-        .filter(|(_, n)| lab.host_links().contains(n))
+        .filter(|(_, n)| host.contains(n))
         .map(|(_, n)| link_info(lab.host.name(), n))
         .collect();
-    (lab.host_links(), links(pod), lab.state_files(), lab.ipam_allocations(), info)
+    Snapshot { host, pod: links(pod), state: lab.state_files(), ipam: lab.ipam_allocations(), vfs }
 }
 
 #[test]

@@ -26,6 +26,16 @@ fn vm_rss_kib(pid: u32) -> u64 {
         .unwrap_or(0)
 }
 
+/// CPU time (ns) all threads of `pid` have run, from `/proc/<pid>/task/*/schedstat`
+/// (first field: time on CPU). Independent of how loaded the machine is.
+fn cpu_ns(pid: u32) -> u64 {
+    let Ok(rd) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return 0 };
+    rd.flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("schedstat")).ok())
+        .filter_map(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+        .sum()
+}
+
 fn pct(sorted: &[Duration], p: f64) -> Duration {
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i]
@@ -43,6 +53,7 @@ async fn run() {
     let k = FakeKubelet::start(&dirs.kubelet);
     let sock = dirs.kubelet.join(SOCK);
     let mut starts = Vec::new();
+    let mut start_cpu = Vec::new();
     let mut last_child = None;
     for round in 0..5 {
         let t0 = Instant::now();
@@ -76,6 +87,7 @@ async fn run() {
         let mut s = c.list_and_watch(Empty {}).await.unwrap().into_inner();
         let first = s.message().await.unwrap().unwrap();
         let took = t0.elapsed();
+        start_cpu.push(Duration::from_nanos(cpu_ns(child.id().unwrap())));
         assert_eq!(first.devices.len(), 1024);
         starts.push(took);
         let _ = k.next_registration(Duration::from_secs(5)).await;
@@ -109,6 +121,7 @@ async fn run() {
         .await
         .unwrap();
     }
+    let cpu_before = cpu_ns(pid);
     let mut lat = Vec::with_capacity(10_000);
     for i in 0..10_000 {
         let id = ids[i % ids.len()].clone();
@@ -122,9 +135,41 @@ async fn run() {
         lat.push(t.elapsed());
         assert_eq!(r.into_inner().container_responses.len(), 1);
     }
+    let cpu_per_call = Duration::from_nanos((cpu_ns(pid) - cpu_before) / 10_000);
     lat.sort();
     let rss_after = vm_rss_kib(pid);
     starts.sort();
+    start_cpu.sort();
+
+    // The same work in-process, to separate CPU cost from scheduling on a busy machine.
+    let mut disc = Vec::new();
+    let mut plan_t = Vec::new();
+    let mut pool = None;
+    for _ in 0..5 {
+        let t = Instant::now();
+        let inv = nic::discover(&roots);
+        disc.push(t.elapsed());
+        let t = Instant::now();
+        let plan = kube_rdma_device_plugin::pools::plan(
+            &inv,
+            &kube_rdma_device_plugin::config::Config::default_pools(),
+        );
+        plan_t.push(t.elapsed());
+        pool = plan.pools.into_iter().next();
+    }
+    disc.sort();
+    plan_t.sort();
+    let pool = pool.unwrap();
+    let mut pure = Vec::with_capacity(10_000);
+    for i in 0..10_000 {
+        let id = [ids[i % ids.len()].clone()];
+        let t = Instant::now();
+        let r = kube_rdma_device_plugin::allocate::container_response(&pool, &id).unwrap();
+        pure.push(t.elapsed());
+        std::hint::black_box(r);
+    }
+    pure.sort();
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
 
     println!("kube-rdma-device-plugin on a simulated 8 PF x 128 VF node (1024 VFs), release build");
     println!(
@@ -142,10 +187,23 @@ async fn run() {
         lat[lat.len() - 1].as_secs_f64() * 1e6
     );
     println!(
+        "  daemon CPU time to first ListAndWatch (all threads, schedstat): median {:.1} ms; in-process: discovery {:.1} ms, pools {:.2} ms (medians of 5)",
+        pct(&start_cpu, 0.5).as_secs_f64() * 1e3,
+        pct(&disc, 0.5).as_secs_f64() * 1e3,
+        pct(&plan_t, 0.5).as_secs_f64() * 1e3
+    );
+    println!(
+        "  daemon CPU per Allocate: {:.0} us; pure allocate::container_response p50 {:.1} us, p99 {:.1} us",
+        cpu_per_call.as_secs_f64() * 1e6,
+        pct(&pure, 0.5).as_secs_f64() * 1e6,
+        pct(&pure, 0.99).as_secs_f64() * 1e6
+    );
+    println!(
         "daemon VmRSS: {:.1} MiB after start, {:.1} MiB after the Allocate calls (target < 20 MiB)",
         rss_start as f64 / 1024.0,
         rss_after as f64 / 1024.0
     );
+    println!("load average at the end of the run: {}", load.trim());
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM)
         .unwrap();
     let _ = child.wait().await;

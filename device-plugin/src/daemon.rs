@@ -207,10 +207,6 @@ impl Daemon {
     fn start_pool(&mut self, pool: Pool) -> Result<(), DaemonError> {
         let name = pool.resource_name();
         let socket = self.socket_path(&pool.config);
-        if let Err(e) = devinfo::write_cdi(&self.opts.cdi_dir, &pool) {
-            tracing::warn!(pool = %name, error = %e, "cannot write CDI spec");
-        }
-        self.metrics.set_pool(&pool);
         let (tx, rx) = watch::channel(Arc::new(pool.clone()));
         let listener =
             server::bind(&socket).map_err(|source| DaemonError::Bind { path: socket.clone(), source })?;
@@ -232,6 +228,12 @@ impl Daemon {
             let _ = died.send((task_name, generation));
         });
         tracing::info!(pool = %name, socket = %socket.display(), devices = pool.devices.len(), "serving");
+        // After binding, before registering: the kubelet cannot Allocate before it
+        // knows us, so the CDI spec is in place by the first Allocate.
+        if let Err(e) = devinfo::write_cdi(&self.opts.cdi_dir, &pool) {
+            tracing::warn!(pool = %name, error = %e, "cannot write CDI spec");
+        }
+        self.metrics.set_pool(&pool);
         self.running
             .insert(name, Running { config: pool.config, tx, stop: Some(stop_tx), task, socket, generation });
         Ok(())

@@ -136,21 +136,18 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             };
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             rt.block_on(async {
-                let shutdown = async {
-                    let mut term =
-                        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                            Ok(s) => s,
-                            Err(e) => {
-                                tracing::error!(error = %e, "cannot install SIGTERM handler");
-                                return std::future::pending().await;
-                            }
-                        };
+                // Install the handlers before anything is served: a SIGTERM that
+                // arrives during startup must still mean "clean up and exit 0".
+                use tokio::signal::unix::{signal, SignalKind};
+                let mut term = signal(SignalKind::terminate()).context("install SIGTERM handler")?;
+                let mut int = signal(SignalKind::interrupt()).context("install SIGINT handler")?;
+                let shutdown = async move {
                     tokio::select! {
                         _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
-                        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: shutting down"),
+                        _ = int.recv() => tracing::info!("SIGINT: shutting down"),
                     }
                 };
-                daemon::run(opts, shutdown).await
+                daemon::run(opts, shutdown).await.map_err(anyhow::Error::from)
             })?;
             drop(sim);
             Ok(())

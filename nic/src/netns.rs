@@ -99,6 +99,22 @@ impl Netns {
         Self::open("/proc/thread-self/ns/net")
     }
 
+    /// A fresh, unnamed namespace (lives as long as the returned value).
+    /// Used as a private waiting room, e.g. to rename a link where no other
+    /// link can clash with it.
+    pub fn new_anonymous() -> Result<Self, NetnsError> {
+        let path = PathBuf::from("(anonymous)");
+        std::thread::spawn(move || -> Result<Self, NetnsError> {
+            unshare(CloneFlags::CLONE_NEWNET)
+                .map_err(|source| NetnsError::Setns { path: path.clone(), source })?;
+            let file = File::open("/proc/thread-self/ns/net")
+                .map_err(|source| NetnsError::Open { path: path.clone(), source })?;
+            Ok(Self { file, path })
+        })
+        .join()
+        .map_err(|_| NetnsError::Panicked { path: "(anonymous)".into() })?
+    }
+
     /// The path this namespace was opened from.
     pub fn path(&self) -> &Path {
         &self.path
@@ -283,6 +299,18 @@ mod tests {
         drop(there);
         drop(ns);
         assert!(!p.exists());
+    }
+
+    #[test]
+    fn anonymous_netns_is_new_and_dies_with_its_handle() {
+        let a = Netns::new_anonymous().unwrap();
+        assert_ne!(a.id().unwrap(), Netns::current().unwrap().id().unwrap());
+        // /proc/thread-self/net/dev: two header lines, then only `lo`.
+        let dev = a.run(|| std::fs::read_to_string("/proc/thread-self/net/dev").unwrap()).unwrap();
+        assert_eq!(
+            dev.lines().skip(2).map(|l| l.split(':').next().unwrap().trim().to_string()).collect::<Vec<_>>(),
+            ["lo"]
+        );
     }
 
     #[test]

@@ -122,7 +122,11 @@ pub fn interface_state(i: &InterfaceRoce) -> InterfaceState {
         match o {
             Observed::Value(v) => Some(v.clone()),
             Observed::Unsupported(r) => {
-                un.push(Unavailable { field: field.into(), state: CheckResult::Unsupported, reason: r.clone() });
+                un.push(Unavailable {
+                    field: field.into(),
+                    state: CheckResult::Unsupported,
+                    reason: r.clone(),
+                });
                 None
             }
             Observed::Unknown(r) => {
@@ -171,7 +175,11 @@ pub fn interface_state(i: &InterfaceRoce) -> InterfaceState {
     }
 }
 
-fn joined<T>(ifs: &[InterfaceState], f: impl Fn(&InterfaceState) -> Option<T>, show: impl Fn(T) -> String) -> String {
+fn joined<T>(
+    ifs: &[InterfaceState],
+    f: impl Fn(&InterfaceState) -> Option<T>,
+    show: impl Fn(T) -> String,
+) -> String {
     let vals: BTreeSet<String> = ifs.iter().map(|i| f(i).map(&show).unwrap_or_else(|| "?".into())).collect();
     if vals.is_empty() {
         return "-".into();
@@ -193,7 +201,15 @@ pub fn summarize(ifs: &[InterfaceState], checks: &[Check]) -> Summary {
         roce: joined(
             ifs,
             |i| i.roce_mode.clone(),
-            |m| if m.contains("v2") { "v2".into() } else if m.contains("v1") { "v1".into() } else { m },
+            |m| {
+                if m.contains("v2") {
+                    "v2".into()
+                } else if m.contains("v1") {
+                    "v1".into()
+                } else {
+                    m
+                }
+            },
         ),
     }
 }
@@ -205,10 +221,16 @@ pub fn node_ready(checks: &[Check]) -> bool {
 
 /// RoceReady, Drifted, Degraded.
 pub fn conditions(checks: &[Check]) -> Vec<Condition> {
-    let failing: Vec<String> =
-        checks.iter().filter(|c| c.result == CheckResult::Fail).map(|c| format!("{}/{}", c.interface, c.name)).collect();
-    let unknown: Vec<String> =
-        checks.iter().filter(|c| c.result == CheckResult::Unknown).map(|c| format!("{}/{}", c.interface, c.name)).collect();
+    let failing: Vec<String> = checks
+        .iter()
+        .filter(|c| c.result == CheckResult::Fail)
+        .map(|c| format!("{}/{}", c.interface, c.name))
+        .collect();
+    let unknown: Vec<String> = checks
+        .iter()
+        .filter(|c| c.result == CheckResult::Unknown)
+        .map(|c| format!("{}/{}", c.interface, c.name))
+        .collect();
     let ready = node_ready(checks);
     let cond = |t: &str, on: bool, reason: &str, message: String| Condition {
         type_: t.into(),
@@ -221,11 +243,27 @@ pub fn conditions(checks: &[Check]) -> Vec<Condition> {
         cond(
             "RoceReady",
             ready,
-            if ready { "AllChecksPass" } else if checks.is_empty() { "NoRoceInterfaces" } else { "ChecksFailing" },
+            if ready {
+                "AllChecksPass"
+            } else if checks.is_empty() {
+                "NoRoceInterfaces"
+            } else {
+                "ChecksFailing"
+            },
             if ready { String::new() } else { failing.join(", ") },
         ),
-        cond("Drifted", !failing.is_empty(), if failing.is_empty() { "InProfile" } else { "SettingsDrifted" }, failing.join(", ")),
-        cond("Degraded", !unknown.is_empty(), if unknown.is_empty() { "AllReadable" } else { "UnreadableSettings" }, unknown.join(", ")),
+        cond(
+            "Drifted",
+            !failing.is_empty(),
+            if failing.is_empty() { "InProfile" } else { "SettingsDrifted" },
+            failing.join(", "),
+        ),
+        cond(
+            "Degraded",
+            !unknown.is_empty(),
+            if unknown.is_empty() { "AllReadable" } else { "UnreadableSettings" },
+            unknown.join(", "),
+        ),
     ]
 }
 
@@ -242,8 +280,12 @@ pub fn carry_transition_times(new: &mut [Condition], old: &[Condition], now: &st
 
 /// The profile for a node: the first (by name) whose `nodeSelector` matches the
 /// node's labels, else [`checks::default_profile`].
-pub fn select_profile(profiles: &[RoceProfile], labels: &std::collections::BTreeMap<String, String>) -> RoceProfile {
-    let mut matching: Vec<&RoceProfile> = profiles.iter().filter(|p| selector_matches(&p.spec.node_selector, labels)).collect();
+pub fn select_profile(
+    profiles: &[RoceProfile],
+    labels: &std::collections::BTreeMap<String, String>,
+) -> RoceProfile {
+    let mut matching: Vec<&RoceProfile> =
+        profiles.iter().filter(|p| selector_matches(&p.spec.node_selector, labels)).collect();
     matching.sort_by_key(|p| p.name_any());
     if matching.len() > 1 {
         tracing::warn!(
@@ -256,7 +298,10 @@ pub fn select_profile(profiles: &[RoceProfile], labels: &std::collections::BTree
 }
 
 /// Every selector label must be present with the same value.
-pub fn selector_matches(sel: &std::collections::BTreeMap<String, String>, labels: &std::collections::BTreeMap<String, String>) -> bool {
+pub fn selector_matches(
+    sel: &std::collections::BTreeMap<String, String>,
+    labels: &std::collections::BTreeMap<String, String>,
+) -> bool {
     sel.iter().all(|(k, v)| labels.get(k) == Some(v))
 }
 
@@ -362,13 +407,18 @@ impl Publisher {
     }
 
     /// Publishes `status` (from [`evaluate`]); `now` is RFC 3339.
-    pub async fn publish(&mut self, mut status: RdmaNodeStateStatus, now: &str) -> Result<Published, AgentError> {
+    pub async fn publish(
+        &mut self,
+        mut status: RdmaNodeStateStatus,
+        now: &str,
+    ) -> Result<Published, AgentError> {
         let mut done = Published::default();
         let api: Api<RdmaNodeState> = Api::all(self.client.clone());
         let pp = PatchParams::apply(AGENT_MANAGER).force();
         if self.last_fingerprint.as_deref() != Some(status.fingerprint.as_str()) {
             if !self.object_applied {
-                let mut obj = RdmaNodeState::new(&self.node, RdmaNodeStateSpec { node_name: self.node.clone() });
+                let mut obj =
+                    RdmaNodeState::new(&self.node, RdmaNodeStateSpec { node_name: self.node.clone() });
                 if let Some(uid) = &self.node_uid {
                     obj.meta_mut().owner_references = Some(vec![OwnerReference {
                         api_version: "v1".into(),
@@ -408,8 +458,7 @@ impl Publisher {
             let body = json!({"metadata": {"labels": {READY_LABEL: ready.to_string()}}});
             let op = format!("label nodes/{}", self.node);
             let (patch, mp) = (Patch::Merge(body), PatchParams::default());
-            with_backoff(self.backoff, &op, || nodes.patch(&self.node, &mp, &patch))
-                .await?;
+            with_backoff(self.backoff, &op, || nodes.patch(&self.node, &mp, &patch)).await?;
             self.last_ready = Some(ready);
             done.label_patched = true;
         }
@@ -423,7 +472,10 @@ impl Publisher {
         let new: Vec<&Check> = status
             .checks
             .iter()
-            .filter(|c| c.result == CheckResult::Fail && !self.last_failing.contains(&(c.interface.clone(), c.name.clone())))
+            .filter(|c| {
+                c.result == CheckResult::Fail
+                    && !self.last_failing.contains(&(c.interface.clone(), c.name.clone()))
+            })
             .collect();
         if !new.is_empty() {
             let ev = drift_event(&self.node, self.node_uid.as_deref(), &new, now);
@@ -456,7 +508,11 @@ pub fn drift_event(node: &str, uid: Option<&str>, new: &[&Check], now: &str) -> 
     }
     let time = now.parse::<Timestamp>().unwrap_or_else(|_| Timestamp::now());
     Event {
-        metadata: ObjectMeta { generate_name: Some(format!("{node}.roce-drift.")), namespace: Some("default".into()), ..Default::default() },
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{node}.roce-drift.")),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
         event_time: Some(MicroTime(time)),
         action: Some("CheckRoce".into()),
         reason: Some("RoceDrift".into()),
@@ -543,7 +599,9 @@ impl Agent {
             }
         };
         let src = self.cfg.source.clone();
-        let observed = tokio::task::spawn_blocking(move || src.read()).await.map_err(|e| AgentError::Observe(e.to_string()))?;
+        let observed = tokio::task::spawn_blocking(move || src.read())
+            .await
+            .map_err(|e| AgentError::Observe(e.to_string()))?;
         let (observed, records) = if profile.spec.mode == crate::crd::Mode::Enforce {
             let src = self.cfg.source.clone();
             let spec = profile.spec.clone();
@@ -568,7 +626,11 @@ impl Agent {
     /// Runs until `shutdown` resolves: a pass now, then on every poll tick and after
     /// every kernel event on `triggers` (debounced). A failed pass is logged and
     /// retried at the next tick.
-    pub async fn run(mut self, mut triggers: Option<mpsc::Receiver<()>>, shutdown: impl std::future::Future<Output = ()>) {
+    pub async fn run(
+        mut self,
+        mut triggers: Option<mpsc::Receiver<()>>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
         tokio::pin!(shutdown);
         loop {
             match self.tick().await {

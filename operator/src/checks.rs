@@ -13,13 +13,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use nic::roce::{
-    min_netdev_mtu_for, remediation, roce_active_mtu, InterfaceRoce, NodeRoce, Observed, Remedy,
-    Trust,
+    min_netdev_mtu_for, remediation, roce_active_mtu, InterfaceRoce, NodeRoce, Observed, Remedy, Trust,
 };
 
 use crate::crd::{
-    Check, CheckResult, CnpSpec, DscpMapping, EcnSpec, InterfaceSelector, Mode, PfcSpec,
-    RdmaCmSpec, RoceMode, RoceProfile, RoceProfileSpec, TrustMode,
+    Check, CheckResult, CnpSpec, DscpMapping, EcnSpec, InterfaceSelector, Mode, PfcSpec, RdmaCmSpec,
+    RoceMode, RoceProfile, RoceProfileSpec, TrustMode,
 };
 
 /// Name of the built-in profile used when none applies.
@@ -38,10 +37,7 @@ pub fn default_profile_spec() -> RoceProfileSpec {
         interface_selector: None,
         mode: Mode::Audit,
         trust: Some(TrustMode::Dscp),
-        dscp_to_priority: vec![
-            DscpMapping { dscp: 26, priority: 3 },
-            DscpMapping { dscp: 48, priority: 6 },
-        ],
+        dscp_to_priority: vec![DscpMapping { dscp: 26, priority: 3 }, DscpMapping { dscp: 48, priority: 6 }],
         pfc: Some(PfcSpec { priorities: vec![3] }),
         global_pause: Some(false),
         ecn: Some(EcnSpec { priorities: vec![3] }),
@@ -65,8 +61,8 @@ pub fn interface_selected(sel: Option<&InterfaceSelector>, iface: &InterfaceRoce
         return iface.rdma_dev.is_some();
     };
     let name_ok = sel.names.is_empty() || sel.names.iter().any(|p| glob_match(p, &iface.netdev));
-    let driver_ok = sel.drivers.is_empty()
-        || iface.driver.as_deref().is_some_and(|d| sel.drivers.iter().any(|s| s == d));
+    let driver_ok =
+        sel.drivers.is_empty() || iface.driver.as_deref().is_some_and(|d| sel.drivers.iter().any(|s| s == d));
     name_ok && driver_ok
 }
 
@@ -92,9 +88,14 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
     let mut out = Vec::new();
     let c = Ctx { iface: &i.netdev };
 
-    out.push(c.observed("link-up", "up", &i.operstate, |s| s.clone(), |s| s == "up", || {
-        format!("ip link set dev {} up", i.netdev)
-    }));
+    out.push(c.observed(
+        "link-up",
+        "up",
+        &i.operstate,
+        |s| s.clone(),
+        |s| s == "up",
+        || format!("ip link set dev {} up", i.netdev),
+    ));
     if let Some(min) = p.min_link_speed_mbps {
         out.push(c.observed(
             "link-speed",
@@ -106,9 +107,14 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
         ));
     }
     if let Some(min) = p.min_mtu {
-        out.push(c.observed("mtu", &format!(">= {min}"), &i.mtu, u32::to_string, |&m| m >= min, || {
-            remediation(&i.netdev, &Remedy::Mtu(min))
-        }));
+        out.push(c.observed(
+            "mtu",
+            &format!(">= {min}"),
+            &i.mtu,
+            u32::to_string,
+            |&m| m >= min,
+            || remediation(&i.netdev, &Remedy::Mtu(min)),
+        ));
     }
     if let Some(t) = p.trust {
         out.push(c.observed(
@@ -148,9 +154,14 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
         ));
     }
     if let Some(gp) = p.global_pause {
-        out.push(c.observed("global-pause", onoff(gp), &i.global_pause, |b| onoff(*b).into(), |&b| b == gp, || {
-            remediation(&i.netdev, &Remedy::GlobalPause(gp))
-        }));
+        out.push(c.observed(
+            "global-pause",
+            onoff(gp),
+            &i.global_pause,
+            |b| onoff(*b).into(),
+            |&b| b == gp,
+            || remediation(&i.netdev, &Remedy::GlobalPause(gp)),
+        ));
     }
     if let Some(ecn) = &p.ecn {
         let want = sorted(&ecn.priorities);
@@ -193,23 +204,48 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
     if let Some(cm) = &p.rdma_cm {
         let dev = i.rdma_dev.clone().unwrap_or_else(|| "<rdma-dev>".into());
         if let Some(mode) = cm.roce_mode {
-            out.push(c.observed("roce-mode", mode.configfs(), &i.roce_mode, |m| m.clone(), |m| m == mode.configfs(), || {
-                remediation(&i.netdev, &Remedy::RoceMode { rdma_dev: dev.clone(), port: 1, v2: mode == RoceMode::V2 })
-            }));
+            out.push(c.observed(
+                "roce-mode",
+                mode.configfs(),
+                &i.roce_mode,
+                |m| m.clone(),
+                |m| m == mode.configfs(),
+                || {
+                    remediation(
+                        &i.netdev,
+                        &Remedy::RoceMode { rdma_dev: dev.clone(), port: 1, v2: mode == RoceMode::V2 },
+                    )
+                },
+            ));
         }
         if let Some(tos) = cm.tos {
-            out.push(c.observed("tos", &tos.to_string(), &i.tos, u8::to_string, |&t| t == tos, || {
-                remediation(&i.netdev, &Remedy::Tos { rdma_dev: dev.clone(), port: 1, tos })
-            }));
+            out.push(c.observed(
+                "tos",
+                &tos.to_string(),
+                &i.tos,
+                u8::to_string,
+                |&t| t == tos,
+                || remediation(&i.netdev, &Remedy::Tos { rdma_dev: dev.clone(), port: 1, tos }),
+            ));
         }
     }
     if i.rdma_dev.is_some() {
-        out.push(c.observed("rdma-port", "ACTIVE", &i.port_state, |s| s.clone(), |s| s == "ACTIVE", || {
-            format!("ip link set dev {} up", i.netdev)
-        }));
-        out.push(c.observed("gid-index", "a RoCE v2 GID", &i.gid_index, |g| format!("index {g}"), |_| true, || {
-            format!("ip addr add <address>/<prefix> dev {}", i.netdev)
-        }));
+        out.push(c.observed(
+            "rdma-port",
+            "ACTIVE",
+            &i.port_state,
+            |s| s.clone(),
+            |s| s == "ACTIVE",
+            || format!("ip link set dev {} up", i.netdev),
+        ));
+        out.push(c.observed(
+            "gid-index",
+            "a RoCE v2 GID",
+            &i.gid_index,
+            |g| format!("index {g}"),
+            |_| true,
+            || format!("ip addr add <address>/<prefix> dev {}", i.netdev),
+        ));
     }
     out.push(fw_lldp_check(&c, i));
     out.extend(chain_checks(p, i));
@@ -220,10 +256,17 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
 /// host sets (Intel ice driver README, "FW-LLDP"). Not an mlx5 knob.
 fn fw_lldp_check(c: &Ctx, i: &InterfaceRoce) -> Check {
     match &i.fw_lldp_agent {
-        Observed::Unsupported(r) => c.make("fw-lldp-agent", "off", &format!("n/a: {r}"), CheckResult::NotApplicable, String::new()),
-        o => c.observed("fw-lldp-agent", "off", o, |b| onoff(*b).into(), |&b| !b, || {
-            remediation(c.iface, &Remedy::FwLldpAgent(false))
-        }),
+        Observed::Unsupported(r) => {
+            c.make("fw-lldp-agent", "off", &format!("n/a: {r}"), CheckResult::NotApplicable, String::new())
+        }
+        o => c.observed(
+            "fw-lldp-agent",
+            "off",
+            o,
+            |b| onoff(*b).into(),
+            |&b| !b,
+            || remediation(c.iface, &Remedy::FwLldpAgent(false)),
+        ),
     }
 }
 
@@ -236,8 +279,20 @@ pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
     let tos = i.tos.value().copied().or(p.rdma_cm.as_ref().and_then(|cm| cm.tos));
     match tos {
         None => {
-            out.push(c.make("chain-tos-pfc", "ToS priority lossless", "no ToS known", CheckResult::NotApplicable, String::new()));
-            out.push(c.make("chain-tos-ecn", "ToS priority has ECN", "no ToS known", CheckResult::NotApplicable, String::new()));
+            out.push(c.make(
+                "chain-tos-pfc",
+                "ToS priority lossless",
+                "no ToS known",
+                CheckResult::NotApplicable,
+                String::new(),
+            ));
+            out.push(c.make(
+                "chain-tos-ecn",
+                "ToS priority has ECN",
+                "no ToS known",
+                CheckResult::NotApplicable,
+                String::new(),
+            ));
         }
         Some(tos) => {
             let dscp = tos >> 2;
@@ -268,7 +323,11 @@ pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
             let fix = if ok {
                 String::new()
             } else {
-                let free = p.cnp.map(|c| c.priority).filter(|x| !lossless.contains(x)).or_else(|| (0..8).rev().find(|x| !lossless.contains(x)));
+                let free = p
+                    .cnp
+                    .map(|c| c.priority)
+                    .filter(|x| !lossless.contains(x))
+                    .or_else(|| (0..8).rev().find(|x| !lossless.contains(x)));
                 free.map(|f| remediation(&i.netdev, &Remedy::CnpPriority(f))).unwrap_or_default()
             };
             out.push(c.make(
@@ -281,11 +340,23 @@ pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
         }
         (_, Observed::Value(_)) => {
             let r = if i.cnp.is_unsupported() { CheckResult::Unsupported } else { CheckResult::Unknown };
-            out.push(c.make("chain-cnp-not-lossless", "cnp prio not lossless", &reason_label(&i.cnp), r, String::new()));
+            out.push(c.make(
+                "chain-cnp-not-lossless",
+                "cnp prio not lossless",
+                &reason_label(&i.cnp),
+                r,
+                String::new(),
+            ));
         }
         _ => {
             let r = if i.pfc.is_unsupported() { CheckResult::Unsupported } else { CheckResult::Unknown };
-            out.push(c.make("chain-cnp-not-lossless", "cnp prio not lossless", &reason_label(&i.pfc), r, String::new()));
+            out.push(c.make(
+                "chain-cnp-not-lossless",
+                "cnp prio not lossless",
+                &reason_label(&i.pfc),
+                r,
+                String::new(),
+            ));
         }
     }
 
@@ -306,7 +377,13 @@ pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
             let unsupported = a.is_unsupported() || b.is_unsupported();
             let r = if unsupported { CheckResult::Unsupported } else { CheckResult::Unknown };
             let why = if a.is_value() { reason_label(b) } else { reason_label(a) };
-            out.push(c.make("chain-global-pause-pfc", "global pause off when pfc on", &why, r, String::new()));
+            out.push(c.make(
+                "chain-global-pause-pfc",
+                "global pause off when pfc on",
+                &why,
+                r,
+                String::new(),
+            ));
         }
     }
 
@@ -332,7 +409,10 @@ pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
 fn tos_priority(i: &InterfaceRoce, dscp: u8) -> Result<(u8, String), (CheckResult, String)> {
     match &i.trust {
         Observed::Value(Trust::Pcp) => {
-            return Err((CheckResult::Fail, format!("trust pcp: dscp {dscp} ignored, RoCE traffic uses the VLAN PCP or priority 0")))
+            return Err((
+                CheckResult::Fail,
+                format!("trust pcp: dscp {dscp} ignored, RoCE traffic uses the VLAN PCP or priority 0"),
+            ))
         }
         Observed::Value(Trust::Dscp) => {}
         o => return Err((result_of(o), format!("trust {}", reason_label(o)))),
@@ -361,7 +441,9 @@ fn chain_pfc(c: &Ctx, i: &InterfaceRoce, p: &RoceProfileSpec, prio: u8, path: &s
                 let lossless = p.pfc.as_ref().map(|x| sorted(&x.priorities)).unwrap_or_default();
                 if let Some(&lp) = lossless.first() {
                     if lp != prio {
-                        let dscp = i.tos.value().copied().or(p.rdma_cm.as_ref().and_then(|cm| cm.tos)).unwrap_or(0) >> 2;
+                        let dscp =
+                            i.tos.value().copied().or(p.rdma_cm.as_ref().and_then(|cm| cm.tos)).unwrap_or(0)
+                                >> 2;
                         remediation(&i.netdev, &Remedy::DscpAdd(BTreeMap::from([(dscp, lp)])))
                     } else {
                         remediation(&i.netdev, &Remedy::Pfc { priorities: want })
@@ -378,7 +460,13 @@ fn chain_pfc(c: &Ctx, i: &InterfaceRoce, p: &RoceProfileSpec, prio: u8, path: &s
                 fix,
             )
         }
-        o => c.make("chain-tos-pfc", "ToS priority lossless", &format!("{path}, pfc {}", reason_label(o)), result_of(o), String::new()),
+        o => c.make(
+            "chain-tos-pfc",
+            "ToS priority lossless",
+            &format!("{path}, pfc {}", reason_label(o)),
+            result_of(o),
+            String::new(),
+        ),
     }
 }
 
@@ -391,10 +479,20 @@ fn chain_ecn(c: &Ctx, i: &InterfaceRoce, prio: u8, path: &str) -> Check {
                 "ToS priority has ECN",
                 &format!("{path}, ecn {}", prio_str(ecn)),
                 if ok { CheckResult::Pass } else { CheckResult::Fail },
-                if ok { String::new() } else { remediation(&i.netdev, &Remedy::Ecn { priority: prio, on: true }) },
+                if ok {
+                    String::new()
+                } else {
+                    remediation(&i.netdev, &Remedy::Ecn { priority: prio, on: true })
+                },
             )
         }
-        o => c.make("chain-tos-ecn", "ToS priority has ECN", &format!("{path}, ecn {}", reason_label(o)), result_of(o), String::new()),
+        o => c.make(
+            "chain-tos-ecn",
+            "ToS priority has ECN",
+            &format!("{path}, ecn {}", reason_label(o)),
+            result_of(o),
+            String::new(),
+        ),
     }
 }
 
@@ -403,7 +501,14 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn make(&self, name: &str, expected: &str, actual: &str, result: CheckResult, remediation: String) -> Check {
+    fn make(
+        &self,
+        name: &str,
+        expected: &str,
+        actual: &str,
+        result: CheckResult,
+        remediation: String,
+    ) -> Check {
         Check {
             name: name.into(),
             interface: self.iface.into(),

@@ -107,13 +107,17 @@ impl Controller {
             });
             let pp = PatchParams::apply(CONTROLLER_MANAGER).force();
             let patch = Patch::Apply(body);
-            with_backoff(b, &format!("apply roceprofiles/{name} status"), || profiles_api.patch_status(&name, &pp, &patch))
+            with_backoff(b, &format!("apply roceprofiles/{name} status"), || {
+                profiles_api.patch_status(&name, &pp, &patch)
+            })
             .await?;
             pass.statuses_written.push(name);
         }
         let dp = DeleteParams::default();
         for name in orphans(&nodes, &states) {
-            let r = with_backoff(b, &format!("delete rdmanodestates/{name}"), || states_api.delete(&name, &dp)).await;
+            let r =
+                with_backoff(b, &format!("delete rdmanodestates/{name}"), || states_api.delete(&name, &dp))
+                    .await;
             match r {
                 Ok(_) => {}
                 // Already gone (the Node owner reference may have garbage-collected it).
@@ -131,7 +135,9 @@ impl Controller {
         tokio::pin!(shutdown);
         loop {
             match self.reconcile().await {
-                Ok(p) => tracing::info!(written = ?p.statuses_written, deleted = ?p.deleted, "controller pass"),
+                Ok(p) => {
+                    tracing::info!(written = ?p.statuses_written, deleted = ?p.deleted, "controller pass")
+                }
                 Err(e) => tracing::error!(error = %e, "controller pass failed"),
             }
             tokio::select! {

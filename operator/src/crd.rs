@@ -10,6 +10,9 @@
 //! `kube-rdma-operator crds` prints [`crds_yaml`]; the committed copy lives at
 //! `operator/crds/crds.yaml` and a test fails when it is stale.
 
+// `#[kube(printcolumn(type_ = "string", ...))]` repeated per column trips this lint.
+#![allow(clippy::duplicated_attributes)]
+
 use std::collections::BTreeMap;
 
 use kube::{CustomResource, CustomResourceExt};

@@ -50,8 +50,9 @@ fn rank(r: &Remedy) -> u8 {
 pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
     let mut out = Vec::new();
     let mut push = |remedy: Remedy| {
-        let refused = (remedy.flaps_link() && !p.allow_link_flap)
-            .then(|| format!("would bounce the link; set allowLinkFlap or run: {}", remediation(&i.netdev, &remedy)));
+        let refused = (remedy.flaps_link() && !p.allow_link_flap).then(|| {
+            format!("would bounce the link; set allowLinkFlap or run: {}", remediation(&i.netdev, &remedy))
+        });
         out.push(Write { interface: i.netdev.clone(), remedy, refused });
     };
     if let Observed::Value(true) = i.fw_lldp_agent {
@@ -150,20 +151,26 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
                 remediation(&i.netdev, r)
             )));
         }
-        let mut s = DcbSocket::open().map_err(|source| EnforceError::Dcb { op: "open", iface: i.netdev.clone(), source })?;
+        let mut s = DcbSocket::open().map_err(|source| EnforceError::Dcb {
+            op: "open",
+            iface: i.netdev.clone(),
+            source,
+        })?;
         f(&mut s).map_err(|source| EnforceError::Dcb { op, iface: i.netdev.clone(), source })
     };
     match r {
         Remedy::Pfc { priorities } => {
             let have = i.pfc.value().cloned().unwrap_or_default();
             let pfc_en = priorities.iter().filter(|&&p| p < 8).fold(0u8, |m, p| m | 1 << p);
-            let pfc = IeeePfc { pfc_cap: have.cap, pfc_en, mbc: have.mbc, delay: have.delay, ..Default::default() };
+            let pfc =
+                IeeePfc { pfc_cap: have.cap, pfc_en, mbc: have.mbc, delay: have.delay, ..Default::default() };
             dcb("DCB_ATTR_IEEE_PFC set", &|s| s.set_pfc(&i.netdev, pfc))
         }
         Remedy::DscpAdd(m) => {
             let have = i.dscp_to_priority.value().cloned().unwrap_or_default();
             // Drop the old priority of each DSCP first: the APP table may hold several.
-            let stale: Vec<DcbApp> = m.keys().filter_map(|d| have.get(d).map(|p| DcbApp::dscp(*d, *p))).collect();
+            let stale: Vec<DcbApp> =
+                m.keys().filter_map(|d| have.get(d).map(|p| DcbApp::dscp(*d, *p))).collect();
             let add: Vec<DcbApp> = m.iter().map(|(d, p)| DcbApp::dscp(*d, *p)).collect();
             dcb("DCB_ATTR_IEEE_APP_TABLE set", &|s| {
                 if !stale.is_empty() {
@@ -184,7 +191,10 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
         Remedy::CnpDscp(d) => write("ecn/roce_np/cnp_dscp".into(), d.to_string()),
         Remedy::CnpPriority(p) => write("ecn/roce_np/cnp_802p_prio".into(), p.to_string()),
         Remedy::Mtu(m) => write("mtu".into(), m.to_string()),
-        other => Err(EnforceError::Manual(format!("no writer for this setting; run: {}", remediation(&i.netdev, other)))),
+        other => Err(EnforceError::Manual(format!(
+            "no writer for this setting; run: {}",
+            remediation(&i.netdev, other)
+        ))),
     }
 }
 

@@ -42,7 +42,11 @@ impl SimNode {
     /// Materialises `desc`.
     pub fn new(desc: &NodeDesc) -> Self {
         let sim = Sim::materialise(desc).unwrap_or_else(|e| panic!("materialise {}: {e}", desc.node));
-        let source = NodeSource { roots: sim.roots(), dcb: DcbSource::Sim(desc.clone()), opts: ObserveOpts::default() };
+        let source = NodeSource {
+            roots: sim.roots(),
+            dcb: DcbSource::Sim(desc.clone()),
+            opts: ObserveOpts::default(),
+        };
         Self { sim, source }
     }
 

@@ -73,8 +73,10 @@ pub enum ProfileError {
 
 /// Reads a `RoceProfile` YAML (or JSON) file.
 pub fn load_profile(path: &Path) -> Result<RoceProfile, ProfileError> {
-    let text = std::fs::read_to_string(path).map_err(|source| ProfileError::Io { path: path.into(), source })?;
-    let v: serde_yaml::Value = serde_yaml::from_str(&text).map_err(|source| ProfileError::Parse { path: path.into(), source })?;
+    let text =
+        std::fs::read_to_string(path).map_err(|source| ProfileError::Io { path: path.into(), source })?;
+    let v: serde_yaml::Value =
+        serde_yaml::from_str(&text).map_err(|source| ProfileError::Parse { path: path.into(), source })?;
     let api = v.get("apiVersion").and_then(|x| x.as_str()).unwrap_or("");
     let kind = v.get("kind").and_then(|x| x.as_str()).unwrap_or("");
     if api != "kuberdma.io/v1alpha1" || kind != "RoceProfile" {

@@ -12,7 +12,11 @@ use kube_rdma_operator::{check_once, checks, crd, load_profile, metrics, view};
 use nic::roce::{DcbSource, ObserveOpts};
 
 #[derive(Parser)]
-#[command(name = "kube-rdma-operator", version, about = "RoCE fabric settings per node: agent, controller, CRDs")]
+#[command(
+    name = "kube-rdma-operator",
+    version,
+    about = "RoCE fabric settings per node: agent, controller, CRDs"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -74,7 +78,9 @@ struct AgentArgs {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     match run(Cli::parse()) {
@@ -106,7 +112,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
     // The simulated tree lives as long as `_sim`.
-    let (_sim, source) = source(a.sim.as_deref(), a.sysfs_root.clone(), a.dev_root.clone(), a.node_name.clone(), a.read_rdma_cm_configfs)?;
+    let (_sim, source) = source(
+        a.sim.as_deref(),
+        a.sysfs_root.clone(),
+        a.dev_root.clone(),
+        a.node_name.clone(),
+        a.read_rdma_cm_configfs,
+    )?;
     let profile = a.profile.as_deref().map(load_profile).transpose()?;
     if a.once {
         let profile = profile.unwrap_or_else(checks::default_profile);
@@ -135,7 +147,9 @@ fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
         };
         let agent = Agent::new(cfg, client);
         if let Some(addr) = a.metrics_addr {
-            let l = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding metrics address {addr}"))?;
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .with_context(|| format!("binding metrics address {addr}"))?;
             tokio::spawn(metrics::serve(l, agent.metrics()));
         }
         let triggers = match source.dcb {
@@ -179,11 +193,14 @@ fn source(
     let opts = ObserveOpts { read_rdma_cm_configfs: rdma_cm, node_name };
     match sim {
         Some(path) => {
-            let sim = nic::sim::Sim::from_file(path).with_context(|| format!("loading simulated node {}", path.display()))?;
+            let sim = nic::sim::Sim::from_file(path)
+                .with_context(|| format!("loading simulated node {}", path.display()))?;
             let src = NodeSource { roots: sim.roots(), dcb: DcbSource::Sim(sim.desc().clone()), opts };
             Ok((Some(sim), src))
         }
-        None => Ok((None, NodeSource { roots: nic::Roots::resolve(sysfs, dev), dcb: DcbSource::Netlink, opts })),
+        None => {
+            Ok((None, NodeSource { roots: nic::Roots::resolve(sysfs, dev), dcb: DcbSource::Netlink, opts }))
+        }
     }
 }
 

@@ -36,14 +36,23 @@ pub fn render(node: &str, observed: &NodeRoce, checks: &[Check]) -> String {
     let ready = !checks.is_empty() && !checks.iter().any(|c| c.result == CheckResult::Fail);
     o.sample("kuberdma_node_roce_ready", &[("node", node)], u8::from(ready));
 
-    o.head("kuberdma_check_passing", "gauge", "1 when the check passes, 0 when it fails (other results are not exported here).");
+    o.head(
+        "kuberdma_check_passing",
+        "gauge",
+        "1 when the check passes, 0 when it fails (other results are not exported here).",
+    );
     for c in checks.iter().filter(|c| matches!(c.result, CheckResult::Pass | CheckResult::Fail)) {
         let labels = [("node", node), ("interface", c.interface.as_str()), ("check", c.name.as_str())];
         o.sample("kuberdma_check_passing", &labels, u8::from(c.result == CheckResult::Pass));
     }
     o.head("kuberdma_check_result", "gauge", "1 for the current result of each check.");
     for c in checks {
-        let labels = [("node", node), ("interface", c.interface.as_str()), ("check", c.name.as_str()), ("result", c.result.as_str())];
+        let labels = [
+            ("node", node),
+            ("interface", c.interface.as_str()),
+            ("check", c.name.as_str()),
+            ("result", c.result.as_str()),
+        ];
         o.sample("kuberdma_check_result", &labels, 1);
     }
 
@@ -53,17 +62,30 @@ pub fn render(node: &str, observed: &NodeRoce, checks: &[Check]) -> String {
         if let Observed::Value(pfc) = &i.pfc {
             for p in 0..8 {
                 let ps = p.to_string();
-                o.sample("kuberdma_pfc_enabled", &[("node", node), ("interface", &i.netdev), ("priority", &ps)], u8::from(pfc.enabled[p]));
+                o.sample(
+                    "kuberdma_pfc_enabled",
+                    &[("node", node), ("interface", &i.netdev), ("priority", &ps)],
+                    u8::from(pfc.enabled[p]),
+                );
             }
         }
     }
-    o.head("kuberdma_pfc_pause_frames_total", "counter", "PFC pause frames per priority: tx = requests sent, rx = indications received (struct ieee_pfc).");
+    o.head(
+        "kuberdma_pfc_pause_frames_total",
+        "counter",
+        "PFC pause frames per priority: tx = requests sent, rx = indications received (struct ieee_pfc).",
+    );
     for i in ifs {
         if let Observed::Value(pfc) = &i.pfc {
             for p in 0..8 {
                 let ps = p.to_string();
                 for (dir, v) in [("tx", pfc.requests[p]), ("rx", pfc.indications[p])] {
-                    let labels = [("node", node), ("interface", i.netdev.as_str()), ("priority", ps.as_str()), ("direction", dir)];
+                    let labels = [
+                        ("node", node),
+                        ("interface", i.netdev.as_str()),
+                        ("priority", ps.as_str()),
+                        ("direction", dir),
+                    ];
                     o.sample("kuberdma_pfc_pause_frames_total", &labels, v);
                 }
             }
@@ -74,7 +96,11 @@ pub fn render(node: &str, observed: &NodeRoce, checks: &[Check]) -> String {
         if let Observed::Value(ecn) = &i.ecn {
             for p in 0u8..8 {
                 let ps = p.to_string();
-                o.sample("kuberdma_ecn_enabled", &[("node", node), ("interface", &i.netdev), ("priority", &ps)], u8::from(ecn.contains(&p)));
+                o.sample(
+                    "kuberdma_ecn_enabled",
+                    &[("node", node), ("interface", &i.netdev), ("priority", &ps)],
+                    u8::from(ecn.contains(&p)),
+                );
             }
         }
     }
@@ -96,10 +122,18 @@ pub fn render(node: &str, observed: &NodeRoce, checks: &[Check]) -> String {
             o.sample("kuberdma_gid_index", &[("node", node), ("interface", &i.netdev)], g);
         }
     }
-    o.head("kuberdma_rdma_hw_counter", "counter", "RDMA port hw_counters (e.g. np_cnp_sent, rp_cnp_handled, out_of_sequence).");
+    o.head(
+        "kuberdma_rdma_hw_counter",
+        "counter",
+        "RDMA port hw_counters (e.g. np_cnp_sent, rp_cnp_handled, out_of_sequence).",
+    );
     for i in ifs {
         for (k, v) in &i.hw_counters {
-            o.sample("kuberdma_rdma_hw_counter", &[("node", node), ("interface", &i.netdev), ("counter", k)], v);
+            o.sample(
+                "kuberdma_rdma_hw_counter",
+                &[("node", node), ("interface", &i.netdev), ("counter", k)],
+                v,
+            );
         }
     }
     o.0

@@ -21,7 +21,15 @@ pub fn node_table(node: &str, s: &RdmaNodeStateStatus, detail: Detail) -> String
     let _ = writeln!(
         out,
         "NODE {node}  profile {} ({:?})  READY {}  PASS/TOTAL {}  PFC {}  TRUST {}  ECN {}  MTU {}  ROCE {}",
-        s.profile, s.mode, s.summary.ready, s.summary.pass_total, s.summary.pfc, s.summary.trust, s.summary.ecn, s.summary.mtu, s.summary.roce
+        s.profile,
+        s.mode,
+        s.summary.ready,
+        s.summary.pass_total,
+        s.summary.pfc,
+        s.summary.trust,
+        s.summary.ecn,
+        s.summary.mtu,
+        s.summary.roce
     );
     for i in &s.interfaces {
         let _ = writeln!(out, "  {}", describe_interface(i));
@@ -32,15 +40,26 @@ pub fn node_table(node: &str, s: &RdmaNodeStateStatus, detail: Detail) -> String
     let rows: Vec<[String; 5]> = s
         .checks
         .iter()
-        .filter(|c| detail == Detail::All || !matches!(c.result, CheckResult::Pass | CheckResult::NotApplicable))
-        .map(|c| [c.interface.clone(), c.name.clone(), c.result.as_str().to_string(), c.expected.clone(), c.actual.clone()])
+        .filter(|c| {
+            detail == Detail::All || !matches!(c.result, CheckResult::Pass | CheckResult::NotApplicable)
+        })
+        .map(|c| {
+            [
+                c.interface.clone(),
+                c.name.clone(),
+                c.result.as_str().to_string(),
+                c.expected.clone(),
+                c.actual.clone(),
+            ]
+        })
         .collect();
     if rows.is_empty() {
         let _ = writeln!(out, "  (no problems)");
     } else {
         out.push_str(&table(&["INTERFACE", "CHECK", "RESULT", "EXPECTED", "ACTUAL"], &rows));
     }
-    let fails: Vec<_> = s.checks.iter().filter(|c| c.result == CheckResult::Fail && !c.remediation.is_empty()).collect();
+    let fails: Vec<_> =
+        s.checks.iter().filter(|c| c.result == CheckResult::Fail && !c.remediation.is_empty()).collect();
     if !fails.is_empty() {
         let _ = writeln!(out, "REMEDIATION");
         for c in fails {

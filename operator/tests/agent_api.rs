@@ -14,8 +14,10 @@ use serde_json::json;
 use tokio::time::Instant;
 
 const NAME: &str = "cx6dx-dual";
-const APPLY_OBJ: &str = "/apis/kuberdma.io/v1alpha1/rdmanodestates/cx6dx-dual?&force=true&fieldManager=kube-rdma-agent";
-const APPLY_STATUS: &str = "/apis/kuberdma.io/v1alpha1/rdmanodestates/cx6dx-dual/status?&force=true&fieldManager=kube-rdma-agent";
+const APPLY_OBJ: &str =
+    "/apis/kuberdma.io/v1alpha1/rdmanodestates/cx6dx-dual?&force=true&fieldManager=kube-rdma-agent";
+const APPLY_STATUS: &str =
+    "/apis/kuberdma.io/v1alpha1/rdmanodestates/cx6dx-dual/status?&force=true&fieldManager=kube-rdma-agent";
 const NODE: &str = "/api/v1/nodes/cx6dx-dual";
 const LABEL: &str = "/api/v1/nodes/cx6dx-dual?";
 const PROFILES: &str = "/apis/kuberdma.io/v1alpha1/roceprofiles?";
@@ -90,7 +92,13 @@ async fn first_pass_applies_object_and_status_labels_the_node_and_a_second_pass_
 async fn a_matching_profile_from_the_cluster_is_used() {
     let sim = SimNode::new(&example(NAME));
     let (client, mut h) = client();
-    let cfg = AgentConfig { node_name: NAME.into(), source: sim.source.clone(), poll: Duration::from_secs(30), profile: None, debounce: Duration::ZERO };
+    let cfg = AgentConfig {
+        node_name: NAME.into(),
+        source: sim.source.clone(),
+        poll: Duration::from_secs(30),
+        profile: None,
+        debounce: Duration::ZERO,
+    };
     let mut agent = Agent::new(cfg, client);
     let server = tokio::spawn(async move {
         expect(&mut h, "GET", NODE, 200, node(NAME, json!({"pool": "a"}))).await;
@@ -98,7 +106,10 @@ async fn a_matching_profile_from_the_cluster_is_used() {
             json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RoceProfile", "metadata": {"name": name},
                    "spec": {"nodeSelector": sel, "pfc": {"priorities": pfc}}})
         };
-        let items = vec![profile("other", json!({"pool": "b"}), vec![3]), profile("pool-a", json!({"pool": "a"}), vec![4])];
+        let items = vec![
+            profile("other", json!({"pool": "b"}), vec![3]),
+            profile("pool-a", json!({"pool": "a"}), vec![4]),
+        ];
         expect(&mut h, "GET", PROFILES, 200, list("kuberdma.io/v1alpha1", "RoceProfile", items)).await;
         expect_with(&mut h, "PATCH", APPLY_OBJ, 200, applied(NAME, spec())).await;
         let st = expect_with(&mut h, "PATCH", APPLY_STATUS, 200, applied(NAME, spec())).await;
@@ -129,10 +140,22 @@ async fn drift_posts_one_warning_event_with_the_failing_checks_and_flips_the_lab
         // Drift: status, label false, one Event.
         let st = expect_with(&mut h, "PATCH", APPLY_STATUS, 200, applied(NAME, spec())).await;
         assert_eq!(st.body["status"]["summary"]["ready"], "False");
-        let drifted = st.body["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Drifted").unwrap().clone();
+        let drifted = st.body["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Drifted")
+            .unwrap()
+            .clone();
         assert_eq!(drifted["status"], "True");
         assert_eq!(drifted["lastTransitionTime"], "2026-11-30T02:00:00Z");
-        let ready = st.body["status"]["conditions"].as_array().unwrap().iter().find(|c| c["type"] == "Degraded").unwrap().clone();
+        let ready = st.body["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Degraded")
+            .unwrap()
+            .clone();
         assert_eq!(ready["lastTransitionTime"], "2026-11-30T01:00:00Z", "unchanged condition keeps its time");
         let lbl = expect(&mut h, "PATCH", LABEL, 200, node(NAME, json!({}))).await;
         assert_eq!(lbl.body, json!({"metadata": {"labels": {"kuberdma.io/roce-ready": "false"}}}));
@@ -254,4 +277,41 @@ async fn forbidden_is_not_retried() {
     let mut h = server.await.unwrap();
     drop(p);
     assert!(h.next_request().await.is_none(), "403 is final");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_kernel_event_triggers_a_pass_after_the_debounce_not_the_poll() {
+    let sim = SimNode::new(&example(NAME));
+    let (client, mut h) = client();
+    let cfg = AgentConfig {
+        node_name: NAME.into(),
+        source: sim.source.clone(),
+        poll: Duration::from_secs(30),
+        profile: Some(kube_rdma_operator::checks::default_profile()),
+        debounce: Duration::from_millis(500),
+    };
+    let agent = Agent::new(cfg, client).with_backoff(backoff());
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(agent.run(Some(rx), async move {
+        let _ = stop_rx.await;
+    }));
+    // First pass at start (a fixed profile: no profile list).
+    expect(&mut h, "GET", NODE, 200, node(NAME, json!({}))).await;
+    expect_with(&mut h, "PATCH", APPLY_OBJ, 200, applied(NAME, spec())).await;
+    expect_with(&mut h, "PATCH", APPLY_STATUS, 200, applied(NAME, spec())).await;
+    expect(&mut h, "PATCH", LABEL, 200, node(NAME, json!({}))).await;
+    // A burst of three events costs one pass, 500 ms later.
+    let t0 = Instant::now();
+    for _ in 0..3 {
+        tx.send(()).await.unwrap();
+    }
+    expect(&mut h, "GET", NODE, 200, node(NAME, json!({}))).await;
+    assert_eq!(t0.elapsed(), Duration::from_millis(500));
+    // Then the poll: 30 s after that pass.
+    let t1 = Instant::now();
+    expect(&mut h, "GET", NODE, 200, node(NAME, json!({}))).await;
+    assert_eq!(t1.elapsed(), Duration::from_secs(30));
+    stop_tx.send(()).unwrap();
+    run.await.unwrap();
 }

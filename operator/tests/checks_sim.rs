@@ -19,7 +19,11 @@ fn check<'a>(s: &'a RdmaNodeStateStatus, iface: &str, name: &str) -> &'a Check {
 }
 
 fn failing(s: &RdmaNodeStateStatus) -> Vec<String> {
-    s.checks.iter().filter(|c| c.result == CheckResult::Fail).map(|c| format!("{}/{}", c.interface, c.name)).collect()
+    s.checks
+        .iter()
+        .filter(|c| c.result == CheckResult::Fail)
+        .map(|c| format!("{}/{}", c.interface, c.name))
+        .collect()
 }
 
 #[test]
@@ -205,7 +209,8 @@ fn a_partial_profile_only_checks_what_it_names() {
 #[test]
 fn interface_selector_limits_the_checked_ports() {
     let mut spec = default_profile_spec();
-    spec.interface_selector = Some(kube_rdma_operator::crd::InterfaceSelector { names: vec!["ens1f0*".into()], drivers: vec![] });
+    spec.interface_selector =
+        Some(kube_rdma_operator::crd::InterfaceSelector { names: vec!["ens1f0*".into()], drivers: vec![] });
     let node = SimNode::new(&example("cx6dx-dual"));
     let s = evaluate(&RoceProfile::new("p", spec), &node.read());
     assert!(s.checks.iter().all(|c| c.interface == "ens1f0np0"));

@@ -15,7 +15,8 @@ use tokio::time::Instant;
 const NODES: &str = "/api/v1/nodes?";
 const PROFILES: &str = "/apis/kuberdma.io/v1alpha1/roceprofiles?";
 const STATES: &str = "/apis/kuberdma.io/v1alpha1/rdmanodestates?";
-const P1_STATUS: &str = "/apis/kuberdma.io/v1alpha1/roceprofiles/gpu/status?&force=true&fieldManager=kube-rdma-controller";
+const P1_STATUS: &str =
+    "/apis/kuberdma.io/v1alpha1/roceprofiles/gpu/status?&force=true&fieldManager=kube-rdma-controller";
 const DEL_GONE: &str = "/apis/kuberdma.io/v1alpha1/rdmanodestates/gone?";
 
 fn profile(status: Option<Value>) -> Value {
@@ -55,7 +56,12 @@ fn states() -> Value {
     list(
         "kuberdma.io/v1alpha1",
         "RdmaNodeState",
-        vec![state("a", &["Pass", "Unsupported"]), state("b", &["Pass", "Fail"]), state("cpu", &["Fail"]), state("gone", &["Pass"])],
+        vec![
+            state("a", &["Pass", "Unsupported"]),
+            state("b", &["Pass", "Fail"]),
+            state("cpu", &["Fail"]),
+            state("gone", &["Pass"]),
+        ],
     )
 }
 
@@ -80,16 +86,40 @@ async fn a_pass_applies_profile_status_and_deletes_states_of_deleted_nodes() {
     let ctl = Controller::new(client);
     let server = tokio::spawn(async move {
         expect(&mut h, "GET", NODES, 200, nodes()).await;
-        expect(&mut h, "GET", PROFILES, 200, list("kuberdma.io/v1alpha1", "RoceProfile", vec![profile(None)])).await;
+        expect(
+            &mut h,
+            "GET",
+            PROFILES,
+            200,
+            list("kuberdma.io/v1alpha1", "RoceProfile", vec![profile(None)]),
+        )
+        .await;
         expect(&mut h, "GET", STATES, 200, states()).await;
         let st = expect_with(&mut h, "PATCH", P1_STATUS, 200, |_| profile(Some(want()))).await;
         assert_eq!(st.content_type, "application/apply-patch+yaml");
-        assert_eq!(st.body, json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RoceProfile", "status": want()}));
-        let del = expect(&mut h, "DELETE", DEL_GONE, 200, json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}})).await;
+        assert_eq!(
+            st.body,
+            json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RoceProfile", "status": want()})
+        );
+        let del = expect(
+            &mut h,
+            "DELETE",
+            DEL_GONE,
+            200,
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Success", "metadata": {}}),
+        )
+        .await;
         assert_eq!(del.method, "DELETE");
         // Second pass: the profile already has this status and `gone` is gone.
         expect(&mut h, "GET", NODES, 200, nodes()).await;
-        expect(&mut h, "GET", PROFILES, 200, list("kuberdma.io/v1alpha1", "RoceProfile", vec![profile(Some(want()))])).await;
+        expect(
+            &mut h,
+            "GET",
+            PROFILES,
+            200,
+            list("kuberdma.io/v1alpha1", "RoceProfile", vec![profile(Some(want()))]),
+        )
+        .await;
         let mut s = states();
         s["items"].as_array_mut().unwrap().pop();
         expect(&mut h, "GET", STATES, 200, s).await;
@@ -108,13 +138,24 @@ async fn a_pass_applies_profile_status_and_deletes_states_of_deleted_nodes() {
 #[tokio::test(start_paused = true)]
 async fn conflict_is_retried_and_a_state_already_gone_counts_as_deleted() {
     let (client, mut h) = client();
-    let ctl = Controller::new(client).with_backoff(Backoff { initial: Duration::from_secs(1), max: Duration::from_secs(4), attempts: 3 });
+    let ctl = Controller::new(client).with_backoff(Backoff {
+        initial: Duration::from_secs(1),
+        max: Duration::from_secs(4),
+        attempts: 3,
+    });
     let server = tokio::spawn(async move {
         expect(&mut h, "GET", NODES, 503, status_err(503, "ServiceUnavailable")).await;
         let t0 = Instant::now();
         expect(&mut h, "GET", NODES, 200, nodes()).await;
         assert_eq!(t0.elapsed(), Duration::from_secs(1));
-        expect(&mut h, "GET", PROFILES, 200, list("kuberdma.io/v1alpha1", "RoceProfile", vec![profile(None)])).await;
+        expect(
+            &mut h,
+            "GET",
+            PROFILES,
+            200,
+            list("kuberdma.io/v1alpha1", "RoceProfile", vec![profile(None)]),
+        )
+        .await;
         expect(&mut h, "GET", STATES, 200, states()).await;
         expect(&mut h, "PATCH", P1_STATUS, 409, status_err(409, "Conflict")).await;
         let t1 = Instant::now();

@@ -35,7 +35,12 @@ fn crds_have_the_documented_names_scope_and_columns() {
     assert_eq!(crd["spec"]["scope"], "Cluster");
     assert_eq!(crd["spec"]["versions"][0]["name"], "v1alpha1");
     let cols = |c: &Value| -> Vec<String> {
-        c["spec"]["versions"][0]["additionalPrinterColumns"].as_array().unwrap().iter().map(|x| x["name"].as_str().unwrap().to_string()).collect()
+        c["spec"]["versions"][0]["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["name"].as_str().unwrap().to_string())
+            .collect()
     };
     assert_eq!(cols(&crd), ["READY", "PASS/TOTAL", "PFC", "TRUST", "ECN", "MTU", "ROCE", "AGE"]);
     assert!(crd["spec"]["versions"][0]["subresources"]["status"].is_object());
@@ -76,7 +81,11 @@ fn an_invalid_crd_is_caught_by_kubernetes_validate() {
     let mut crd = serde_json::to_value(RoceProfile::crd()).unwrap();
     crd["spec"]["versions"] = json!("v1alpha1");
     let bad = write(dir.path(), "bad.yaml", &serde_yaml::to_string(&crd).unwrap());
-    let out = Command::new("kubernetes-validate").arg("--strict").arg(&bad).output().expect("kubernetes-validate runs");
+    let out = Command::new("kubernetes-validate")
+        .arg("--strict")
+        .arg(&bad)
+        .output()
+        .expect("kubernetes-validate runs");
     assert!(!out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
 }
 
@@ -131,7 +140,9 @@ fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
             let Some(n) = v.as_i64().map(|n| n as f64).or(v.as_u64().map(|n| n as f64)) else {
                 return errs.push(format!("{path}: not an integer"));
             };
-            if schema["minimum"].as_f64().is_some_and(|m| n < m) || schema["maximum"].as_f64().is_some_and(|m| n > m) {
+            if schema["minimum"].as_f64().is_some_and(|m| n < m)
+                || schema["maximum"].as_f64().is_some_and(|m| n > m)
+            {
                 errs.push(format!("{path}: {n} out of range"));
             }
         }
@@ -141,7 +152,9 @@ fn validate(schema: &Value, v: &Value, path: &str, errs: &mut Vec<String>) {
     }
 }
 
-fn schema_of(crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition) -> Value {
+fn schema_of(
+    crd: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+) -> Value {
     serde_json::to_value(crd).unwrap()["spec"]["versions"][0]["schema"]["openAPIV3Schema"].clone()
 }
 

@@ -52,7 +52,10 @@ fn enforce_writes_ecn_and_cnp_refuses_mtu_and_records_what_happened() {
     let before = sim.read();
     let (after, records) = enforce(&sim.source, &spec, before);
     let rec = |iface: &str, setting: &str| {
-        records.iter().find(|r| r.interface == iface && r.setting == setting).unwrap_or_else(|| panic!("{iface}/{setting} in {records:#?}"))
+        records
+            .iter()
+            .find(|r| r.interface == iface && r.setting == setting)
+            .unwrap_or_else(|| panic!("{iface}/{setting} in {records:#?}"))
     };
     assert_eq!(rec("ens1f0np0", "ecn").outcome, "Applied");
     assert_eq!(rec("ens1f0np0", "cnp").outcome, "Applied");
@@ -63,7 +66,8 @@ fn enforce_writes_ecn_and_cnp_refuses_mtu_and_records_what_happened() {
     assert_eq!(pfc.outcome, "Failed");
     assert!(pfc.detail.contains("dcb pfc set dev ens1f0np0 prio-pfc all:off 3:on"), "{}", pfc.detail);
     // The re-read shows the sysfs writes.
-    let enabled = std::fs::read_to_string(sim.source.roots.sys("class/net/ens1f0np0/ecn/roce_np/enable/3")).unwrap();
+    let enabled =
+        std::fs::read_to_string(sim.source.roots.sys("class/net/ens1f0np0/ecn/roce_np/enable/3")).unwrap();
     assert_eq!(enabled.trim(), "1");
     let s = evaluate(&RoceProfile::new("p", spec), &after);
     let result = |i: &str, n: &str| s.checks.iter().find(|c| c.interface == i && c.name == n).unwrap().result;

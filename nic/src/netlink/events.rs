@@ -372,7 +372,7 @@ mod tests {
         );
     }
 
-    /// Real kernel: a dummy link created and set up in a fresh netns produces
+    /// Real kernel: a veth created and set up in a fresh netns produces
     /// RTM_NEWLINK events on RTNLGRP_LINK.
     #[test]
     fn real_kernel_sends_link_events_in_a_netns() {
@@ -395,7 +395,7 @@ mod tests {
             rt.block_on(async {
                 let mut rx = subscribe(&[Group::Link], 16).unwrap();
                 let st = std::process::Command::new("ip")
-                    .args(["link", "add", "evtest0", "type", "dummy"])
+                    .args(["link", "add", "evtest0", "type", "veth", "peer", "name", "evtest1"])
                     .status()
                     .unwrap();
                 assert!(st.success());

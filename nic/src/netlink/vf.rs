@@ -32,8 +32,8 @@ use netlink_packet_route::RouteNetlinkMessage;
 
 use super::transport::{Client, NlError, Transport};
 
-/// A VLAN on a VF (`vlan`, `qos`, `proto`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// A VLAN on a VF (`vlan`, `qos`, `proto`). The default is "no VLAN".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct VfVlanSetting {
     /// VLAN id, 0..=4095 (0 = no VLAN).
     pub id: u16,
@@ -150,12 +150,6 @@ pub struct VfState {
     pub max_tx_rate: u32,
     /// Link state.
     pub link_state: Option<VfLink>,
-}
-
-impl Default for VfVlanSetting {
-    fn default() -> Self {
-        Self { id: 0, qos: 0, ad: false }
-    }
 }
 
 impl VfState {

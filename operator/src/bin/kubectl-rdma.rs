@@ -18,7 +18,12 @@ use kube_rdma_operator::{check_once, checks, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
 
 #[derive(Parser)]
-#[command(name = "kubectl-rdma", bin_name = "kubectl rdma", version, about = "RoCE settings of Kubernetes nodes")]
+#[command(
+    name = "kubectl-rdma",
+    bin_name = "kubectl rdma",
+    version,
+    about = "RoCE settings of Kubernetes nodes"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -53,7 +58,9 @@ enum Cmd {
 
 fn main() -> ExitCode {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     match run(Cli::parse()) {
@@ -75,14 +82,27 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if sim.is_none() && !local {
                 bail!("give --sim FILE or --local");
             }
-            let profile = profile.as_deref().map(load_profile).transpose()?.unwrap_or_else(checks::default_profile);
+            let profile =
+                profile.as_deref().map(load_profile).transpose()?.unwrap_or_else(checks::default_profile);
             let (_sim, src) = match sim {
                 Some(p) => {
-                    let s = nic::sim::Sim::from_file(&p).with_context(|| format!("loading simulated node {}", p.display()))?;
-                    let src = NodeSource { roots: s.roots(), dcb: DcbSource::Sim(s.desc().clone()), opts: ObserveOpts::default() };
+                    let s = nic::sim::Sim::from_file(&p)
+                        .with_context(|| format!("loading simulated node {}", p.display()))?;
+                    let src = NodeSource {
+                        roots: s.roots(),
+                        dcb: DcbSource::Sim(s.desc().clone()),
+                        opts: ObserveOpts::default(),
+                    };
                     (Some(s), src)
                 }
-                None => (None, NodeSource { roots: nic::Roots::from_env(), dcb: DcbSource::Netlink, opts: ObserveOpts::default() }),
+                None => (
+                    None,
+                    NodeSource {
+                        roots: nic::Roots::from_env(),
+                        dcb: DcbSource::Netlink,
+                        opts: ObserveOpts::default(),
+                    },
+                ),
             };
             let state = check_once(&src, &profile);
             let st = state.status.as_ref().context("no status computed")?;

@@ -28,19 +28,28 @@ pub async fn expect(h: &mut ApiHandle, method: &str, uri: &str, status: u16, rep
 }
 
 /// As [`expect`], the reply built from the request body.
-pub async fn expect_with(h: &mut ApiHandle, method: &str, uri: &str, status: u16, reply: impl FnOnce(&Value) -> Value) -> Seen {
+pub async fn expect_with(
+    h: &mut ApiHandle,
+    method: &str,
+    uri: &str,
+    status: u16,
+    reply: impl FnOnce(&Value) -> Value,
+) -> Seen {
     let (req, send) = tokio::time::timeout(std::time::Duration::from_secs(60), h.next_request())
         .await
         .unwrap_or_else(|_| panic!("timed out waiting for {method} {uri}"))
         .unwrap_or_else(|| panic!("client went away before {method} {uri}"));
     let seen_method = req.method().to_string();
     let seen_uri = req.uri().to_string();
-    let ct = req.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
+    let ct =
+        req.headers().get(http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("").to_string();
     let bytes = req.into_body().collect_bytes().await.unwrap();
     let body = if bytes.is_empty() { Value::Null } else { serde_json::from_slice(&bytes).unwrap() };
     assert_eq!((seen_method.as_str(), seen_uri.as_str()), (method, uri), "unexpected request, body {body}");
     let reply = reply(&body);
-    send.send_response(Response::builder().status(status).body(Body::from(serde_json::to_vec(&reply).unwrap())).unwrap());
+    send.send_response(
+        Response::builder().status(status).body(Body::from(serde_json::to_vec(&reply).unwrap())).unwrap(),
+    );
     Seen { method: seen_method, uri: seen_uri, content_type: ct, body }
 }
 
