@@ -35,7 +35,7 @@ fn table_for_the_dual_port_connectx6dx_node_lists_every_vf_with_its_pool() {
     // Columns are aligned: every VF row has its PF column at the same offset.
     let header = out.lines().find(|l| l.starts_with("PCI") && l.contains("POOL / WHY NOT")).unwrap();
     let col = header.find("NETDEV").unwrap();
-    for l in out.lines().filter(|l| l.starts_with("0000:3d:00.") || l.starts_with("0000:af:00.")).skip(0) {
+    for l in out.lines().filter(|l| l.starts_with("0000:3d:00.") || l.starts_with("0000:af:00.")) {
         if l.contains("ens1f0np0v") || l.contains("ens1f1np1v") {
             assert!(l[col..].starts_with("ens1f"), "misaligned row {l:?}");
         }

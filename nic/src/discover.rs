@@ -598,11 +598,10 @@ impl<'a> Walk<'a> {
             }
             let parent_link = dir.join("device");
             let pci = sysfs::link_name(&parent_link).ok().and_then(|n| n.parse::<PciAddr>().ok());
-            let chars = if pci.is_some() {
-                CharDevs::scan(&parent_link, &self.dev_nodes)
-            } else {
-                CharDevs::default()
-            };
+            // A virtual device (rxe, siw) has no parent directory holding its char
+            // devices: the class directories list them with the same layout.
+            let chars_base = if pci.is_some() { parent_link.clone() } else { self.roots.sys("class") };
+            let chars = CharDevs::scan(&chars_base, &self.dev_nodes);
             let via = if pci.is_some() { RdmaVia::Direct } else { RdmaVia::Virtual };
             let mut rdma = self.read_rdma(&dir, name.clone(), via, &chars, &[]);
             // A virtual device's netdev is the one its GIDs are bound to.
@@ -649,6 +648,10 @@ impl CharDevs {
         let mut c = CharDevs::default();
         let verbs = base.join("infiniband_verbs");
         for n in sysfs::list_dir(&verbs).unwrap_or_default() {
+            // `class/infiniband_verbs` also holds `abi_version`.
+            if !n.starts_with("uverbs") {
+                continue;
+            }
             let d = verbs.join(&n);
             match sysfs::read_string(&d.join("ibdev")) {
                 Ok(ib) => {

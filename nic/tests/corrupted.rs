@@ -331,6 +331,21 @@ fn direct_mlx5_layout_and_a_virtual_rxe_device() {
     )
     .unwrap();
 
+    // Its umad/issm nodes too are only listed in the class directory (lab regression).
+    for (n, mm) in [("umad99", "231:99"), ("issm99", "231:163")] {
+        let d = r.sys("devices/virtual/infiniband_mad").join(n);
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join("ibdev"), "rxe0\n").unwrap();
+        fs::write(d.join("port"), "1\n").unwrap();
+        fs::write(d.join("dev"), format!("{mm}\n")).unwrap();
+        fs::create_dir_all(r.sys("class/infiniband_mad")).unwrap();
+        std::os::unix::fs::symlink(
+            format!("../../devices/virtual/infiniband_mad/{n}"),
+            r.sys("class/infiniband_mad").join(n),
+        )
+        .unwrap();
+    }
+
     let inv = discover(&r);
     let pf = inv.pf(pci(PF0)).unwrap();
     assert_eq!(pf.rdma[0].via, RdmaVia::Direct);
@@ -343,6 +358,8 @@ fn direct_mlx5_layout_and_a_virtual_rxe_device() {
     assert_eq!(h.rdma.ports[0].active_mtu, Some(4096));
     let uv = h.rdma.uverbs.as_ref().unwrap();
     assert_eq!((uv.name.as_str(), uv.major_minor, uv.present), ("uverbs99", Some((240, 67)), false));
+    assert_eq!(h.rdma.umad.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["umad99"]);
+    assert_eq!(h.rdma.issm.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["issm99"]);
     assert_rest_is_clean(&inv, &[]);
 }
 

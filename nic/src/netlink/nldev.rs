@@ -18,7 +18,7 @@
 //!
 //! Requests, by their `rdma` (iproute2) equivalent:
 //! - [`get_device`] / [`dump_devices`]: `rdma dev show [DEV]`
-//! - [`dump_ports`]: `rdma link show`
+//! - [`dump_ports`]: `rdma link show dev DEV` (one device per dump)
 //! - [`set_netns`]: `rdma dev set DEV netns NS`
 //! - [`sys_get`]: `rdma system show netns`
 //! - [`sys_set_netns_mode`]: `rdma system set netns shared|exclusive`
@@ -319,8 +319,11 @@ pub fn dump_devices() -> NldevMessage {
 }
 
 /// `rdma link show`: every port of every device (send as a dump).
-pub fn dump_ports() -> NldevMessage {
-    NldevMessage { cmd: RDMA_NLDEV_CMD_PORT_GET, attrs: vec![] }
+///
+/// The kernel's port dump (`nldev_port_get_dumpit`) requires a device index and
+/// fails with EINVAL without one, so a node-wide listing is one dump per device.
+pub fn dump_ports(dev_index: u32) -> NldevMessage {
+    NldevMessage { cmd: RDMA_NLDEV_CMD_PORT_GET, attrs: vec![NldevAttr::DevIndex(dev_index)] }
 }
 
 /// `rdma dev set DEV netns NS`: moves device `dev_index` into the netns whose
@@ -470,8 +473,13 @@ impl<T: Transport> Nldev for Client<T> {
     }
 
     fn rdma_ports(&mut self) -> Result<Vec<RdmaPortInfo>, NlError> {
-        let r = self.request("RDMA_NLDEV_CMD_PORT_GET dump", dump_ports(), true, 0)?;
-        Ok(r.iter().filter_map(RdmaPortInfo::from_message).collect())
+        let mut ports = Vec::new();
+        for dev in self.rdma_devices()? {
+            let op = format!("RDMA_NLDEV_CMD_PORT_GET dump {}", dev.name);
+            let r = self.request(&op, dump_ports(dev.index), true, 0)?;
+            ports.extend(r.iter().filter_map(RdmaPortInfo::from_message));
+        }
+        Ok(ports)
     }
 
     fn rdma_netns_mode(&mut self) -> Result<NetnsMode, NlError> {

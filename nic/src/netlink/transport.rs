@@ -250,6 +250,16 @@ impl<T: Transport> Client<T> {
                             })
                         }
                     },
+                    // A dump the kernel aborted ends with NLMSG_DONE carrying -errno
+                    // (netlink_dump_done in net/netlink/af_netlink.c): an error, not an
+                    // empty answer.
+                    NetlinkPayload::Done(d) if d.code != 0 => {
+                        return Err(NlError::Kernel {
+                            op: op.to_string(),
+                            errno: d.code.abs(),
+                            ext: ext_ack_msg(raw),
+                        })
+                    }
                     NetlinkPayload::Done(_) => return Ok(out),
                     NetlinkPayload::InnerMessage(inner) => out.push(inner),
                     _ => {}
