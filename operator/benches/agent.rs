@@ -54,5 +54,10 @@ fn main() {
         TARGET.as_millis(),
         if median < TARGET { "OK" } else { "OVER TARGET" }
     );
-    println!("  mean split: discover {:.2} ms, observe {:.2} ms, checks+status {:.3} ms", ms(t_disc), ms(t_obs), ms(t_eval));
+    println!(
+        "  mean split: discover {:.2} ms, observe {:.2} ms, checks+status {:.3} ms",
+        ms(t_disc),
+        ms(t_obs),
+        ms(t_eval)
+    );
 }

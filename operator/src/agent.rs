@@ -446,7 +446,14 @@ impl Publisher {
             });
             let op = format!("apply rdmanodestates/{} status", self.node);
             let patch = Patch::Apply(body);
-            with_backoff(self.backoff, &op, || api.patch_status(&self.node, &pp, &patch)).await?;
+            let r = with_backoff(self.backoff, &op, || api.patch_status(&self.node, &pp, &patch)).await;
+            if let Err(AgentError::Api { source: kube::Error::Api(s), .. }) = &r {
+                // The object was deleted under us (by hand, or by the controller): recreate it next pass.
+                if s.code == 404 {
+                    self.object_applied = false;
+                }
+            }
+            r?;
             self.last_fingerprint = Some(status.fingerprint.clone());
             self.last_conditions = status.conditions.clone();
             done.status_applied = true;

@@ -3,8 +3,11 @@
 
 use std::fmt::Write as _;
 
+use kube::api::{Api, ListParams};
+use kube::{Client, ResourceExt};
+
 use crate::agent::describe_interface;
-use crate::crd::{CheckResult, RdmaNodeStateStatus};
+use crate::crd::{CheckResult, RdmaNodeState, RdmaNodeStateStatus};
 
 /// How much of the check list to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +56,9 @@ pub fn node_table(node: &str, s: &RdmaNodeStateStatus, detail: Detail) -> String
             ]
         })
         .collect();
-    if rows.is_empty() {
+    if s.checks.is_empty() {
+        let _ = writeln!(out, "  no RDMA-capable interface found: nothing to check (RoceReady is False)");
+    } else if rows.is_empty() {
         let _ = writeln!(out, "  (no problems)");
     } else {
         out.push_str(&table(&["INTERFACE", "CHECK", "RESULT", "EXPECTED", "ACTUAL"], &rows));
@@ -106,4 +111,28 @@ pub fn table<const N: usize>(head: &[&str; N], rows: &[[String; N]]) -> String {
         line(r.iter().map(String::as_str).collect());
     }
     out
+}
+
+/// `kubectl rdma status [NODE]`: the tables of one node's (or every node's) `RdmaNodeState`.
+pub async fn status(client: Client, node: Option<&str>, detail: Detail) -> Result<String, kube::Error> {
+    let api: Api<RdmaNodeState> = Api::all(client);
+    let mut states = match node {
+        Some(n) => vec![api.get(n).await?],
+        None => api.list(&ListParams::default()).await?.items,
+    };
+    states.sort_by_key(|s| s.name_any());
+    let mut out = String::new();
+    if states.is_empty() {
+        out.push_str("No RdmaNodeState found: is the kube-rdma agent running?\n");
+    }
+    for s in &states {
+        match &s.status {
+            Some(st) => out.push_str(&node_table(&s.name_any(), st, detail)),
+            None => {
+                let _ = writeln!(out, "NODE {}  (no status yet)", s.name_any());
+            }
+        }
+        out.push('\n');
+    }
+    Ok(out)
 }

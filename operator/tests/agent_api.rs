@@ -315,3 +315,21 @@ async fn a_kernel_event_triggers_a_pass_after_the_debounce_not_the_poll() {
     stop_tx.send(()).unwrap();
     run.await.unwrap();
 }
+
+#[tokio::test]
+async fn a_deleted_node_state_is_recreated_on_the_next_pass() {
+    let st = status_of(&example(NAME));
+    let (client, mut h) = client();
+    let mut p = Publisher::new(client, NAME).with_backoff(backoff());
+    let server = tokio::spawn(async move {
+        expect_with(&mut h, "PATCH", APPLY_OBJ, 200, applied(NAME, spec())).await;
+        expect(&mut h, "PATCH", APPLY_STATUS, 404, status_err(404, "NotFound")).await;
+        expect_with(&mut h, "PATCH", APPLY_OBJ, 200, applied(NAME, spec())).await;
+        expect_with(&mut h, "PATCH", APPLY_STATUS, 200, applied(NAME, spec())).await;
+        expect(&mut h, "PATCH", LABEL, 200, node(NAME, json!({}))).await;
+        h
+    });
+    assert!(p.publish(st.clone(), "2026-11-30T01:00:00Z").await.is_err());
+    assert!(p.publish(st, "2026-11-30T01:00:30Z").await.unwrap().status_applied);
+    server.await.unwrap();
+}

@@ -9,11 +9,8 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand};
-use kube::api::{Api, ListParams};
-use kube::ResourceExt;
 use kube_rdma_operator::agent::NodeSource;
-use kube_rdma_operator::crd::RdmaNodeState;
-use kube_rdma_operator::view::{node_table, Detail};
+use kube_rdma_operator::view::{self, node_table, Detail};
 use kube_rdma_operator::{check_once, checks, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
 
@@ -118,20 +115,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 
 async fn status(node: Option<String>, detail: Detail) -> anyhow::Result<ExitCode> {
     let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
-    let api: Api<RdmaNodeState> = Api::all(client);
-    let states = match node {
-        Some(n) => vec![api.get(&n).await.with_context(|| format!("get rdmanodestates/{n}"))?],
-        None => api.list(&ListParams::default()).await.context("list rdmanodestates")?.items,
-    };
-    if states.is_empty() {
-        println!("No RdmaNodeState found: is the kube-rdma agent running?");
-    }
-    for s in &states {
-        match &s.status {
-            Some(st) => print!("{}", node_table(&s.name_any(), st, detail)),
-            None => println!("NODE {}  (no status yet)", s.name_any()),
-        }
-        println!();
-    }
+    let what =
+        node.as_deref().map(|n| format!("rdmanodestates/{n}")).unwrap_or_else(|| "rdmanodestates".into());
+    let text =
+        view::status(client, node.as_deref(), detail).await.with_context(|| format!("reading {what}"))?;
+    print!("{text}");
     Ok(ExitCode::SUCCESS)
 }
