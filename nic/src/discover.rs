@@ -16,6 +16,15 @@
 //! - RDMA devices sit at `<pci>/infiniband/<dev>` or, with auxiliary-bus drivers
 //!   (mlx5 since 5.11, ice/irdma), at `<pci>/<drv>.{rdma,roce,iwarp}.N/infiniband/<dev>`;
 //!   their char devices are siblings: `infiniband_verbs/uverbsN`, `infiniband_mad/{umad,issm}N`.
+//!
+//! Speed (a node has ~47 files per VF, ~50k for 1024 VFs): every listed
+//! directory is opened once as a [`Dir`] and the files under it are opened with
+//! `openat` and short relative names, never by absolute path (which makes the
+//! kernel walk `/sys/bus/pci/devices/<bdf>` and its symlink again for each file).
+//! Each function is listed and read by the same worker thread, so no directory
+//! descriptor outlives its function (a node may have more functions than the
+//! default limit of 1024 open files). Paths in diagnostics are built only on error
+//! and are the same as reading by path would give.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::net::{IpAddr, Ipv6Addr};
@@ -26,7 +35,7 @@ use std::sync::OnceLock;
 use crate::inventory::*;
 use crate::pci::PciAddr;
 use crate::roots::Roots;
-use crate::sysfs::{self, SysfsError};
+use crate::sysfs::{self, Dir, SysfsError};
 
 pub use crate::sim::roce_active_mtu;
 
@@ -43,15 +52,17 @@ pub fn discover_with_threads(roots: &Roots, threads: usize) -> Inventory {
     Walk::new(roots).run(threads)
 }
 
-/// One PCI function as listed in `bus/pci/devices`.
-struct Entry {
-    /// `<sysfs>/bus/pci/devices/<bdf>` (through the link).
-    dir: PathBuf,
+/// One PCI function as listed in `bus/pci/devices`, while it is being read.
+struct Entry<'b> {
+    /// `<sysfs>/bus/pci/devices`.
+    bus: &'b Dir,
+    /// `<sysfs>/bus/pci/devices/<bdf>`, opened through the link.
+    dir: Dir,
     /// Sorted names inside the device directory.
     names: Vec<String>,
 }
 
-impl Entry {
+impl Entry<'_> {
     fn has(&self, name: &str) -> bool {
         self.names.binary_search_by(|n| n.as_str().cmp(name)).is_ok()
     }
@@ -67,9 +78,20 @@ enum Read {
     Nothing,
 }
 
+/// The outcome of listing and reading one `bus/pci/devices` entry.
+enum Listing {
+    /// Listed: the address, the directory as reached (for messages), what it holds.
+    Read(PciAddr, PathBuf, Read),
+    /// Not a PCI address, or a directory that cannot be listed.
+    Skip(Skipped),
+}
+
 struct Walk<'a> {
     roots: &'a Roots,
-    entries: BTreeMap<PciAddr, Entry>,
+    /// `bus/pci/devices`, if it could be listed.
+    bus: Option<Dir>,
+    /// Listed functions: `bus/pci/devices/<bdf>` as reached (for messages).
+    entries: BTreeMap<PciAddr, PathBuf>,
     /// Names in `<dev>/infiniband/`, listed once.
     dev_nodes: BTreeSet<String>,
     /// `/sys/class/infiniband_verbs/*/ibdev`, read on first need.
@@ -124,9 +146,20 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) ->
         }
         out
     };
+    let spawned = || {
+        // A private copy of the descriptor table for this short-lived worker
+        // (unshare(2) CLONE_FILES affects only the calling thread): the open+close
+        // of every sysfs file then no longer takes the table lock shared with the
+        // other workers, and the kernel may skip refcounting in fdget. Workers only
+        // use descriptors they open themselves or that existed before they started
+        // (the bus directory), and close them before returning. If unsharing fails
+        // the table stays shared, which is only slower.
+        if std::env::var_os("KR_NO_UNSHARE").is_none() { let _ = nix::sched::unshare(nix::sched::CloneFlags::CLONE_FILES); }
+        work()
+    };
     let mut all: Vec<(usize, R)> = std::thread::scope(|s| {
         let handles: Vec<_> =
-            (1..threads).filter_map(|_| std::thread::Builder::new().spawn_scoped(s, work).ok()).collect();
+            (1..threads).filter_map(|_| std::thread::Builder::new().spawn_scoped(s, spawned).ok()).collect();
         let mut all = work();
         for h in handles {
             // Our readers do not panic; if one did, its items are redone below.
@@ -149,23 +182,38 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) ->
 impl<'a> Walk<'a> {
     fn new(roots: &'a Roots) -> Self {
         let dev_nodes = sysfs::list_dir(&roots.dev("infiniband")).unwrap_or_default().into_iter().collect();
-        Walk { roots, entries: BTreeMap::new(), dev_nodes, verbs_index: OnceLock::new() }
+        Walk { roots, bus: None, entries: BTreeMap::new(), dev_nodes, verbs_index: OnceLock::new() }
     }
 
     fn run(mut self, threads: usize) -> Inventory {
         let mut inv = Inventory::default();
-        self.list_devices(&mut inv);
-        let addrs: Vec<PciAddr> = self.entries.keys().copied().collect();
-        let reads = parallel_map(&addrs, threads, |a| self.read_function(*a));
+        let names = self.list_bus(&mut inv);
+        // Each function is listed and read on a worker; the results are merged
+        // below in name order, as a serial walk would have met them.
+        let listings = match &self.bus {
+            Some(bus) => parallel_map(&names, threads, |name| self.list_and_read(bus, name)),
+            None => vec![],
+        };
+        let mut reads: BTreeMap<PciAddr, Read> = BTreeMap::new();
+        for l in listings {
+            match l {
+                // Two names for one address (`0000:3d:00.1` and `3d:00.1`): the last listed wins.
+                Listing::Read(a, dir, r) => {
+                    self.entries.insert(a, dir);
+                    reads.insert(a, r);
+                }
+                Listing::Skip(s) => inv.skipped.push(s),
+            }
+        }
 
         // Assemble: VFs go to the PF whose virtfnN link names them.
         let mut vfs: BTreeMap<PciAddr, (Vf, Result<PathBuf, SysfsError>)> = BTreeMap::new();
         let mut pfs = vec![];
-        for (a, r) in addrs.iter().zip(reads) {
+        for (a, r) in reads {
             match r {
                 Read::Pf(pf, links) => pfs.push((pf, links)),
                 Read::Vf(vf, physfn) => {
-                    vfs.insert(*a, (vf, physfn));
+                    vfs.insert(a, (vf, physfn));
                 }
                 Read::Hcas(h) => inv.hcas.extend(h),
                 Read::Gpu(g) => inv.gpus.push(g),
@@ -175,7 +223,7 @@ impl<'a> Walk<'a> {
         let pf_addrs: BTreeSet<PciAddr> = pfs.iter().map(|(pf, _)| pf.pci).collect();
         for (mut pf, links) in pfs {
             for (index, link, target) in links {
-                let path = self.entries[&pf.pci].dir.join(&link);
+                let path = self.entries[&pf.pci].join(&link);
                 let target = match target {
                     Ok(t) => t,
                     Err(e) => {
@@ -197,7 +245,7 @@ impl<'a> Walk<'a> {
                     pf.problems.push(problem(link, format!("{path:?} -> {target:?}: VF {vf_addr} {why}")));
                     continue;
                 };
-                let physfn_path = self.entries[&vf_addr].dir.join("physfn");
+                let physfn_path = self.entries[&vf_addr].join("physfn");
                 match physfn.as_ref().map(|t| pci_of(t)) {
                     Ok(Some(p)) if p == pf.pci => {}
                     Ok(_) => vf.problems.push(problem(
@@ -220,7 +268,7 @@ impl<'a> Walk<'a> {
                         "sriov_numvfs",
                         format!(
                             "{:?} says {n} but {} virtfn links lead to VFs",
-                            self.entries[&pf.pci].dir,
+                            self.entries[&pf.pci],
                             pf.vfs.len()
                         ),
                     ));
@@ -232,7 +280,7 @@ impl<'a> Walk<'a> {
         // VFs no PF claimed; their RDMA devices go with them.
         for (a, (vf, physfn)) in vfs {
             seen.extend(vf.rdma.iter().map(|r| r.name.clone()));
-            let physfn_path = self.entries[&a].dir.join("physfn");
+            let physfn_path = self.entries[&a].join("physfn");
             let reason = match physfn {
                 Ok(t) => {
                     match pci_of(&t) {
@@ -259,53 +307,57 @@ impl<'a> Walk<'a> {
         inv
     }
 
-    fn list_devices(&mut self, inv: &mut Inventory) {
-        let bus = self.roots.sys("bus/pci/devices");
-        let names = match sysfs::list_dir(&bus) {
-            Ok(n) => n,
-            Err(e) if e.is_not_found() => return, // no PCI (containers, some VMs)
+    /// Lists `bus/pci/devices` (sorted names).
+    fn list_bus(&mut self, inv: &mut Inventory) -> Vec<String> {
+        let listed = Dir::open(self.roots.sys("bus/pci/devices")).and_then(|d| Ok((d.list()?, d)));
+        match listed {
+            Ok((names, bus)) => {
+                self.bus = Some(bus);
+                names
+            }
+            Err(e) if e.is_not_found() => vec![], // no PCI (containers, some VMs)
             Err(e) => {
                 inv.skipped.push(Skipped { device: "bus/pci/devices".into(), reason: e.to_string() });
-                return;
-            }
-        };
-        for name in names {
-            let Ok(addr) = name.parse::<PciAddr>() else {
-                inv.skipped.push(Skipped {
-                    device: name.clone(),
-                    reason: format!("{:?}: entry is not a PCI address", bus.join(&name)),
-                });
-                continue;
-            };
-            let dir = bus.join(&name);
-            match sysfs::list_dir(&dir) {
-                Ok(names) => {
-                    self.entries.insert(addr, Entry { dir, names });
-                }
-                Err(e) => {
-                    let reason = match sysfs::read_link(&dir) {
-                        Ok(t) if e.is_not_found() => format!("{dir:?} -> {t:?}: dangling link (device gone)"),
-                        _ => e.to_string(),
-                    };
-                    inv.skipped.push(Skipped { device: addr.to_string(), reason });
-                }
+                vec![]
             }
         }
     }
 
-    fn read_function(&self, a: PciAddr) -> Read {
-        let e = &self.entries[&a];
+    /// Lists one function's directory and reads what the listing shows.
+    fn list_and_read(&self, bus: &Dir, name: &str) -> Listing {
+        let Ok(a) = name.parse::<PciAddr>() else {
+            let reason = format!("{:?}: entry is not a PCI address", bus.join(name));
+            return Listing::Skip(Skipped { device: name.to_string(), reason });
+        };
+        match bus.open_at(name).and_then(|dir| Ok(Entry { bus, names: dir.list()?, dir })) {
+            Ok(e) => {
+                let r = self.read_function(a, &e);
+                Listing::Read(a, e.dir.path().to_path_buf(), r)
+            }
+            Err(e) => {
+                let reason = match bus.read_link(name) {
+                    Ok(t) if e.is_not_found() => {
+                        format!("{:?} -> {t:?}: dangling link (device gone)", bus.join(name))
+                    }
+                    _ => e.to_string(),
+                };
+                Listing::Skip(Skipped { device: a.to_string(), reason })
+            }
+        }
+    }
+
+    fn read_function(&self, a: PciAddr, e: &Entry) -> Read {
         if e.has("sriov_totalvfs") {
-            self.read_pf(a)
+            self.read_pf(a, e)
         } else if e.has("physfn") {
-            self.read_vf(a)
+            self.read_vf(a, e)
         } else {
-            self.read_other(a)
+            self.read_other(a, e)
         }
     }
 
     fn read_hex16(&self, e: &Entry, field: &str, problems: &mut Vec<Problem>) -> Option<u16> {
-        self.read_opt(e, field, problems, sysfs::read_hex_u16)
+        self.read_opt(e, field, problems, |d, f| d.read_hex_u16(f))
     }
 
     /// Reads `<dev>/<field>` with `f`, turning absence or garbage into a problem.
@@ -314,15 +366,14 @@ impl<'a> Walk<'a> {
         e: &Entry,
         field: &str,
         problems: &mut Vec<Problem>,
-        f: impl FnOnce(&Path) -> Result<T, SysfsError>,
+        f: impl FnOnce(&Dir, &str) -> Result<T, SysfsError>,
     ) -> Option<T> {
-        let p = e.dir.join(field);
-        let r = if e.has(field) { f(&p) } else { Err(not_found(p)) };
+        let r = if e.has(field) { f(&e.dir, field) } else { Err(not_found(e.dir.join(field))) };
         r.map_err(|err| problems.push(problem(field, err.to_string()))).ok()
     }
 
     fn numa(&self, e: &Entry, problems: &mut Vec<Problem>) -> Option<u32> {
-        let v = self.read_opt(e, "numa_node", problems, sysfs::read_i64)?;
+        let v = self.read_opt(e, "numa_node", problems, |d, f| d.read_i64(f))?;
         match u32::try_from(v) {
             Ok(n) => Some(n),
             Err(_) if v == -1 => None, // no NUMA affinity: not a problem
@@ -336,19 +387,18 @@ impl<'a> Walk<'a> {
     }
 
     fn driver(&self, e: &Entry, problems: &mut Vec<Problem>) -> Option<String> {
-        let p = e.dir.join("driver");
         if !e.has("driver") {
+            let p = e.dir.join("driver");
             problems.push(problem("driver", format!("{p:?} missing: no driver bound")));
             return None;
         }
-        sysfs::link_name(&p).map_err(|err| problems.push(problem("driver", err.to_string()))).ok()
+        e.dir.link_name("driver").map_err(|err| problems.push(problem("driver", err.to_string()))).ok()
     }
 
     /// Bridges between the function and the root complex, nearest first, from
     /// the `bus/pci/devices/<bdf>` link target (one readlink, no canonicalize).
-    fn upstream(&self, a: PciAddr, problems: &mut Vec<Problem>) -> Vec<PciAddr> {
-        let link = self.roots.sys("bus/pci/devices").join(a.to_string());
-        match sysfs::read_link(&link) {
+    fn upstream(&self, a: PciAddr, e: &Entry, problems: &mut Vec<Problem>) -> Vec<PciAddr> {
+        match e.bus.read_link(a.to_string()) {
             Ok(t) => {
                 let mut chain: Vec<PciAddr> =
                     t.components().filter_map(|c| c.as_os_str().to_str()?.parse().ok()).collect();
@@ -365,16 +415,15 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn read_pf(&self, a: PciAddr) -> Read {
+    fn read_pf(&self, a: PciAddr, e: &Entry) -> Read {
         let mut problems = vec![];
-        let e = &self.entries[&a];
         let vendor = self.read_hex16(e, "vendor", &mut problems);
         let device = self.read_hex16(e, "device", &mut problems);
         let driver = self.driver(e, &mut problems);
-        let total_vfs = self.read_opt(e, "sriov_totalvfs", &mut problems, sysfs::read_u32);
-        let num_vfs = self.read_opt(e, "sriov_numvfs", &mut problems, sysfs::read_u32);
+        let total_vfs = self.read_opt(e, "sriov_totalvfs", &mut problems, |d, f| d.read_u32(f));
+        let num_vfs = self.read_opt(e, "sriov_numvfs", &mut problems, |d, f| d.read_u32(f));
         let numa_node = self.numa(e, &mut problems);
-        let upstream = self.upstream(a, &mut problems);
+        let upstream = self.upstream(a, e, &mut problems);
         let netdevs = self.netdevs(e);
         let rdma = self.rdma_of(e, &netdevs);
         // virtfnN links, by numeric index (virtfn10 after virtfn9).
@@ -387,7 +436,7 @@ impl<'a> Walk<'a> {
         let links = links
             .into_iter()
             .map(|(i, l)| {
-                let t = sysfs::read_link(&e.dir.join(&l));
+                let t = e.dir.read_link(&l);
                 (i, l, t)
             })
             .collect();
@@ -409,14 +458,13 @@ impl<'a> Walk<'a> {
     }
 
     /// A VF on its own; index and PF are filled in when its PF claims it.
-    fn read_vf(&self, a: PciAddr) -> Read {
+    fn read_vf(&self, a: PciAddr, e: &Entry) -> Read {
         let mut problems = vec![];
-        let e = &self.entries[&a];
         let vendor = self.read_hex16(e, "vendor", &mut problems);
         let device = self.read_hex16(e, "device", &mut problems);
         let driver = self.driver(e, &mut problems);
         let numa_node = self.numa(e, &mut problems);
-        let physfn = sysfs::read_link(&e.dir.join("physfn"));
+        let physfn = e.dir.read_link("physfn");
         let mut netdevs = self.netdevs(e);
         if netdevs.len() > 1 {
             let names: Vec<&str> = netdevs.iter().map(|n| n.name.as_str()).collect();
@@ -435,12 +483,11 @@ impl<'a> Walk<'a> {
     }
 
     /// Functions that are neither PF nor VF: GPUs and RDMA HCAs without SR-IOV.
-    fn read_other(&self, a: PciAddr) -> Read {
-        let e = &self.entries[&a];
+    fn read_other(&self, a: PciAddr, e: &Entry) -> Read {
         let has_rdma = e.has("infiniband") || e.names.iter().any(|n| is_rdma_aux(n));
-        let vendor = if e.has("vendor") { sysfs::read_hex_u16(&e.dir.join("vendor")).ok() } else { None };
+        let vendor = if e.has("vendor") { e.dir.read_hex_u16("vendor").ok() } else { None };
         if vendor == Some(0x10de) && !has_rdma {
-            let class = if e.has("class") { sysfs::read_hex_u32(&e.dir.join("class")).ok() } else { None };
+            let class = if e.has("class") { e.dir.read_hex_u32("class").ok() } else { None };
             // PCI class 03 (display): 0300 VGA, 0302 3D controller (PCI Code and ID Assignment spec).
             if !matches!(class.map(|c| c >> 8), Some(0x0300 | 0x0302)) {
                 return Read::Nothing;
@@ -448,7 +495,7 @@ impl<'a> Walk<'a> {
             let mut problems = vec![];
             let device = self.read_hex16(e, "device", &mut problems);
             let numa_node = self.numa(e, &mut problems);
-            let upstream = self.upstream(a, &mut problems);
+            let upstream = self.upstream(a, e, &mut problems);
             for p in problems {
                 tracing::debug!(gpu = %a, field = %p.field, reason = %p.reason, "GPU field unknown");
             }
@@ -462,7 +509,7 @@ impl<'a> Walk<'a> {
         let device = self.read_hex16(e, "device", &mut problems);
         let driver = self.driver(e, &mut problems);
         let numa_node = self.numa(e, &mut problems);
-        let upstream = self.upstream(a, &mut problems);
+        let upstream = self.upstream(a, e, &mut problems);
         let netdevs = self.netdevs(e);
         let hcas = self
             .rdma_of(e, &netdevs)
@@ -487,9 +534,8 @@ impl<'a> Walk<'a> {
         if !e.has("net") {
             return vec![];
         }
-        let net = e.dir.join("net");
-        match sysfs::list_dir(&net) {
-            Ok(names) => names.into_iter().map(|n| read_netdev(&net.join(&n), n)).collect(),
+        match e.dir.open_at("net").and_then(|net| Ok((net.list()?, net))) {
+            Ok((names, net)) => names.into_iter().map(|n| read_netdev(&net, Path::new(&n), n.clone())).collect(),
             Err(err) => {
                 tracing::debug!(error = %err, "net directory unreadable");
                 vec![]
@@ -499,17 +545,17 @@ impl<'a> Walk<'a> {
 
     /// RDMA devices of a function: direct and via aux devices.
     fn rdma_of(&self, e: &Entry, netdevs: &[Netdev]) -> Vec<RdmaDev> {
-        let mut bases: Vec<(PathBuf, RdmaVia)> = vec![];
+        // Where the RDMA devices hang, relative to the function's directory.
+        let mut bases: Vec<(&Path, RdmaVia)> = vec![];
         if e.has("infiniband") {
-            bases.push((e.dir.clone(), RdmaVia::Direct));
+            bases.push((Path::new(""), RdmaVia::Direct));
         }
         for n in e.names.iter().filter(|n| is_rdma_aux(n)) {
-            bases.push((e.dir.join(n), RdmaVia::Aux(n.clone())));
+            bases.push((Path::new(n), RdmaVia::Aux(n.clone())));
         }
         let mut out = vec![];
         for (base, via) in bases {
-            let ibdir = base.join("infiniband");
-            let names = match sysfs::list_dir(&ibdir) {
+            let (names, ibdir) = match e.dir.open_at(base.join("infiniband")).and_then(|d| Ok((d.list()?, d))) {
                 Ok(n) => n,
                 Err(err) if err.is_not_found() => continue, // aux device without RDMA registered
                 Err(err) => {
@@ -520,24 +566,26 @@ impl<'a> Walk<'a> {
             if names.is_empty() {
                 continue;
             }
-            let chars = CharDevs::scan(&base, &self.dev_nodes);
+            let chars = CharDevs::scan(&e.dir, base, &self.dev_nodes);
             for name in names {
-                out.push(self.read_rdma(&ibdir.join(&name), name, via.clone(), &chars, netdevs));
+                out.push(self.read_rdma(&ibdir, name, via.clone(), &chars, netdevs));
             }
         }
         out
     }
 
+    /// Reads RDMA device `name` in `ibdir` (an `infiniband` directory).
     fn read_rdma(
         &self,
-        dir: &Path,
+        ibdir: &Dir,
         name: String,
         via: RdmaVia,
         chars: &CharDevs,
         netdevs: &[Netdev],
     ) -> RdmaDev {
         let mut problems = chars.problems.clone();
-        let node_guid = sysfs::read_string(&dir.join("node_guid"))
+        let node_guid = ibdir
+            .read_string(Path::new(&name).join("node_guid"))
             .map_err(|e| problems.push(problem("node_guid", e.to_string())))
             .ok();
         let mut uverbs = chars.verbs.get(&name).cloned();
@@ -546,14 +594,17 @@ impl<'a> Walk<'a> {
             if uverbs.is_none() {
                 problems.push(problem(
                     "uverbs",
-                    format!("no infiniband_verbs/uverbsN with ibdev {name:?} next to {dir:?} nor in class/infiniband_verbs"),
+                    format!(
+                        "no infiniband_verbs/uverbsN with ibdev {name:?} next to {:?} nor in class/infiniband_verbs",
+                        ibdir.join(&name)
+                    ),
                 ));
             }
         }
         let umad = chars.umad.get(&name).cloned().unwrap_or_default();
         let issm = chars.issm.get(&name).cloned().unwrap_or_default();
         let mtu = netdevs.iter().find_map(|n| n.mtu).and_then(roce_active_mtu);
-        let ports = read_ports(dir, mtu, &mut problems);
+        let ports = read_ports(ibdir, &name, mtu, &mut problems);
         RdmaDev { name, via, node_guid, uverbs, umad, issm, ports, problems }
     }
 
@@ -581,33 +632,45 @@ impl<'a> Walk<'a> {
     /// Soft-RoCE and other virtual devices (no `device` link), or devices on
     /// parents we do not know (subfunctions).
     fn read_unattached_rdma(&self, seen: &BTreeSet<String>, inv: &mut Inventory) {
-        let class = self.roots.sys("class/infiniband");
-        let Ok(names) = sysfs::list_dir(&class) else { return };
+        let Ok((names, ib)) =
+            Dir::open(self.roots.sys("class/infiniband")).and_then(|d| Ok((d.list()?, d)))
+        else {
+            return;
+        };
+        // Rarely needed (virtual devices only); a stand-in if it cannot be opened, so
+        // that reads below it fail as reads by path would.
+        let class = OnceLock::new();
+        let class = || class.get_or_init(|| Dir::lenient(self.roots.sys("class")));
         for name in names {
             if seen.contains(&name) {
                 continue;
             }
-            let dir = class.join(&name);
-            if let Err(e) = sysfs::list_dir_os(&dir) {
-                let reason = match sysfs::read_link(&dir) {
-                    Ok(t) if e.is_not_found() => format!("{dir:?} -> {t:?}: dangling link (device gone)"),
+            if let Err(e) = ib.open_at(&name).and_then(|d| d.list_os()) {
+                let reason = match ib.read_link(&name) {
+                    Ok(t) if e.is_not_found() => {
+                        format!("{:?} -> {t:?}: dangling link (device gone)", ib.join(&name))
+                    }
                     _ => e.to_string(),
                 };
                 inv.skipped.push(Skipped { device: name, reason });
                 continue;
             }
-            let parent_link = dir.join("device");
-            let pci = sysfs::link_name(&parent_link).ok().and_then(|n| n.parse::<PciAddr>().ok());
+            let parent_link = Path::new(&name).join("device");
+            let pci = ib.link_name(&parent_link).ok().and_then(|n| n.parse::<PciAddr>().ok());
             // A virtual device (rxe, siw) has no parent directory holding its char
             // devices: the class directories list them with the same layout.
-            let chars_base = if pci.is_some() { parent_link.clone() } else { self.roots.sys("class") };
-            let chars = CharDevs::scan(&chars_base, &self.dev_nodes);
+            let chars = if pci.is_some() {
+                CharDevs::scan(&ib, &parent_link, &self.dev_nodes)
+            } else {
+                CharDevs::scan(class(), Path::new(""), &self.dev_nodes)
+            };
             let via = if pci.is_some() { RdmaVia::Direct } else { RdmaVia::Virtual };
-            let mut rdma = self.read_rdma(&dir, name.clone(), via, &chars, &[]);
+            let mut rdma = self.read_rdma(&ib, name.clone(), via, &chars, &[]);
             // A virtual device's netdev is the one its GIDs are bound to.
             let ndev = rdma.ports.iter().flat_map(|p| &p.gids).find_map(|g| g.netdev.clone());
-            let netdevs: Vec<Netdev> =
-                ndev.map(|n| vec![read_netdev(&self.roots.sys("class/net").join(&n), n)]).unwrap_or_default();
+            let netdevs: Vec<Netdev> = ndev
+                .map(|n| vec![read_netdev(class(), &Path::new("net").join(&n), n)])
+                .unwrap_or_default();
             if let Some(mtu) = netdevs.iter().find_map(|n| n.mtu).and_then(roce_active_mtu) {
                 for p in rdma.ports.iter_mut().filter(|p| p.link_layer == Some(LinkLayer::Ethernet)) {
                     p.active_mtu = Some(mtu);
@@ -644,33 +707,37 @@ fn char_dev(name: String, major_minor: Option<(u32, u32)>, dev_nodes: &BTreeSet<
 }
 
 impl CharDevs {
-    fn scan(base: &Path, dev_nodes: &BTreeSet<String>) -> CharDevs {
+    /// Scans `parent/base/infiniband_{verbs,mad}`.
+    fn scan(parent: &Dir, base: &Path, dev_nodes: &BTreeSet<String>) -> CharDevs {
         let mut c = CharDevs::default();
-        let verbs = base.join("infiniband_verbs");
-        for n in sysfs::list_dir(&verbs).unwrap_or_default() {
-            // `class/infiniband_verbs` also holds `abi_version`.
-            if !n.starts_with("uverbs") {
-                continue;
-            }
-            let d = verbs.join(&n);
-            match sysfs::read_string(&d.join("ibdev")) {
-                Ok(ib) => {
-                    let mm = sysfs::read_major_minor(&d.join("dev")).ok();
-                    c.verbs.insert(ib, char_dev(n, mm, dev_nodes));
+        // A directory that cannot be listed has no char devices for us.
+        let listed = |sub: &str| parent.open_at(base.join(sub)).and_then(|d| Ok((d.list()?, d))).ok();
+        if let Some((names, verbs)) = listed("infiniband_verbs") {
+            for n in names {
+                // `class/infiniband_verbs` also holds `abi_version`.
+                if !n.starts_with("uverbs") {
+                    continue;
                 }
-                Err(e) => c.problems.push(problem("uverbs", format!("{n}: {e}"))),
+                let d = Path::new(&n);
+                match verbs.read_string(d.join("ibdev")) {
+                    Ok(ib) => {
+                        let mm = verbs.read_major_minor(d.join("dev")).ok();
+                        c.verbs.insert(ib, char_dev(n, mm, dev_nodes));
+                    }
+                    Err(e) => c.problems.push(problem("uverbs", format!("{n}: {e}"))),
+                }
             }
         }
-        let mad = base.join("infiniband_mad");
-        for n in sysfs::list_dir(&mad).unwrap_or_default() {
+        let Some((names, mad)) = listed("infiniband_mad") else { return c };
+        for n in names {
             let issm = n.starts_with("issm");
             if !issm && !n.starts_with("umad") {
                 continue;
             }
-            let d = mad.join(&n);
-            match sysfs::read_string(&d.join("ibdev")) {
+            let d = Path::new(&n);
+            match mad.read_string(d.join("ibdev")) {
                 Ok(ib) => {
-                    let mm = sysfs::read_major_minor(&d.join("dev")).ok();
+                    let mm = mad.read_major_minor(d.join("dev")).ok();
                     let map = if issm { &mut c.issm } else { &mut c.umad };
                     map.entry(ib).or_default().push(char_dev(n, mm, dev_nodes));
                 }
@@ -681,10 +748,11 @@ impl CharDevs {
     }
 }
 
-fn read_netdev(dir: &Path, name: String) -> Netdev {
+/// Reads netdev `name` whose directory is `rel` below `at`.
+fn read_netdev(at: &Dir, rel: &Path, name: String) -> Netdev {
     let mut problems = vec![];
     let mut field = |f: &str| -> Option<String> {
-        sysfs::read_string(&dir.join(f)).map_err(|e| problems.push(problem(f, e.to_string()))).ok()
+        at.read_string(rel.join(f)).map_err(|e| problems.push(problem(f, e.to_string()))).ok()
     };
     let ifindex = field("ifindex");
     let operstate = field("operstate");
@@ -692,7 +760,7 @@ fn read_netdev(dir: &Path, name: String) -> Netdev {
     let mac = field("address").map(|m| m.to_ascii_lowercase());
     let kind = field("type");
     // speed: -1 (SPEED_UNKNOWN) without link, EINVAL when the device is down; neither is a problem.
-    let speed = match sysfs::read_i64(&dir.join("speed")) {
+    let speed = match at.read_i64(rel.join("speed")) {
         Ok(v) => u32::try_from(v).ok(),
         Err(e) if e.is_einval() => None,
         Err(e) => {
@@ -704,7 +772,7 @@ fn read_netdev(dir: &Path, name: String) -> Netdev {
         let v = v?;
         v.parse()
             .map_err(|_| {
-                problems.push(problem(f, format!("{:?}: not a decimal number, found {v:?}", dir.join(f))))
+                problems.push(problem(f, format!("{:?}: not a decimal number, found {v:?}", at.join(rel.join(f)))))
             })
             .ok()
     };
@@ -718,7 +786,7 @@ fn read_netdev(dir: &Path, name: String) -> Netdev {
         Some(other) => {
             problems.push(problem(
                 "type",
-                format!("{:?}: not Ethernet (1) or InfiniBand (32), found {other:?}", dir.join("type")),
+                format!("{:?}: not Ethernet (1) or InfiniBand (32), found {other:?}", at.join(rel.join("type"))),
             ));
             None
         }
@@ -726,9 +794,9 @@ fn read_netdev(dir: &Path, name: String) -> Netdev {
     Netdev { name, ifindex, speed_mbps: speed, operstate, mtu, mac, link_layer, problems }
 }
 
-fn read_ports(dir: &Path, active_mtu: Option<u32>, problems: &mut Vec<Problem>) -> Vec<RdmaPort> {
-    let ports_dir = dir.join("ports");
-    let names = match sysfs::list_dir(&ports_dir) {
+/// Ports of RDMA device `name` in `ibdir`; port files are read relative to `ports/`.
+fn read_ports(ibdir: &Dir, name: &str, active_mtu: Option<u32>, problems: &mut Vec<Problem>) -> Vec<RdmaPort> {
+    let (names, ports_dir) = match ibdir.open_at(Path::new(name).join("ports")).and_then(|d| Ok((d.list()?, d))) {
         Ok(n) => n,
         Err(e) => {
             problems.push(problem("ports", e.to_string()));
@@ -739,14 +807,14 @@ fn read_ports(dir: &Path, active_mtu: Option<u32>, problems: &mut Vec<Problem>) 
     nums.sort_unstable();
     let mut out = vec![];
     for num in nums {
-        let p = ports_dir.join(num.to_string());
+        let p = PathBuf::from(num.to_string());
         let mut state_of = |f: &str| -> Option<String> {
-            let path = p.join(f);
-            match sysfs::read_string(&path) {
+            let rel = p.join(f);
+            match ports_dir.read_string(&rel) {
                 Ok(s) => state_name(&s).or_else(|| {
                     problems.push(problem(
                         format!("ports/{num}/{f}"),
-                        format!("{path:?}: expected \"N: NAME\", found {s:?}"),
+                        format!("{:?}: expected \"N: NAME\", found {s:?}", ports_dir.join(&rel)),
                     ));
                     None
                 }),
@@ -758,14 +826,14 @@ fn read_ports(dir: &Path, active_mtu: Option<u32>, problems: &mut Vec<Problem>) 
         };
         let state = state_of("state");
         let phys_state = state_of("phys_state");
-        let ll_path = p.join("link_layer");
-        let link_layer = match sysfs::read_string(&ll_path) {
+        let ll_rel = p.join("link_layer");
+        let link_layer = match ports_dir.read_string(&ll_rel) {
             Ok(s) if s == "Ethernet" => Some(LinkLayer::Ethernet),
             Ok(s) if s == "InfiniBand" => Some(LinkLayer::InfiniBand),
             Ok(s) => {
                 problems.push(problem(
                     format!("ports/{num}/link_layer"),
-                    format!("{ll_path:?}: unknown link layer {s:?}"),
+                    format!("{:?}: unknown link layer {s:?}", ports_dir.join(&ll_rel)),
                 ));
                 None
             }
@@ -774,17 +842,19 @@ fn read_ports(dir: &Path, active_mtu: Option<u32>, problems: &mut Vec<Problem>) 
                 None
             }
         };
-        let gids = read_gids(&p, num, problems);
+        let gids = read_gids(&ports_dir, &p, num, problems);
         let active_mtu = if link_layer == Some(LinkLayer::Ethernet) { active_mtu } else { None };
         out.push(RdmaPort { num, state, phys_state, link_layer, active_mtu, gids });
     }
     out
 }
 
-fn read_gids(port: &Path, num: u32, problems: &mut Vec<Problem>) -> Vec<Gid> {
-    let gdir = port.join("gids");
-    let mut idx: Vec<u32> = match sysfs::list_dir(&gdir) {
-        Ok(n) => n.iter().filter_map(|n| n.parse().ok()).collect(),
+/// GIDs of port `port` (relative to `ports`, e.g. `1`); the GID table is listed
+/// and read through its own directory, the attributes of the few used entries
+/// relative to `ports`.
+fn read_gids(ports: &Dir, port: &Path, num: u32, problems: &mut Vec<Problem>) -> Vec<Gid> {
+    let (mut idx, gdir): (Vec<u32>, Dir) = match ports.open_at(port.join("gids")).and_then(|d| Ok((d.list()?, d))) {
+        Ok((n, d)) => (n.iter().filter_map(|n| n.parse().ok()).collect(), d),
         Err(e) => {
             problems.push(problem(format!("ports/{num}/gids"), e.to_string()));
             return vec![];
@@ -793,8 +863,8 @@ fn read_gids(port: &Path, num: u32, problems: &mut Vec<Problem>) -> Vec<Gid> {
     idx.sort_unstable();
     let mut out = vec![];
     for i in idx {
-        let gpath = gdir.join(i.to_string());
-        let gid = match sysfs::read_string(&gpath) {
+        let i_name = i.to_string();
+        let gid = match gdir.read_string(&i_name) {
             Ok(g) => g,
             Err(e) => {
                 problems.push(problem(format!("ports/{num}/gids/{i}"), e.to_string()));
@@ -804,15 +874,15 @@ fn read_gids(port: &Path, num: u32, problems: &mut Vec<Problem>) -> Vec<Gid> {
         let Ok(addr) = gid.parse::<Ipv6Addr>() else {
             problems.push(problem(
                 format!("ports/{num}/gids/{i}"),
-                format!("{gpath:?}: not a GID, found {gid:?}"),
+                format!("{:?}: not a GID, found {gid:?}", gdir.join(&i_name)),
             ));
             continue;
         };
         if addr.is_unspecified() {
             continue; // empty table entry
         }
-        let tpath = port.join("gid_attrs/types").join(i.to_string());
-        let kind = match sysfs::read_string(&tpath) {
+        let trel = port.join("gid_attrs/types").join(&i_name);
+        let kind = match ports.read_string(&trel) {
             Ok(t) if t == "RoCE v2" => GidKind::RoceV2,
             Ok(t) if t == "IB/RoCE v1" => GidKind::RoceV1,
             Ok(t) if t.is_empty() => GidKind::Other,
@@ -820,7 +890,7 @@ fn read_gids(port: &Path, num: u32, problems: &mut Vec<Problem>) -> Vec<Gid> {
             Ok(t) => {
                 problems.push(problem(
                     format!("ports/{num}/gid_attrs/types/{i}"),
-                    format!("{tpath:?}: unknown GID type {t:?}"),
+                    format!("{:?}: unknown GID type {t:?}", ports.join(&trel)),
                 ));
                 GidKind::Other
             }
@@ -829,7 +899,8 @@ fn read_gids(port: &Path, num: u32, problems: &mut Vec<Problem>) -> Vec<Gid> {
                 GidKind::Other
             }
         };
-        let netdev = sysfs::read_string(&port.join("gid_attrs/ndevs").join(i.to_string()))
+        let netdev = ports
+            .read_string(port.join("gid_attrs/ndevs").join(&i_name))
             .ok()
             .filter(|s| !s.is_empty());
         let ip = match addr.to_ipv4_mapped() {
@@ -865,5 +936,134 @@ mod tests {
         assert_eq!(roce_active_mtu(4200), Some(4096));
         assert_eq!(roce_active_mtu(4100), Some(2048));
         assert_eq!(roce_active_mtu(300), None);
+    }
+}
+
+#[cfg(test)]
+#[path = "/tmp/nicx/old/discover.rs"]
+#[allow(dead_code, unused_imports)]
+mod old_impl;
+
+#[cfg(test)]
+mod differential_tmp {
+    use std::fs;
+    use std::path::{Path, PathBuf};
+
+    fn xorshift(s: &mut u64) -> u64 {
+        *s ^= *s << 13;
+        *s ^= *s >> 7;
+        *s ^= *s << 17;
+        *s
+    }
+
+    fn all_paths(dir: &Path, out: &mut Vec<PathBuf>) {
+        let Ok(rd) = fs::read_dir(dir) else { return };
+        for e in rd.flatten() {
+            let p = e.path();
+            out.push(p.clone());
+            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                all_paths(&p, out);
+            }
+        }
+    }
+
+    #[test]
+    fn new_equals_old_under_random_damage() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/nodes");
+        let mut descs: Vec<_> = fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "yaml"))
+            .map(|e| crate::sim::load_desc(e.path()).unwrap())
+            .collect();
+        descs.push(crate::sim::big_node(2, 40));
+        let mut compared = 0;
+        for round in 0..400 {
+            let desc = &descs[round % descs.len()];
+            let sim = crate::sim::Sim::materialise(desc).unwrap();
+            let r = sim.roots();
+            if round >= descs.len() {
+                let mut paths = vec![];
+                all_paths(&r.sysfs, &mut paths);
+                all_paths(&r.dev, &mut paths);
+                paths.sort();
+                let n = 1 + xorshift(&mut seed) % 12;
+                for _ in 0..n {
+                    let p = &paths[(xorshift(&mut seed) % paths.len() as u64) as usize];
+                    if fs::symlink_metadata(p).is_err() {
+                        continue;
+                    }
+                    let is_dir = fs::symlink_metadata(p).map(|m| m.is_dir()).unwrap_or(false);
+                    let _ = if is_dir { fs::remove_dir_all(p) } else { fs::remove_file(p) };
+                    match xorshift(&mut seed) % 8 {
+                        0 => {}
+                        1 => drop(fs::write(p, b"\xff\xfe garbage \x00\n")),
+                        2 => drop(fs::create_dir(p)),
+                        3 => drop(std::os::unix::fs::symlink("../nowhere/0000:99:00.0", p)),
+                        4 => drop(std::os::unix::fs::symlink(p.file_name().unwrap(), p)),
+                        5 => drop(fs::write(p, b"")),
+                        6 => drop(fs::write(p, b"0x1z\n")),
+                        _ => drop(fs::write(p, "x".repeat(5000))),
+                    }
+                }
+            }
+            let old = super::old_impl::discover_with_threads(&r, 1);
+            let new1 = super::discover_with_threads(&r, 1);
+            let new2 = super::discover_with_threads(&r, 3);
+            assert_eq!(old, new1, "round {round}");
+            assert_eq!(old, new2, "round {round}");
+            compared += 1;
+        }
+        assert_eq!(compared, 400);
+    }
+}
+
+#[cfg(test)]
+mod timing_tmp {
+    #[test]
+    fn timing_tmp_old_vs_new() {
+        let sim = crate::sim::Sim::materialise(&crate::sim::big_node(8, 128)).unwrap();
+        let r = sim.roots();
+        let med = |f: &dyn Fn()| {
+            let mut v: Vec<f64> = (0..15)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    f();
+                    t.elapsed().as_secs_f64() * 1e3
+                })
+                .collect();
+            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+            v[v.len() / 2]
+        };
+        for _ in 0..2 {
+            let o = med(&|| drop(super::old_impl::discover_with_threads(&r, 1)));
+            let n1 = med(&|| drop(super::discover_with_threads(&r, 1)));
+            let n2 = med(&|| drop(super::discover_with_threads(&r, 2)));
+            let n3 = med(&|| drop(super::discover_with_threads(&r, 3)));
+            eprintln!("old1 {o:.1} new1 {n1:.1} new2 {n2:.1} new3 {n3:.1}");
+        }
+    }
+}
+
+#[cfg(test)]
+mod syscount_tmp {
+    #[test]
+    fn syscount_tmp_new() {
+        let sim = crate::sim::Sim::materialise(&crate::sim::big_node(8, 128)).unwrap();
+        let r = sim.roots();
+        drop(super::discover_with_threads(&r, 1));
+        eprintln!("MARK-START");
+        let which = std::env::var("WHICH").unwrap_or_default();
+        let t = std::time::Instant::now();
+        if which == "old" {
+            drop(super::old_impl::discover_with_threads(&r, 1));
+        } else {
+            let n: usize = std::env::var("LOOP").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
+            for _ in 0..n {
+                drop(super::discover_with_threads(&r, 1));
+            }
+        }
+        eprintln!("MARK-END {:?}", t.elapsed());
     }
 }

@@ -9,10 +9,22 @@
 //! Files are read with one `open` + `read` into a small stack buffer: sysfs
 //! attributes are at most a page, and skipping `read_to_string`'s size probe
 //! keeps discovery of a thousand VFs cheap.
+//!
+//! [`Dir`] (crate-private) is the fast path used by discovery: an open directory whose
+//! attributes are opened with `openat(2)` and short relative names. Measured on
+//! the simulated 8 PF x 128 VF node (tmpfs), an `open` by absolute path through
+//! `bus/pci/devices/<bdf>` costs about twice an `openat` of a short name: the
+//! kernel walks (and follows the symlink of) every component each time.
 
 use std::ffi::OsString;
+use std::fs::File;
 use std::io::{self, Read};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStringExt;
 use std::path::{Path, PathBuf};
+
+use nix::fcntl::{openat, OFlag};
+use nix::sys::stat::Mode;
 
 /// Why a sysfs attribute, link or directory could not be used.
 #[derive(Debug, thiserror::Error)]
@@ -77,59 +89,79 @@ impl SysfsError {
 
 /// Reads an attribute and trims surrounding whitespace (sysfs ends values with `\n`).
 pub fn read_string(path: &Path) -> Result<String, SysfsError> {
-    let mut buf = [0u8; 4096];
-    let mut f = std::fs::File::open(path).map_err(|e| SysfsError::io(path, e))?;
+    let f = File::open(path).map_err(|e| SysfsError::io(path, e))?;
+    read_open(f, || path.to_path_buf())
+}
+
+/// Reads an open attribute file; `path` names it in errors (built only then, so
+/// that the fast path allocates nothing but the result).
+fn read_open(mut f: File, path: impl Fn() -> PathBuf) -> Result<String, SysfsError> {
+    // Values are short (a number, a GID, a name): a small buffer is cheap to
+    // zero for each of the thousands of files; longer files continue below.
+    let mut buf = [0u8; 256];
     let mut len = 0;
     // sysfs hands over a whole attribute (at most a page) in the first read, and a
     // regular file returns fewer bytes than asked only at its end: a short read is
     // the end, which saves the extra zero-length read per file.
     loop {
-        let n = f.read(&mut buf[len..]).map_err(|e| SysfsError::io(path, e))?;
+        let n = f.read(&mut buf[len..]).map_err(|e| SysfsError::io(&path(), e))?;
         len += n;
         if n == 0 || len < buf.len() {
             break;
         }
         if len == buf.len() {
-            // Longer than a page is not a sysfs attribute; read the rest the slow way.
+            // A long attribute (or not a sysfs attribute): read the rest the slow way.
             let mut rest = Vec::new();
-            f.read_to_end(&mut rest).map_err(|e| SysfsError::io(path, e))?;
+            f.read_to_end(&mut rest).map_err(|e| SysfsError::io(&path(), e))?;
             let mut all = buf.to_vec();
             all.extend_from_slice(&rest);
             return String::from_utf8(all)
                 .map(|s| s.trim().to_string())
-                .map_err(|_| SysfsError::invalid(path, "not UTF-8", ""));
+                .map_err(|_| SysfsError::invalid(&path(), "not UTF-8", ""));
         }
     }
     match std::str::from_utf8(&buf[..len]) {
         Ok(s) => Ok(s.trim().to_string()),
-        Err(_) => Err(SysfsError::invalid(path, "not UTF-8", &String::from_utf8_lossy(&buf[..len]))),
+        Err(_) => Err(SysfsError::invalid(&path(), "not UTF-8", &String::from_utf8_lossy(&buf[..len]))),
     }
 }
 
 /// Reads a decimal unsigned number (`mtu`, `ifindex`, `sriov_numvfs`).
 pub fn read_u32(path: &Path) -> Result<u32, SysfsError> {
-    let s = read_string(path)?;
-    s.parse().map_err(|_| SysfsError::invalid(path, "not a decimal number", &s))
+    parse_u32(read_string(path)?, || path.to_path_buf())
+}
+
+fn parse_u32(s: String, path: impl Fn() -> PathBuf) -> Result<u32, SysfsError> {
+    s.parse().map_err(|_| SysfsError::invalid(&path(), "not a decimal number", &s))
 }
 
 /// Reads a decimal signed number (`numa_node`, `speed`, which use -1 for "none").
 pub fn read_i64(path: &Path) -> Result<i64, SysfsError> {
-    let s = read_string(path)?;
-    s.parse().map_err(|_| SysfsError::invalid(path, "not a decimal number", &s))
+    parse_i64(read_string(path)?, || path.to_path_buf())
+}
+
+fn parse_i64(s: String, path: impl Fn() -> PathBuf) -> Result<i64, SysfsError> {
+    s.parse().map_err(|_| SysfsError::invalid(&path(), "not a decimal number", &s))
 }
 
 /// Reads a `0x`-prefixed hexadecimal number (`vendor`, `device`, `class`).
 pub fn read_hex_u32(path: &Path) -> Result<u32, SysfsError> {
-    let s = read_string(path)?;
-    parse_hex(&s).ok_or_else(|| SysfsError::invalid(path, "not a 0x-prefixed hex number", &s))
+    parse_hex_u32(read_string(path)?, || path.to_path_buf())
+}
+
+fn parse_hex_u32(s: String, path: impl Fn() -> PathBuf) -> Result<u32, SysfsError> {
+    parse_hex(&s).ok_or_else(|| SysfsError::invalid(&path(), "not a 0x-prefixed hex number", &s))
 }
 
 /// Reads a 16-bit `0x`-prefixed hexadecimal id (`vendor`, `device`).
 pub fn read_hex_u16(path: &Path) -> Result<u16, SysfsError> {
-    let s = read_string(path)?;
+    parse_hex_u16(read_string(path)?, || path.to_path_buf())
+}
+
+fn parse_hex_u16(s: String, path: impl Fn() -> PathBuf) -> Result<u16, SysfsError> {
     parse_hex(&s)
         .and_then(|v| u16::try_from(v).ok())
-        .ok_or_else(|| SysfsError::invalid(path, "not a 16-bit 0x-prefixed hex id", &s))
+        .ok_or_else(|| SysfsError::invalid(&path(), "not a 16-bit 0x-prefixed hex id", &s))
 }
 
 fn parse_hex(s: &str) -> Option<u32> {
@@ -142,9 +174,12 @@ fn parse_hex(s: &str) -> Option<u32> {
 
 /// Reads a `major:minor` attribute (`dev` of a char device).
 pub fn read_major_minor(path: &Path) -> Result<(u32, u32), SysfsError> {
-    let s = read_string(path)?;
+    parse_major_minor(read_string(path)?, || path.to_path_buf())
+}
+
+fn parse_major_minor(s: String, path: impl Fn() -> PathBuf) -> Result<(u32, u32), SysfsError> {
     let parsed = s.split_once(':').and_then(|(a, b)| Some((a.parse().ok()?, b.parse().ok()?)));
-    parsed.ok_or_else(|| SysfsError::invalid(path, "not major:minor", &s))
+    parsed.ok_or_else(|| SysfsError::invalid(&path(), "not major:minor", &s))
 }
 
 /// The target of a symbolic link, as stored (usually relative).
@@ -155,10 +190,13 @@ pub fn read_link(path: &Path) -> Result<PathBuf, SysfsError> {
 /// The last component of a link's target: `driver` → `mlx5_core`,
 /// `virtfn3` → `0000:3d:00.5`.
 pub fn link_name(path: &Path) -> Result<String, SysfsError> {
-    let target = read_link(path)?;
+    last_component(read_link(path)?, || path.to_path_buf())
+}
+
+fn last_component(target: PathBuf, path: impl Fn() -> PathBuf) -> Result<String, SysfsError> {
     let name = target.file_name().and_then(|n| n.to_str()).map(str::to_string);
     name.ok_or_else(|| {
-        SysfsError::invalid(path, "link target without a UTF-8 file name", &target.to_string_lossy())
+        SysfsError::invalid(&path(), "link target without a UTF-8 file name", &target.to_string_lossy())
     })
 }
 
@@ -184,6 +222,212 @@ pub fn list_dir_os(path: &Path) -> Result<Vec<OsString>, SysfsError> {
 /// Whether something (file, dir or link target) exists at `path`.
 pub fn exists(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok()
+}
+
+/// An open sysfs directory whose entries are read with `openat(2)`,
+/// `readlinkat(2)` and `getdents64(2)` relative to its descriptor.
+///
+/// Opening `<dir>/<attr>` by absolute path makes the kernel walk every component
+/// again, including symlinks such as `bus/pci/devices/<bdf>`; resolving the
+/// directory once and naming attributes by short relative paths halves the cost of
+/// each file (measured: ~2.3 µs → ~1.1 µs per open+read+close on tmpfs).
+///
+/// `path` is how the directory was reached (through links, as given); errors name
+/// `path/<rel>` exactly as the path-based readers above would, so diagnostics do
+/// not depend on which reader was used. It is only joined when something fails.
+pub(crate) struct Dir {
+    /// `None` for a directory that could not be opened (see [`Dir::lenient`]).
+    fd: Option<OwnedFd>,
+    path: PathBuf,
+}
+
+/// `O_CLOEXEC`: discovery runs inside daemons that spawn children (CNI plugins).
+fn dir_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC
+}
+
+impl Dir {
+    /// Opens the directory at `path` (following links).
+    pub(crate) fn open(path: PathBuf) -> Result<Dir, SysfsError> {
+        match nix::fcntl::open(&path, dir_flags(), Mode::empty()) {
+            Ok(fd) => Ok(Dir { fd: Some(fd), path }),
+            Err(e) => Err(SysfsError::io(&path, e.into())),
+        }
+    }
+
+    /// Opens `path`, or if that fails, a stand-in that reads each entry by its
+    /// full path, so that every read fails (or not) exactly as the path-based
+    /// readers would. For rarely used directories whose absence is not an error.
+    pub(crate) fn lenient(path: PathBuf) -> Dir {
+        match nix::fcntl::open(&path, dir_flags(), Mode::empty()) {
+            Ok(fd) => Dir { fd: Some(fd), path },
+            Err(_) => Dir { fd: None, path },
+        }
+    }
+
+    /// Opens the directory `rel` below this one.
+    pub(crate) fn open_at(&self, rel: impl AsRef<Path>) -> Result<Dir, SysfsError> {
+        let rel = rel.as_ref();
+        match self.open_rel(rel, dir_flags()) {
+            Ok(fd) => Ok(Dir { fd: Some(fd), path: self.path.join(rel) }),
+            Err(e) => Err(SysfsError::io(&self.path.join(rel), e)),
+        }
+    }
+
+    /// `openat(fd, rel)`, or `open(path/rel)` for a stand-in.
+    fn open_rel(&self, rel: &Path, flags: OFlag) -> io::Result<OwnedFd> {
+        let r = match &self.fd {
+            Some(fd) => openat(fd.as_fd(), rel, flags, Mode::empty()),
+            None => nix::fcntl::open(&self.path.join(rel), flags, Mode::empty()),
+        };
+        r.map_err(io::Error::from)
+    }
+
+    /// How this directory was reached.
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `path/rel`, for messages.
+    pub(crate) fn join(&self, rel: impl AsRef<Path>) -> PathBuf {
+        self.path.join(rel)
+    }
+
+    /// [`read_string`] of `rel` below this directory.
+    pub(crate) fn read_string(&self, rel: impl AsRef<Path>) -> Result<String, SysfsError> {
+        let rel = rel.as_ref();
+        let path = || self.path.join(rel);
+        let fd =
+            self.open_rel(rel, OFlag::O_RDONLY | OFlag::O_CLOEXEC).map_err(|e| SysfsError::io(&path(), e))?;
+        read_open(File::from(fd), path)
+    }
+
+    /// [`read_u32`] of `rel` below this directory.
+    pub(crate) fn read_u32(&self, rel: impl AsRef<Path>) -> Result<u32, SysfsError> {
+        let rel = rel.as_ref();
+        parse_u32(self.read_string(rel)?, || self.path.join(rel))
+    }
+
+    /// [`read_i64`] of `rel` below this directory.
+    pub(crate) fn read_i64(&self, rel: impl AsRef<Path>) -> Result<i64, SysfsError> {
+        let rel = rel.as_ref();
+        parse_i64(self.read_string(rel)?, || self.path.join(rel))
+    }
+
+    /// [`read_hex_u16`] of `rel` below this directory.
+    pub(crate) fn read_hex_u16(&self, rel: impl AsRef<Path>) -> Result<u16, SysfsError> {
+        let rel = rel.as_ref();
+        parse_hex_u16(self.read_string(rel)?, || self.path.join(rel))
+    }
+
+    /// [`read_hex_u32`] of `rel` below this directory.
+    pub(crate) fn read_hex_u32(&self, rel: impl AsRef<Path>) -> Result<u32, SysfsError> {
+        let rel = rel.as_ref();
+        parse_hex_u32(self.read_string(rel)?, || self.path.join(rel))
+    }
+
+    /// [`read_major_minor`] of `rel` below this directory.
+    pub(crate) fn read_major_minor(&self, rel: impl AsRef<Path>) -> Result<(u32, u32), SysfsError> {
+        let rel = rel.as_ref();
+        parse_major_minor(self.read_string(rel)?, || self.path.join(rel))
+    }
+
+    /// [`read_link`] of `rel` below this directory.
+    pub(crate) fn read_link(&self, rel: impl AsRef<Path>) -> Result<PathBuf, SysfsError> {
+        let rel = rel.as_ref();
+        let target = match &self.fd {
+            Some(fd) => readlinkat(fd, rel),
+            None => std::fs::read_link(self.path.join(rel)),
+        };
+        target.map_err(|e| SysfsError::io(&self.path.join(rel), e))
+    }
+
+    /// [`link_name`] of `rel` below this directory.
+    pub(crate) fn link_name(&self, rel: impl AsRef<Path>) -> Result<String, SysfsError> {
+        let rel = rel.as_ref();
+        last_component(self.read_link(rel)?, || self.path.join(rel))
+    }
+
+    /// [`list_dir`] of this directory: sorted UTF-8 names without `.` and `..`.
+    ///
+    /// Reads from the descriptor's current offset, so call it once per `Dir`
+    /// (a second call would see the end of the directory).
+    pub(crate) fn list(&self) -> Result<Vec<String>, SysfsError> {
+        let mut names: Vec<String> =
+            self.list_os()?.into_iter().filter_map(|n| n.into_string().ok()).collect();
+        names.sort_unstable();
+        Ok(names)
+    }
+
+    /// [`list_dir_os`] of this directory (unsorted, raw); see [`Dir::list`].
+    pub(crate) fn list_os(&self) -> Result<Vec<OsString>, SysfsError> {
+        match &self.fd {
+            Some(fd) => getdents(fd).map_err(|e| SysfsError::io(&self.path, e)),
+            None => list_dir_os(&self.path),
+        }
+    }
+}
+
+/// `readlinkat(2)` without the `lstat` that `nix::fcntl::readlinkat` does first
+/// to size its buffer: a link target is shorter than `PATH_MAX` (4096).
+fn readlinkat(dir: &OwnedFd, rel: &Path) -> io::Result<PathBuf> {
+    let rel = std::ffi::CString::new(rel.as_os_str().as_encoded_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let mut buf = [0u8; libc::PATH_MAX as usize];
+    // SAFETY: `rel` is NUL-terminated and outlives the call; `buf` is a writable
+    // buffer of `buf.len()` bytes, and readlinkat writes at most that many.
+    let n = unsafe { libc::readlinkat(dir.as_raw_fd(), rel.as_ptr(), buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let n = n as usize;
+    if n >= buf.len() {
+        // Cannot happen for a Linux symlink; refuse rather than return a truncated target.
+        return Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG));
+    }
+    Ok(PathBuf::from(OsString::from_vec(buf[..n].to_vec())))
+}
+
+/// Entry names of an open directory via `getdents64(2)`, skipping `.` and `..`.
+///
+/// `std::fs::read_dir` needs a path (another walk), and `nix::dir::Dir` goes
+/// through `fdopendir`, which adds `fstat`, `fcntl` and, when its iterator ends,
+/// `lseek` to every listing; this is one syscall per buffer plus the final empty one.
+fn getdents(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
+    // linux_dirent64 records are 8-byte aligned within the buffer.
+    #[repr(C, align(8))]
+    struct Buf([u8; 8192]);
+    let mut buf = Buf([0; 8192]);
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: the kernel writes at most `buf.0.len()` bytes into `buf.0`, which
+        // is valid and writable for the duration of the call; the fd is open.
+        let n = unsafe {
+            libc::syscall(libc::SYS_getdents64, dir.as_raw_fd(), buf.0.as_mut_ptr(), buf.0.len())
+        };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if n == 0 {
+            return Ok(out);
+        }
+        // Each record (include/linux/dirent.h): u64 d_ino, i64 d_off, u16 d_reclen,
+        // u8 d_type, then the NUL-terminated name, padded to d_reclen.
+        let data = &buf.0[..n as usize];
+        let mut off = 0;
+        while off + 19 <= data.len() {
+            let reclen = u16::from_ne_bytes([data[off + 16], data[off + 17]]) as usize;
+            if reclen < 19 || off + reclen > data.len() {
+                return Err(io::Error::new(io::ErrorKind::InvalidData, "malformed getdents64 record"));
+            }
+            let raw = &data[off + 19..off + reclen];
+            let name = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())];
+            if name != b"." && name != b".." {
+                out.push(OsString::from_vec(name.to_vec()));
+            }
+            off += reclen;
+        }
+    }
 }
 
 #[cfg(test)]
