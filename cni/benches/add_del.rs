@@ -51,14 +51,14 @@ fn main() {
     let host_ns = lab.host.open().unwrap();
     let pod_ns = pod.open().unwrap();
     let floor_dev = lab.vfs[2].1.clone();
-    let mut host_c = kube_rdma_cni::rtnl::open_in(&host_ns).unwrap();
-    let mut pod_c = kube_rdma_cni::rtnl::open_in(&pod_ns).unwrap();
+    let mut host_c = nic::netlink::link::open_in(&host_ns).unwrap();
+    let mut pod_c = nic::netlink::link::open_in(&pod_ns).unwrap();
     let mut move_and_back = || {
-        let l = kube_rdma_cni::rtnl::link_by_name(&mut host_c, &floor_dev).unwrap().unwrap();
+        let l = nic::netlink::link::link_by_name(&mut host_c, &floor_dev).unwrap().unwrap();
         let t = Instant::now();
-        kube_rdma_cni::rtnl::move_to_netns(&mut host_c, l.index, pod_ns.raw_fd(), None).unwrap();
-        let l = kube_rdma_cni::rtnl::link_by_name(&mut pod_c, &floor_dev).unwrap().unwrap();
-        kube_rdma_cni::rtnl::move_to_netns(&mut pod_c, l.index, host_ns.raw_fd(), None).unwrap();
+        nic::netlink::link::move_to_netns(&mut host_c, l.index, pod_ns.raw_fd(), None).unwrap();
+        let l = nic::netlink::link::link_by_name(&mut pod_c, &floor_dev).unwrap().unwrap();
+        nic::netlink::link::move_to_netns(&mut pod_c, l.index, host_ns.raw_fd(), None).unwrap();
         t.elapsed()
     };
 

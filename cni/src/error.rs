@@ -3,8 +3,10 @@
 
 use std::path::PathBuf;
 
+use nic::netlink::link::LinkError;
 use nic::netlink::transport::NlError;
 use nic::netns::NetnsError;
+use nic::vfdev::VfDevError;
 use serde_json::json;
 
 /// Everything the plugin can fail with.
@@ -43,6 +45,10 @@ pub enum Error {
         /// What is wrong.
         why: String,
     },
+    /// The VF named by `deviceID` cannot be found as a VF in sysfs (its
+    /// message starts with `device <pci>:`).
+    #[error(transparent)]
+    Vf(#[from] VfDevError),
     /// The container's netns cannot be used.
     #[error("container network namespace: {0}")]
     Netns(#[source] NetnsError),
@@ -102,7 +108,7 @@ impl Error {
             Error::Version { .. } => 1,
             Error::Env { .. } => 4,
             Error::Decode(_) => 6,
-            Error::Config { .. } | Error::Device { .. } => 7,
+            Error::Config { .. } | Error::Device { .. } | Error::Vf(_) => 7,
             Error::Netns(NetnsError::Open { source, .. })
                 if source.kind() == std::io::ErrorKind::NotFound =>
             {
@@ -127,7 +133,7 @@ impl Error {
             Error::Env { .. } => "env",
             Error::Decode(_) => "decode",
             Error::Config { .. } => "config",
-            Error::Device { .. } => "device",
+            Error::Device { .. } | Error::Vf(_) => "device",
             Error::Netns(_) => "netns",
             Error::Busy { .. } => "busy",
             Error::Unavailable(_) => "unavailable",
@@ -169,9 +175,30 @@ impl Error {
         Error::Netlink { step: step.into(), source }
     }
 
+    /// A link request's error, with `step` saying what the plugin was doing:
+    /// a netns that cannot be entered is [`Error::Netns`], anything else
+    /// [`Error::Netlink`] with the kernel's answer as its source.
+    pub fn link(step: impl Into<String>, e: LinkError) -> Self {
+        match e {
+            LinkError::Netns(e) => Error::Netns(e),
+            LinkError::Socket { source, .. } => {
+                Error::netlink(step, NlError::Io { op: "socket".into(), source })
+            }
+            LinkError::Request { source, .. } => Error::netlink(step, source),
+        }
+    }
+
     /// Shorthand for an I/O error.
     pub fn io(path: impl Into<PathBuf>, source: std::io::Error) -> Self {
         Error::Io { path: path.into(), source }
+    }
+}
+
+/// `?` on a link request: the step is the request itself (`look up link eth0`).
+impl From<LinkError> for Error {
+    fn from(e: LinkError) -> Self {
+        let step = e.to_string();
+        Error::link(step, e)
     }
 }
 

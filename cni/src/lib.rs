@@ -2,9 +2,10 @@
 //! pod's network namespace as one transaction (CNI spec 1.1.0).
 //!
 //! Data flow: env + stdin → [`conf`] (validated, nothing touched yet) →
-//! [`vfdev`] (the VF's sysfs directory under `KUBE_RDMA_SYSFS_ROOT`) →
+//! [`nic::vfdev`] (the VF's sysfs directory under `KUBE_RDMA_SYSFS_ROOT`) →
 //! [`txn`] (journaled steps: PF-side attributes, netdev move+rename, link
-//! config, RDMA move, IPAM via [`ipam`], addresses) → result JSON on stdout.
+//! config, RDMA move, IPAM via [`ipam`], addresses; link requests through
+//! [`nic::netlink::link`]) → result JSON on stdout.
 //! Any failure undoes the steps done; DEL undoes a journal whatever state it
 //! is in.
 //!
@@ -18,9 +19,7 @@ pub mod conf;
 pub mod error;
 pub mod ipam;
 pub mod journal;
-pub mod rtnl;
 pub mod txn;
-pub mod vfdev;
 
 use nic::Roots;
 use serde_json::json;

@@ -8,11 +8,13 @@
 use std::path::Path;
 use std::time::Duration;
 
+use nic::netlink::link::{self as rtnl, LinkError, RouteSocket};
 use nic::netlink::nldev::{Nldev, RdmaDevice};
 use nic::netlink::transport::{Client, NlError, SocketTransport, NETLINK_RDMA};
 use nic::netlink::vf::{self as vfnl, VfLink, VfSettings, VfVlanSetting};
 use nic::netns::Netns;
 use nic::simdesc::NetnsMode;
+use nic::vfdev::{self, VfDev};
 use nic::Roots;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -21,8 +23,6 @@ use crate::conf::{fmt_mac, parse_mac, Env, NetConf, RdmaMode};
 use crate::error::{Error, Result};
 use crate::ipam;
 use crate::journal::{self, Journal, Lock, Original, VfUndo};
-use crate::rtnl;
-use crate::vfdev::{self, VfDev};
 
 /// How long ADD/DEL wait for the per-VF lock.
 pub const VF_LOCK_WAIT: Duration = Duration::from_secs(10);
@@ -374,7 +374,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         let plink = rtnl::link_by_name(&mut podc, &env.ifname)?
             .ok_or_else(|| Error::Check(format!("{} vanished from the pod after the move", env.ifname)))?;
         rtnl::configure(&mut podc, plink.index, conf.mac.as_ref().map(|m| &m[..]), conf.mtu, Some(true))
-            .map_err(|e| Error::netlink(format!("configure {} in the pod", env.ifname), e))?;
+            .map_err(|e| Error::link(format!("configure {} in the pod", env.ifname), e))?;
         failpoint(Step::LinkConfig);
 
         if !rdma_plan.is_empty() {
@@ -397,7 +397,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
             let (ips, routes) = ipam::parse_result(r)?;
             for ip in &ips {
                 rtnl::add_address(&mut podc, plink.index, ip.addr, ip.prefix).map_err(|e| {
-                    Error::netlink(format!("add {}/{} to {}", ip.addr, ip.prefix, env.ifname), e)
+                    Error::link(format!("add {}/{} to {}", ip.addr, ip.prefix, env.ifname), e)
                 })?;
             }
             for r in &routes {
@@ -407,7 +407,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
                     ips.iter().filter(|i| i.addr.is_ipv4() == r.dst.is_ipv4()).find_map(|i| i.gateway)
                 });
                 rtnl::add_route(&mut podc, plink.index, r.dst, r.prefix, gw)
-                    .map_err(|e| Error::netlink(format!("add route {}/{} in the pod", r.dst, r.prefix), e))?;
+                    .map_err(|e| Error::link(format!("add route {}/{} in the pod", r.dst, r.prefix), e))?;
             }
         }
         failpoint(Step::Addresses);
@@ -465,13 +465,17 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     }
 }
 
-fn move_into_pod(host: &mut rtnl::Rtnl, index: u32, pod: &Netns, ifname: &str) -> Result<()> {
+fn move_into_pod(host: &mut RouteSocket, index: u32, pod: &Netns, ifname: &str) -> Result<()> {
     let forced = std::env::var(FAILPOINT_ENV).is_ok_and(|v| v == "refuse:combined_move");
     let combined = if forced {
-        Err(NlError::Kernel {
-            op: "combined move (refused by test failpoint)".into(),
-            errno: libc::EOPNOTSUPP,
-            ext: None,
+        Err(LinkError::Request {
+            op: "move",
+            link: format!("ifindex {index}"),
+            source: NlError::Kernel {
+                op: "combined move (refused by test failpoint)".into(),
+                errno: libc::EOPNOTSUPP,
+                ext: None,
+            },
         })
     } else {
         rtnl::move_to_netns(host, index, pod.raw_fd(), Some(ifname))
@@ -482,14 +486,18 @@ fn move_into_pod(host: &mut rtnl::Rtnl, index: u32, pod: &Netns, ifname: &str) -
     };
     // Fallback for kernels/drivers refusing the combined request: move into a
     // private netns, rename there (nothing can clash), then move into the pod.
-    tracing::info!(error = %e, "combined move+rename refused; renaming through a temporary netns");
+    let why = std::error::Error::source(&e).map(ToString::to_string);
+    tracing::info!(error = %e, why = ?why, "combined move+rename refused; renaming through a temporary netns");
     let tmp = Netns::new_anonymous().map_err(Error::Netns)?;
-    let name = rtnl::link_by_index_name(host, index)
-        .ok_or_else(|| Error::netlink(format!("find ifindex {index} on the host"), e))?;
+    let name = rtnl::link_by_index(host, index)
+        .ok()
+        .flatten()
+        .map(|l| l.name)
+        .ok_or_else(|| Error::link(format!("find ifindex {index} on the host"), e))?;
     rtnl::move_to_netns(host, index, tmp.raw_fd(), None)
-        .map_err(|e| Error::netlink(format!("move {name} into a temporary netns"), e))?;
+        .map_err(|e| Error::link(format!("move {name} into a temporary netns"), e))?;
     let mut tc = rtnl::open_in(&tmp)?;
-    let back = |tc: &mut rtnl::Rtnl, err: Error| -> Error {
+    let back = |tc: &mut RouteSocket, err: Error| -> Error {
         // Leave the link on the host, not stranded in a netns that dies with us.
         if let Ok(Some(l)) = rtnl::link_by_name(tc, &name) {
             if let Ok(here) = Netns::current() {
@@ -501,13 +509,13 @@ fn move_into_pod(host: &mut rtnl::Rtnl, index: u32, pod: &Netns, ifname: &str) -
     let l = match rtnl::link_by_name(&mut tc, &name) {
         Ok(Some(l)) => l,
         Ok(None) => return Err(Error::Check(format!("{name} vanished in the temporary netns"))),
-        Err(e) => return Err(back(&mut tc, e)),
+        Err(e) => return Err(back(&mut tc, e.into())),
     };
     if let Err(e) = rtnl::rename(&mut tc, l.index, ifname) {
-        return Err(back(&mut tc, Error::netlink(format!("rename {name} to {ifname}"), e)));
+        return Err(back(&mut tc, Error::link(format!("rename {name} to {ifname}"), e)));
     }
     if let Err(e) = rtnl::move_to_netns(&mut tc, l.index, pod.raw_fd(), None) {
-        let err = Error::netlink(format!("move {ifname} into the pod"), e);
+        let err = Error::link(format!("move {ifname} into the pod"), e);
         let _ = rtnl::rename(&mut tc, l.index, &name);
         return Err(back(&mut tc, err));
     }
@@ -623,14 +631,14 @@ fn bring_home(j: &Journal, pod: Option<&Netns>, roots: &Roots) -> Result<()> {
             let r = rtnl::move_to_netns(&mut podc, l.index, here.raw_fd(), Some(&j.original.name));
             if let Err(e) = r {
                 if e.errno() != Some(libc::EEXIST) {
-                    return Err(Error::netlink(
+                    return Err(Error::link(
                         format!("move {} back to the host as {}", j.ifname, j.original.name),
                         e,
                     ));
                 }
                 tracing::warn!("{} is taken on the host; moving back under the pod name", j.original.name);
                 rtnl::move_to_netns(&mut podc, l.index, here.raw_fd(), None)
-                    .map_err(|e| Error::netlink(format!("move {} back to the host", j.ifname), e))?;
+                    .map_err(|e| Error::link(format!("move {} back to the host", j.ifname), e))?;
             }
         }
     }
@@ -642,7 +650,7 @@ fn bring_home(j: &Journal, pod: Option<&Netns>, roots: &Roots) -> Result<()> {
             if let Some(l) = rtnl::link_by_name(&mut host, cand)? {
                 rtnl::configure(&mut host, l.index, None, None, Some(false))
                     .and_then(|_| rtnl::rename(&mut host, l.index, &j.original.name))
-                    .map_err(|e| Error::netlink(format!("rename {cand} back to {}", j.original.name), e))?;
+                    .map_err(|e| Error::link(format!("rename {cand} back to {}", j.original.name), e))?;
                 link = rtnl::link_by_name(&mut host, &j.original.name)?;
                 break;
             }
@@ -660,7 +668,7 @@ fn bring_home(j: &Journal, pod: Option<&Netns>, roots: &Roots) -> Result<()> {
     let mac = mac.filter(|m| l.mac.as_deref() != Some(&m[..]));
     let mtu = j.original.mtu.filter(|m| l.mtu != Some(*m));
     rtnl::configure(&mut host, l.index, mac.as_ref().map(|m| &m[..]), mtu, Some(j.original.up))
-        .map_err(|e| Error::netlink(format!("restore MAC/MTU/state of {}", j.original.name), e))
+        .map_err(|e| Error::link(format!("restore MAC/MTU/state of {}", j.original.name), e))
 }
 
 /// DEL: releases IPAM from the stdin config, undoes the journal, removes it.
@@ -729,8 +737,8 @@ pub fn check(conf: &NetConf, env: &Env) -> Result<()> {
     let want = conf.prev_result.as_ref().or(j.result.as_ref());
     if let Some(r) = want {
         let (ips, _) = ipam::parse_result(r)?;
-        let have = rtnl::addresses(&mut podc, l.index)
-            .map_err(|e| Error::netlink("list addresses in the pod", e))?;
+        let have =
+            rtnl::addresses(&mut podc, l.index).map_err(|e| Error::link("list addresses in the pod", e))?;
         for ip in ips {
             if !have.contains(&(ip.addr, ip.prefix)) {
                 return Err(Error::Check(format!("{} lacks address {}/{}", env.ifname, ip.addr, ip.prefix)));

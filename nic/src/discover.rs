@@ -17,7 +17,7 @@
 //!   (mlx5 since 5.11, ice/irdma), at `<pci>/<drv>.{rdma,roce,iwarp}.N/infiniband/<dev>`;
 //!   their char devices are siblings: `infiniband_verbs/uverbsN`, `infiniband_mad/{umad,issm}N`.
 //!
-//! Speed (a node has ~47 files per VF, ~50k for 1024 VFs): every listed
+//! Speed (~42 files and directories per VF, ~43k opens for 1024 VFs): every listed
 //! directory is opened once as a [`Dir`] and the files under it are opened with
 //! `openat` and short relative names, never by absolute path (which makes the
 //! kernel walk `/sys/bus/pci/devices/<bdf>` and its symlink again for each file).
@@ -81,7 +81,7 @@ enum Read {
 /// The outcome of listing and reading one `bus/pci/devices` entry.
 enum Listing {
     /// Listed: the address, the directory as reached (for messages), what it holds.
-    Read(PciAddr, PathBuf, Read),
+    Read(PciAddr, PathBuf, Box<Read>),
     /// Not a PCI address, or a directory that cannot be listed.
     Skip(Skipped),
 }
@@ -146,20 +146,9 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) ->
         }
         out
     };
-    let spawned = || {
-        // A private copy of the descriptor table for this short-lived worker
-        // (unshare(2) CLONE_FILES affects only the calling thread): the open+close
-        // of every sysfs file then no longer takes the table lock shared with the
-        // other workers, and the kernel may skip refcounting in fdget. Workers only
-        // use descriptors they open themselves or that existed before they started
-        // (the bus directory), and close them before returning. If unsharing fails
-        // the table stays shared, which is only slower.
-        if std::env::var_os("KR_NO_UNSHARE").is_none() { let _ = nix::sched::unshare(nix::sched::CloneFlags::CLONE_FILES); }
-        work()
-    };
     let mut all: Vec<(usize, R)> = std::thread::scope(|s| {
         let handles: Vec<_> =
-            (1..threads).filter_map(|_| std::thread::Builder::new().spawn_scoped(s, spawned).ok()).collect();
+            (1..threads).filter_map(|_| std::thread::Builder::new().spawn_scoped(s, work).ok()).collect();
         let mut all = work();
         for h in handles {
             // Our readers do not panic; if one did, its items are redone below.
@@ -200,7 +189,7 @@ impl<'a> Walk<'a> {
                 // Two names for one address (`0000:3d:00.1` and `3d:00.1`): the last listed wins.
                 Listing::Read(a, dir, r) => {
                     self.entries.insert(a, dir);
-                    reads.insert(a, r);
+                    reads.insert(a, *r);
                 }
                 Listing::Skip(s) => inv.skipped.push(s),
             }
@@ -332,7 +321,7 @@ impl<'a> Walk<'a> {
         match bus.open_at(name).and_then(|dir| Ok(Entry { bus, names: dir.list()?, dir })) {
             Ok(e) => {
                 let r = self.read_function(a, &e);
-                Listing::Read(a, e.dir.path().to_path_buf(), r)
+                Listing::Read(a, e.dir.path().to_path_buf(), Box::new(r))
             }
             Err(e) => {
                 let reason = match bus.read_link(name) {
@@ -535,7 +524,9 @@ impl<'a> Walk<'a> {
             return vec![];
         }
         match e.dir.open_at("net").and_then(|net| Ok((net.list()?, net))) {
-            Ok((names, net)) => names.into_iter().map(|n| read_netdev(&net, Path::new(&n), n.clone())).collect(),
+            Ok((names, net)) => {
+                names.into_iter().map(|n| read_netdev(&net, Path::new(&n), n.clone())).collect()
+            }
             Err(err) => {
                 tracing::debug!(error = %err, "net directory unreadable");
                 vec![]
@@ -555,7 +546,8 @@ impl<'a> Walk<'a> {
         }
         let mut out = vec![];
         for (base, via) in bases {
-            let (names, ibdir) = match e.dir.open_at(base.join("infiniband")).and_then(|d| Ok((d.list()?, d))) {
+            let (names, ibdir) = match e.dir.open_at(base.join("infiniband")).and_then(|d| Ok((d.list()?, d)))
+            {
                 Ok(n) => n,
                 Err(err) if err.is_not_found() => continue, // aux device without RDMA registered
                 Err(err) => {
@@ -632,8 +624,7 @@ impl<'a> Walk<'a> {
     /// Soft-RoCE and other virtual devices (no `device` link), or devices on
     /// parents we do not know (subfunctions).
     fn read_unattached_rdma(&self, seen: &BTreeSet<String>, inv: &mut Inventory) {
-        let Ok((names, ib)) =
-            Dir::open(self.roots.sys("class/infiniband")).and_then(|d| Ok((d.list()?, d)))
+        let Ok((names, ib)) = Dir::open(self.roots.sys("class/infiniband")).and_then(|d| Ok((d.list()?, d)))
         else {
             return;
         };
@@ -668,9 +659,8 @@ impl<'a> Walk<'a> {
             let mut rdma = self.read_rdma(&ib, name.clone(), via, &chars, &[]);
             // A virtual device's netdev is the one its GIDs are bound to.
             let ndev = rdma.ports.iter().flat_map(|p| &p.gids).find_map(|g| g.netdev.clone());
-            let netdevs: Vec<Netdev> = ndev
-                .map(|n| vec![read_netdev(class(), &Path::new("net").join(&n), n)])
-                .unwrap_or_default();
+            let netdevs: Vec<Netdev> =
+                ndev.map(|n| vec![read_netdev(class(), &Path::new("net").join(&n), n)]).unwrap_or_default();
             if let Some(mtu) = netdevs.iter().find_map(|n| n.mtu).and_then(roce_active_mtu) {
                 for p in rdma.ports.iter_mut().filter(|p| p.link_layer == Some(LinkLayer::Ethernet)) {
                     p.active_mtu = Some(mtu);
@@ -772,7 +762,10 @@ fn read_netdev(at: &Dir, rel: &Path, name: String) -> Netdev {
         let v = v?;
         v.parse()
             .map_err(|_| {
-                problems.push(problem(f, format!("{:?}: not a decimal number, found {v:?}", at.join(rel.join(f)))))
+                problems.push(problem(
+                    f,
+                    format!("{:?}: not a decimal number, found {v:?}", at.join(rel.join(f))),
+                ))
             })
             .ok()
     };
@@ -786,7 +779,10 @@ fn read_netdev(at: &Dir, rel: &Path, name: String) -> Netdev {
         Some(other) => {
             problems.push(problem(
                 "type",
-                format!("{:?}: not Ethernet (1) or InfiniBand (32), found {other:?}", at.join(rel.join("type"))),
+                format!(
+                    "{:?}: not Ethernet (1) or InfiniBand (32), found {other:?}",
+                    at.join(rel.join("type"))
+                ),
             ));
             None
         }
@@ -795,21 +791,27 @@ fn read_netdev(at: &Dir, rel: &Path, name: String) -> Netdev {
 }
 
 /// Ports of RDMA device `name` in `ibdir`; port files are read relative to `ports/`.
-fn read_ports(ibdir: &Dir, name: &str, active_mtu: Option<u32>, problems: &mut Vec<Problem>) -> Vec<RdmaPort> {
-    let (names, ports_dir) = match ibdir.open_at(Path::new(name).join("ports")).and_then(|d| Ok((d.list()?, d))) {
-        Ok(n) => n,
-        Err(e) => {
-            problems.push(problem("ports", e.to_string()));
-            return vec![];
-        }
-    };
+fn read_ports(
+    ibdir: &Dir,
+    name: &str,
+    active_mtu: Option<u32>,
+    problems: &mut Vec<Problem>,
+) -> Vec<RdmaPort> {
+    let (names, ports_dir) =
+        match ibdir.open_at(Path::new(name).join("ports")).and_then(|d| Ok((d.list()?, d))) {
+            Ok(n) => n,
+            Err(e) => {
+                problems.push(problem("ports", e.to_string()));
+                return vec![];
+            }
+        };
     let mut nums: Vec<u32> = names.iter().filter_map(|n| n.parse().ok()).collect();
     nums.sort_unstable();
     let mut out = vec![];
     for num in nums {
-        let p = PathBuf::from(num.to_string());
+        let p = num.to_string();
         let mut state_of = |f: &str| -> Option<String> {
-            let rel = p.join(f);
+            let rel = format!("{p}/{f}");
             match ports_dir.read_string(&rel) {
                 Ok(s) => state_name(&s).or_else(|| {
                     problems.push(problem(
@@ -826,7 +828,7 @@ fn read_ports(ibdir: &Dir, name: &str, active_mtu: Option<u32>, problems: &mut V
         };
         let state = state_of("state");
         let phys_state = state_of("phys_state");
-        let ll_rel = p.join("link_layer");
+        let ll_rel = format!("{p}/link_layer");
         let link_layer = match ports_dir.read_string(&ll_rel) {
             Ok(s) if s == "Ethernet" => Some(LinkLayer::Ethernet),
             Ok(s) if s == "InfiniBand" => Some(LinkLayer::InfiniBand),
@@ -852,14 +854,15 @@ fn read_ports(ibdir: &Dir, name: &str, active_mtu: Option<u32>, problems: &mut V
 /// GIDs of port `port` (relative to `ports`, e.g. `1`); the GID table is listed
 /// and read through its own directory, the attributes of the few used entries
 /// relative to `ports`.
-fn read_gids(ports: &Dir, port: &Path, num: u32, problems: &mut Vec<Problem>) -> Vec<Gid> {
-    let (mut idx, gdir): (Vec<u32>, Dir) = match ports.open_at(port.join("gids")).and_then(|d| Ok((d.list()?, d))) {
-        Ok((n, d)) => (n.iter().filter_map(|n| n.parse().ok()).collect(), d),
-        Err(e) => {
-            problems.push(problem(format!("ports/{num}/gids"), e.to_string()));
-            return vec![];
-        }
-    };
+fn read_gids(ports: &Dir, port: &str, num: u32, problems: &mut Vec<Problem>) -> Vec<Gid> {
+    let (mut idx, gdir): (Vec<u32>, Dir) =
+        match ports.open_at(format!("{port}/gids")).and_then(|d| Ok((d.list()?, d))) {
+            Ok((n, d)) => (n.iter().filter_map(|n| n.parse().ok()).collect(), d),
+            Err(e) => {
+                problems.push(problem(format!("ports/{num}/gids"), e.to_string()));
+                return vec![];
+            }
+        };
     idx.sort_unstable();
     let mut out = vec![];
     for i in idx {
@@ -881,7 +884,7 @@ fn read_gids(ports: &Dir, port: &Path, num: u32, problems: &mut Vec<Problem>) ->
         if addr.is_unspecified() {
             continue; // empty table entry
         }
-        let trel = port.join("gid_attrs/types").join(&i_name);
+        let trel = format!("{port}/gid_attrs/types/{i_name}");
         let kind = match ports.read_string(&trel) {
             Ok(t) if t == "RoCE v2" => GidKind::RoceV2,
             Ok(t) if t == "IB/RoCE v1" => GidKind::RoceV1,
@@ -899,10 +902,8 @@ fn read_gids(ports: &Dir, port: &Path, num: u32, problems: &mut Vec<Problem>) ->
                 GidKind::Other
             }
         };
-        let netdev = ports
-            .read_string(port.join("gid_attrs/ndevs").join(&i_name))
-            .ok()
-            .filter(|s| !s.is_empty());
+        let netdev =
+            ports.read_string(format!("{port}/gid_attrs/ndevs/{i_name}")).ok().filter(|s| !s.is_empty());
         let ip = match addr.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),
             None => IpAddr::V6(addr),
@@ -929,6 +930,35 @@ mod tests {
         assert_eq!(state_name("ACTIVE"), None);
     }
 
+    /// Workers read functions in any order; the merge must not depend on it,
+    /// also when devices are damaged (the reads then differ per function).
+    #[test]
+    fn result_does_not_depend_on_thread_count() {
+        let sim = crate::sim::Sim::materialise(&crate::sim::big_node(2, 40)).unwrap();
+        let r = sim.roots();
+        let bus = r.sys("bus/pci/devices");
+        // A dangling function link, a garbled attribute, an unreadable GID table.
+        std::fs::remove_file(bus.join("0000:10:00.3")).unwrap();
+        std::os::unix::fs::symlink("../../../devices/gone", bus.join("0000:10:00.3")).unwrap();
+        std::fs::write(bus.join("0000:20:00.4/numa_node"), "x\n").unwrap();
+        let gids = std::fs::read_dir(bus.join("0000:20:00.5"))
+            .unwrap()
+            .flatten()
+            .find(|e| is_rdma_aux(&e.file_name().to_string_lossy()));
+        let ib = gids.unwrap().path().join("infiniband");
+        let dev = std::fs::read_dir(&ib).unwrap().flatten().next().unwrap().path();
+        std::fs::remove_dir_all(dev.join("ports/1/gids")).unwrap();
+        let one = discover_with_threads(&r, 1);
+        assert_eq!(one.skipped.len(), 1, "{:?}", one.skipped);
+        assert_eq!(one.vfs().filter(|v| !v.problems.is_empty()).count(), 1);
+        assert!(one
+            .vfs()
+            .any(|v| v.rdma.iter().any(|d| d.problems.iter().any(|p| p.field == "ports/1/gids"))));
+        for threads in [2, 3, 8] {
+            assert_eq!(discover_with_threads(&r, threads), one, "{threads} threads");
+        }
+    }
+
     #[test]
     fn roce_mtu_follows_iboe_get_mtu() {
         assert_eq!(roce_active_mtu(9000), Some(4096));
@@ -936,134 +966,5 @@ mod tests {
         assert_eq!(roce_active_mtu(4200), Some(4096));
         assert_eq!(roce_active_mtu(4100), Some(2048));
         assert_eq!(roce_active_mtu(300), None);
-    }
-}
-
-#[cfg(test)]
-#[path = "/tmp/nicx/old/discover.rs"]
-#[allow(dead_code, unused_imports)]
-mod old_impl;
-
-#[cfg(test)]
-mod differential_tmp {
-    use std::fs;
-    use std::path::{Path, PathBuf};
-
-    fn xorshift(s: &mut u64) -> u64 {
-        *s ^= *s << 13;
-        *s ^= *s >> 7;
-        *s ^= *s << 17;
-        *s
-    }
-
-    fn all_paths(dir: &Path, out: &mut Vec<PathBuf>) {
-        let Ok(rd) = fs::read_dir(dir) else { return };
-        for e in rd.flatten() {
-            let p = e.path();
-            out.push(p.clone());
-            if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-                all_paths(&p, out);
-            }
-        }
-    }
-
-    #[test]
-    fn new_equals_old_under_random_damage() {
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/nodes");
-        let mut descs: Vec<_> = fs::read_dir(&dir)
-            .unwrap()
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "yaml"))
-            .map(|e| crate::sim::load_desc(e.path()).unwrap())
-            .collect();
-        descs.push(crate::sim::big_node(2, 40));
-        let mut compared = 0;
-        for round in 0..400 {
-            let desc = &descs[round % descs.len()];
-            let sim = crate::sim::Sim::materialise(desc).unwrap();
-            let r = sim.roots();
-            if round >= descs.len() {
-                let mut paths = vec![];
-                all_paths(&r.sysfs, &mut paths);
-                all_paths(&r.dev, &mut paths);
-                paths.sort();
-                let n = 1 + xorshift(&mut seed) % 12;
-                for _ in 0..n {
-                    let p = &paths[(xorshift(&mut seed) % paths.len() as u64) as usize];
-                    if fs::symlink_metadata(p).is_err() {
-                        continue;
-                    }
-                    let is_dir = fs::symlink_metadata(p).map(|m| m.is_dir()).unwrap_or(false);
-                    let _ = if is_dir { fs::remove_dir_all(p) } else { fs::remove_file(p) };
-                    match xorshift(&mut seed) % 8 {
-                        0 => {}
-                        1 => drop(fs::write(p, b"\xff\xfe garbage \x00\n")),
-                        2 => drop(fs::create_dir(p)),
-                        3 => drop(std::os::unix::fs::symlink("../nowhere/0000:99:00.0", p)),
-                        4 => drop(std::os::unix::fs::symlink(p.file_name().unwrap(), p)),
-                        5 => drop(fs::write(p, b"")),
-                        6 => drop(fs::write(p, b"0x1z\n")),
-                        _ => drop(fs::write(p, "x".repeat(5000))),
-                    }
-                }
-            }
-            let old = super::old_impl::discover_with_threads(&r, 1);
-            let new1 = super::discover_with_threads(&r, 1);
-            let new2 = super::discover_with_threads(&r, 3);
-            assert_eq!(old, new1, "round {round}");
-            assert_eq!(old, new2, "round {round}");
-            compared += 1;
-        }
-        assert_eq!(compared, 400);
-    }
-}
-
-#[cfg(test)]
-mod timing_tmp {
-    #[test]
-    fn timing_tmp_old_vs_new() {
-        let sim = crate::sim::Sim::materialise(&crate::sim::big_node(8, 128)).unwrap();
-        let r = sim.roots();
-        let med = |f: &dyn Fn()| {
-            let mut v: Vec<f64> = (0..15)
-                .map(|_| {
-                    let t = std::time::Instant::now();
-                    f();
-                    t.elapsed().as_secs_f64() * 1e3
-                })
-                .collect();
-            v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-            v[v.len() / 2]
-        };
-        for _ in 0..2 {
-            let o = med(&|| drop(super::old_impl::discover_with_threads(&r, 1)));
-            let n1 = med(&|| drop(super::discover_with_threads(&r, 1)));
-            let n2 = med(&|| drop(super::discover_with_threads(&r, 2)));
-            let n3 = med(&|| drop(super::discover_with_threads(&r, 3)));
-            eprintln!("old1 {o:.1} new1 {n1:.1} new2 {n2:.1} new3 {n3:.1}");
-        }
-    }
-}
-
-#[cfg(test)]
-mod syscount_tmp {
-    #[test]
-    fn syscount_tmp_new() {
-        let sim = crate::sim::Sim::materialise(&crate::sim::big_node(8, 128)).unwrap();
-        let r = sim.roots();
-        drop(super::discover_with_threads(&r, 1));
-        eprintln!("MARK-START");
-        let which = std::env::var("WHICH").unwrap_or_default();
-        let t = std::time::Instant::now();
-        if which == "old" {
-            drop(super::old_impl::discover_with_threads(&r, 1));
-        } else {
-            let n: usize = std::env::var("LOOP").ok().and_then(|v| v.parse().ok()).unwrap_or(1);
-            for _ in 0..n {
-                drop(super::discover_with_threads(&r, 1));
-            }
-        }
-        eprintln!("MARK-END {:?}", t.elapsed());
     }
 }

@@ -17,6 +17,7 @@ pub mod roots;
 pub mod sim;
 pub mod simdesc;
 pub mod sysfs;
+pub mod vfdev;
 
 pub use discover::discover;
 pub use inventory::*;

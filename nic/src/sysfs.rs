@@ -235,6 +235,7 @@ pub fn exists(path: &Path) -> bool {
 /// `path` is how the directory was reached (through links, as given); errors name
 /// `path/<rel>` exactly as the path-based readers above would, so diagnostics do
 /// not depend on which reader was used. It is only joined when something fails.
+#[derive(Debug)]
 pub(crate) struct Dir {
     /// `None` for a directory that could not be opened (see [`Dir::lenient`]).
     fd: Option<OwnedFd>,
@@ -353,17 +354,30 @@ impl Dir {
     /// Reads from the descriptor's current offset, so call it once per `Dir`
     /// (a second call would see the end of the directory).
     pub(crate) fn list(&self) -> Result<Vec<String>, SysfsError> {
-        let mut names: Vec<String> =
-            self.list_os()?.into_iter().filter_map(|n| n.into_string().ok()).collect();
+        let mut names = Vec::new();
+        self.each_name(|n| {
+            if let Ok(n) = std::str::from_utf8(n) {
+                names.push(n.to_string());
+            }
+        })?;
         names.sort_unstable();
         Ok(names)
     }
 
     /// [`list_dir_os`] of this directory (unsorted, raw); see [`Dir::list`].
     pub(crate) fn list_os(&self) -> Result<Vec<OsString>, SysfsError> {
+        let mut names = Vec::new();
+        self.each_name(|n| names.push(OsString::from_vec(n.to_vec())))?;
+        Ok(names)
+    }
+
+    fn each_name(&self, mut f: impl FnMut(&[u8])) -> Result<(), SysfsError> {
         match &self.fd {
-            Some(fd) => getdents(fd).map_err(|e| SysfsError::io(&self.path, e)),
-            None => list_dir_os(&self.path),
+            Some(fd) => getdents(fd, f).map_err(|e| SysfsError::io(&self.path, e)),
+            None => {
+                list_dir_os(&self.path)?.iter().for_each(|n| f(n.as_encoded_bytes()));
+                Ok(())
+            }
         }
     }
 }
@@ -388,28 +402,27 @@ fn readlinkat(dir: &OwnedFd, rel: &Path) -> io::Result<PathBuf> {
     Ok(PathBuf::from(OsString::from_vec(buf[..n].to_vec())))
 }
 
-/// Entry names of an open directory via `getdents64(2)`, skipping `.` and `..`.
+/// Calls `each` with the entry names of an open directory, via `getdents64(2)`,
+/// skipping `.` and `..`.
 ///
 /// `std::fs::read_dir` needs a path (another walk), and `nix::dir::Dir` goes
 /// through `fdopendir`, which adds `fstat`, `fcntl` and, when its iterator ends,
 /// `lseek` to every listing; this is one syscall per buffer plus the final empty one.
-fn getdents(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
+fn getdents(dir: &OwnedFd, mut each: impl FnMut(&[u8])) -> io::Result<()> {
     // linux_dirent64 records are 8-byte aligned within the buffer.
     #[repr(C, align(8))]
     struct Buf([u8; 8192]);
     let mut buf = Buf([0; 8192]);
-    let mut out = Vec::new();
     loop {
         // SAFETY: the kernel writes at most `buf.0.len()` bytes into `buf.0`, which
         // is valid and writable for the duration of the call; the fd is open.
-        let n = unsafe {
-            libc::syscall(libc::SYS_getdents64, dir.as_raw_fd(), buf.0.as_mut_ptr(), buf.0.len())
-        };
+        let n =
+            unsafe { libc::syscall(libc::SYS_getdents64, dir.as_raw_fd(), buf.0.as_mut_ptr(), buf.0.len()) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
         if n == 0 {
-            return Ok(out);
+            return Ok(());
         }
         // Each record (include/linux/dirent.h): u64 d_ino, i64 d_off, u16 d_reclen,
         // u8 d_type, then the NUL-terminated name, padded to d_reclen.
@@ -423,7 +436,7 @@ fn getdents(dir: &OwnedFd) -> io::Result<Vec<OsString>> {
             let raw = &data[off + 19..off + reclen];
             let name = &raw[..raw.iter().position(|&b| b == 0).unwrap_or(raw.len())];
             if name != b"." && name != b".." {
-                out.push(OsString::from_vec(name.to_vec()));
+                each(name);
             }
             off += reclen;
         }
@@ -460,5 +473,54 @@ mod tests {
         std::fs::write(dir.path().join("b"), "").unwrap();
         assert_eq!(link_name(&dir.path().join("driver")).unwrap(), "mlx5_core");
         assert_eq!(list_dir(dir.path()).unwrap(), vec!["b".to_string(), "driver".to_string()]);
+    }
+
+    /// The `Dir` readers give the same values and the same errors (naming the
+    /// same path) as the path-based readers.
+    #[test]
+    fn dir_readers_match_path_readers() {
+        let tmp = tempfile::tempdir().unwrap();
+        let base = tmp.path().join("d");
+        std::fs::create_dir_all(base.join("sub")).unwrap();
+        std::fs::write(base.join("sub/mtu"), "9000\n").unwrap();
+        std::fs::write(base.join("sub/bad"), "nine\n").unwrap();
+        std::fs::write(base.join("long"), "y".repeat(5000)).unwrap();
+        std::fs::write(base.join("bin"), b"\xff\xfe\n").unwrap();
+        std::os::unix::fs::symlink("../x/0000:3d:00.2", base.join("virtfn1")).unwrap();
+        std::os::unix::fs::symlink(tmp.path().join("d"), tmp.path().join("link")).unwrap();
+        // Through a link, as bus/pci/devices/<bdf> is.
+        let dir = Dir::open(tmp.path().join("link")).unwrap();
+        let p = |rel: &str| tmp.path().join("link").join(rel);
+        assert_eq!(dir.read_u32("sub/mtu").unwrap(), 9000);
+        assert_eq!(dir.read_string("long").unwrap(), read_string(&p("long")).unwrap());
+        for rel in ["sub/bad", "missing", "sub", "bin"] {
+            let (a, b) = (dir.read_u32(rel).unwrap_err(), read_u32(&p(rel)).unwrap_err());
+            assert_eq!(a.to_string(), b.to_string(), "{rel}");
+        }
+        assert_eq!(dir.link_name("virtfn1").unwrap(), "0000:3d:00.2");
+        assert_eq!(
+            dir.read_link("sub/mtu").unwrap_err().to_string(),
+            read_link(&p("sub/mtu")).unwrap_err().to_string()
+        );
+        assert_eq!(dir.list().unwrap(), list_dir(&p("")).unwrap());
+        let sub = dir.open_at("sub").unwrap();
+        assert_eq!(sub.path(), p("sub"));
+        assert_eq!(sub.list().unwrap(), ["bad", "mtu"]);
+        assert!(dir.open_at("nope").unwrap_err().is_not_found());
+        // A stand-in for a directory that cannot be opened fails like paths do.
+        let gone = Dir::lenient(tmp.path().join("gone"));
+        let missing = tmp.path().join("gone/mtu");
+        assert_eq!(
+            gone.read_u32("mtu").unwrap_err().to_string(),
+            read_u32(&missing).unwrap_err().to_string()
+        );
+        assert!(gone.list().unwrap_err().is_not_found());
+        // Many entries: more than one getdents64 buffer.
+        let big = tmp.path().join("big");
+        std::fs::create_dir(&big).unwrap();
+        for i in 0..600 {
+            std::fs::write(big.join(format!("entry-with-a-longish-name-{i:04}")), "").unwrap();
+        }
+        assert_eq!(Dir::open(big.clone()).unwrap().list().unwrap(), list_dir(&big).unwrap());
     }
 }

@@ -1,5 +1,6 @@
 //! Netlink codecs and transport.
 pub mod events;
+pub mod link;
 pub mod nldev;
 pub mod transport;
 pub mod vf;
