@@ -280,12 +280,8 @@ impl RdmaDev {
     /// address, else the first RoCE v2 one bound to it (what NCCL wants).
     pub fn roce_v2_gid_index(&self, netdev: &str) -> Option<u32> {
         let gids = self.ports.iter().flat_map(|p| p.gids.iter());
-        let v2: Vec<&Gid> = gids
-            .filter(|g| g.kind == GidKind::RoceV2 && g.netdev.as_deref() == Some(netdev))
-            .collect();
-        v2.iter()
-            .find(|g| matches!(g.ip, Some(std::net::IpAddr::V4(_))))
-            .or(v2.first())
-            .map(|g| g.index)
+        let v2: Vec<&Gid> =
+            gids.filter(|g| g.kind == GidKind::RoceV2 && g.netdev.as_deref() == Some(netdev)).collect();
+        v2.iter().find(|g| matches!(g.ip, Some(std::net::IpAddr::V4(_)))).or(v2.first()).map(|g| g.index)
     }
 }
