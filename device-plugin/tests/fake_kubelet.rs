@@ -234,8 +234,10 @@ async fn kubelet_restart_is_followed_by_reregistration_within_a_second() {
     let mut k = FakeKubelet::start(&dirs.kubelet);
     let d = InProc::spawn(dirs.options(sim.roots(), None, Duration::from_secs(3600)));
     k.next_registration(T).await;
+    // The wipe removes every socket (the daemon may re-create its own at
+    // once, so there is no gap to look for); what must follow is a new
+    // registration and a served socket.
     k.stop_and_wipe().await;
-    assert!(!dirs.kubelet.join(SOCK).exists());
     let started = Instant::now();
     let k2 = FakeKubelet::start(&dirs.kubelet);
     let reg = k2.next_registration(Duration::from_secs(1)).await;
