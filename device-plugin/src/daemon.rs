@@ -99,8 +99,14 @@ struct Daemon {
 }
 
 async fn discover(roots: &Roots) -> Inventory {
+    discover_scoped(roots, nic::discover::Scope::default()).await
+}
+
+async fn discover_scoped(roots: &Roots, scope: nic::discover::Scope) -> Inventory {
     let roots = roots.clone();
-    tokio::task::spawn_blocking(move || nic::discover(&roots)).await.unwrap_or_default()
+    tokio::task::spawn_blocking(move || nic::discover::discover_scoped(&roots, scope))
+        .await
+        .unwrap_or_default()
 }
 
 fn load_config(path: Option<&Path>) -> Result<(Config, Option<String>), ConfigError> {
@@ -156,12 +162,17 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     let (died_tx, mut died_rx) = mpsc::unbounded_channel();
     let mut d = Daemon { opts, metrics, cfg, cfg_text, running: BTreeMap::new(), died_tx, generation: 0 };
 
-    let inv = discover(&d.opts.roots).await;
+    // Serve first from a walk without GID tables (the largest part of a walk,
+    // and nothing the kubelet sees); the full walk follows at once and only
+    // Allocate, which hands out GID indexes, waits for it.
+    let scope = nic::discover::Scope { gid_tables: false, ..Default::default() };
+    let inv = discover_scoped(&d.opts.roots, scope).await;
     let plan = pools::plan(&inv, &d.cfg);
     for pool in plan.pools {
         d.start_pool(pool)?;
     }
     d.register_all();
+    d.rescan("GID tables").await;
 
     let mut tick = tokio::time::interval(d.opts.rescan_interval.max(Duration::from_millis(50)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -57,6 +57,9 @@ pub struct Pool {
     pub devices: Vec<Device>,
     /// `/dev/infiniband/rdma_cm` exists on the node.
     pub rdma_cm: bool,
+    /// The devices' `gid_index` values come from read GID tables. `false` only
+    /// between the daemon's first, GID-less walk and the full one after it.
+    pub gid_tables: bool,
 }
 
 impl Pool {
@@ -383,7 +386,12 @@ pub fn plan(inv: &Inventory, cfg: &Config) -> Plan {
     let mut pools: Vec<Pool> = cfg
         .pools
         .iter()
-        .map(|c| Pool { config: c.clone(), devices: Vec::new(), rdma_cm: inv.rdma_cm })
+        .map(|c| Pool {
+            config: c.clone(),
+            devices: Vec::new(),
+            rdma_cm: inv.rdma_cm,
+            gid_tables: !inv.gid_tables_skipped,
+        })
         .collect();
     let mut decisions = Vec::new();
     for pf in &inv.pfs {

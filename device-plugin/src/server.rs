@@ -9,7 +9,7 @@
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use tokio::net::UnixListener;
@@ -40,6 +40,33 @@ impl PoolService {
     /// A service reading its pool from `pool`.
     pub fn new(pool: watch::Receiver<Arc<Pool>>, devinfo_dir: PathBuf, metrics: Arc<Metrics>) -> Self {
         Self { pool, devinfo_dir, metrics }
+    }
+}
+
+/// How long Allocate waits for the daemon's first full walk (GID tables) to
+/// land. It follows the first, GID-less walk within a fraction of a second;
+/// past this bound Allocate answers without GID variables rather than fail.
+const GID_TABLES_WAIT: Duration = Duration::from_secs(5);
+
+impl PoolService {
+    /// The current pool, once its GID indexes are known (see [`GID_TABLES_WAIT`]).
+    async fn pool_with_gid_tables(&self) -> Arc<Pool> {
+        let pool = self.pool.borrow().clone();
+        if pool.gid_tables {
+            return pool;
+        }
+        let mut rx = self.pool.clone();
+        let waited = tokio::time::timeout(GID_TABLES_WAIT, async {
+            rx.wait_for(|p| p.gid_tables).await.ok().map(|p| p.clone())
+        })
+        .await;
+        match waited {
+            Ok(Some(p)) => p,
+            _ => {
+                tracing::warn!(pool = %pool.resource_name(), "GID tables not read yet: answering without GID indexes");
+                self.pool.borrow().clone()
+            }
+        }
     }
 }
 
@@ -77,7 +104,16 @@ impl DevicePlugin for PoolService {
     type ListAndWatchStream = ListStream;
 
     async fn list_and_watch(&self, _: Request<Empty>) -> Result<Response<Self::ListAndWatchStream>, Status> {
-        let stream = WatchStream::new(self.pool.clone()).map(|p| Ok(list_response(&p)));
+        // A pool change the kubelet cannot see (GID indexes, char devices) sends nothing.
+        let mut last: Option<ListAndWatchResponse> = None;
+        let stream = WatchStream::new(self.pool.clone()).filter_map(move |p| {
+            let r = list_response(&p);
+            let new = last.as_ref() != Some(&r);
+            if new {
+                last = Some(r.clone());
+            }
+            std::future::ready(new.then_some(Ok(r)))
+        });
         Ok(Response::new(Box::pin(stream)))
     }
 
@@ -107,7 +143,7 @@ impl DevicePlugin for PoolService {
 
     async fn allocate(&self, req: Request<AllocateRequest>) -> Result<Response<AllocateResponse>, Status> {
         let start = Instant::now();
-        let pool = self.pool.borrow().clone();
+        let pool = self.pool_with_gid_tables().await;
         let mut container_responses = Vec::new();
         let mut all_ids = Vec::new();
         for c in req.into_inner().container_requests {

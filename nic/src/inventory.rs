@@ -24,6 +24,10 @@ pub struct Inventory {
     pub rdma_cm: bool,
     /// Devices that were seen but could not be modelled at all, with the reason.
     pub skipped: Vec<Skipped>,
+    /// GID tables were not read ([`crate::discover::Scope::gid_tables`]): every
+    /// port's `gids` is empty by choice, not because the table is.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub gid_tables_skipped: bool,
 }
 
 /// A field that could not be read, and why.
