@@ -30,8 +30,10 @@ pub use crate::simdesc::{DcbxMode, NetnsMode, Trust};
 mod ethtool;
 mod read;
 pub mod remedy;
+pub mod write;
 
-pub use read::observe;
+pub use ethtool::{set_pause, set_priv_flag};
+pub use read::{dcbx_bits, observe};
 pub use remedy::{remediation, Remedy};
 
 /// A value read from the node, or why there is none.

@@ -12,11 +12,12 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use nic::netlink::dcb::{DcbApp, DcbSocket, IeeePfc};
-use nic::roce::{remediation, DcbSource, InterfaceRoce, NodeRoce, Observed, Remedy};
+use nic::roce::write::RdmaCmDefault;
+use nic::roce::{remediation, DcbSource, InterfaceRoce, NodeRoce, Observed, Remedy, Trust};
 
 use crate::agent::NodeSource;
 use crate::checks::interface_selected;
-use crate::crd::{EnforceRecord, RoceProfileSpec};
+use crate::crd::{EnforceRecord, RoceMode, RoceProfileSpec, TrustMode};
 
 /// One write to make.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +85,18 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
             push(Remedy::DscpAdd(add));
         }
     }
+    // Trust: DSCP trust with a map comes from the APP entries above; the rest
+    // (PCP, or DSCP without a map) is a trust write of its own.
+    if let (Some(t), Observed::Value(have)) = (p.trust, &i.trust) {
+        let want = match t {
+            TrustMode::Dscp => Trust::Dscp,
+            TrustMode::Pcp => Trust::Pcp,
+        };
+        let by_map = want == Trust::Dscp && !p.dscp_to_priority.is_empty();
+        if *have != want && !by_map {
+            push(Remedy::Trust(want));
+        }
+    }
     if let (Some(ecn), Observed::Value(have)) = (&p.ecn, &i.ecn) {
         for &prio in &ecn.priorities {
             if !have.contains(&prio) {
@@ -97,6 +110,18 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
         }
         if have.priority != cnp.priority {
             push(Remedy::CnpPriority(cnp.priority));
+        }
+    }
+    if let (Some(cm), Some(dev)) = (&p.rdma_cm, &i.rdma_dev) {
+        if let (Some(mode), Observed::Value(have)) = (cm.roce_mode, &i.roce_mode) {
+            if have != mode.configfs() {
+                push(Remedy::RoceMode { rdma_dev: dev.clone(), port: 1, v2: mode == RoceMode::V2 });
+            }
+        }
+        if let (Some(tos), Observed::Value(have)) = (cm.tos, &i.tos) {
+            if *have != tos {
+                push(Remedy::Tos { rdma_dev: dev.clone(), port: 1, tos });
+            }
         }
     }
     if let (Some(min), Observed::Value(mtu)) = (p.min_mtu, &i.mtu) {
@@ -131,6 +156,12 @@ pub enum EnforceError {
         #[source]
         source: std::io::Error,
     },
+    /// A configfs or sysfs write through [`nic::roce::write`] failed.
+    #[error(transparent)]
+    File(#[from] nic::roce::write::WriteError),
+    /// An ethtool ioctl failed (the error names the request and interface).
+    #[error("{0}")]
+    Ethtool(std::io::Error),
     /// No writer exists for this setting here.
     #[error("{0}")]
     Manual(String),
@@ -157,6 +188,16 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
             source,
         })?;
         f(&mut s).map_err(|source| EnforceError::Dcb { op, iface: i.netdev.clone(), source })
+    };
+    // Pause and private flags of a simulated node come from its description too.
+    let ethtool = |f: &dyn Fn() -> std::io::Result<()>| {
+        if let DcbSource::Sim(_) = src.dcb {
+            return Err(EnforceError::Manual(format!(
+                "simulated node: ethtool settings come from its description; run: {}",
+                remediation(&i.netdev, r)
+            )));
+        }
+        f().map_err(EnforceError::Ethtool)
     };
     match r {
         Remedy::Pfc { priorities } => {
@@ -191,10 +232,50 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
         Remedy::CnpDscp(d) => write("ecn/roce_np/cnp_dscp".into(), d.to_string()),
         Remedy::CnpPriority(p) => write("ecn/roce_np/cnp_802p_prio".into(), p.to_string()),
         Remedy::Mtu(m) => write("mtu".into(), m.to_string()),
-        other => Err(EnforceError::Manual(format!(
-            "no writer for this setting; run: {}",
-            remediation(&i.netdev, other)
-        ))),
+        Remedy::PfcDelay(delay) => {
+            let have = i.pfc.value().cloned().unwrap_or_default();
+            let pfc = IeeePfc {
+                pfc_cap: have.cap,
+                pfc_en: have.bitmap(),
+                mbc: have.mbc,
+                delay: *delay,
+                ..Default::default()
+            };
+            dcb("DCB_ATTR_IEEE_PFC set", &|s| s.set_pfc(&i.netdev, pfc))
+        }
+        Remedy::Dcbx(mode) => {
+            let bits = nic::roce::dcbx_bits(*mode);
+            dcb("DCB_CMD_SDCBX", &|s| s.set_dcbx(&i.netdev, bits))
+        }
+        Remedy::GlobalPause(on) => ethtool(&|| nic::roce::set_pause(&i.netdev, *on)),
+        Remedy::FwLldpAgent(on) => ethtool(&|| nic::roce::set_priv_flag(&i.netdev, "fw-lldp-agent", *on)),
+        Remedy::Trust(t) => {
+            if nic::roce::write::set_legacy_trust(&src.roots, &i.netdev, *t)? {
+                return Ok(());
+            }
+            // Upstream drivers trust DSCP exactly while the APP table has DSCP entries.
+            let have = i.dscp_to_priority.value().cloned().unwrap_or_default();
+            match t {
+                Trust::Pcp if !have.is_empty() => {
+                    let del: Vec<DcbApp> = have.iter().map(|(d, p)| DcbApp::dscp(*d, *p)).collect();
+                    dcb("DCB_ATTR_IEEE_APP_TABLE del", &|s| s.del_apps(&i.netdev, &del))
+                }
+                Trust::Pcp => Ok(()),
+                Trust::Dscp => Err(EnforceError::Manual(format!(
+                    "DSCP trust on this driver comes from DSCP APP entries: give the profile a dscpToPriority map, or run: {}",
+                    remediation(&i.netdev, r)
+                ))),
+            }
+        }
+        Remedy::RoceMode { rdma_dev, port, v2 } => Ok(nic::roce::write::set_rdma_cm_default(
+            &src.roots,
+            rdma_dev,
+            *port,
+            RdmaCmDefault::RoceMode { v2: *v2 },
+        )?),
+        Remedy::Tos { rdma_dev, port, tos } => {
+            Ok(nic::roce::write::set_rdma_cm_default(&src.roots, rdma_dev, *port, RdmaCmDefault::Tos(*tos))?)
+        }
     }
 }
 

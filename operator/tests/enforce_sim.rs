@@ -88,3 +88,77 @@ fn allow_link_flap_lets_the_mtu_write_through() {
     assert_eq!(mtu.outcome, "Applied", "{mtu:?}");
     assert_eq!(after.interface("ens1f0np0").unwrap().mtu.value(), Some(&4200));
 }
+
+#[test]
+fn rdma_cm_defaults_are_written_through_configfs_and_read_back() {
+    let d = with_roce(example("cx6dx-dual"), |r| {
+        r.roce_mode = "IB/RoCE v1".into();
+        r.tos = 0;
+    });
+    let sim = SimNode::new(&d);
+    let mut spec = default_profile_spec();
+    spec.mode = Mode::Enforce;
+    let before = sim.read();
+    let w = plan(&spec, before.interface("ens1f0np0").unwrap());
+    let remedies: Vec<&Remedy> = w.iter().map(|w| &w.remedy).collect();
+    assert_eq!(
+        remedies,
+        [
+            &Remedy::RoceMode { rdma_dev: "mlx5_0".into(), port: 1, v2: true },
+            &Remedy::Tos { rdma_dev: "mlx5_0".into(), port: 1, tos: 106 },
+        ]
+    );
+    let (after, records) = enforce(&sim.source, &spec, before);
+    for r in records.iter().filter(|r| r.interface == "ens1f0np0") {
+        assert_eq!(r.outcome, "Applied", "{r:?}");
+    }
+    let port = sim.source.roots.sys("kernel/config/rdma_cm/mlx5_0/ports/1");
+    assert_eq!(std::fs::read_to_string(port.join("default_roce_mode")).unwrap(), "RoCE v2");
+    assert_eq!(std::fs::read_to_string(port.join("default_roce_tos")).unwrap(), "106");
+    let s = evaluate(&RoceProfile::new("p", spec), &after);
+    let result =
+        |n: &str| s.checks.iter().find(|c| c.interface == "ens1f0np0" && c.name == n).unwrap().result;
+    assert_eq!(result("roce-mode"), CheckResult::Pass);
+    assert_eq!(result("tos"), CheckResult::Pass);
+}
+
+#[test]
+fn trust_is_its_own_write_only_where_the_dscp_map_does_not_carry_it() {
+    let node = SimNode::new(&example("cx6dx-dual")).read();
+    let i = node.interface("ens1f0np0").unwrap();
+    let mut spec = default_profile_spec();
+    // DSCP trust with a map: the APP entries are the trust; nothing to do here.
+    assert!(plan(&spec, i).is_empty());
+    // PCP trust on a DSCP-trusting port: one trust write.
+    spec.trust = Some(kube_rdma_operator::crd::TrustMode::Pcp);
+    spec.dscp_to_priority.clear();
+    let w = plan(&spec, i);
+    assert_eq!(w.iter().map(|w| &w.remedy).collect::<Vec<_>>(), [&Remedy::Trust(nic::roce::Trust::Pcp)]);
+    spec.mode = Mode::Enforce;
+    let trust_of = |records: &[kube_rdma_operator::crd::EnforceRecord]| {
+        records.iter().find(|r| r.interface == "ens1f0np0" && r.setting == "trust").cloned().unwrap()
+    };
+
+    // With OFED's qos/trust file, the file is written and the re-read sees it.
+    let sim = SimNode::new(&example("cx6dx-dual"));
+    let (after, records) = enforce(&sim.source, &spec, sim.read());
+    assert_eq!(trust_of(&records).outcome, "Applied");
+    let file = sim.source.roots.sys("class/net/ens1f0np0/qos/trust");
+    assert_eq!(std::fs::read_to_string(file).unwrap(), "pcp");
+    let s = evaluate(&RoceProfile::new("p", spec.clone()), &after);
+    let trust = s.checks.iter().find(|c| c.interface == "ens1f0np0" && c.name == "trust").unwrap();
+    assert_eq!(trust.result, CheckResult::Pass, "{trust:?}");
+
+    // Upstream mlx5 (no OFED sysfs): PCP trust means deleting the DSCP APP
+    // entries over DCB netlink; a simulated node's DCB comes from its
+    // description, so it says what to run instead of faking it.
+    let upstream = with_roce(example("cx6dx-dual"), |r| r.ofed_sysfs = Some(false));
+    let sim = SimNode::new(&upstream);
+    let (_, records) = enforce(&sim.source, &spec, sim.read());
+    let t = trust_of(&records);
+    assert_eq!(t.outcome, "Failed", "{t:?}");
+    assert!(
+        t.detail.contains("simulated node") && t.detail.contains("mlnx_qos -i ens1f0np0 --trust pcp"),
+        "{t:?}"
+    );
+}

@@ -1,7 +1,8 @@
-//! The two ethtool reads the agent needs, over the legacy `SIOCETHTOOL` ioctl
-//! (include/uapi/linux/ethtool.h, include/uapi/linux/sockios.h): link-level
-//! pause (`ethtool -a X`) and the ice `fw-lldp-agent` private flag
-//! (`ethtool --show-priv-flags X`). The ioctl acts in the caller's netns.
+//! The ethtool reads and writes the agent needs, over the legacy `SIOCETHTOOL`
+//! ioctl (include/uapi/linux/ethtool.h, include/uapi/linux/sockios.h): link-level
+//! pause (`ethtool -a|-A X`) and the ice `fw-lldp-agent` private flag
+//! (`ethtool --show-priv-flags|--set-priv-flags X`). The ioctl acts in the
+//! caller's netns.
 
 use std::ffi::c_void;
 use std::io;
@@ -11,10 +12,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 const SIOCETHTOOL: libc::c_ulong = 0x8946;
 /// `ETHTOOL_GPAUSEPARAM`: get `struct ethtool_pauseparam`.
 const ETHTOOL_GPAUSEPARAM: u32 = 0x12;
+/// `ETHTOOL_SPAUSEPARAM`: set `struct ethtool_pauseparam`.
+const ETHTOOL_SPAUSEPARAM: u32 = 0x13;
 /// `ETHTOOL_GSTRINGS`: get a string set (`struct ethtool_gstrings`).
 const ETHTOOL_GSTRINGS: u32 = 0x1b;
 /// `ETHTOOL_GPFLAGS`: get private flags (`struct ethtool_value`).
 const ETHTOOL_GPFLAGS: u32 = 0x27;
+/// `ETHTOOL_SPFLAGS`: set private flags (`struct ethtool_value`).
+const ETHTOOL_SPFLAGS: u32 = 0x28;
 /// `ETHTOOL_GSSET_INFO`: string set sizes (`struct ethtool_sset_info`).
 const ETHTOOL_GSSET_INFO: u32 = 0x37;
 /// `ETH_SS_PRIV_FLAGS` (`enum ethtool_stringset`).
@@ -92,19 +97,16 @@ pub(crate) fn pause(ifname: &str) -> io::Result<EthtoolAnswer<(bool, bool, bool)
     }
 }
 
-/// The private flag `flag` (`ethtool --show-priv-flags <if>`).
-pub(crate) fn priv_flag(ifname: &str, flag: &str) -> io::Result<EthtoolAnswer<bool>> {
-    let fd = socket()?;
+/// The bit of private flag `flag` in the driver's flag word, or why there is none.
+fn priv_flag_bit(fd: &OwnedFd, ifname: &str, flag: &str) -> io::Result<Result<u32, String>> {
     // struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask; u32 data[] }
     let mut info = [0u8; 8 + 8 + 4];
     info[..4].copy_from_slice(&ETHTOOL_GSSET_INFO.to_ne_bytes());
     info[8..16].copy_from_slice(&(1u64 << ETH_SS_PRIV_FLAGS).to_ne_bytes());
-    match ioctl(&fd, ifname, &mut info) {
+    match ioctl(fd, ifname, &mut info) {
         Ok(()) => {}
         Err(e) if unsupported(&e) => {
-            return Ok(EthtoolAnswer::Unsupported(format!(
-                "driver has no private flags (ETHTOOL_GSSET_INFO: {e})"
-            )))
+            return Ok(Err(format!("driver has no private flags (ETHTOOL_GSSET_INFO: {e})")))
         }
         Err(e) => return Err(e),
     }
@@ -112,7 +114,7 @@ pub(crate) fn priv_flag(ifname: &str, flag: &str) -> io::Result<EthtoolAnswer<bo
     let count = u32::from_ne_bytes(info[16..20].try_into().unwrap_or([0; 4])) as usize;
     // The kernel clears the bit of a set the driver does not have.
     if mask & (1 << ETH_SS_PRIV_FLAGS) == 0 || count == 0 {
-        return Ok(EthtoolAnswer::Unsupported("driver has no private flags".into()));
+        return Ok(Err("driver has no private flags".into()));
     }
     // Private flags are a u32 bitmap: more than 32 names cannot be addressed.
     let count = count.min(32);
@@ -121,7 +123,7 @@ pub(crate) fn priv_flag(ifname: &str, flag: &str) -> io::Result<EthtoolAnswer<bo
     strings[..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
     strings[4..8].copy_from_slice(&ETH_SS_PRIV_FLAGS.to_ne_bytes());
     strings[8..12].copy_from_slice(&(count as u32).to_ne_bytes());
-    ioctl(&fd, ifname, &mut strings)?;
+    ioctl(fd, ifname, &mut strings)?;
     let names: Vec<String> = strings[12..]
         .chunks(ETH_GSTRING_LEN)
         .map(|c| {
@@ -129,16 +131,116 @@ pub(crate) fn priv_flag(ifname: &str, flag: &str) -> io::Result<EthtoolAnswer<bo
             String::from_utf8_lossy(&c[..end]).into_owned()
         })
         .collect();
-    let Some(bit) = names.iter().position(|n| n == flag) else {
-        return Ok(EthtoolAnswer::Unsupported(format!(
-            "driver has no {flag} private flag (has: {})",
-            names.join(", ")
-        )));
-    };
+    Ok(match names.iter().position(|n| n == flag) {
+        Some(bit) => Ok(bit as u32),
+        None => Err(format!("driver has no {flag} private flag (has: {})", names.join(", "))),
+    })
+}
+
+/// The driver's private flag word (`ETHTOOL_GPFLAGS`).
+fn priv_flags(fd: &OwnedFd, ifname: &str) -> io::Result<u32> {
     // struct ethtool_value { u32 cmd; u32 data }
     let mut val = [0u8; 8];
     val[..4].copy_from_slice(&ETHTOOL_GPFLAGS.to_ne_bytes());
-    ioctl(&fd, ifname, &mut val)?;
-    let bits = u32::from_ne_bytes([val[4], val[5], val[6], val[7]]);
-    Ok(EthtoolAnswer::Value(bits & (1 << bit) != 0))
+    ioctl(fd, ifname, &mut val)?;
+    Ok(u32::from_ne_bytes([val[4], val[5], val[6], val[7]]))
+}
+
+/// The private flag `flag` (`ethtool --show-priv-flags <if>`).
+pub(crate) fn priv_flag(ifname: &str, flag: &str) -> io::Result<EthtoolAnswer<bool>> {
+    let fd = socket()?;
+    match priv_flag_bit(&fd, ifname, flag)? {
+        Ok(bit) => Ok(EthtoolAnswer::Value(priv_flags(&fd, ifname)? & (1 << bit) != 0)),
+        Err(why) => Ok(EthtoolAnswer::Unsupported(why)),
+    }
+}
+
+/// Turns private flag `flag` on or off, leaving the others as they are
+/// (`ethtool --set-priv-flags <if> <flag> on|off`). Needs CAP_NET_ADMIN.
+pub fn set_priv_flag(ifname: &str, flag: &str, on: bool) -> io::Result<()> {
+    let fd = socket()?;
+    let bit =
+        priv_flag_bit(&fd, ifname, flag)?.map_err(|why| io::Error::new(io::ErrorKind::Unsupported, why))?;
+    let bits = with_bit(priv_flags(&fd, ifname)?, bit, on);
+    let mut val = [0u8; 8];
+    val[..4].copy_from_slice(&ETHTOOL_SPFLAGS.to_ne_bytes());
+    val[4..].copy_from_slice(&bits.to_ne_bytes());
+    ioctl(&fd, ifname, &mut val).map_err(|e| context(e, "ETHTOOL_SPFLAGS", ifname))
+}
+
+/// Sets link-level pause: rx and tx both `on`, autonegotiation of pause as it
+/// is (`ethtool -A <if> rx on|off tx on|off`). Needs CAP_NET_ADMIN.
+pub fn set_pause(ifname: &str, on: bool) -> io::Result<()> {
+    let fd = socket()?;
+    let mut buf = [0u8; 16];
+    buf[..4].copy_from_slice(&ETHTOOL_GPAUSEPARAM.to_ne_bytes());
+    ioctl(&fd, ifname, &mut buf).map_err(|e| context(e, "ETHTOOL_GPAUSEPARAM", ifname))?;
+    let mut buf = pause_request(buf, on);
+    ioctl(&fd, ifname, &mut buf).map_err(|e| context(e, "ETHTOOL_SPAUSEPARAM", ifname))
+}
+
+/// `ETHTOOL_SPAUSEPARAM` from a `ETHTOOL_GPAUSEPARAM` answer: same autoneg,
+/// rx_pause = tx_pause = `on`.
+fn pause_request(got: [u8; 16], on: bool) -> [u8; 16] {
+    let mut b = got;
+    b[..4].copy_from_slice(&ETHTOOL_SPAUSEPARAM.to_ne_bytes());
+    b[8..12].copy_from_slice(&u32::from(on).to_ne_bytes());
+    b[12..16].copy_from_slice(&u32::from(on).to_ne_bytes());
+    b
+}
+
+fn with_bit(bits: u32, bit: u32, on: bool) -> u32 {
+    if on {
+        bits | 1 << bit
+    } else {
+        bits & !(1 << bit)
+    }
+}
+
+fn context(e: io::Error, op: &str, ifname: &str) -> io::Error {
+    let why = match e.raw_os_error() {
+        Some(libc::EOPNOTSUPP) => "the driver does not support it".to_string(),
+        Some(libc::EPERM) => "needs CAP_NET_ADMIN".to_string(),
+        Some(libc::ENODEV) => "no such interface in this network namespace".to_string(),
+        _ => e.to_string(),
+    };
+    io::Error::new(e.kind(), format!("{op} on {ifname}: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pause_request_keeps_autoneg_and_sets_both_directions() {
+        let mut got = [0u8; 16];
+        got[..4].copy_from_slice(&ETHTOOL_GPAUSEPARAM.to_ne_bytes());
+        got[4..8].copy_from_slice(&1u32.to_ne_bytes()); // autoneg on
+        got[8..12].copy_from_slice(&1u32.to_ne_bytes()); // rx on
+        got[12..16].copy_from_slice(&0u32.to_ne_bytes()); // tx off
+        let w = |b: &[u8; 16], i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().unwrap());
+        let off = pause_request(got, false);
+        assert_eq!([w(&off, 0), w(&off, 4), w(&off, 8), w(&off, 12)], [ETHTOOL_SPAUSEPARAM, 1, 0, 0]);
+        let on = pause_request(got, true);
+        assert_eq!([w(&on, 0), w(&on, 4), w(&on, 8), w(&on, 12)], [0x13, 1, 1, 1]);
+    }
+
+    #[test]
+    fn one_private_flag_changes_and_the_others_stay() {
+        assert_eq!(with_bit(0b1011, 1, false), 0b1001);
+        assert_eq!(with_bit(0b1001, 2, true), 0b1101);
+        assert_eq!(with_bit(0b1001, 0, true), 0b1001);
+    }
+
+    /// Over the real ioctl: an interface that does not exist is named in the
+    /// error, and loopback (no pause operations) says the driver cannot.
+    #[test]
+    fn writes_to_interfaces_that_cannot_take_them_say_why() {
+        let e = set_pause("kr-nonexistent0", false).unwrap_err();
+        assert!(e.to_string().contains("kr-nonexistent0: no such interface"), "{e}");
+        let e = set_priv_flag("kr-nonexistent0", "fw-lldp-agent", false).unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ENODEV), "{e}");
+        assert!(set_pause("lo", false).unwrap_err().to_string().contains("ETHTOOL_"));
+        assert!(set_pause("bad/name/that/is/too/long", false).is_err());
+    }
 }

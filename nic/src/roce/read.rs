@@ -403,7 +403,8 @@ pub(crate) fn dcbx_mode(bits: u8) -> Observed<DcbxMode> {
     }
 }
 
-fn dcbx_bits_of(mode: DcbxMode) -> u8 {
+/// Mode → the `DCB_CAP_DCBX_*` bits to set (IEEE in both).
+pub fn dcbx_bits(mode: DcbxMode) -> u8 {
     use dcb::dcbx::*;
     match mode {
         DcbxMode::Os => DCB_CAP_DCBX_HOST | DCB_CAP_DCBX_VER_IEEE,
@@ -533,7 +534,7 @@ fn dcb_from_desc(model: Model, pf: &PfDesc, legacy: Option<Observed<Trust>>) -> 
     };
     DcbPart {
         dcbx: Observed::Value(r.dcbx),
-        dcbx_bits: Observed::Value(dcbx_bits_of(r.dcbx)),
+        dcbx_bits: Observed::Value(dcbx_bits(r.dcbx)),
         trust: legacy.unwrap_or(Observed::Value(r.trust)),
         dscp_to_priority: Observed::Value(r.dscp_to_priority.clone()),
         pfc: Observed::Value(Pfc {
@@ -583,7 +584,7 @@ mod tests {
         assert_eq!(dcbx_mode(0x0a), Observed::Value(DcbxMode::Firmware));
         assert_eq!(dcbx_mode(0x06), Observed::Value(DcbxMode::Firmware));
         assert!(dcbx_mode(0x08).is_unknown());
-        assert_eq!(dcbx_bits_of(DcbxMode::Os), 0x09);
+        assert_eq!(dcbx_bits(DcbxMode::Os), 0x09);
     }
 
     #[test]

@@ -1,0 +1,154 @@
+//! Writers for the RoCE settings that live in files: the rdma_cm defaults in
+//! configfs and the NVIDIA OFED `qos/trust` file. (DCB goes over
+//! [`crate::netlink::dcb`], pause and private flags over [`super::set_pause`] /
+//! [`super::set_priv_flag`].) Paths are under the node's sysfs root, so a
+//! simulated node is written the same way.
+
+use std::io;
+use std::path::{Path, PathBuf};
+
+use super::Trust;
+use crate::Roots;
+
+/// A write that failed, with the file it was for.
+#[derive(Debug, thiserror::Error)]
+#[error("{op} {path}: {source}")]
+pub struct WriteError {
+    /// `write`, `mkdir` or `stat`.
+    pub op: &'static str,
+    /// The file or directory.
+    pub path: PathBuf,
+    /// The OS error.
+    #[source]
+    pub source: io::Error,
+}
+
+fn write_file(path: &Path, value: &str) -> Result<(), WriteError> {
+    std::fs::write(path, value).map_err(|source| WriteError { op: "write", path: path.to_path_buf(), source })
+}
+
+/// The rdma_cm attribute of a port to set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RdmaCmDefault {
+    /// `default_roce_mode`: RoCE v2 (`true`) or `IB/RoCE v1`.
+    RoceMode {
+        /// RoCE v2.
+        v2: bool,
+    },
+    /// `default_roce_tos`: the ToS byte of rdma_cm connections.
+    Tos(u8),
+}
+
+/// Sets an rdma_cm default of `port` of RDMA device `dev`
+/// (`kernel/config/rdma_cm/<dev>/ports/<port>/default_roce_{mode,tos}`, what
+/// `cma_roce_mode`/`cma_roce_tos` do). The `<dev>` directory is created when
+/// absent and removed again afterwards: the value belongs to the device, not
+/// to the directory (drivers/infiniband/core/cma_configfs.c).
+pub fn set_rdma_cm_default(
+    roots: &Roots,
+    dev: &str,
+    port: u32,
+    what: RdmaCmDefault,
+) -> Result<(), WriteError> {
+    let base = roots.sys("kernel/config/rdma_cm");
+    if !base.is_dir() {
+        return Err(WriteError {
+            op: "stat",
+            path: base,
+            source: io::Error::new(
+                io::ErrorKind::NotFound,
+                "no rdma_cm configfs (configfs not mounted or rdma_cm not loaded)",
+            ),
+        });
+    }
+    if dev.is_empty() || dev.contains('/') || dev == "." || dev == ".." {
+        return Err(WriteError {
+            op: "mkdir",
+            path: base.join(dev),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "not an RDMA device name"),
+        });
+    }
+    let dir = base.join(dev);
+    let created = match std::fs::create_dir(&dir) {
+        Ok(()) => true,
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
+        Err(source) => return Err(WriteError { op: "mkdir", path: dir, source }),
+    };
+    let (file, value) = match what {
+        // The names ib_cache_gid_parse_type_str() accepts.
+        RdmaCmDefault::RoceMode { v2 } => {
+            ("default_roce_mode", if v2 { "RoCE v2" } else { "IB/RoCE v1" }.to_string())
+        }
+        RdmaCmDefault::Tos(t) => ("default_roce_tos", t.to_string()),
+    };
+    let res = write_file(&dir.join("ports").join(port.to_string()).join(file), &value);
+    if created {
+        if let Err(e) = std::fs::remove_dir(&dir) {
+            tracing::warn!(dir = %dir.display(), error = %e, "could not remove the rdma_cm configfs directory we created");
+        }
+    }
+    res
+}
+
+/// Writes the NVIDIA OFED trust file `class/net/<iface>/qos/trust`. `Ok(false)`:
+/// the file does not exist (upstream drivers infer trust from the DCB APP table).
+pub fn set_legacy_trust(roots: &Roots, iface: &str, trust: Trust) -> Result<bool, WriteError> {
+    let path = roots.sys(format!("class/net/{iface}/qos/trust"));
+    if !path.exists() {
+        return Ok(false);
+    }
+    let v = match trust {
+        Trust::Dscp => "dscp",
+        Trust::Pcp => "pcp",
+    };
+    write_file(&path, v).map(|()| true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roots() -> (tempfile::TempDir, Roots) {
+        let t = tempfile::tempdir().unwrap();
+        let r = Roots { sysfs: t.path().join("sys"), dev: t.path().join("dev") };
+        (t, r)
+    }
+
+    #[test]
+    fn rdma_cm_default_in_an_existing_device_directory() {
+        let (_t, r) = roots();
+        let port = r.sys("kernel/config/rdma_cm/mlx5_0/ports/1");
+        std::fs::create_dir_all(&port).unwrap();
+        set_rdma_cm_default(&r, "mlx5_0", 1, RdmaCmDefault::RoceMode { v2: true }).unwrap();
+        set_rdma_cm_default(&r, "mlx5_0", 1, RdmaCmDefault::Tos(106)).unwrap();
+        assert_eq!(std::fs::read_to_string(port.join("default_roce_mode")).unwrap(), "RoCE v2");
+        assert_eq!(std::fs::read_to_string(port.join("default_roce_tos")).unwrap(), "106");
+        assert!(port.exists(), "a directory we did not create stays");
+    }
+
+    #[test]
+    fn rdma_cm_default_errors_name_the_path() {
+        let (_t, r) = roots();
+        let e = set_rdma_cm_default(&r, "mlx5_0", 1, RdmaCmDefault::Tos(0)).unwrap_err();
+        assert!(e.to_string().contains("kernel/config/rdma_cm") && e.to_string().contains("configfs"), "{e}");
+        std::fs::create_dir_all(r.sys("kernel/config/rdma_cm")).unwrap();
+        let e = set_rdma_cm_default(&r, "../x", 1, RdmaCmDefault::Tos(0)).unwrap_err();
+        assert!(e.to_string().contains("not an RDMA device name"), "{e}");
+        // On a plain directory (not configfs) mkdir makes no ports/: the write
+        // fails, names the file, and the directory we made is gone again.
+        let e = set_rdma_cm_default(&r, "mlx5_0", 1, RdmaCmDefault::RoceMode { v2: false }).unwrap_err();
+        assert!(e.to_string().contains("mlx5_0/ports/1/default_roce_mode"), "{e}");
+        assert!(!r.sys("kernel/config/rdma_cm/mlx5_0").exists());
+    }
+
+    #[test]
+    fn legacy_trust_only_where_the_file_is() {
+        let (_t, r) = roots();
+        assert!(!set_legacy_trust(&r, "ens1f0np0", Trust::Dscp).unwrap());
+        let qos = r.sys("class/net/ens1f0np0/qos");
+        std::fs::create_dir_all(&qos).unwrap();
+        std::fs::write(qos.join("trust"), "pcp\n").unwrap();
+        assert!(set_legacy_trust(&r, "ens1f0np0", Trust::Dscp).unwrap());
+        assert_eq!(std::fs::read_to_string(qos.join("trust")).unwrap(), "dscp");
+    }
+}
