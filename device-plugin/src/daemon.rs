@@ -94,6 +94,9 @@ struct Daemon {
     cfg: Config,
     cfg_text: Option<String>,
     running: BTreeMap<String, Running>,
+    /// Pools whose socket could not be bound (the kubelet dir was gone, say):
+    /// served again on the next kubelet-dir event or rescan, never dropped.
+    unserved: BTreeMap<String, Pool>,
     died_tx: mpsc::UnboundedSender<(String, u64)>,
     generation: u64,
 }
@@ -160,7 +163,16 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
         None
     };
     let (died_tx, mut died_rx) = mpsc::unbounded_channel();
-    let mut d = Daemon { opts, metrics, cfg, cfg_text, running: BTreeMap::new(), died_tx, generation: 0 };
+    let mut d = Daemon {
+        opts,
+        metrics,
+        cfg,
+        cfg_text,
+        running: BTreeMap::new(),
+        unserved: BTreeMap::new(),
+        died_tx,
+        generation: 0,
+    };
 
     // Serve first from a walk without GID tables (the largest part of a walk,
     // and nothing the kubelet sees); the full walk follows at once and only
@@ -296,9 +308,17 @@ impl Daemon {
             tracing::warn!(pool = %name, error = %e, "cannot remove device-info files");
         }
         let pool = r.tx.borrow().clone();
-        let _ = std::fs::remove_file(devinfo::cdi_path(&self.opts.cdi_dir, &pool));
-        self.metrics.remove_pool(name);
+        self.remove_pool_files(name, &pool);
         tracing::info!(pool = %name, "stopped");
+    }
+
+    /// Device-info files, CDI spec and metrics of a pool that is going away.
+    fn remove_pool_files(&self, name: &str, pool: &Pool) {
+        if let Err(e) = devinfo::remove_devinfo(&self.opts.devinfo_dir, name) {
+            tracing::warn!(pool = %name, error = %e, "cannot remove device-info files");
+        }
+        let _ = std::fs::remove_file(devinfo::cdi_path(&self.opts.cdi_dir, pool));
+        self.metrics.remove_pool(name);
     }
 
     async fn stop_all(&mut self) {
@@ -306,6 +326,39 @@ impl Daemon {
         for n in names {
             self.stop_pool(&n).await;
         }
+        for (n, pool) in std::mem::take(&mut self.unserved) {
+            self.remove_pool_files(&n, &pool);
+        }
+    }
+
+    /// Starts a pool; if its socket cannot be bound, keeps it for [`Self::retry_unserved`].
+    fn start_or_keep(&mut self, pool: Pool) -> bool {
+        let name = pool.resource_name();
+        match self.start_pool(pool.clone()) {
+            Ok(()) => {
+                self.unserved.remove(&name);
+                true
+            }
+            Err(e) => {
+                if !self.unserved.contains_key(&name) {
+                    tracing::error!(pool = %name, error = %e, "cannot serve pool; will retry");
+                }
+                self.unserved.insert(name, pool);
+                false
+            }
+        }
+    }
+
+    /// Serves the pools that could not be bound before; returns the ones now served.
+    fn retry_unserved(&mut self) -> Vec<String> {
+        let mut started = vec![];
+        for (name, pool) in std::mem::take(&mut self.unserved) {
+            if self.start_or_keep(pool) {
+                tracing::info!(pool = %name, "serving again");
+                started.push(name);
+            }
+        }
+        started
     }
 
     /// Re-serves a pool on a fresh socket (it was deleted, or its server died).
@@ -316,14 +369,20 @@ impl Daemon {
         }
         r.task.abort();
         let pool = Pool::clone(&r.tx.borrow());
-        if let Err(e) = self.start_pool(pool) {
-            tracing::error!(pool = %name, error = %e, "cannot re-serve pool");
-            return;
+        if self.start_or_keep(pool) {
+            self.register(name);
         }
-        self.register(name);
     }
 
     fn on_kubelet_dir(&mut self, ev: DirEvent) {
+        // Every event may mean the directory is usable again. Pools served here
+        // are registered below (Created(kubelet.sock)) or right away.
+        let started = self.retry_unserved();
+        if !matches!(&ev, DirEvent::Created(n) if n == KUBELET_SOCKET) {
+            for n in &started {
+                self.register(n);
+            }
+        }
         match ev {
             DirEvent::Created(n) if n == KUBELET_SOCKET => {
                 tracing::info!("kubelet.sock appeared: registering every pool");
@@ -375,6 +434,10 @@ impl Daemon {
         let plan = pools::plan(&inv, &self.cfg);
         for mut pool in plan.pools {
             let name = pool.resource_name();
+            if let Some(u) = self.unserved.get_mut(&name) {
+                *u = pool;
+                continue;
+            }
             let Some(r) = self.running.get(&name) else { continue };
             let prev = r.tx.borrow().clone();
             pools::carry_missing(&prev, &mut pool, &inv);
@@ -387,6 +450,9 @@ impl Daemon {
             }
             self.metrics.set_pool(&pool);
             r.tx.send_replace(Arc::new(pool));
+        }
+        for n in self.retry_unserved() {
+            self.register(&n);
         }
     }
 
@@ -417,6 +483,12 @@ impl Daemon {
         for n in &stale {
             self.stop_pool(n).await;
         }
+        let gone: Vec<String> = self.unserved.keys().filter(|n| !wanted.contains_key(*n)).cloned().collect();
+        for n in gone {
+            if let Some(pool) = self.unserved.remove(&n) {
+                self.remove_pool_files(&n, &pool);
+            }
+        }
         let inv = discover(&self.opts.roots).await;
         let plan = pools::plan(&inv, &self.cfg);
         for pool in plan.pools {
@@ -424,9 +496,8 @@ impl Daemon {
             if self.running.contains_key(&name) {
                 continue;
             }
-            match self.start_pool(pool) {
-                Ok(()) => self.register(&name),
-                Err(e) => tracing::error!(pool = %name, error = %e, "cannot start pool"),
+            if self.start_or_keep(pool) {
+                self.register(&name);
             }
         }
         self.rescan("config reload").await;

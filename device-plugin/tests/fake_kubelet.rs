@@ -251,6 +251,69 @@ async fn kubelet_restart_is_followed_by_reregistration_within_a_second() {
     d.stop().await;
 }
 
+/// A kubelet reinstall or host cleanup removes the whole device-plugins
+/// directory: the daemon waits for it, serves its socket in the new one, and
+/// registers with the kubelet that comes up there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubelet_dir_removed_and_recreated_is_served_and_registered_again() {
+    let sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let mut k = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), None, Duration::from_secs(3600)));
+    k.next_registration(T).await;
+    k.stop_and_wipe().await;
+    // The daemon re-serves a deleted socket at once, so removing the directory
+    // may race with it (ENOTEMPTY): retry as a cleanup script would.
+    let removed = Instant::now();
+    while std::fs::remove_dir_all(&dirs.kubelet).is_err() || dirs.kubelet.exists() {
+        assert!(removed.elapsed() < T, "could not remove {}", dirs.kubelet.display());
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The daemon may have made the directory again to serve its socket; the
+    // kubelet does the same (mkdir -p) when it starts.
+    std::fs::create_dir_all(&dirs.kubelet).unwrap();
+    let k2 = FakeKubelet::start(&dirs.kubelet);
+    let reg = k2.next_registration(T).await;
+    assert_eq!(reg.resource_name, "kuberdma.io/rdma_vfs");
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    let mut s = list_and_watch(&mut c).await;
+    assert_eq!(s.message().await.unwrap().unwrap().devices.len(), 16);
+    d.stop().await;
+}
+
+/// A pool whose socket cannot be bound is kept, not dropped: it is served and
+/// registered as soon as the kubelet directory lets it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_that_cannot_bind_is_served_once_the_path_is_free() {
+    let sim = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let cfgdir = dirs.tmp.path().join("etc");
+    std::fs::create_dir_all(&cfgdir).unwrap();
+    let cfg = cfgdir.join("config.yaml");
+    std::fs::write(&cfg, "pools:\n- name: a\n  selectors: {rootDevices: [\"0000:3d:00.0\"]}\n").unwrap();
+    let k = FakeKubelet::start(&dirs.kubelet);
+    let d = InProc::spawn(dirs.options(sim.roots(), Some(cfg.clone()), Duration::from_secs(3600)));
+    assert_eq!(k.next_registration(T).await.resource_name, "kuberdma.io/a");
+    // Pool b's socket path is taken by a directory: binding fails.
+    let blocked = dirs.kubelet.join("kuberdma-kuberdma.io-b.sock");
+    std::fs::create_dir(&blocked).unwrap();
+    std::fs::write(
+        &cfg,
+        "pools:\n- name: a\n  selectors: {rootDevices: [\"0000:3d:00.0\"]}\n- name: b\n  selectors: {rootDevices: [\"0000:af:00.0\"]}\n",
+    )
+    .unwrap();
+    let regs = k.registrations.clone();
+    let early =
+        tokio::time::timeout(Duration::from_millis(500), async { regs.lock().await.recv().await }).await;
+    assert!(early.is_err(), "pool b cannot be registered before it is served: {early:?}");
+    std::fs::remove_dir(&blocked).unwrap();
+    assert_eq!(k.next_registration(T).await.resource_name, "kuberdma.io/b");
+    let mut c = plugin(&dirs.kubelet, "kuberdma-kuberdma.io-b.sock").await;
+    let mut s = list_and_watch(&mut c).await;
+    assert_eq!(s.message().await.unwrap().unwrap().devices.len(), 8);
+    d.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dropped_stream_leaves_the_server_serving() {
     let sim = sim("cx6dx-dual.yaml");
