@@ -119,7 +119,8 @@ impl Error {
             Error::Unavailable(_) => 50,
             Error::Io { .. } => 5,
             Error::Netlink { .. } => 100,
-            Error::Ipam { code: Some(c), .. } if (1..=11).contains(c) => *c,
+            // Well-known codes the IPAM plugin gave (1-11; 50/51 from its STATUS).
+            Error::Ipam { code: Some(c), .. } if (1..=11).contains(c) || *c == 50 || *c == 51 => *c,
             Error::Ipam { .. } => 101,
             Error::Check(_) => 102,
             Error::Rdma(_) => 103,

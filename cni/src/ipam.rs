@@ -226,6 +226,26 @@ pub fn prepare(
     Ok((plugin, delegate_conf(raw, &v)))
 }
 
+/// Forwards a spec 1.1 verb (`GC`, `STATUS`) to the IPAM plugin, as a plugin
+/// with delegated IPAM must, when the plugin speaks 1.1.0. Returns whether it
+/// did: older plugins (Debian's `host-local` 1.1.1) know neither verb.
+pub fn forward_v11(
+    raw: &Value,
+    ipam_type: &str,
+    cmd: &'static str,
+    env: &Env,
+    state_dir: &Path,
+) -> Result<bool> {
+    let plugin = find_plugin(env, ipam_type)?;
+    if !plugin_versions(&plugin, env, state_dir)?.iter().any(|v| v == "1.1.0") {
+        tracing::debug!(plugin = ipam_type, cmd, "IPAM plugin predates spec 1.1.0; not forwarded");
+        return Ok(false);
+    }
+    let conf = delegate_conf(raw, "1.1.0");
+    spawn(&plugin, cmd, env, &serde_json::to_vec(&conf).unwrap_or_default())?.wait()?;
+    Ok(true)
+}
+
 /// IPAM ADD; returns the plugin's result.
 pub fn add(plugin: &Path, conf: &Value, env: &Env) -> Result<Value> {
     spawn(plugin, "ADD", env, &serde_json::to_vec(conf).unwrap_or_default())?.wait_add()

@@ -768,8 +768,18 @@ pub fn check(conf: &NetConf, env: &Env) -> Result<()> {
     Ok(())
 }
 
-/// GC: undoes and forgets attachments not in the valid list.
+/// GC: undoes and forgets attachments not in the valid list, then forwards GC
+/// to the IPAM plugin (it may hold leases we have no journal for).
 pub fn gc(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
+    let local = gc_journaled(conf, roots, env);
+    let forwarded = match &conf.ipam_type {
+        Some(t) => ipam::forward_v11(&conf.raw, t, "GC", env, &conf.state_dir).map(|_| ()),
+        None => Ok(()),
+    };
+    local.and(forwarded)
+}
+
+fn gc_journaled(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
     let dir = attachments_dir(&conf.state_dir);
     let valid = conf.valid_attachments.clone().unwrap_or_default();
     let rd = match std::fs::read_dir(&dir) {
@@ -842,7 +852,12 @@ pub fn status(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
         }
     }
     if let Some(t) = &conf.ipam_type {
-        ipam::find_plugin(env, t).map_err(|e| Error::Unavailable(e.to_string()))?;
+        // The IPAM plugin's own STATUS decides too; 50/51 pass through as it said them.
+        match ipam::forward_v11(&conf.raw, t, "STATUS", env, &conf.state_dir) {
+            Ok(_) => {}
+            Err(e @ Error::Ipam { code: Some(50 | 51), .. }) => return Err(e),
+            Err(e) => return Err(Error::Unavailable(e.to_string())),
+        }
     }
     Ok(())
 }

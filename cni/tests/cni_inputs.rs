@@ -382,3 +382,88 @@ fn status_reports_an_unwritable_state_dir() {
     assert_eq!(v["code"], 50, "{v}");
     assert!(v["msg"].as_str().unwrap().contains("state directory"));
 }
+
+/// Runs the plugin with `cmd`, `stdin` and `CNI_PATH`; returns its error code (0: success) and stdout.
+fn run_with_path(cmd: &str, stdin: &Value, cni_path: &Path) -> (i32, String) {
+    let out = std::process::Command::new(BIN)
+        .env("CNI_COMMAND", cmd)
+        .env("CNI_PATH", cni_path)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .and_then(|mut c| {
+            use std::io::Write;
+            c.stdin.take().unwrap().write_all(stdin.to_string().as_bytes())?;
+            c.wait_with_output()
+        })
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    if out.status.success() {
+        return (0, stdout);
+    }
+    // A failing plugin exits non-zero and puts the spec's error code in its answer.
+    let v: Value = serde_json::from_str(&stdout).unwrap_or(Value::Null);
+    (v["code"].as_i64().map_or(-1, |c| c as i32), stdout)
+}
+
+/// A spec 1.1 IPAM plugin gets GC (with the valid attachments) and STATUS
+/// forwarded, and its STATUS error is ours; a plugin that only speaks up to
+/// 1.0.0 is not asked either.
+#[test]
+fn gc_and_status_are_forwarded_to_a_spec_1_1_ipam_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("bin");
+    std::fs::create_dir(&bin).unwrap();
+    let log = dir.path().join("calls.log");
+    let down = dir.path().join("down");
+    for (name, versions) in [("ipam11", r#"["1.0.0","1.1.0"]"#), ("ipam10", r#"["0.4.0","1.0.0"]"#)] {
+        let script = format!(
+            "#!/bin/sh\n\
+             in=$(cat)\n\
+             echo \"{name} $CNI_COMMAND $in\" >> {log}\n\
+             case \"$CNI_COMMAND\" in\n\
+             VERSION) echo '{{\"cniVersion\":\"1.0.0\",\"supportedVersions\":{versions}}}' ;;\n\
+             STATUS) if [ -e {down} ]; then echo '{{\"cniVersion\":\"1.1.0\",\"code\":51,\"msg\":\"lease store down\"}}'; exit 1; fi ;;\n\
+             esac\n",
+            log = log.display(),
+            down = down.display(),
+        );
+        let p = bin.join(name);
+        std::fs::write(&p, script).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    let conf = |ipam: &str| {
+        json!({
+            "cniVersion": "1.1.0", "name": "rdma-net", "type": "kube-rdma-cni",
+            "stateDir": dir.path().join("state"),
+            "ipam": {"type": ipam, "subnet": "10.9.0.0/24"},
+            "cni.dev/valid-attachments": [{"containerID": "c1", "ifname": "net1"}],
+        })
+    };
+    let calls = || std::fs::read_to_string(&log).unwrap_or_default();
+
+    let (code, out) = run_with_path("GC", &conf("ipam11"), &bin);
+    assert_eq!(code, 0, "{out}");
+    let gc = calls().lines().find(|l| l.starts_with("ipam11 GC ")).map(str::to_string).expect("GC forwarded");
+    let sent: Value = serde_json::from_str(gc.trim_start_matches("ipam11 GC ")).unwrap();
+    assert_eq!(sent["cniVersion"], "1.1.0");
+    assert_eq!(sent["cni.dev/valid-attachments"][0]["containerID"], "c1");
+
+    let (code, out) = run_with_path("STATUS", &conf("ipam11"), &bin);
+    assert_eq!(code, 0, "{out}");
+    assert!(calls().contains("ipam11 STATUS "));
+    std::fs::write(&down, "").unwrap();
+    let (code, out) = run_with_path("STATUS", &conf("ipam11"), &bin);
+    assert_eq!(code, 51, "{out}");
+    assert!(out.contains("lease store down"), "{out}");
+
+    // A 1.0.0 plugin is asked its VERSION only.
+    for cmd in ["GC", "STATUS"] {
+        let (code, out) = run_with_path(cmd, &conf("ipam10"), &bin);
+        assert_eq!(code, 0, "{cmd}: {out}");
+    }
+    let ipam10: Vec<String> =
+        calls().lines().filter(|l| l.starts_with("ipam10 ")).map(str::to_string).collect();
+    assert!(ipam10.iter().all(|l| l.starts_with("ipam10 VERSION")), "{ipam10:?}");
+}
