@@ -4,7 +4,6 @@
 //! When the kubelet restarts it deletes every socket in its directory and
 //! creates a new `kubelet.sock`; the daemon sees both through [`watch_dir`]
 //! (no polling loop) and re-serves and re-registers within the event's latency.
-//! Only a removed directory is looked for periodically, until it is back.
 
 use std::os::fd::{AsFd, AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
@@ -117,15 +116,12 @@ impl AsRawFd for InotifyFd {
     }
 }
 
-/// How often to look for a watched directory that was removed. Only while it
-/// is gone: a directory cannot be watched before it exists.
-const DIR_GONE_POLL: Duration = Duration::from_millis(250);
-
 /// Watches `dir` with inotify and sends its events until the receiver is
 /// dropped. Must be called inside a tokio runtime.
 ///
 /// If `dir` itself is removed or moved away (a kubelet reinstall, a host
-/// cleanup), the watch waits for it to exist again, watches it anew, and then
+/// cleanup), the watch waits for it to exist again (watching its nearest
+/// existing ancestor, still no polling), watches it anew, and then
 /// sends [`DirEvent::Rescan`] followed by a [`DirEvent::Created`] for every
 /// entry already in it, so a `kubelet.sock` created meanwhile is not missed.
 pub fn watch_dir(dir: &Path) -> std::io::Result<mpsc::Receiver<DirEvent>> {
@@ -182,14 +178,9 @@ pub fn watch_dir(dir: &Path) -> std::io::Result<mpsc::Receiver<DirEvent>> {
             tracing::warn!(dir = %dir.display(), "watched directory removed; waiting for it to come back");
             // A moved directory keeps its watch: drop it (it may already be gone).
             let _ = fd.get_ref().0.rm_watch(wd);
-            wd = loop {
-                if tx.is_closed() {
-                    return;
-                }
-                tokio::time::sleep(DIR_GONE_POLL).await;
-                if let Ok(w) = fd.get_ref().0.add_watch(&dir, WATCH_MASK) {
-                    break w;
-                }
+            wd = match wait_for_dir(&fd, &dir, &tx).await {
+                Some(w) => w,
+                None => return,
             };
             tracing::info!(dir = %dir.display(), "watched directory is back; watching it again");
             let mut names: Vec<String> = std::fs::read_dir(&dir)
@@ -206,6 +197,57 @@ pub fn watch_dir(dir: &Path) -> std::io::Result<mpsc::Receiver<DirEvent>> {
     Ok(rx)
 }
 
+/// Waits, on inotify events of the nearest existing ancestor, until `dir`
+/// exists again and can be watched; `None` when the receiver is gone.
+async fn wait_for_dir(
+    fd: &AsyncFd<InotifyFd>,
+    dir: &Path,
+    tx: &mpsc::Sender<DirEvent>,
+) -> Option<nix::sys::inotify::WatchDescriptor> {
+    let ino = &fd.get_ref().0;
+    loop {
+        if tx.is_closed() {
+            return None;
+        }
+        // Watch the ancestor first, then look: a creation in between is not missed.
+        let ancestor = dir.ancestors().skip(1).find(|a| a.is_dir()).unwrap_or(Path::new("/"));
+        let aw = ino
+            .add_watch(
+                ancestor,
+                AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_DELETE_SELF,
+            )
+            .ok();
+        if let Ok(w) = ino.add_watch(dir, WATCH_MASK) {
+            if let Some(aw) = aw {
+                let _ = ino.rm_watch(aw);
+            }
+            return Some(w);
+        }
+        let Some(aw) = aw else {
+            // Cannot watch any ancestor (no permission): look again after a while.
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        // A creation under the ancestor (maybe only an intermediate directory),
+        // or the ancestor itself gone: look again. Other events (the IN_IGNORED
+        // of a watch we removed) do not count.
+        let woken = AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_DELETE_SELF;
+        loop {
+            let Ok(mut guard) = fd.readable().await else { return None };
+            match guard.get_inner().0.read_events() {
+                Ok(evs) if evs.iter().any(|e| e.wd == aw && e.mask.intersects(woken)) => break,
+                Ok(_) => {}
+                Err(nix::errno::Errno::EAGAIN) => guard.clear_ready(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "inotify read failed; directory watch stops");
+                    return None;
+                }
+            }
+        }
+        let _ = ino.rm_watch(aw);
+    }
+}
+
 const WATCH_MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
     .union(AddWatchFlags::IN_DELETE)
     .union(AddWatchFlags::IN_MOVED_TO)
@@ -213,3 +255,69 @@ const WATCH_MASK: AddWatchFlags = AddWatchFlags::IN_CREATE
     .union(AddWatchFlags::IN_CLOSE_WRITE)
     .union(AddWatchFlags::IN_DELETE_SELF)
     .union(AddWatchFlags::IN_MOVE_SELF);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn next(rx: &mut mpsc::Receiver<DirEvent>) -> DirEvent {
+        tokio::time::timeout(Duration::from_secs(5), rx.recv())
+            .await
+            .expect("an event in time")
+            .expect("open")
+    }
+
+    /// A socket file, as the kubelet and plugins make them (one IN_CREATE).
+    fn sock(p: &Path) {
+        drop(std::os::unix::net::UnixListener::bind(p).unwrap());
+    }
+
+    /// The watched directory and its parent are removed; when they are made
+    /// again (the parent first, then the directory, then a socket in it), the
+    /// watch follows without polling and reports what is already there.
+    /// CPU time of this process so far.
+    fn cpu() -> Duration {
+        let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+        // SAFETY: getrusage writes a rusage into the pointer it is given.
+        let u = unsafe {
+            libc::getrusage(libc::RUSAGE_SELF, u.as_mut_ptr());
+            u.assume_init()
+        };
+        let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+        tv(u.ru_utime) + tv(u.ru_stime)
+    }
+
+    // Two workers: a watch task that spun would not starve the test's timers.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_removed_directory_is_watched_again_when_it_comes_back() {
+        let t = tempfile::tempdir().unwrap();
+        let dir = t.path().join("kubelet/device-plugins");
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut rx = watch_dir(&dir).unwrap();
+        sock(&dir.join("a.sock"));
+        assert_eq!(next(&mut rx).await, DirEvent::Created("a.sock".into()));
+        std::fs::remove_dir_all(t.path().join("kubelet")).unwrap();
+        assert_eq!(next(&mut rx).await, DirEvent::Deleted("a.sock".into()));
+        // While the directory is gone the watch waits on events: it does not spin.
+        let c0 = cpu();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        std::fs::create_dir(t.path().join("kubelet")).unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let used = cpu() - c0;
+        assert!(used < Duration::from_millis(150), "{used:?} of CPU in 600 ms of waiting");
+        std::fs::create_dir(&dir).unwrap();
+        sock(&dir.join(KUBELET_SOCKET));
+        assert_eq!(next(&mut rx).await, DirEvent::Rescan);
+        // kubelet.sock is reported as already there, and once more as an event
+        // if it was made after the new watch; either way it is seen.
+        assert_eq!(next(&mut rx).await, DirEvent::Created(KUBELET_SOCKET.into()));
+        sock(&dir.join("b.sock"));
+        loop {
+            match next(&mut rx).await {
+                DirEvent::Created(n) if n == "b.sock" => break,
+                DirEvent::Created(n) if n == KUBELET_SOCKET => continue,
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+    }
+}
