@@ -304,9 +304,6 @@ impl Daemon {
             r.task.abort();
         }
         let _ = std::fs::remove_file(&r.socket);
-        if let Err(e) = devinfo::remove_devinfo(&self.opts.devinfo_dir, name) {
-            tracing::warn!(pool = %name, error = %e, "cannot remove device-info files");
-        }
         let pool = r.tx.borrow().clone();
         self.remove_pool_files(name, &pool);
         tracing::info!(pool = %name, "stopped");

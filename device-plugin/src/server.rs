@@ -2,8 +2,8 @@
 //!
 //! The pool lives in a `tokio::sync::watch` channel owned by the daemon:
 //! ListAndWatch sends the current full list first and a new full list on
-//! every change; Allocate reads the current value, so a rescan is visible to
-//! the next call without a restart. A client that drops its stream only ends
+//! every change the kubelet can see (IDs, health, topology); Allocate reads the
+//! current value, so a rescan is visible to the next call without a restart. A client that drops its stream only ends
 //! that stream; the server keeps serving.
 
 use std::path::{Path, PathBuf};

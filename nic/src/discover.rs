@@ -208,7 +208,9 @@ fn parallel_map<T: Sync, R: Send>(items: &[T], threads: usize, f: impl Fn(&T) ->
 /// count that a table shared between threads costs (with two workers on one
 /// table, a third of discovery's CPU time went there). The copy keeps every
 /// descriptor number valid; what the thread opens stays its own, and it closes
-/// all of it before it ends. Failure only costs that speed.
+/// all of it before it ends. The cost: a descriptor another thread closes
+/// meanwhile stays open until the worker ends (a walk lasts milliseconds).
+/// Failure only costs the speed.
 fn private_fd_table() {
     // SAFETY: unshare(CLONE_FILES) takes no pointers and only affects this thread.
     let _ = unsafe { libc::unshare(libc::CLONE_FILES) };
