@@ -62,21 +62,14 @@ async fn run() {
     let mut last_child = None;
     for round in 0..5 {
         let t0 = Instant::now();
-        let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"))
+        let mut child = dirs
+            .daemon_command()
             .arg("--sysfs-root")
             .arg(&roots.sysfs)
             .arg("--dev-root")
             .arg(&roots.dev)
-            .arg("--kubelet-dir")
-            .arg(&dirs.kubelet)
-            .arg("--cdi-dir")
-            .arg(&dirs.cdi)
-            .arg("--devinfo-dir")
-            .arg(&dirs.devinfo)
             .arg("--rescan-interval")
             .arg("3600")
-            .env("RUST_LOG", "warn")
-            .kill_on_drop(true)
             .spawn()
             .expect("spawn daemon");
         // Dial as soon as the socket exists; the first list must be the full 1024.

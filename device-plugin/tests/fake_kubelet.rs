@@ -15,6 +15,9 @@ use nic::PciAddr;
 
 const T: Duration = Duration::from_secs(5);
 
+/// A config with one pool, `a`, on the first PF of `cx6dx-dual`.
+const POOL_A: &str = "pools:\n- name: a\n  selectors: {rootDevices: [\"0000:3d:00.0\"]}\n";
+
 fn pci(s: &str) -> PciAddr {
     s.parse().unwrap()
 }
@@ -287,21 +290,15 @@ async fn kubelet_dir_removed_and_recreated_is_served_and_registered_again() {
 async fn a_pool_that_cannot_bind_is_served_once_the_path_is_free() {
     let sim = sim("cx6dx-dual.yaml");
     let dirs = Dirs::new();
-    let cfgdir = dirs.tmp.path().join("etc");
-    std::fs::create_dir_all(&cfgdir).unwrap();
-    let cfg = cfgdir.join("config.yaml");
-    std::fs::write(&cfg, "pools:\n- name: a\n  selectors: {rootDevices: [\"0000:3d:00.0\"]}\n").unwrap();
+    let cfg = dirs.write_config(POOL_A);
     let k = FakeKubelet::start(&dirs.kubelet);
     let d = InProc::spawn(dirs.options(sim.roots(), Some(cfg.clone()), Duration::from_secs(3600)));
     assert_eq!(k.next_registration(T).await.resource_name, "kuberdma.io/a");
     // Pool b's socket path is taken by a directory: binding fails.
     let blocked = dirs.kubelet.join("kuberdma-kuberdma.io-b.sock");
     std::fs::create_dir(&blocked).unwrap();
-    std::fs::write(
-        &cfg,
-        "pools:\n- name: a\n  selectors: {rootDevices: [\"0000:3d:00.0\"]}\n- name: b\n  selectors: {rootDevices: [\"0000:af:00.0\"]}\n",
-    )
-    .unwrap();
+    std::fs::write(&cfg, format!("{POOL_A}- name: b\n  selectors: {{rootDevices: [\"0000:af:00.0\"]}}\n"))
+        .unwrap();
     let regs = k.registrations.clone();
     let early =
         tokio::time::timeout(Duration::from_millis(500), async { regs.lock().await.recv().await }).await;
@@ -336,10 +333,7 @@ async fn a_dropped_stream_leaves_the_server_serving() {
 async fn config_change_reloads_pools_and_unchanged_pools_keep_serving() {
     let sim = sim("cx6dx-dual.yaml");
     let dirs = Dirs::new();
-    let cfgdir = dirs.tmp.path().join("etc");
-    std::fs::create_dir_all(&cfgdir).unwrap();
-    let cfg = cfgdir.join("config.yaml");
-    std::fs::write(&cfg, "pools:\n- name: a\n  selectors: {rootDevices: [\"0000:3d:00.0\"]}\n").unwrap();
+    let cfg = dirs.write_config(POOL_A);
     let k = FakeKubelet::start(&dirs.kubelet);
     let d = InProc::spawn(dirs.options(sim.roots(), Some(cfg.clone()), Duration::from_secs(3600)));
     assert_eq!(k.next_registration(T).await.resource_name, "kuberdma.io/a");
@@ -349,7 +343,7 @@ async fn config_change_reloads_pools_and_unchanged_pools_keep_serving() {
 
     std::fs::write(
         &cfg,
-        "pools:\n- name: a\n  selectors: {rootDevices: [\"0000:3d:00.0\"]}\n- name: b\n  policy: spread\n  selectors: {rootDevices: [\"0000:af:00.0\"]}\n",
+        format!("{POOL_A}- name: b\n  policy: spread\n  selectors: {{rootDevices: [\"0000:af:00.0\"]}}\n"),
     )
     .unwrap();
     let reg = k.next_registration(T).await;
@@ -437,19 +431,12 @@ async fn preferred_allocation_over_grpc_packs_on_one_pf() {
 async fn sigterm_cleans_up_and_exits_zero() {
     let dirs = Dirs::new();
     let k = FakeKubelet::start(&dirs.kubelet);
-    let mut child = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"))
+    let mut child = dirs
+        .daemon_command()
         .arg("--sim")
         .arg(examples().join("cx6dx-dual.yaml"))
-        .arg("--kubelet-dir")
-        .arg(&dirs.kubelet)
-        .arg("--cdi-dir")
-        .arg(&dirs.cdi)
-        .arg("--devinfo-dir")
-        .arg(&dirs.devinfo)
         .arg("--metrics-addr")
         .arg("127.0.0.1:0")
-        .env("RUST_LOG", "warn")
-        .kill_on_drop(true)
         .spawn()
         .unwrap();
     k.next_registration(T).await;

@@ -166,6 +166,30 @@ impl Dirs {
             link_events: false,
         }
     }
+
+    /// The real daemon binary with this instance's kubelet, CDI and device-info
+    /// dirs (add the node: `--sim FILE` or `--sysfs-root`/`--dev-root`).
+    pub fn daemon_command(&self) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"));
+        c.arg("--kubelet-dir")
+            .arg(&self.kubelet)
+            .arg("--cdi-dir")
+            .arg(&self.cdi)
+            .arg("--devinfo-dir")
+            .arg(&self.devinfo)
+            .env("RUST_LOG", "warn")
+            .kill_on_drop(true);
+        c
+    }
+
+    /// Writes `text` as `<tmp>/etc/config.yaml` and returns its path.
+    pub fn write_config(&self, text: &str) -> PathBuf {
+        let dir = self.tmp.path().join("etc");
+        std::fs::create_dir_all(&dir).unwrap();
+        let cfg = dir.join("config.yaml");
+        std::fs::write(&cfg, text).unwrap();
+        cfg
+    }
 }
 
 /// The daemon in-process; dropping the handle does not stop it, `stop` does.
