@@ -55,7 +55,7 @@ use std::path::{Path, PathBuf};
 use crate::inventory::{CharDev, GidKind, Inventory, LinkLayer, Netdev, RdmaDev, RdmaVia};
 use crate::pci::PciAddr;
 use crate::roots::Roots;
-use crate::simdesc::{AdapterDesc, DescError, Model, NodeDesc, PfDesc, RdmaNaming, RoceDesc, Trust};
+use crate::simdesc::{AdapterDesc, DescError, Model, NodeDesc, PfDesc, RdmaNaming, RoceDesc};
 
 /// GID table length of every simulated RDMA port.
 pub const GID_TBL_LEN: u32 = 8;
@@ -868,7 +868,7 @@ impl Writer {
             }
             self.file(&nd.join("ecn/roce_np/cnp_dscp"), r.cnp_dscp.to_string())?;
             self.file(&nd.join("ecn/roce_np/cnp_802p_prio"), r.cnp_priority.to_string())?;
-            self.file(&nd.join("qos/trust"), if r.trust == Trust::Dscp { "dscp" } else { "pcp" })?;
+            self.file(&nd.join("qos/trust"), r.trust.as_str())?;
         }
         Ok(())
     }

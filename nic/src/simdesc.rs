@@ -248,6 +248,16 @@ pub enum Trust {
     Dscp,
 }
 
+impl Trust {
+    /// Lower-case name, as the OFED `qos/trust` file, `mlnx_qos` and our CRDs spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trust::Pcp => "pcp",
+            Trust::Dscp => "dscp",
+        }
+    }
+}
+
 /// The RoCE fabric settings of a PF port.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -23,7 +23,7 @@ use nic::Roots;
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::checks::{self, check_node, is_ready, map_str, prio_str, trust_str};
+use crate::checks::{self, check_node, is_ready, map_str, prio_str};
 use crate::crd::{
     Check, CheckResult, Condition, DscpMapping, InterfaceState, RdmaNodeState, RdmaNodeStateSpec,
     RdmaNodeStateStatus, RoceProfile, Summary, Unavailable, AGENT_MANAGER, READY_LABEL,
@@ -152,7 +152,7 @@ pub fn interface_state(i: &InterfaceRoce) -> InterfaceState {
         active_mtu: take(&mut un, "activeMtu", &i.active_mtu),
         operstate: take(&mut un, "operstate", &i.operstate),
         dcbx,
-        trust: take(&mut un, "trust", &i.trust).map(|t| trust_str(t).to_string()),
+        trust: take(&mut un, "trust", &i.trust).map(|t| t.as_str().to_string()),
         dscp_to_priority: dscp,
         pfc_priorities: take(&mut un, "pfcPriorities", &i.pfc).map(|p| p.enabled_priorities()),
         ets_bandwidth: take(&mut un, "etsBandwidth", &i.ets).map(|e| e.tc_tx_bw.to_vec()),

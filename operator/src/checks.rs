@@ -121,8 +121,8 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
             "trust",
             t.as_str(),
             &i.trust,
-            |t| trust_str(*t).into(),
-            |o| trust_str(*o) == t.as_str(),
+            |t| t.as_str().into(),
+            |o| *o == t.trust(),
             || trust_fix(&i.netdev, t, &p.dscp_to_priority),
         ));
     }
@@ -567,16 +567,7 @@ fn trust_fix(iface: &str, t: TrustMode, map: &[DscpMapping]) -> String {
         TrustMode::Dscp if !map.is_empty() => {
             remediation(iface, &Remedy::DscpAdd(map.iter().map(|m| (m.dscp, m.priority)).collect()))
         }
-        TrustMode::Dscp => remediation(iface, &Remedy::Trust(Trust::Dscp)),
-        TrustMode::Pcp => remediation(iface, &Remedy::Trust(Trust::Pcp)),
-    }
-}
-
-/// `dscp` or `pcp`.
-pub fn trust_str(t: Trust) -> &'static str {
-    match t {
-        Trust::Dscp => "dscp",
-        Trust::Pcp => "pcp",
+        t => remediation(iface, &Remedy::Trust(t.trust())),
     }
 }
 

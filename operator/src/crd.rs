@@ -124,9 +124,14 @@ pub enum TrustMode {
 impl TrustMode {
     /// Lower-case name as `dcb`/`mlnx_qos` print it.
     pub fn as_str(self) -> &'static str {
+        self.trust().as_str()
+    }
+
+    /// The node model's trust mode this asks for.
+    pub fn trust(self) -> nic::roce::Trust {
         match self {
-            TrustMode::Pcp => "pcp",
-            TrustMode::Dscp => "dscp",
+            TrustMode::Pcp => nic::roce::Trust::Pcp,
+            TrustMode::Dscp => nic::roce::Trust::Dscp,
         }
     }
 }

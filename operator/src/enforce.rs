@@ -17,7 +17,7 @@ use nic::roce::{remediation, DcbSource, InterfaceRoce, NodeRoce, Observed, Remed
 
 use crate::agent::NodeSource;
 use crate::checks::interface_selected;
-use crate::crd::{EnforceRecord, RoceMode, RoceProfileSpec, TrustMode};
+use crate::crd::{EnforceRecord, RoceMode, RoceProfileSpec};
 
 /// One write to make.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -88,10 +88,7 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
     // Trust: DSCP trust with a map comes from the APP entries above; the rest
     // (PCP, or DSCP without a map) is a trust write of its own.
     if let (Some(t), Observed::Value(have)) = (p.trust, &i.trust) {
-        let want = match t {
-            TrustMode::Dscp => Trust::Dscp,
-            TrustMode::Pcp => Trust::Pcp,
-        };
+        let want = t.trust();
         let by_map = want == Trust::Dscp && !p.dscp_to_priority.is_empty();
         if *have != want && !by_map {
             push(Remedy::Trust(want));

@@ -101,13 +101,7 @@ pub fn remediation(iface: &str, fix: &Remedy) -> String {
         // `replace` (iproute2 ≥ 5.11) also drops a stale priority for the same DSCP.
         Remedy::DscpAdd(m) => format!("dcb app replace dev {iface} dscp-prio {}", dscp_list(m)),
         Remedy::DscpDel(m) => format!("dcb app del dev {iface} dscp-prio {}", dscp_list(m)),
-        Remedy::Trust(t) => {
-            let t = match t {
-                Trust::Dscp => "dscp",
-                Trust::Pcp => "pcp",
-            };
-            format!("mlnx_qos -i {iface} --trust {t}")
-        }
+        Remedy::Trust(t) => format!("mlnx_qos -i {iface} --trust {}", t.as_str()),
         Remedy::Ecn { priority, on } => {
             let v = u8::from(*on);
             format!(

@@ -97,11 +97,7 @@ pub fn set_legacy_trust(roots: &Roots, iface: &str, trust: Trust) -> Result<bool
     if !path.exists() {
         return Ok(false);
     }
-    let v = match trust {
-        Trust::Dscp => "dscp",
-        Trust::Pcp => "pcp",
-    };
-    write_file(&path, v).map(|()| true)
+    write_file(&path, trust.as_str()).map(|()| true)
 }
 
 #[cfg(test)]
