@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use super::ethtool::{self, EthtoolAnswer};
+use super::write::{CmDir, CmDirMissing};
 use super::*;
 use crate::inventory::{Inventory, Netdev, RdmaDev};
 use crate::netlink::dcb::{self, DcbSocket, IeeeState};
@@ -269,34 +270,28 @@ fn ecn_and_cnp(
 }
 
 /// rdma_cm defaults from configfs: `kernel/config/rdma_cm/<dev>/ports/1/default_roce_{mode,tos}`.
-/// The `<dev>` directory exists only after `mkdir` (drivers/infiniband/core/cma_configfs.c),
-/// so creating it is opt-in; a directory we create we remove again.
+/// Making the `<dev>` directory is opt-in ([`CmDir`]).
 fn rdma_cm_defaults(roots: &Roots, dev: &str, may_create: bool) -> (Observed<String>, Observed<u8>) {
-    let base = roots.sys("kernel/config/rdma_cm");
-    let dir = base.join(dev);
-    let mut created = false;
-    if !sysfs::exists(&dir) {
-        if !sysfs::exists(&base) {
-            let why = format!(
+    let both = |o: Observed<()>| (o.clone().map(|_| String::new()), o.map(|_| 0u8));
+    let dir = match CmDir::open(roots, dev, may_create) {
+        Ok(d) => d,
+        Err(CmDirMissing::NoConfigfs(base)) => {
+            return both(Observed::Unsupported(format!(
                 "{}: no rdma_cm configfs (configfs not mounted or rdma_cm not loaded)",
                 base.display()
-            );
-            return (Observed::Unsupported(why.clone()), Observed::Unsupported(why));
+            )))
         }
-        if !may_create {
-            let why = format!(
+        Err(CmDirMissing::NotCreated(dir)) => {
+            return both(Observed::Unknown(format!(
                 "{} does not exist; reading the rdma_cm defaults needs mkdir (enable read_rdma_cm_configfs)",
                 dir.display()
-            );
-            return (Observed::Unknown(why.clone()), Observed::Unknown(why));
+            )))
         }
-        if let Err(e) = std::fs::create_dir(&dir) {
-            let why = format!("mkdir {}: {e}", dir.display());
-            return (Observed::Unknown(why.clone()), Observed::Unknown(why));
+        Err(CmDirMissing::Mkdir(dir, e)) => {
+            return both(Observed::Unknown(format!("mkdir {}: {e}", dir.display())))
         }
-        created = true;
-    }
-    let port = dir.join("ports/1");
+    };
+    let port = dir.path.join("ports/1");
     let mode = match sysfs::read_string(&port.join("default_roce_mode")) {
         Ok(s) => Observed::Value(s),
         Err(e) => Observed::Unknown(why(&e)),
@@ -307,11 +302,6 @@ fn rdma_cm_defaults(roots: &Roots, dev: &str, may_create: bool) -> (Observed<Str
             .unwrap_or_else(|_| Observed::Unknown(format!("ToS {v} out of range"))),
         Err(e) => Observed::Unknown(why(&e)),
     };
-    if created {
-        if let Err(e) = std::fs::remove_dir(&dir) {
-            tracing::warn!(dir = %dir.display(), error = %e, "could not remove the rdma_cm configfs directory we created");
-        }
-    }
     (mode, tos)
 }
 

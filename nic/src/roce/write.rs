@@ -39,41 +39,87 @@ pub enum RdmaCmDefault {
     Tos(u8),
 }
 
+/// `kernel/config/rdma_cm/<dev>`, the handle on one device's rdma_cm defaults.
+/// The directory exists only after `mkdir` (drivers/infiniband/core/cma_configfs.c);
+/// one we made is removed again on drop. The values belong to the device, not
+/// to the directory, so they outlive it.
+pub(crate) struct CmDir {
+    /// The directory.
+    pub path: PathBuf,
+    created: bool,
+}
+
+/// Why [`CmDir::open`] found no directory.
+pub(crate) enum CmDirMissing {
+    /// No `kernel/config/rdma_cm` (configfs not mounted, or rdma_cm not loaded).
+    NoConfigfs(PathBuf),
+    /// The device's directory is absent and making it was not allowed.
+    NotCreated(PathBuf),
+    /// `mkdir` failed.
+    Mkdir(PathBuf, io::Error),
+}
+
+impl CmDir {
+    /// The device's directory under `roots`, made if absent and `may_create`.
+    pub(crate) fn open(roots: &Roots, dev: &str, may_create: bool) -> Result<CmDir, CmDirMissing> {
+        let base = roots.sys("kernel/config/rdma_cm");
+        let path = base.join(dev);
+        if std::fs::symlink_metadata(&path).is_ok() {
+            return Ok(CmDir { path, created: false });
+        }
+        if std::fs::symlink_metadata(&base).is_err() {
+            return Err(CmDirMissing::NoConfigfs(base));
+        }
+        if !may_create {
+            return Err(CmDirMissing::NotCreated(path));
+        }
+        match std::fs::create_dir(&path) {
+            Ok(()) => Ok(CmDir { path, created: true }),
+            Err(e) => Err(CmDirMissing::Mkdir(path, e)),
+        }
+    }
+}
+
+impl Drop for CmDir {
+    fn drop(&mut self) {
+        if self.created {
+            if let Err(e) = std::fs::remove_dir(&self.path) {
+                tracing::warn!(dir = %self.path.display(), error = %e, "could not remove the rdma_cm configfs directory we created");
+            }
+        }
+    }
+}
+
 /// Sets an rdma_cm default of `port` of RDMA device `dev`
 /// (`kernel/config/rdma_cm/<dev>/ports/<port>/default_roce_{mode,tos}`, what
-/// `cma_roce_mode`/`cma_roce_tos` do). The `<dev>` directory is created when
-/// absent and removed again afterwards: the value belongs to the device, not
-/// to the directory (drivers/infiniband/core/cma_configfs.c).
+/// `cma_roce_mode`/`cma_roce_tos` do), through a [`CmDir`].
 pub fn set_rdma_cm_default(
     roots: &Roots,
     dev: &str,
     port: u32,
     what: RdmaCmDefault,
 ) -> Result<(), WriteError> {
-    let base = roots.sys("kernel/config/rdma_cm");
-    if !base.is_dir() {
+    if dev.is_empty() || dev.contains('/') || dev == "." || dev == ".." {
         return Err(WriteError {
+            op: "mkdir",
+            path: roots.sys("kernel/config/rdma_cm").join(dev),
+            source: io::Error::new(io::ErrorKind::InvalidInput, "not an RDMA device name"),
+        });
+    }
+    let dir = CmDir::open(roots, dev, true).map_err(|m| match m {
+        CmDirMissing::NoConfigfs(path) => WriteError {
             op: "stat",
-            path: base,
+            path,
             source: io::Error::new(
                 io::ErrorKind::NotFound,
                 "no rdma_cm configfs (configfs not mounted or rdma_cm not loaded)",
             ),
-        });
-    }
-    if dev.is_empty() || dev.contains('/') || dev == "." || dev == ".." {
-        return Err(WriteError {
-            op: "mkdir",
-            path: base.join(dev),
-            source: io::Error::new(io::ErrorKind::InvalidInput, "not an RDMA device name"),
-        });
-    }
-    let dir = base.join(dev);
-    let created = match std::fs::create_dir(&dir) {
-        Ok(()) => true,
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => false,
-        Err(source) => return Err(WriteError { op: "mkdir", path: dir, source }),
-    };
+        },
+        CmDirMissing::NotCreated(path) => {
+            WriteError { op: "mkdir", path, source: io::Error::from(io::ErrorKind::NotFound) }
+        }
+        CmDirMissing::Mkdir(path, source) => WriteError { op: "mkdir", path, source },
+    })?;
     let (file, value) = match what {
         // The names ib_cache_gid_parse_type_str() accepts.
         RdmaCmDefault::RoceMode { v2 } => {
@@ -81,13 +127,7 @@ pub fn set_rdma_cm_default(
         }
         RdmaCmDefault::Tos(t) => ("default_roce_tos", t.to_string()),
     };
-    let res = write_file(&dir.join("ports").join(port.to_string()).join(file), &value);
-    if created {
-        if let Err(e) = std::fs::remove_dir(&dir) {
-            tracing::warn!(dir = %dir.display(), error = %e, "could not remove the rdma_cm configfs directory we created");
-        }
-    }
-    res
+    write_file(&dir.path.join("ports").join(port.to_string()).join(file), &value)
 }
 
 /// Writes the NVIDIA OFED trust file `class/net/<iface>/qos/trust`. `Ok(false)`:
