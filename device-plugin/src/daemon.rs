@@ -508,10 +508,10 @@ fn log_changes(prev: &Pool, next: &Pool, why: &str) {
             None => tracing::info!(pool = %name, device = %d.id, why, "device added"),
             Some(p) if p.health != d.health => match &d.health {
                 crate::health::Health::Healthy => {
-                    tracing::info!(pool = %name, device = %d.id, why, "device healthy again")
+                    tracing::info!(pool = %name, device = %d.id, why, "device healthy again");
                 }
                 crate::health::Health::Unhealthy(r) => {
-                    tracing::warn!(pool = %name, device = %d.id, reason = %r, why, "device unhealthy")
+                    tracing::warn!(pool = %name, device = %d.id, reason = %r, why, "device unhealthy");
                 }
             },
             Some(_) => {}

@@ -115,7 +115,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             match output {
                 Output::Table => print!("{}", report::render_table(&inv, &cfg, &plan, &origin)),
                 Output::Json => {
-                    println!("{}", serde_json::to_string_pretty(&report::render_json(&inv, &cfg, &plan))?)
+                    println!("{}", serde_json::to_string_pretty(&report::render_json(&inv, &cfg, &plan))?);
                 }
             }
             Ok(())

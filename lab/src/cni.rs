@@ -189,7 +189,7 @@ fn set_rdma_mode(mode: NetnsMode) -> anyhow::Result<()> {
         match c.request("RDMA_NLDEV_CMD_SYS_SET", nldev::sys_set_netns_mode(mode), false, 0) {
             Ok(_) => return Ok(()),
             Err(e) if e.errno() == Some(libc::EBUSY) && t.elapsed() < Duration::from_secs(15) => {
-                std::thread::sleep(Duration::from_millis(100))
+                std::thread::sleep(Duration::from_millis(100));
             }
             Err(e) => return Err(anyhow::Error::new(e).context(format!("set RDMA netns mode {mode:?}"))),
         }

@@ -138,7 +138,7 @@ fn set_netns_eopnotsupp(lab: &Lab) -> anyhow::Result<String> {
                 match set_mode(&mut c, mode) {
                     Ok(()) => break,
                     Err(e) if e.errno() == Some(libc::EBUSY) && t.elapsed() < Duration::from_secs(10) => {
-                        std::thread::sleep(Duration::from_millis(100))
+                        std::thread::sleep(Duration::from_millis(100));
                     }
                     Err(e) => return Err(e.into()),
                 }
@@ -156,7 +156,7 @@ fn set_netns_eopnotsupp(lab: &Lab) -> anyhow::Result<String> {
                 match set_mode(&mut c, NetnsMode::Shared) {
                     Ok(()) => break,
                     Err(e) if e.errno() == Some(libc::EBUSY) && t.elapsed() < Duration::from_secs(10) => {
-                        std::thread::sleep(Duration::from_millis(100))
+                        std::thread::sleep(Duration::from_millis(100));
                     }
                     Err(e) => return Err(anyhow::Error::new(e).context("switch back to shared mode")),
                 }

@@ -390,7 +390,7 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn read_function(&self, a: PciAddr, e: &Entry) -> Read {
+    fn read_function(&self, a: PciAddr, e: &Entry<'_>) -> Read {
         if e.has("sriov_totalvfs") {
             self.read_pf(a, e)
         } else if e.has("physfn") {
@@ -400,14 +400,14 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn read_hex16(&self, e: &Entry, field: &str, problems: &mut Vec<Problem>) -> Option<u16> {
+    fn read_hex16(&self, e: &Entry<'_>, field: &str, problems: &mut Vec<Problem>) -> Option<u16> {
         self.read_opt(e, field, problems, |d, f| d.read_hex_u16(f))
     }
 
     /// Reads `<dev>/<field>` with `f`, turning absence or garbage into a problem.
     fn read_opt<T>(
         &self,
-        e: &Entry,
+        e: &Entry<'_>,
         field: &str,
         problems: &mut Vec<Problem>,
         f: impl FnOnce(&Dir, &str) -> Result<T, SysfsError>,
@@ -416,7 +416,7 @@ impl<'a> Walk<'a> {
         r.map_err(|err| problems.push(problem(field, err.to_string()))).ok()
     }
 
-    fn numa(&self, e: &Entry, problems: &mut Vec<Problem>) -> Option<u32> {
+    fn numa(&self, e: &Entry<'_>, problems: &mut Vec<Problem>) -> Option<u32> {
         let v = self.read_opt(e, "numa_node", problems, |d, f| d.read_i64(f))?;
         match u32::try_from(v) {
             Ok(n) => Some(n),
@@ -430,7 +430,7 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn driver(&self, e: &Entry, problems: &mut Vec<Problem>) -> Option<String> {
+    fn driver(&self, e: &Entry<'_>, problems: &mut Vec<Problem>) -> Option<String> {
         if !e.has("driver") {
             let p = e.dir.join("driver");
             problems.push(problem("driver", format!("{p:?} missing: no driver bound")));
@@ -441,7 +441,7 @@ impl<'a> Walk<'a> {
 
     /// Bridges between the function and the root complex, nearest first, from
     /// the `bus/pci/devices/<bdf>` link target (one readlink, no canonicalize).
-    fn upstream(&self, a: PciAddr, e: &Entry, problems: &mut Vec<Problem>) -> Vec<PciAddr> {
+    fn upstream(&self, a: PciAddr, e: &Entry<'_>, problems: &mut Vec<Problem>) -> Vec<PciAddr> {
         match e.bus.read_link(a.to_string()) {
             Ok(t) => {
                 let mut chain: Vec<PciAddr> =
@@ -459,7 +459,7 @@ impl<'a> Walk<'a> {
         }
     }
 
-    fn read_pf(&self, a: PciAddr, e: &Entry) -> Read {
+    fn read_pf(&self, a: PciAddr, e: &Entry<'_>) -> Read {
         let mut problems = vec![];
         let vendor = self.read_hex16(e, "vendor", &mut problems);
         let device = self.read_hex16(e, "device", &mut problems);
@@ -502,7 +502,7 @@ impl<'a> Walk<'a> {
     }
 
     /// A VF on its own; index and PF are filled in when its PF claims it.
-    fn read_vf(&self, a: PciAddr, e: &Entry) -> Read {
+    fn read_vf(&self, a: PciAddr, e: &Entry<'_>) -> Read {
         let mut problems = vec![];
         let vendor = self.read_hex16(e, "vendor", &mut problems);
         let device = self.read_hex16(e, "device", &mut problems);
@@ -527,7 +527,7 @@ impl<'a> Walk<'a> {
     }
 
     /// Functions that are neither PF nor VF: GPUs and RDMA HCAs without SR-IOV.
-    fn read_other(&self, a: PciAddr, e: &Entry) -> Read {
+    fn read_other(&self, a: PciAddr, e: &Entry<'_>) -> Read {
         let has_rdma = e.has("infiniband") || e.names.iter().any(|n| is_rdma_aux(n));
         let vendor = if e.has("vendor") { e.dir.read_hex_u16("vendor").ok() } else { None };
         if vendor == Some(0x10de) && !has_rdma {
@@ -574,7 +574,7 @@ impl<'a> Walk<'a> {
     }
 
     /// Netdevs under `<pci>/net/`.
-    fn netdevs(&self, e: &Entry) -> Vec<Netdev> {
+    fn netdevs(&self, e: &Entry<'_>) -> Vec<Netdev> {
         if !e.has("net") {
             return vec![];
         }
@@ -590,7 +590,7 @@ impl<'a> Walk<'a> {
     }
 
     /// RDMA devices of a function: direct and via aux devices.
-    fn rdma_of(&self, e: &Entry, netdevs: &[Netdev]) -> Vec<RdmaDev> {
+    fn rdma_of(&self, e: &Entry<'_>, netdevs: &[Netdev]) -> Vec<RdmaDev> {
         // Where the RDMA devices hang, relative to the function's directory.
         let mut bases: Vec<(&Path, RdmaVia)> = vec![];
         if e.has("infiniband") {
@@ -820,7 +820,7 @@ fn read_netdev(at: &Dir, rel: &Path, name: String) -> Netdev {
                 problems.push(problem(
                     f,
                     format!("{:?}: not a decimal number, found {v:?}", at.join(rel.join(f))),
-                ))
+                ));
             })
             .ok()
     };

@@ -138,7 +138,7 @@ fn sys_get_reply_reads_exclusive_mode_and_keeps_unknown_attributes() {
 #[test]
 fn client_asks_sys_get_and_reads_the_mode_from_a_recorded_kernel() {
     let mut c = Client::new(Recorded::new([SYS_GET_EXCLUSIVE.to_vec(), ack(1)]));
-    assert_eq!(nic::netlink::nldev::Nldev::rdma_netns_mode(&mut c).unwrap(), NetnsMode::Exclusive);
+    assert_eq!(Nldev::rdma_netns_mode(&mut c).unwrap(), NetnsMode::Exclusive);
     #[rustfmt::skip]
     let sent: [u8; 16] = [0x10, 0, 0, 0, 0x06, 0x14, 0x05, 0x00, 0x01, 0, 0, 0, 0, 0, 0, 0];
     assert_eq!(c.transport().sent, vec![sent.to_vec()]);

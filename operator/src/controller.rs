@@ -136,7 +136,7 @@ impl Controller {
         loop {
             match self.reconcile().await {
                 Ok(p) => {
-                    tracing::info!(written = ?p.statuses_written, deleted = ?p.deleted, "controller pass")
+                    tracing::info!(written = ?p.statuses_written, deleted = ?p.deleted, "controller pass");
                 }
                 Err(e) => tracing::error!(error = %e, "controller pass failed"),
             }

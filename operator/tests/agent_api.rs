@@ -287,7 +287,7 @@ async fn a_kernel_event_triggers_a_pass_after_the_debounce_not_the_poll() {
         node_name: NAME.into(),
         source: sim.source.clone(),
         poll: Duration::from_secs(30),
-        profile: Some(kube_rdma_operator::checks::default_profile()),
+        profile: Some(default_profile()),
         debounce: Duration::from_millis(500),
     };
     let agent = Agent::new(cfg, client).with_backoff(backoff());

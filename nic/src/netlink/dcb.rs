@@ -515,7 +515,7 @@ fn emit_ieee(out: &mut Vec<u8>, a: &IeeeAttr) {
         IeeeAttr::Ets(e) => put_nla(out, ieee::DCB_ATTR_IEEE_ETS, &e.to_bytes()),
         IeeeAttr::Pfc(p) => put_nla(out, ieee::DCB_ATTR_IEEE_PFC, &p.to_bytes()),
         IeeeAttr::AppTable(apps) => {
-            put_nest(out, ieee::DCB_ATTR_IEEE_APP_TABLE, |o| apps.iter().for_each(|a| emit_app(o, a)))
+            put_nest(out, ieee::DCB_ATTR_IEEE_APP_TABLE, |o| apps.iter().for_each(|a| emit_app(o, a)));
         }
         IeeeAttr::PeerEts(e) => put_nla(out, ieee::DCB_ATTR_IEEE_PEER_ETS, &e.to_bytes()),
         IeeeAttr::PeerPfc(p) => put_nla(out, ieee::DCB_ATTR_IEEE_PEER_PFC, &p.to_bytes()),
@@ -533,7 +533,7 @@ fn emit_attr(out: &mut Vec<u8>, a: &DcbAttr) {
             put_nla(out, attr::DCB_ATTR_IFNAME, &v);
         }
         DcbAttr::Ieee(list) => {
-            put_nest(out, attr::DCB_ATTR_IEEE, |o| list.iter().for_each(|a| emit_ieee(o, a)))
+            put_nest(out, attr::DCB_ATTR_IEEE, |o| list.iter().for_each(|a| emit_ieee(o, a)));
         }
         DcbAttr::IeeeStatus(s) => put_nla(out, attr::DCB_ATTR_IEEE, &[*s]),
         DcbAttr::Dcbx(d) => put_nla(out, attr::DCB_ATTR_DCBX, &[*d]),
@@ -976,7 +976,7 @@ fn set_rcv_timeout(sock: &Socket, t: Duration) -> std::io::Result<()> {
             libc::SOL_SOCKET,
             libc::SO_RCVTIMEO,
             &tv as *const libc::timeval as *const libc::c_void,
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            size_of::<libc::timeval>() as libc::socklen_t,
         )
     };
     if rc < 0 {

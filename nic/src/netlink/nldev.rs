@@ -185,7 +185,7 @@ impl Nla for NldevAttr {
         use NldevAttr::*;
         match self {
             DevIndex(v) | PortIndex(v) | NdevIndex(v) | NetNsFd(v) => {
-                buf[..4].copy_from_slice(&v.to_ne_bytes())
+                buf[..4].copy_from_slice(&v.to_ne_bytes());
             }
             CapFlags(v) | NodeGuid(v) | SysImageGuid(v) => buf[..8].copy_from_slice(&v.to_ne_bytes()),
             PortState(v) | PortPhysState(v) | DevNodeType(v) | SysNetnsMode(v) => buf[0] = *v,
@@ -297,7 +297,7 @@ impl NetlinkSerializable for NldevMessage {
         self.attrs.as_slice().buffer_len()
     }
     fn serialize(&self, buffer: &mut [u8]) {
-        self.attrs.as_slice().emit(buffer)
+        self.attrs.as_slice().emit(buffer);
     }
 }
 
