@@ -414,7 +414,14 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
 
         if let Some(f) = &conf.device_info_file {
             ctx.begin(Step::DeviceInfo)?;
-            write_device_info(f, &pci.to_string(), rdma_plan.first().or(vf.rdma.first()))?;
+            // device-info-spec 1.1.0: keep what the device plugin wrote
+            // (its PF address included), add ours.
+            let info = nic::devinfo::DeviceInfo {
+                pci: Some(pci),
+                pf: None,
+                rdma_device: rdma_plan.first().or(vf.rdma.first()).cloned(),
+            };
+            nic::devinfo::merge_into_file(f, &info).map_err(|e| Error::io(&e.path, e.source))?;
             failpoint(Step::DeviceInfo);
         }
 
@@ -541,30 +548,6 @@ fn move_rdma(names: &[String], to: &Netns, from: Option<&Netns>) -> Result<()> {
         c.rdma_set_netns(d, to.raw_fd() as u32).map_err(|e| Error::Rdma(e.to_string()))?;
     }
     Ok(())
-}
-
-fn write_device_info(path: &Path, pci: &str, rdma: Option<&String>) -> Result<()> {
-    // device-info-spec 1.1.0: keep what the device plugin wrote, add ours.
-    let mut v: Value = std::fs::read(path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or_else(|| serde_json::json!({}));
-    if !v.is_object() {
-        v = serde_json::json!({});
-    }
-    v["type"] = "pci".into();
-    v["version"] = "1.1.0".into();
-    if !v["pci"].is_object() {
-        v["pci"] = serde_json::json!({});
-    }
-    v["pci"]["pci-address"] = pci.into();
-    if let Some(r) = rdma {
-        v["pci"]["rdma-device"] = r.as_str().into();
-    }
-    if let Some(d) = path.parent() {
-        std::fs::create_dir_all(d).map_err(|e| Error::io(d, e))?;
-    }
-    std::fs::write(path, serde_json::to_vec(&v).unwrap_or_default()).map_err(|e| Error::io(path, e))
 }
 
 /// Undoes every recorded step but IPAM (callers release IPAM themselves, DEL
