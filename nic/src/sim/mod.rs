@@ -47,6 +47,7 @@
 //!   241 (umad; issm at minor +960). `rdma_cm` is a misc device (major 10, dynamic minor, 58 here).
 //!   Real char devices when running as root, regular files otherwise.
 
+mod kernel;
 mod layout;
 mod mutate;
 mod render;
@@ -72,7 +73,7 @@ pub enum SimError {
     #[error(transparent)]
     Desc(#[from] DescError),
     /// Writing the tree failed.
-    #[error("simulated node: cannot write {path:?}: {source}")]
+    #[error("simulated node: cannot write {path:?}")]
     Io {
         /// The path being written.
         path: PathBuf,
