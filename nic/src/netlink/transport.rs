@@ -169,21 +169,15 @@ fn same_request(a: &[u8], b: &[u8]) -> bool {
 fn answering(reply: &[u8], request: &[u8], seq: u32) -> Vec<u8> {
     let mut out = reply.to_vec();
     let mut at = 0;
-    while out.len() - at >= NLMSG_HDRLEN {
-        let len = u32::from_ne_bytes([out[at], out[at + 1], out[at + 2], out[at + 3]]) as usize;
-        if len < NLMSG_HDRLEN || len > out.len() - at {
-            break;
-        }
-        out[at + 8..at + 12].copy_from_slice(&seq.to_ne_bytes());
-        let kind = u16::from_ne_bytes([out[at + 4], out[at + 5]]);
-        let echo = at + NLMSG_HDRLEN + 4;
-        if kind == NLMSG_ERROR && len >= NLMSG_HDRLEN + 4 + NLMSG_HDRLEN && request.len() >= NLMSG_HDRLEN {
-            out[echo..echo + NLMSG_HDRLEN].copy_from_slice(&request[..NLMSG_HDRLEN]);
+    while at < out.len() {
+        let Ok(mut nb) = NetlinkBuffer::new_checked(&mut out[at..]) else { break };
+        let len = nb.length() as usize;
+        nb.set_sequence_number(seq);
+        let echo = NLMSG_HDRLEN + 4..NLMSG_HDRLEN + 4 + NLMSG_HDRLEN;
+        if nb.message_type() == NLMSG_ERROR && len >= echo.end && request.len() >= NLMSG_HDRLEN {
+            out[at + echo.start..at + echo.end].copy_from_slice(&request[..NLMSG_HDRLEN]);
         }
         at += nlmsg_align(len);
-        if at >= out.len() {
-            break;
-        }
     }
     out
 }
@@ -198,7 +192,7 @@ impl Transport for Recorded {
                 format!("the recording has no answer to this request ({} bytes)", buf.len()),
             ));
         };
-        let seq = u32::from_ne_bytes([buf[8], buf[9], buf[10], buf[11]]);
+        let seq = NetlinkBuffer::new_checked(buf).map(|nb| nb.sequence_number()).unwrap_or(0);
         self.replies.extend(x.replies.iter().map(|r| answering(r, buf, seq)));
         Ok(())
     }

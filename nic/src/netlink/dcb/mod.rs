@@ -20,7 +20,7 @@
 //! the crate's one netlink transport ([`crate::netlink::transport`]), which
 //! frames it, handles ACKs and kernel errors; [`parse_messages`] decodes a
 //! whole datagram. Requests are `dcb_*` methods of
-//! [`Client`](crate::netlink::transport::Client) (see [`client`]). Kernel
+//! [`Client`](crate::netlink::transport::Client), opened with [`open`]. Kernel
 //! notifications of DCB changes go to the rtnetlink multicast group
 //! [`RTNLGRP_DCB`] (subscribe with [`crate::netlink::events`]) and have the
 //! same shape as a `DCB_CMD_IEEE_GET` reply.
