@@ -103,7 +103,9 @@
 //!   gets 401 everywhere, no token gets 403 except on `/healthz`, `/livez`,
 //!   `/readyz`, `/version`.
 //!
-//! Not modelled: RBAC, admission webhooks, OpenAPI validation of objects,
+//! Not modelled: namespace termination (deleting a Namespace removes only
+//! that object), RBAC, admission webhooks, OpenAPI validation of objects
+//! (so `fieldValidation=Strict` finds no unknown fields),
 //! garbage collection of dependents (`ownerReferences`), graceful pod
 //! deletion (pods are deleted at once), `dryRun` (refused with 400), list
 //! consistency across `continue` pages (each page reads the current state),

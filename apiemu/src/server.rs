@@ -644,7 +644,7 @@ impl Ctx<'_> {
             ),
         };
         let timeout = match self.query.get("timeoutSeconds") {
-            None | Some("") => DEFAULT_WATCH_TIMEOUT,
+            None | Some("" | "0") => DEFAULT_WATCH_TIMEOUT,
             Some(t) => Duration::from_secs(
                 t.parse()
                     .map_err(|_| ApiError::bad_request(format!("timeoutSeconds: invalid value {t:?}")))?,

@@ -864,9 +864,9 @@ impl Store {
     pub fn put(&self, obj: impl Serialize) -> Result<Value, ApiError> {
         let mut obj = to_value(obj)?;
         let (res, ty) = self.resolve_object(&obj)?;
-        let ns = meta_str(&obj, "namespace").map(str::to_string);
+        let ns = resolve_namespace(&ty, None, &obj)?;
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
-        if !name.is_empty() && self.get_obj(res, ns.as_deref().filter(|_| ty.namespaced), &name).is_ok() {
+        if !name.is_empty() && self.get_obj(res, ns.as_deref(), &name).is_ok() {
             meta_mut(&mut obj).remove("resourceVersion");
             return self
                 .modify(res, ns.as_deref(), &name, Target::Raw, false, |_| {
@@ -902,6 +902,39 @@ impl Store {
             Ok(Modify::Replace { obj, precondition: None })
         })
         .map(|(o, _)| (*o).clone())
+    }
+
+    /// Sets one label, as another client would.
+    pub fn set_label(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Value, ApiError> {
+        self.update(resource, namespace, name, |o| {
+            let labels = meta_mut(o).entry("labels").or_insert_with(|| json!({}));
+            if !labels.is_object() {
+                *labels = json!({});
+            }
+            labels[key] = json!(value);
+        })
+    }
+
+    /// Removes one label, as another client would (no-op when absent).
+    pub fn remove_label(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+        key: &str,
+    ) -> Result<Value, ApiError> {
+        self.update(resource, namespace, name, |o| {
+            if let Some(l) = o.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
+                l.remove(key);
+            }
+        })
     }
 
     /// Deletes an object as a client would (finalizers honoured); returns
@@ -1314,6 +1347,24 @@ mod tests {
         assert_eq!(o["metadata"]["generation"], 1);
         let o = s.update("rns", None, "n1", |o| o["spec"]["nodeName"] = json!("x")).unwrap();
         assert_eq!(o["metadata"]["generation"], 2);
+    }
+
+    #[test]
+    fn put_creates_then_replaces_in_the_default_namespace() {
+        let s = store();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "status": {"phase": "Running"}});
+        s.put(pod.clone()).unwrap();
+        let mut again = pod;
+        again["status"]["phase"] = json!("Succeeded");
+        let o = s.put(again).unwrap();
+        assert_eq!(
+            (o["metadata"]["namespace"].as_str(), o["status"]["phase"].as_str()),
+            (Some("default"), Some("Succeeded"))
+        );
+        s.set_label("pods", Some("default"), "p", "a", "b").unwrap();
+        assert_eq!(s.get("pods", Some("default"), "p").unwrap().unwrap()["metadata"]["labels"]["a"], "b");
+        s.remove_label("pods", Some("default"), "p", "a").unwrap();
+        assert_eq!(s.get("pods", Some("default"), "p").unwrap().unwrap()["metadata"]["labels"], json!({}));
     }
 
     #[test]
