@@ -64,7 +64,8 @@
 //!   `metadata.namespace` and the per-resource fields in
 //!   [`ResourceType::field_selectors`]; `limit`/`continue` paging over the
 //!   current state), watch, create, replace (stale `resourceVersion` → 409
-//!   Conflict), patch (merge, strategic as merge with lists replaced,
+//!   Conflict; none at all → 422 for custom resources, which forbid
+//!   unconditional updates), patch (merge, strategic as merge with lists replaced,
 //!   JSON patch, server-side apply), delete (with `preconditions`), delete
 //!   collection, and `/status` for resources with a status subresource.
 //!   Errors are `metav1.Status` bodies with the real reasons and codes.

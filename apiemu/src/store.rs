@@ -591,8 +591,15 @@ impl Store {
             }
         }
         let precondition = object::resource_version(&body);
-        if meta_str(&body, "resourceVersion").is_some_and(|s| s.parse::<u64>().is_err()) {
+        if meta_str(&body, "resourceVersion").is_some_and(|s| !s.is_empty() && s.parse::<u64>().is_err()) {
             return Err(ApiError::bad_request("metadata.resourceVersion: must be a number"));
+        }
+        if precondition.is_none() && !ty.unconditional_update {
+            return Err(ApiError::invalid(
+                &ty,
+                name,
+                "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+            ));
         }
         self.modify(res, ns, name, target, false, |_cur| Ok(Modify::Replace { obj: body, precondition }))
             .map(|(o, _)| o)
