@@ -254,3 +254,82 @@ def promtool_test(groups: list[dict[str, Any]], for_: str, storm: float, stale: 
 
 def load_json(text: str) -> dict[str, Any]:
     return json.loads(text)
+
+
+class ApiEmulator:
+    """The in-repo Kubernetes API emulator (`kube-rdma-apiemu serve`, TLS, token users) as a
+    context manager: `.kubeconfig` for our binaries, `.get(path)` for the test's own reads."""
+
+    def __init__(self, binary: Path, seeds: list[str]) -> None:
+        self.binary = binary
+        self.seeds = seeds
+
+    def __enter__(self) -> "ApiEmulator":
+        self.tmp = tempfile.TemporaryDirectory(prefix="kube-rdma-apiemu-")
+        seed_args = []
+        for i, text in enumerate(self.seeds):
+            p = Path(self.tmp.name, f"seed-{i}.yaml")
+            p.write_text(text, encoding="utf-8")
+            seed_args += ["--seed", str(p)]
+        self.kubeconfig = Path(self.tmp.name, "kubeconfig")
+        self.proc = subprocess.Popen([str(self.binary), "serve", "--listen", "127.0.0.1:0", "--kubeconfig",
+                                      str(self.kubeconfig), *seed_args],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert self.proc.stdout is not None
+        self.url = self.proc.stdout.readline().strip()
+        line = self.proc.stdout.readline().strip()
+        if not line.startswith("kubeconfig:"):
+            self.proc.kill()
+            raise AssertionError(f"the API emulator did not start: {self.url} {line} {self.proc.stderr.read()}")
+        kc = yaml.safe_load(self.kubeconfig.read_text(encoding="utf-8"))
+        ctx = next(c["context"] for c in kc["contexts"] if c["name"] == kc["current-context"])
+        self.token = next(u["user"]["token"] for u in kc["users"] if u["name"] == ctx["user"])
+        cluster = next(c["cluster"] for c in kc["clusters"] if c["name"] == ctx["cluster"])
+        import base64
+        import ssl
+
+        self.ssl = ssl.create_default_context(
+            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.tmp.cleanup()
+
+    def get(self, path: str) -> dict[str, Any]:
+        req = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
+        with urllib.request.urlopen(req, context=self.ssl, timeout=5) as r:
+            return json.loads(r.read())
+
+
+def run_until_scraped(cmd: list[str], env: dict[str, str], port: int, wants: list[str],
+                      timeout: float = 60.0) -> str:
+    """Runs a daemon, scrapes its /metrics until every name in `wants` shows, stops it."""
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + timeout
+        text = ""
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise AssertionError(f"{' '.join(cmd[:2])} exited {proc.returncode}:\n{proc.stderr.read()[-3000:]}")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
+                    text = r.read().decode()
+                names = exposition_names(text)
+                if all(w in names for w in wants):
+                    return text
+            except OSError:
+                pass
+            time.sleep(0.3)
+        raise AssertionError(f"{' '.join(cmd[:2])}: {sorted(set(wants) - exposition_names(text))} never showed "
+                             f"in /metrics within {timeout:.0f}s; last:\n{text[-1500:]}")
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -1011,11 +1011,77 @@ def exported_metrics() -> tuple[set[str], list[str]]:
     return names, notes
 
 
+def apiemu_binary() -> Path | None:
+    """The in-repo API emulator's binary, built; None while the crate is not on this branch."""
+    if not (ROOT / "apiemu" / "Cargo.toml").exists():
+        return None
+    res = subprocess.run(["cargo", "build", "--locked", "-p", "kube-rdma-apiemu", "--bin", "kube-rdma-apiemu"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return native_binary("kube-rdma-operator").parent / "kube-rdma-apiemu"
+
+
+SIM_NODE = "cx6dx-dual"
+AGENT_METRICS = ["kuberdma_node_roce_ready", "kuberdma_check_passing", "kuberdma_pfc_pause_frames_total",
+                 "kuberdma_rdma_hw_counter_total", "kuberdma_agent_last_success_timestamp_seconds"]
+CONTROLLER_METRICS = ["kuberdma_profile_nodes", "kuberdma_node_stale"]
+
+
+def cluster_seeds() -> list[str]:
+    """A Node for the simulated node (labelled for the example profile), the example profile."""
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": SIM_NODE, "labels": {"kubernetes.io/hostname": SIM_NODE,
+                                                      "node-role.kubernetes.io/rdma": ""}}}
+    return [yaml.safe_dump(node), (EXAMPLES / "roceprofile.yaml").read_text(encoding="utf-8")]
+
+
 def apiemu_scrapes() -> tuple[str | None, str | None]:
-    """The agent's and the controller's /metrics, running against the in-repo API emulator."""
-    if not (ROOT / "apiemu").exists():
+    """The agent's and the controller's /metrics, each running as the chart runs it (simulated
+    node for the agent) against the in-repo API emulator over TLS, through a kubeconfig."""
+    emu = apiemu_binary()
+    if emu is None:
         return None, None
-    raise AssertionError("apiemu is present: wire the agent/controller scrape to it")
+    op = str(native_binary("kube-rdma-operator"))
+    with monitoring.ApiEmulator(emu, cluster_seeds()) as api:
+        env = {**os.environ, "KUBECONFIG": str(api.kubeconfig), "NODE_NAME": SIM_NODE}
+        port = monitoring.free_port()
+        agent = monitoring.run_until_scraped(
+            [op, "agent", "--sim", str(ROOT / "examples" / "nodes" / f"{SIM_NODE}.yaml"), "--poll-interval=2",
+             f"--metrics-addr=127.0.0.1:{port}"], env, port, AGENT_METRICS)
+        # The controller needs the agent's RdmaNodeState, which the run above published.
+        port = monitoring.free_port()
+        controller = monitoring.run_until_scraped(
+            [op, "controller", "--interval=1", f"--metrics-addr=127.0.0.1:{port}"], env, port, CONTROLLER_METRICS)
+    return agent, controller
+
+
+def test_crds_apply_against_emulator() -> str:
+    """The CRD hook's exact command line, run against the API emulator through a kubeconfig:
+    an outdated CRD (as a first install left it) is brought to what the binary generates."""
+    emu = apiemu_binary()
+    assert emu is not None, "needs the in-repo API emulator (apiemu crate), not on this branch yet"
+    generated = [d for d in yaml.safe_load_all(subprocess.run(
+        [str(native_binary("kube-rdma-operator")), "crds"], capture_output=True, text=True, check=True).stdout) if d]
+    old = copy.deepcopy(generated)
+    for crd in old:  # an older release: no printer columns, one property less
+        v = crd["spec"]["versions"][0]
+        v.pop("additionalPrinterColumns", None)
+        props = v["schema"]["openAPIV3Schema"]["properties"]["spec"].get("properties", {})
+        props.pop(sorted(props)[-1], None)
+    hook = next(o for o in chart.objects(chart.render(None, upgrade=True)) if o["kind"] == "Job")
+    c = hook["spec"]["template"]["spec"]["containers"][0]
+    cmd = [str(native_binary("kube-rdma-operator"))] + c["args"]
+    with monitoring.ApiEmulator(emu, [yaml.safe_dump_all(old)]) as api:
+        for attempt in (1, 2):  # the second apply finds nothing to change
+            res = subprocess.run(cmd, env={**os.environ, "KUBECONFIG": str(api.kubeconfig)},
+                                 capture_output=True, text=True, timeout=60)
+            assert res.returncode == 0, f"apply #{attempt}: {res.stdout}{res.stderr}"
+        for want in generated:
+            got = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{want['metadata']['name']}")
+            assert got["spec"] == want["spec"], f"{want['metadata']['name']}: stored spec differs from the generated one"
+            managers = {m.get("manager") for m in got["metadata"].get("managedFields", [])}
+            assert "kube-rdma" in managers, f"no field manager kube-rdma: {managers}"
+    return f"{len(generated)} CRDs upgraded by `{' '.join(c['args'])}` (field manager kube-rdma), twice"
 
 
 def test_metrics_exist() -> str:
@@ -1064,7 +1130,28 @@ def test_logs_plain_and_json() -> str:
     for b in ("kube-rdma-operator", "kubectl-rdma"):
         res = subprocess.run([str(native_binary(b)), "--log-format", "json", "--help"], capture_output=True, text=True)
         assert res.returncode == 0 and "--log-format" in res.stdout, res.stderr
-    return f"text: {len(outs['text'].splitlines())} plain lines; json: {len(lines)} objects"
+    # The controller, with an API server that refuses connections, logs its retries.
+    op = {}
+    with tempfile.TemporaryDirectory(prefix="kube-rdma-logs-") as tmp:
+        kc = Path(tmp, "kubeconfig")
+        kc.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{monitoring.free_port()}"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}), encoding="utf-8")
+        for fmt in ("text", "json"):
+            proc = subprocess.Popen([str(native_binary("kube-rdma-operator")), "--log-format", fmt, "controller",
+                                     "--interval=1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    env={**os.environ, "KUBECONFIG": str(kc), "RUST_LOG": "debug"})
+            time.sleep(3)
+            proc.terminate()
+            op[fmt] = proc.communicate(timeout=10)[1].decode()
+    assert "panicked" not in op["text"], f"the controller panics instead of logging: {op['text'][:400]}"
+    assert op["text"].strip() and "\x1b[" not in op["text"], f"controller text logs: {op['text'][:300]!r}"
+    for ln in (ln for ln in op["json"].splitlines() if ln.strip()):
+        json.loads(ln)
+    return (f"device plugin text: {len(outs['text'].splitlines())} plain lines, json: {len(lines)} objects; "
+            f"controller text: {len(op['text'].splitlines())} plain lines, json parses")
 
 
 # ---------------------------------------------------------------- image
@@ -1360,6 +1447,8 @@ def main() -> int:
     suite.check("monitoring: alert rules pass promtool check and unit tests", test_rules_promtool)
     suite.check("monitoring: every metric in rules and dashboard is exported by a binary", test_metrics_exist)
     suite.check("logs: no ANSI off a terminal; --log-format json", test_logs_plain_and_json)
+    suite.check("crds: the upgrade hook's `crds --apply` against the API emulator",
+                test_crds_apply_against_emulator)
     for f in ["values.yaml"] + ci_files():
         suite.check(f"validate: rendered objects of {f} (kubernetes-validate --strict)",
                     lambda f=f: validate_rendered(default_values() if f == "values.yaml" else ci_values(f), f))
