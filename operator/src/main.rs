@@ -46,7 +46,7 @@ fn init_logging(format: LogFormat) {
         LogFormat::Json => fmt.json().init(),
         // Colour codes only help a person at a terminal; in pod logs they are noise.
         LogFormat::Text => {
-            fmt.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()).init()
+            fmt.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()).init();
         }
     }
 }

@@ -49,7 +49,7 @@ fn init_logging(format: LogFormat) {
         LogFormat::Json => fmt.json().init(),
         // Colour codes only for a person at a terminal.
         LogFormat::Text => {
-            fmt.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()).init()
+            fmt.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()).init();
         }
     }
 }
