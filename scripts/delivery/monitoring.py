@@ -307,26 +307,27 @@ class ApiEmulator:
 
 
 def run_until_scraped(cmd: list[str], env: dict[str, str], port: int, wants: list[str],
-                      timeout: float = 60.0) -> str:
-    """Runs a daemon, scrapes its /metrics until every name in `wants` shows, stops it."""
+                      timeout: float = 30.0) -> tuple[str, str | None]:
+    """Runs a daemon, scrapes its /metrics until every name in `wants` shows, stops it. Returns
+    the last text and, when something never showed or the daemon died, why."""
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + timeout
         text = ""
         while time.monotonic() < deadline:
             if proc.poll() is not None:
-                raise AssertionError(f"{' '.join(cmd[:2])} exited {proc.returncode}:\n{proc.stderr.read()[-3000:]}")
+                return text, f"{' '.join(cmd[1:2])} exited {proc.returncode}: {proc.stderr.read()[-600:].strip()}"
             try:
                 with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=2) as r:
                     text = r.read().decode()
                 names = exposition_names(text)
                 if all(w in names for w in wants):
-                    return text
+                    return text, None
             except OSError:
                 pass
             time.sleep(0.3)
-        raise AssertionError(f"{' '.join(cmd[:2])}: {sorted(set(wants) - exposition_names(text))} never showed "
-                             f"in /metrics within {timeout:.0f}s; last:\n{text[-1500:]}")
+        return text, (f"{' '.join(cmd[1:2])}: {sorted(set(wants) - exposition_names(text))} never showed in "
+                      f"/metrics within {timeout:.0f}s")
     finally:
         proc.terminate()
         try:

@@ -1001,13 +1001,14 @@ def exported_metrics() -> tuple[set[str], list[str]]:
     names = monitoring.exposition_names(monitoring.device_plugin_metrics(
         native_binary("kube-rdma-device-plugin"), ROOT / "examples" / "nodes" / "cx6dx-dual.yaml"))
     notes = ["device plugin (simulated cx6dx-dual) scraped"]
-    agent, controller = apiemu_scrapes()
-    if agent is None:
+    scrapes = apiemu_scrapes()
+    if scrapes is None:
         notes.append("agent and controller NOT scraped: they need a Kubernetes API (the apiemu emulator is "
                      "not on this branch)")
-    else:
-        names |= monitoring.exposition_names(agent) | monitoring.exposition_names(controller)
-        notes.append("agent and controller scraped against the API emulator")
+        return names, notes
+    for who, (text, problem) in scrapes.items():
+        names |= monitoring.exposition_names(text)
+        notes.append(f"{who} scraped against the API emulator" + (f" ({problem})" if problem else ""))
     return names, notes
 
 
@@ -1035,12 +1036,13 @@ def cluster_seeds() -> list[str]:
     return [yaml.safe_dump(node), (EXAMPLES / "roceprofile.yaml").read_text(encoding="utf-8")]
 
 
-def apiemu_scrapes() -> tuple[str | None, str | None]:
-    """The agent's and the controller's /metrics, each running as the chart runs it (simulated
-    node for the agent) against the in-repo API emulator over TLS, through a kubeconfig."""
+def apiemu_scrapes() -> dict[str, tuple[str, str | None]] | None:
+    """The agent's and the controller's /metrics (and what did not show up), each running as
+    the chart runs it (simulated node for the agent) against the in-repo API emulator over TLS,
+    through a kubeconfig. None while the emulator is not on this branch."""
     emu = apiemu_binary()
     if emu is None:
-        return None, None
+        return None
     op = str(native_binary("kube-rdma-operator"))
     with monitoring.ApiEmulator(emu, cluster_seeds()) as api:
         env = {**os.environ, "KUBECONFIG": str(api.kubeconfig), "NODE_NAME": SIM_NODE}
@@ -1052,7 +1054,7 @@ def apiemu_scrapes() -> tuple[str | None, str | None]:
         port = monitoring.free_port()
         controller = monitoring.run_until_scraped(
             [op, "controller", "--interval=1", f"--metrics-addr=127.0.0.1:{port}"], env, port, CONTROLLER_METRICS)
-    return agent, controller
+    return {"agent": agent, "controller": controller}
 
 
 def test_crds_apply_against_emulator() -> str:
