@@ -178,25 +178,25 @@ def test_schema_accepts(values: dict[str, Any]) -> None:
 # A bad pool, and the part of the schema error that shows it was caught for the right reason.
 BAD_POOLS: dict[str, tuple[dict[str, Any], str]] = {
     "name with a slash": ({"name": "rdma/vf", "selectors": {"vendors": ["15b3"]}}, "/pools/0/name"),
-    "no selectors": ({"name": "rdma_vf"}, "selectors"),
-    "empty selectors": ({"name": "rdma_vf", "selectors": {}}, "/pools/0/selectors"),
-    "vendor not 4 hex digits": ({"name": "rdma_vf", "selectors": {"vendors": ["15b33"]}}, "/vendors/0"),
-    "vendor as a YAML number": ({"name": "rdma_vf", "selectors": {"vendors": [8086]}}, "/vendors/0"),
-    "unknown mode": ({"name": "rdma_vf", "mode": "exclusive", "selectors": {"vendors": ["15b3"]}}, "/mode"),
-    "unknown policy": ({"name": "rdma_vf", "policy": "random", "selectors": {"vendors": ["15b3"]}}, "/policy"),
-    "bad pfNames VF range": ({"name": "rdma_vf", "selectors": {"pfNames": ["ens1f0#a-b"]}}, "/pfNames/0"),
-    "link speed as text": ({"name": "rdma_vf", "selectors": {"linkSpeeds": ["100G"]}}, "/linkSpeeds/0"),
-    "misspelt selector": ({"name": "rdma_vf", "selectors": {"vendor": ["15b3"]}}, "'vendor' not allowed"),
-    "unknown pool key": ({"name": "rdma_vf", "selectors": {"vendors": ["15b3"]}, "numa": 0}, "'numa' not allowed"),
+    "no selectors": ({"name": "rdma_vfs"}, "selectors"),
+    "empty selectors": ({"name": "rdma_vfs", "selectors": {}}, "/pools/0/selectors"),
+    "vendor not 4 hex digits": ({"name": "rdma_vfs", "selectors": {"vendors": ["15b33"]}}, "/vendors/0"),
+    "vendor as a YAML number": ({"name": "rdma_vfs", "selectors": {"vendors": [8086]}}, "/vendors/0"),
+    "unknown mode": ({"name": "rdma_vfs", "mode": "exclusive", "selectors": {"vendors": ["15b3"]}}, "/mode"),
+    "unknown policy": ({"name": "rdma_vfs", "policy": "random", "selectors": {"vendors": ["15b3"]}}, "/policy"),
+    "bad pfNames VF range": ({"name": "rdma_vfs", "selectors": {"pfNames": ["ens1f0#a-b"]}}, "/pfNames/0"),
+    "link speed as text": ({"name": "rdma_vfs", "selectors": {"linkSpeeds": ["100G"]}}, "/linkSpeeds/0"),
+    "misspelt selector": ({"name": "rdma_vfs", "selectors": {"vendor": ["15b3"]}}, "'vendor' not allowed"),
+    "unknown pool key": ({"name": "rdma_vfs", "selectors": {"vendors": ["15b3"]}, "numa": 0}, "'numa' not allowed"),
     "shared pool without rdmaHcaMax": (
         {"name": "hca", "mode": "shared", "selectors": {"ifNames": ["ens2f0"]}}, "rdmaHcaMax"),
-    "rdmaHcaMax on a vf pool": ({"name": "rdma_vf", "rdmaHcaMax": 4, "selectors": {"vendors": ["15b3"]}},
+    "rdmaHcaMax on a vf pool": ({"name": "rdma_vfs", "rdmaHcaMax": 4, "selectors": {"vendors": ["15b3"]}},
                                 "/pools/0"),
     "PCI address without function": (
-        {"name": "rdma_vf", "selectors": {"rootDevices": ["0000:3d:00"]}}, "/rootDevices/0"),
-    "empty selector list": ({"name": "rdma_vf", "selectors": []}, "/pools/0/selectors"),
+        {"name": "rdma_vfs", "selectors": {"rootDevices": ["0000:3d:00"]}}, "/rootDevices/0"),
+    "empty selector list": ({"name": "rdma_vfs", "selectors": []}, "/pools/0/selectors"),
     "bad entry in a selector list": (
-        {"name": "rdma_vf", "selectors": [{"vendors": ["15b3"]}, {"linkTypes": ["token-ring"]}]}, "/linkTypes/0"),
+        {"name": "rdma_vfs", "selectors": [{"vendors": ["15b3"]}, {"linkTypes": ["token-ring"]}]}, "/linkTypes/0"),
 }
 
 
