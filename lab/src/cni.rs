@@ -10,8 +10,9 @@ use crate::check_eq;
 use crate::harness::{Lab, Test};
 use crate::util::{ifindex, iproute2};
 use anyhow::Context;
+use nic::netlink::link::RouteSocket;
 use nic::netlink::nldev::{self, Nldev};
-use nic::netlink::transport::{Client, SocketTransport, NETLINK_RDMA, NETLINK_ROUTE};
+use nic::netlink::transport::{Client, SocketTransport, NETLINK_RDMA};
 use nic::netlink::vf::{self, VfLink, VfState, VfVlanSetting};
 use nic::netns::NamedNetns;
 use nic::simdesc::NetnsMode;
@@ -72,7 +73,7 @@ impl Fixture {
         iproute2("ip", &["link", "add", VF_NETDEV, "type", "veth", "peer", "name", "labvf2p"])?;
         iproute2("ip", &["link", "set", "labvf2p", "up"])?;
         let pf_index = ifindex(&lab.pf)?;
-        let mut c = Client::new(SocketTransport::open(NETLINK_ROUTE)?);
+        let mut c = RouteSocket::open_here()?;
         let before = vf::read(&mut c, pf_index, VF)?.context("PF reports no VF 2")?;
         Ok(Fixture { root, state, pod: None, pf_index, before })
     }
@@ -85,7 +86,7 @@ impl Fixture {
     }
 
     fn vf_now(&self) -> anyhow::Result<VfState> {
-        let mut c = Client::new(SocketTransport::open(NETLINK_ROUTE)?);
+        let mut c = RouteSocket::open_here()?;
         vf::read(&mut c, self.pf_index, VF)?.context("PF reports no VF 2")
     }
 
@@ -142,7 +143,7 @@ impl Drop for Fixture {
         let _ = iproute2("ip", &["link", "del", VF_NETDEV]);
         let _ = iproute2("ip", &["link", "del", "labvf2p"]);
         self.pod.take();
-        if let Ok(mut c) = SocketTransport::open(NETLINK_ROUTE).map(Client::new) {
+        if let Ok(mut c) = RouteSocket::open_here() {
             let _ = vf::apply(&mut c, self.pf_index, VF, &self.want_undo());
         }
         if let Some(p) = self.root.parent() {

@@ -25,7 +25,7 @@ pub const NETNS_RUN_DIR: &str = "/run/netns";
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
     /// The path could not be opened.
-    #[error("cannot open network namespace {path}: {source}")]
+    #[error("cannot open network namespace {path}")]
     Open {
         /// The netns path.
         path: PathBuf,
@@ -40,7 +40,7 @@ pub enum NetnsError {
         path: PathBuf,
     },
     /// `setns(2)` failed.
-    #[error("setns into {path} failed: {source}")]
+    #[error("setns into {path} failed")]
     Setns {
         /// The netns path.
         path: PathBuf,
@@ -49,7 +49,7 @@ pub enum NetnsError {
         source: nix::Error,
     },
     /// Creating or deleting a named namespace failed.
-    #[error("{op} network namespace {name}: {source}")]
+    #[error("cannot {op} network namespace {name}")]
     Named {
         /// What was being done.
         op: &'static str,
