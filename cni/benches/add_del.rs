@@ -102,25 +102,14 @@ fn main() {
         t.elapsed()
     };
 
-    // The floor: a veth of the same kind moved there and back, nothing else.
-    let host_ns = lab.host.open().unwrap();
-    let pod_ns = pod.open().unwrap();
-    let floor_dev = lab.vfs[2].1.clone();
-    let mut host_c = RouteSocket::open_in(&host_ns).unwrap();
-    let mut pod_c = RouteSocket::open_in(&pod_ns).unwrap();
-    let mut floor = || {
-        let l = host_c.link_by_name(&floor_dev).unwrap().unwrap();
-        let t = Instant::now();
-        host_c
-            .set_link(l.index, &LinkChange { netns_fd: Some(pod_ns.raw_fd()), ..LinkChange::default() })
-            .unwrap();
-        let l = pod_c.link_by_name(&floor_dev).unwrap().unwrap();
-        pod_c
-            .set_link(l.index, &LinkChange { netns_fd: Some(host_ns.raw_fd()), ..LinkChange::default() })
-            .unwrap();
-        t.elapsed()
+    let mut kernel = Kernel {
+        host_ns: lab.host.open().unwrap(),
+        pod_ns: pod.open().unwrap(),
+        dev: lab.vfs[2].1.clone(),
+        host: RouteSocket::open_in(&lab.host.open().unwrap()).unwrap(),
+        pod: RouteSocket::open_in(&pod.open().unwrap()).unwrap(),
     };
-
+    let mut floor = || kernel.floor();
     // Warm-up (page cache, IPAM version cache).
     add_del(bin, &ours, "w", "net1");
     add_del(&hd, &theirs, "hw", "net2");
@@ -134,7 +123,9 @@ fn main() {
         // Rotate the order so that no one always runs right after another.
         for j in 0..4 {
             match (i + j) % 4 {
-                0 => f.push(floor()),
+                0 => {
+                    f.push(floor());
+                }
                 1 => k.push(add_del(bin, &ours, &format!("b{i}"), "net1")),
                 2 => h.push(add_del(&hd, &theirs, &format!("h{i}"), "net2")),
                 _ => {
@@ -145,15 +136,157 @@ fn main() {
             }
         }
     }
+    drop(floor);
+    let (mut c1, mut c2) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        c1.push(kernel.configured(false));
+        c2.push(kernel.configured(true));
+    }
+    // Where our time goes: the plugin's own debug timings (logFile) against
+    // the wall time of each process, over a few more rounds.
+    let explain = std::env::var_os("ADD_DEL_EXPLAIN").is_some();
+    let mut phases: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    if explain {
+        // A process that does nothing: exec, dynamic linking, exit.
+        for _ in 0..rounds {
+            let t = Instant::now();
+            let (code, out) = run(&lab, bin, "VERSION", "v", pod.path(), "net1", &ours);
+            assert_eq!(code, 0, "VERSION: {out}");
+            phases.entry("VERSION wall (a process round trip)".into()).or_default().push(ms(t.elapsed()));
+        }
+        let log = ours_state.path().join("debug.log");
+        let mut dbg = ours.clone();
+        dbg["logLevel"] = json!("debug");
+        dbg["logFile"] = json!(log);
+        for i in 0..rounds {
+            for cmd in ["ADD", "DEL"] {
+                let _ = std::fs::remove_file(&log);
+                let t = Instant::now();
+                let (code, out) = run(&lab, bin, cmd, &format!("x{i}"), pod.path(), "net1", &dbg);
+                phases.entry(format!("{cmd} wall")).or_default().push(ms(t.elapsed()));
+                assert_eq!(code, 0, "{cmd}: {out}");
+                for l in lines(&log) {
+                    let Some(v) = l
+                        .split("ms=")
+                        .nth(1)
+                        .and_then(|x| x.split_whitespace().next())
+                        .and_then(|x| x.parse::<f64>().ok())
+                    else {
+                        continue;
+                    };
+                    // `... DEBUG cni{..}: kube_rdma_cni::txn: undone step="move_netdev" ms=19.3`
+                    let what = l.rsplit("}: ").next().unwrap_or("");
+                    let what =
+                        what.split_once(": ").map_or(what, |(_, m)| m).split(" ms=").next().unwrap_or("");
+                    phases.entry(format!("{cmd} {what}")).or_default().push(v);
+                }
+            }
+        }
+    }
     let (mf, mk, mh) = (median(&f), median(&k), median(&h));
     println!("ADD+DEL median over {rounds} rounds (static IPAM, veth into a pod netns, interleaved):");
+    // Each round's own ratio too: the machine's load drifts, and a round's
+    // floor is measured right beside its plugin runs.
+    let paired = |v: &[Duration]| {
+        let mut r: Vec<f64> = v.iter().zip(&f).map(|(a, b)| a.as_secs_f64() / b.as_secs_f64()).collect();
+        r.sort_by(f64::total_cmp);
+        r[r.len() / 2]
+    };
     println!("  kernel floor   : {:>7.2} ms (two bare netns moves, in-process netlink)", ms(mf));
-    println!("  kube-rdma-cni  : {:>7.2} ms = {:.2}x floor (target <= 1.15)", ms(mk), ms(mk) / ms(mf));
-    println!("  host-device    : {:>7.2} ms = {:.2}x floor", ms(mh), ms(mh) / ms(mf));
+    println!(
+        "  kube-rdma-cni  : {:>7.2} ms = {:.2}x floor, per-round median {:.2}x (target <= 1.15)",
+        ms(mk),
+        ms(mk) / ms(mf),
+        paired(&k)
+    );
+    println!(
+        "  host-device    : {:>7.2} ms = {:.2}x floor, per-round median {:.2}x",
+        ms(mh),
+        ms(mh) / ms(mf),
+        paired(&h)
+    );
     println!("  kube-rdma / host-device: {:.2}", ms(mk) / ms(mh));
+    println!(
+        "  the same moves with rename+up / down: {:.2} ms ({:.2}x floor); plus an address and a route: {:.2} ms ({:.2}x)",
+        ms(median(&c1)),
+        ms(median(&c1)) / ms(mf),
+        ms(median(&c2)),
+        ms(median(&c2)) / ms(mf)
+    );
+    for (k, v) in &phases {
+        let mut v = v.clone();
+        v.sort_by(f64::total_cmp);
+        println!("  explain: {k:<50} {:>7.2} ms (median of {})", v[v.len() / 2], v.len());
+    }
     if let Some(p) = &baseline {
         let mb = median(&b);
-        println!("  baseline       : {:>7.2} ms = {:.2}x floor ({})", ms(mb), ms(mb) / ms(mf), p.display());
+        println!(
+            "  baseline       : {:>7.2} ms = {:.2}x floor, per-round median {:.2}x ({})",
+            ms(mb),
+            ms(mb) / ms(mf),
+            paired(&b),
+            p.display()
+        );
         println!("  kube-rdma / baseline: {:.2} (target <= 1.00)", ms(mk) / ms(mb));
+    }
+}
+
+/// Bare kernel moves of one veth between the lab's host netns and the pod.
+struct Kernel {
+    host_ns: nic::netns::Netns,
+    pod_ns: nic::netns::Netns,
+    dev: String,
+    host: RouteSocket,
+    pod: RouteSocket,
+}
+
+impl Kernel {
+    /// The floor: the veth moved there and back, nothing else.
+    fn floor(&mut self) -> Duration {
+        let l = self.host.link_by_name(&self.dev).unwrap().unwrap();
+        let t = Instant::now();
+        self.host
+            .set_link(l.index, &LinkChange { netns_fd: Some(self.pod_ns.raw_fd()), ..LinkChange::default() })
+            .unwrap();
+        let l = self.pod.link_by_name(&self.dev).unwrap().unwrap();
+        self.pod
+            .set_link(l.index, &LinkChange { netns_fd: Some(self.host_ns.raw_fd()), ..LinkChange::default() })
+            .unwrap();
+        t.elapsed()
+    }
+
+    /// What the same two moves cost when they carry what an attachment
+    /// carries: rename and up on the way there, (an address and a route
+    /// while in the pod,) down and the old name on the way back.
+    fn configured(&mut self, with_addr: bool) -> Duration {
+        let l = self.host.link_by_name(&self.dev).unwrap().unwrap();
+        let t = Instant::now();
+        let there = LinkChange {
+            netns_fd: Some(self.pod_ns.raw_fd()),
+            name: Some("fl1".into()),
+            up: Some(true),
+            ..LinkChange::default()
+        };
+        self.host.set_link(l.index, &there).unwrap();
+        let spent = t.elapsed();
+        let l = self.pod.link_by_name("fl1").unwrap().unwrap();
+        if with_addr {
+            self.pod.add_address(l.index, "10.242.0.2".parse().unwrap(), 24).unwrap();
+            let r = nic::netlink::link::Route {
+                dst: "10.243.0.0".parse().unwrap(),
+                prefix: 16,
+                gw: Some("10.242.0.1".parse().unwrap()),
+            };
+            self.pod.add_route(l.index, &r).unwrap();
+        }
+        let t = Instant::now();
+        let back = LinkChange {
+            netns_fd: Some(self.host_ns.raw_fd()),
+            name: Some(self.dev.clone()),
+            up: Some(false),
+            ..LinkChange::default()
+        };
+        self.pod.set_link(l.index, &back).unwrap();
+        spent + t.elapsed()
     }
 }

@@ -129,6 +129,7 @@ fn dispatch(env: &dyn Fn(&str) -> Option<String>, input: Input) -> Result<Option
         Err(err) => return Err(err),
     };
     let c = conf::parse(raw, &e, cmd)?;
+    tracing::debug!("parsed");
     let roots = Roots::resolve(
         env(nic::roots::SYSFS_ROOT_ENV).map(Into::into),
         env(nic::roots::DEV_ROOT_ENV).map(Into::into),

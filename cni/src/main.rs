@@ -45,6 +45,7 @@ fn init_logging(s: &mut Settings) {
 }
 
 fn main() -> ExitCode {
+    let t0 = std::time::Instant::now();
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("install") => {
@@ -84,14 +85,17 @@ fn main() -> ExitCode {
     for p in &settings.problems {
         tracing::warn!("{p}");
     }
+    tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "input read");
     let env = |k: &str| std::env::var(k).ok();
     let out = kube_rdma_cni::run(&env, input);
+    tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "ran");
     if let Some(e) = &out.error {
         tracing::error!(code = e.code(), kind = e.label(), command = %cmd, "{}", e.chain());
     }
     if !out.stdout.is_empty() {
         println!("{}", out.stdout);
     }
+    tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "done");
     ExitCode::from(out.status as u8)
 }
 

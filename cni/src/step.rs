@@ -8,9 +8,9 @@
 
 use std::path::PathBuf;
 
-use nic::netlink::link::{Link, LinkChange, RouteSocket};
+use nic::netlink::link::{Link, LinkChange, LinkError, RouteSocket};
 use nic::netlink::vf::{self as vfnl, VfLink, VfSettings, VfVlanSetting};
-use nic::netns::Netns;
+use nic::netns::{Netns, Spawned};
 use nic::vfdev::VfDev;
 use nic::{PciAddr, Roots};
 use serde::{Deserialize, Serialize};
@@ -73,13 +73,27 @@ pub struct UndoCx<'a> {
     /// The VF's PCI address.
     pub pci: Option<PciAddr>,
     host: Option<RouteSocket>,
+    /// The pod's route socket, being opened on a thread in the pod.
+    pod_socket: Option<Spawned<std::result::Result<RouteSocket, LinkError>>>,
 }
 
 impl<'a> UndoCx<'a> {
     /// A context for undoing an attachment whose pod netns is at `netns`.
+    /// Starts opening a route socket in the pod right away: the netdev's
+    /// way home starts there.
     pub fn new(roots: &'a Roots, env: &'a Env, netns: &str, pci: Option<PciAddr>) -> Self {
         let pod = if netns.is_empty() { None } else { Netns::open(netns).ok() };
-        UndoCx { roots, env, pod, pci, host: None }
+        let pod_socket = pod.as_ref().and_then(|p| p.spawn(RouteSocket::open_here).ok());
+        UndoCx { roots, env, pod, pci, host: None, pod_socket }
+    }
+
+    /// The pod's route socket (`None`: no pod netns).
+    fn pod_socket(&mut self) -> Result<Option<RouteSocket>> {
+        match (self.pod_socket.take(), &self.pod) {
+            (Some(s), _) => Ok(Some(s.join().map_err(Error::Netns)??)),
+            (None, Some(p)) => Ok(Some(RouteSocket::open_in(p)?)),
+            (None, None) => Ok(None),
+        }
     }
 
     /// The route socket in our own netns, opened on first use.
@@ -331,8 +345,7 @@ impl NetdevMove {
     /// returned the VF on its own (under its pod name, sriov-cni #126), by
     /// renaming it on the host.
     pub fn undo(&self, cx: &mut UndoCx) -> Result<()> {
-        if let Some(pod) = &cx.pod {
-            let mut ps = RouteSocket::open_in(pod)?;
+        if let Some(mut ps) = cx.pod_socket()? {
             // Under its host name if the request failed between the move and
             // the rename (the kernel renames during the move only when the
             // old name is taken in the pod).

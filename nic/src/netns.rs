@@ -156,6 +156,42 @@ impl Netns {
     }
 }
 
+/// A thread started by [`Netns::spawn`].
+#[derive(Debug)]
+pub struct Spawned<T> {
+    thread: std::thread::JoinHandle<Result<T, NetnsError>>,
+    path: PathBuf,
+}
+
+impl<T> Spawned<T> {
+    /// Waits for the thread and returns what it returned.
+    pub fn join(self) -> Result<T, NetnsError> {
+        self.thread.join().map_err(|_| NetnsError::Panicked { path: self.path })?
+    }
+}
+
+impl Netns {
+    /// Runs `f` on a new thread that enters this namespace, without waiting:
+    /// the caller goes on with other work and [`Spawned::join`]s later (e.g.
+    /// opens a socket in a pod while doing something else in its own netns).
+    pub fn spawn<F, T>(&self, f: F) -> Result<Spawned<T>, NetnsError>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let path = self.path.clone();
+        let file = self.file.try_clone().map_err(|source| NetnsError::Open { path: path.clone(), source })?;
+        let p = path.clone();
+        let thread = std::thread::spawn(move || -> Result<T, NetnsError> {
+            // This thread exists only to run `f` there and ends with it.
+            setns(file.as_fd(), CloneFlags::CLONE_NEWNET)
+                .map_err(|source| NetnsError::Setns { path: p, source })?;
+            Ok(f())
+        });
+        Ok(Spawned { thread, path })
+    }
+}
+
 impl AsFd for Netns {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.file.as_fd()
@@ -299,6 +335,16 @@ mod tests {
         drop(there);
         drop(ns);
         assert!(!p.exists());
+    }
+
+    #[test]
+    fn spawn_runs_in_the_namespace_while_the_caller_goes_on() {
+        let name = format!("nic-ut-sp-{}", std::process::id());
+        let ns = NamedNetns::create(&name).unwrap();
+        let there = ns.open().unwrap();
+        let h = there.spawn(|| Netns::current().unwrap().id().unwrap()).unwrap();
+        assert_ne!(Netns::current().unwrap().id().unwrap(), there.id().unwrap(), "caller stays home");
+        assert_eq!(h.join().unwrap(), there.id().unwrap());
     }
 
     #[test]

@@ -43,6 +43,16 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     if pod.id().map_err(Error::Netns)? == here.id().map_err(Error::Netns)? {
         return Err(Error::Env { var: "CNI_NETNS", why: "is the plugin's own network namespace".into() });
     }
+    // The pod's route socket (and whether CNI_IFNAME is free there) is
+    // opened on a thread inside the pod while this one prepares the rest.
+    let ifname = env.ifname.clone();
+    let pod_side = pod
+        .spawn(move || -> Result<(RouteSocket, bool)> {
+            let mut s = RouteSocket::open_here()?;
+            let taken = s.link_by_name(&ifname)?.is_some();
+            Ok((s, taken))
+        })
+        .map_err(Error::Netns)?;
     journal::ensure_dirs(&conf.state_dir)?;
     let lease = match &conf.ipam {
         Some(i) => {
@@ -65,13 +75,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     }
     let mut host = RouteSocket::open_here()?;
     let target = target(&vf, &mut host)?;
-    let mut podc = RouteSocket::open_in(&pod)?;
-    if podc.link_by_name(&env.ifname)?.is_some() {
-        return Err(Error::Env {
-            var: "CNI_IFNAME",
-            why: format!("{} already exists in the container", env.ifname),
-        });
-    }
+
     let rdma_plan = match &target {
         Target::Netdev(_) => rdma::plan(attach.rdma, &vf, roots)?,
         Target::Userspace if attach.rdma == RdmaMode::Required => {
@@ -115,6 +119,13 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
             set: attach.vf.clone(),
         })
     };
+    let (mut podc, taken) = pod_side.join().map_err(Error::Netns)??;
+    if taken {
+        return Err(Error::Env {
+            var: "CNI_IFNAME",
+            why: format!("{} already exists in the container", env.ifname),
+        });
+    }
     let steps = plan(conf, env, attach, &vf, &target, pf_step, lease, &rdma_plan);
     let jpath = journal::dir(&conf.state_dir).join(journal::file_name(&env.container_id, &env.ifname));
     let j = Journal {
@@ -128,7 +139,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     };
     journal::save(&jpath, &j)?;
     failpoint("journal");
-    tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, steps = ?j.steps.iter().map(Step::name).collect::<Vec<_>>(), "planned");
+    tracing::debug!(steps = ?j.steps.iter().map(Step::name).collect::<Vec<_>>(), ms = t0.elapsed().as_secs_f64() * 1e3, "planned");
 
     let mut run = Run { started: 0, pending: None };
     match run.apply(&j.steps, env, &mut host, &pod, &mut podc, &mut pf_lock) {
@@ -152,7 +163,10 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
                 },
             };
             tracing::info!(pci = %vf.pci, ms = t0.elapsed().as_secs_f64() * 1e3, "attached");
-            Ok(result::build(&conf.cni_version, &iface, ipam_result.as_ref(), conf.prev_result.as_ref()))
+            let r = result::build(&conf.cni_version, &iface, ipam_result.as_ref(), conf.prev_result.as_ref());
+            drop((host, podc, pod, here));
+            tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "sockets closed");
+            Ok(r)
         }
         Err(e) => {
             tracing::warn!(error = %e.chain(), "ADD failed; rolling back");
@@ -301,10 +315,12 @@ impl Run {
         let Some(p) = self.pending.take() else { return Ok(None) };
         let t = std::time::Instant::now();
         let r = p.wait_add()?;
-        tracing::debug!(waited_ms = t.elapsed().as_secs_f64() * 1e3, "IPAM result");
+        tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "waited for IPAM");
         failpoint("ipam");
         if netdev {
+            let t = std::time::Instant::now();
             configure_addresses(env, podc, &r)?;
+            tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "addresses set");
             failpoint("addresses");
         }
         Ok(Some(r))
