@@ -356,7 +356,11 @@ fn userspace_vf(lab: &Lab) -> anyhow::Result<String> {
     check_eq!("result name", iface["name"].as_str(), Some(POD_IF));
     check_eq!("result pciID", iface["pciID"].as_str(), Some(f.vf_pci.as_str()));
     check_eq!("result mac", iface["mac"].as_str(), Some("02:00:00:aa:bb:02"));
-    check_eq!("links in the pod", links_in(Some("lab-cni-dpdk"))?.into_iter().filter(|l| l != "lo").count(), 0);
+    check_eq!(
+        "links in the pod",
+        links_in(Some("lab-cni-dpdk"))?.into_iter().filter(|l| l != "lo").count(),
+        0
+    );
     check_eq!("host links", links_in(None)?, host_before);
     let got = f.vf_now()?;
     check_eq!("VF 1 vlan", got.vlan, VfVlanSetting { id: 3001, qos: 4, ad: true });
@@ -369,5 +373,7 @@ fn userspace_vf(lab: &Lab) -> anyhow::Result<String> {
     let (rc, out2, err) = f.cni(lab, "DEL", &netns, &conf)?;
     anyhow::ensure!(rc == 0, "DEL exit {rc}: {out2} {}", err.trim());
     check_eq!("VF 1 after DEL (kernel)", f.vf_now()?, f.before);
-    Ok(format!("VF {USERSPACE_VF} (vfio-pci): PF-side attributes set and restored, nothing moved, mac in the result"))
+    Ok(format!(
+        "VF {USERSPACE_VF} (vfio-pci): PF-side attributes set and restored, nothing moved, mac in the result"
+    ))
 }
