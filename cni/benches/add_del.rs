@@ -109,14 +109,13 @@ fn main() {
         host: RouteSocket::open_in(&lab.host.open().unwrap()).unwrap(),
         pod: RouteSocket::open_in(&pod.open().unwrap()).unwrap(),
     };
-    let mut floor = || kernel.floor();
     // Warm-up (page cache, IPAM version cache).
     add_del(bin, &ours, "w", "net1");
     add_del(&hd, &theirs, "hw", "net2");
     if let Some(b) = &baseline {
         add_del(b, &base, "bw", "net3");
     }
-    floor();
+    kernel.floor();
 
     let (mut f, mut k, mut h, mut b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 1..=rounds {
@@ -124,7 +123,7 @@ fn main() {
         for j in 0..4 {
             match (i + j) % 4 {
                 0 => {
-                    f.push(floor());
+                    f.push(kernel.floor());
                 }
                 1 => k.push(add_del(bin, &ours, &format!("b{i}"), "net1")),
                 2 => h.push(add_del(&hd, &theirs, &format!("h{i}"), "net2")),
@@ -136,7 +135,6 @@ fn main() {
             }
         }
     }
-    drop(floor);
     let (mut c1, mut c2) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
         c1.push(kernel.configured(false));

@@ -3,6 +3,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::conf::Env;
 use crate::ipam::version_key;
 
 /// Our interface in the result.
@@ -20,7 +21,7 @@ pub struct Iface {
     pub pci: String,
 }
 
-fn array<'a>(v: Option<&'a Value>, key: &str) -> Vec<Value> {
+fn array(v: Option<&Value>, key: &str) -> Vec<Value> {
     v.and_then(|r| r.get(key)).and_then(Value::as_array).cloned().unwrap_or_default()
 }
 
@@ -45,6 +46,14 @@ fn merge_dns(a: Option<&Value>, b: Option<&Value>) -> Value {
         }
     }
     Value::Object(out)
+}
+
+/// Our interface in a previous result: named `CNI_IFNAME`, in our sandbox.
+pub fn ours_in<'a>(prev: &'a Value, env: &Env) -> Option<&'a Value> {
+    prev.get("interfaces")?.as_array()?.iter().find(|i| {
+        i.get("name").and_then(Value::as_str) == Some(env.ifname.as_str())
+            && i.get("sandbox").and_then(Value::as_str).is_none_or(|s| s.is_empty() || s == env.netns)
+    })
 }
 
 /// The result for `version`: `prev`'s interfaces, IPs, routes and DNS kept

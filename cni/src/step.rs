@@ -509,7 +509,8 @@ mod tests {
         let m = NetdevMove {
             mac: Some([2, 0, 0, 0, 0, 9]),
             mtu: Some(9000),
-            ..NetdevMove::restoring("v0", "net1", Some(7), LinkState::default())
+            host_index: 7,
+            ..NetdevMove::restoring("v0", "net1", None, LinkState::default())
         };
         let v = serde_json::to_value(Step::MoveNetdev(m)).unwrap();
         assert!(["mac", "mtu", "hostIndex"].iter().all(|k| v["moveNetdev"].get(k).is_none()), "{v}");

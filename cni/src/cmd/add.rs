@@ -181,7 +181,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
                     let _ = journal::remove(&jpath);
                 }
                 Err(u) => {
-                    tracing::error!(error = %u.chain(), "rollback incomplete; the journal stays for DEL")
+                    tracing::error!(error = %u.chain(), "rollback incomplete; the journal stays for DEL");
                 }
             }
             Err(e)

@@ -8,7 +8,6 @@ use nic::netlink::vf as vfnl;
 use nic::netns::Netns;
 use serde_json::{json, Value};
 
-use crate::cmd::del::ours_in_prev;
 use crate::conf::{fmt_mac, Env, NetConf};
 use crate::error::{Error, Result};
 use crate::ipam::{self, parse_cidr};
@@ -21,7 +20,7 @@ pub fn check(conf: &NetConf, env: &Env) -> Result<()> {
     let prev = conf.prev_result.as_ref().ok_or_else(|| {
         Error::config("prevResult", "missing: CHECK compares against the ADD result the runtime passes")
     })?;
-    let ours = ours_in_prev(prev, env).ok_or_else(|| {
+    let ours = crate::result::ours_in(prev, env).ok_or_else(|| {
         Error::Check(format!("prevResult lists no interface {} in this sandbox", env.ifname))
     })?;
     let index = prev["interfaces"].as_array().and_then(|a| a.iter().position(|i| std::ptr::eq(i, ours)));

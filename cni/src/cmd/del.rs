@@ -6,14 +6,13 @@
 use nic::netlink::link::{LinkChange, RouteSocket};
 use nic::netns::Netns;
 use nic::{PciAddr, Roots};
-use serde_json::Value;
 
 use crate::conf::{Env, NetConf};
 use crate::error::{Error, Result};
 use crate::journal::{self, Lock};
 use crate::step::UndoCx;
 use crate::txn::{self, lock_wait, VF_LOCK_WAIT};
-use crate::{ipam, step};
+use crate::{ipam, result, step};
 
 /// DEL. Succeeds when the netns, the journal or the VF is already gone.
 pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
@@ -81,15 +80,7 @@ pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
 
 /// The VF named in `prevResult`: our interface's `pciID` (1.1.0 results).
 fn prev_pci(conf: &NetConf, env: &Env) -> Option<PciAddr> {
-    ours_in_prev(conf.prev_result.as_ref()?, env)?.get("pciID")?.as_str()?.parse().ok()
-}
-
-/// Our interface in a previous result: named `CNI_IFNAME`, in our sandbox.
-pub fn ours_in_prev<'a>(prev: &'a Value, env: &Env) -> Option<&'a Value> {
-    prev.get("interfaces")?.as_array()?.iter().find(|i| {
-        i.get("name").and_then(Value::as_str) == Some(env.ifname.as_str())
-            && i.get("sandbox").and_then(Value::as_str).is_none_or(|s| s.is_empty() || s == env.netns)
-    })
+    result::ours_in(conf.prev_result.as_ref()?, env)?.get("pciID")?.as_str()?.parse().ok()
 }
 
 /// Without a journal: finds the VF in the pod by its PCI address (its bus

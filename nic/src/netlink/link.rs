@@ -171,7 +171,7 @@ impl RouteSocket {
     }
 
     /// One RTM_GETLINK for one link; `ENODEV` (no such link) is `None`.
-    fn get_link(&mut self, req: rtnetlink::LinkGetRequest, link: String) -> Result<Option<Link>, LinkError> {
+    fn get_link(&self, req: rtnetlink::LinkGetRequest, link: String) -> Result<Option<Link>, LinkError> {
         match self.block_on(req.execute().try_next()) {
             Ok(m) => Ok(m.as_ref().map(Link::of)),
             Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code().abs() == libc::ENODEV => Ok(None),
@@ -211,17 +211,13 @@ impl RouteSocket {
 
     /// Sends a ready RTM_SETLINK message (e.g. [`super::vf::set_request`]);
     /// `op` names it in errors.
-    pub(crate) fn set_link_message(&mut self, op: &str, m: LinkMessage) -> Result<(), NlError> {
+    pub(crate) fn set_link_message(&self, op: &str, m: LinkMessage) -> Result<(), NlError> {
         let req = self.handle.link().set(m).execute();
         self.block_on(req).map_err(|e| nl_error(op, e))
     }
 
     /// One RTM_GETLINK with a prepared message (e.g. [`super::vf::get_request`]).
-    pub(crate) fn get_link_message(
-        &mut self,
-        op: &str,
-        m: LinkMessage,
-    ) -> Result<Option<LinkMessage>, NlError> {
+    pub(crate) fn get_link_message(&self, op: &str, m: LinkMessage) -> Result<Option<LinkMessage>, NlError> {
         let index = m.header.index;
         let mut req = self.handle.link().get().match_index(index);
         *req.message_mut() = m;
