@@ -160,10 +160,33 @@ fn main() {
             for cmd in ["ADD", "DEL"] {
                 let _ = std::fs::remove_file(&log);
                 let t = Instant::now();
+                let started = day_seconds(std::time::SystemTime::now());
                 let (code, out) = run(&lab, bin, cmd, &format!("x{i}"), pod.path(), "net1", &dbg);
+                let ended = day_seconds(std::time::SystemTime::now());
                 phases.entry(format!("{cmd} wall")).or_default().push(ms(t.elapsed()));
                 assert_eq!(code, 0, "{cmd}: {out}");
+                let stamps: Vec<f64> = lines(&log).iter().filter_map(|l| stamp(l)).collect();
+                if let (Some(first), Some(last)) = (stamps.first(), stamps.last()) {
+                    phases
+                        .entry(format!("{cmd} spawn to first log line"))
+                        .or_default()
+                        .push((first - started) * 1e3);
+                    phases
+                        .entry(format!("{cmd} last log line to reaped"))
+                        .or_default()
+                        .push((ended - last) * 1e3);
+                }
                 for l in lines(&log) {
+                    let msg = l.rsplit("}: ").next().unwrap_or("");
+                    let msg = msg.split_once(": ").map_or(msg, |(_, m)| m);
+                    let msg: String =
+                        msg.split_whitespace().take_while(|w| !w.contains('=')).collect::<Vec<_>>().join(" ");
+                    if let Some(at) = stamp(&l) {
+                        phases
+                            .entry(format!("{cmd} @ {msg} (since spawn)"))
+                            .or_default()
+                            .push((at - started) * 1e3);
+                    }
                     let Some(v) = l
                         .split("ms=")
                         .nth(1)
@@ -287,4 +310,18 @@ impl Kernel {
         self.pod.set_link(l.index, &back).unwrap();
         spent + t.elapsed()
     }
+}
+
+/// Seconds since midnight UTC.
+fn day_seconds(t: std::time::SystemTime) -> f64 {
+    t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs_f64() % 86400.0
+}
+
+/// The time of day of a `tracing` text line (`2026-12-01T13:49:44.578654Z ...`).
+fn stamp(line: &str) -> Option<f64> {
+    let t = line.get(11..26)?;
+    let h: f64 = t.get(0..2)?.parse().ok()?;
+    let m: f64 = t.get(3..5)?.parse().ok()?;
+    let s: f64 = t.get(6..)?.parse().ok()?;
+    Some(h * 3600.0 + m * 60.0 + s)
 }

@@ -181,15 +181,22 @@ pub fn remove(p: &Path) -> Result<()> {
     }
 }
 
-/// Creates the state dir with its `locks/` and `attachments/` (0700) if needed.
+/// Creates the state dir with its `locks/` and `attachments/` (0700) if
+/// needed: one `mkdir` each when they exist (the usual case).
 pub fn ensure_dirs(state_dir: &Path) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
     for sub in ["locks", "attachments"] {
-        std::fs::DirBuilder::new()
-            .recursive(true)
-            .mode(0o700)
-            .create(state_dir.join(sub))
-            .map_err(|e| Error::io(state_dir, e))?;
+        let d = state_dir.join(sub);
+        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && d.is_dir() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&d)
+                .map_err(|e| Error::io(&d, e))?,
+            Err(e) => return Err(Error::io(&d, e)),
+        }
     }
     Ok(())
 }

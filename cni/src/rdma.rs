@@ -35,7 +35,7 @@ pub fn plan(mode: RdmaMode, vf: &VfDev, roots: &Roots) -> Result<Vec<String>> {
                 vf.dir.join("infiniband").display()
             )));
         }
-        tracing::info!(pci = %vf.pci, "VF has no RDMA device; rdma=auto: skipping the RDMA move");
+        tracing::debug!(pci = %vf.pci, "VF has no RDMA device; rdma=auto: skipping the RDMA move");
         return Ok(vec![]);
     }
     match netns_mode(roots) {

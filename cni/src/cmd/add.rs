@@ -164,8 +164,6 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
             };
             tracing::info!(pci = %vf.pci, ms = t0.elapsed().as_secs_f64() * 1e3, "attached");
             let r = result::build(&conf.cni_version, &iface, ipam_result.as_ref(), conf.prev_result.as_ref());
-            drop((host, podc, pod, here));
-            tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "sockets closed");
             Ok(r)
         }
         Err(e) => {
