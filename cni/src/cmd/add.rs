@@ -103,7 +103,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         )?);
         let pf = host.link_by_name(&pfn)?.ok_or_else(|| Error::Device {
             pci: vf.pf.to_string(),
-            why: format!("PF netdev {pfn} not found in the plugin's network namespace"),
+            why: format!("PF netdev {pfn} not found in the plugin's network namespace; PF-side settings (mac, vlan, spoofchk, trust, rates, link_state) need it"),
         })?;
         let cur = vfnl::read(&mut host, pf.index, vf.index)
             .map_err(|e| Error::link(format!("read VF {} of {pfn}", vf.index), e))?
@@ -120,7 +120,9 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         })
     };
     let (mut podc, taken) = pod_side.join().map_err(Error::Netns)??;
-    if taken {
+    // A userspace VF puts no interface in the pod: its name cannot clash
+    // (sriov-cni does not check it either).
+    if taken && matches!(target, Target::Netdev(_)) {
         return Err(Error::Env {
             var: "CNI_IFNAME",
             why: format!("{} already exists in the container", env.ifname),
