@@ -8,6 +8,11 @@
 //! Each move waits for RCU grace periods in `__dev_change_net_namespace`
 //! (net/core/dev.c: `synchronize_net`, `rcu_barrier`), ~18 ms here.
 //!
+//! Beside it, the process floor: the same binary launched twice doing
+//! nothing (VERSION), which any exec'd plugin pays for an ADD and a DEL.
+//! `ADD_DEL_EXPLAIN=1` adds where each ADD and DEL spends its time, from the
+//! plugin's debug log (since spawn, per step) and the wall clock.
+//!
 //! Run (as root): `cargo bench -p kube-rdma-cni --bench add_del [-- ROUNDS]`.
 //! With `KUBE_RDMA_CNI_BASELINE=/path/to/an/older/kube-rdma-cni` the older
 //! build is timed in the same rounds too (before/after in one run).
@@ -117,19 +122,27 @@ fn main() {
     }
     kernel.floor();
 
-    let (mut f, mut k, mut h, mut b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut f, mut k, mut h, mut b, mut p) = (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for i in 1..=rounds {
         // Rotate the order so that no one always runs right after another.
         for j in 0..4 {
             match (i + j) % 4 {
                 0 => {
                     f.push(kernel.floor());
+                    // The same plugin binary launched twice doing nothing
+                    // (VERSION): what any exec'd plugin pays for ADD+DEL.
+                    let t = Instant::now();
+                    for _ in 0..2 {
+                        let (code, out) = run(&lab, bin, "VERSION", "v", pod.path(), "net1", &ours);
+                        assert_eq!(code, 0, "VERSION: {out}");
+                    }
+                    p.push(t.elapsed());
                 }
                 1 => k.push(add_del(bin, &ours, &format!("b{i}"), "net1")),
                 2 => h.push(add_del(&hd, &theirs, &format!("h{i}"), "net2")),
                 _ => {
-                    if let Some(p) = &baseline {
-                        b.push(add_del(p, &base, &format!("o{i}"), "net3"));
+                    if let Some(old) = &baseline {
+                        b.push(add_del(old, &base, &format!("o{i}"), "net3"));
                     }
                 }
             }
@@ -213,7 +226,13 @@ fn main() {
         r.sort_by(f64::total_cmp);
         r[r.len() / 2]
     };
+    let mp = median(&p);
     println!("  kernel floor   : {:>7.2} ms (two bare netns moves, in-process netlink)", ms(mf));
+    println!(
+        "  process floor  : {:>7.2} ms (our binary launched twice, doing nothing: fork, exec, exit) = {:.2}x kernel floor",
+        ms(mp),
+        ms(mp) / ms(mf)
+    );
     println!(
         "  kube-rdma-cni  : {:>7.2} ms = {:.2}x floor, per-round median {:.2}x (target <= 1.15)",
         ms(mk),
@@ -227,6 +246,11 @@ fn main() {
         paired(&h)
     );
     println!("  kube-rdma / host-device: {:.2}", ms(mk) / ms(mh));
+    println!(
+        "  kube-rdma beyond both floors: {:.2} ms ({:.2}x of kernel + process floor)",
+        ms(mk) - ms(mf) - ms(mp),
+        ms(mk) / (ms(mf) + ms(mp))
+    );
     println!(
         "  the same moves with rename+up / down: {:.2} ms ({:.2}x floor); plus an address and a route: {:.2} ms ({:.2}x)",
         ms(median(&c1)),
