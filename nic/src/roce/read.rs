@@ -184,6 +184,7 @@ fn observe_iface(roots: &Roots, t: &Target<'_>, dcb: &mut Dcb<'_>, opts: &Observ
     };
 
     let legacy_trust = legacy_trust(&net("qos/trust"));
+    let trust_file = legacy_trust.is_some();
     let d = match dcb {
         Dcb::Netlink(sock) => dcb_from_kernel(sock, name, legacy_trust),
         Dcb::Sim(desc) => match find_pf(desc, t.pci, name) {
@@ -207,6 +208,7 @@ fn observe_iface(roots: &Roots, t: &Target<'_>, dcb: &mut Dcb<'_>, opts: &Observ
         dcbx: d.dcbx,
         dcbx_bits: d.dcbx_bits,
         trust: d.trust,
+        trust_file,
         dscp_to_priority: d.dscp_to_priority,
         pfc: d.pfc,
         ets: d.ets,

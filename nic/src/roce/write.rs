@@ -1,18 +1,24 @@
-//! Writers for the RoCE settings that live in files: the rdma_cm defaults in
-//! configfs and the NVIDIA OFED `qos/trust` file. (DCB goes over
-//! [`crate::netlink::dcb`], pause and private flags over [`super::set_pause`] /
-//! [`super::set_priv_flag`].) Paths are under the node's sysfs root, so a
-//! simulated node is written the same way.
+//! Writers for RoCE settings, taking the node model's types ([`Pfc`], [`Ets`],
+//! DSCP maps) so callers never build wire structs or touch sysfs themselves:
+//!
+//! - files under the node's sysfs root (a simulated node is written the same
+//!   way): the rdma_cm defaults in configfs, the NVIDIA OFED `qos/trust` file and
+//!   ECN/CNP attributes, the netdev MTU;
+//! - DCB over netlink through a [`DcbWriter`] (PFC, ETS, APP table, DCBX).
+//!
+//! Pause and private flags go over [`super::set_pause`] / [`super::set_priv_flag`].
 
+use std::collections::BTreeMap;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::Trust;
+use super::{DcbxMode, Ets, Pfc, Trust};
+use crate::netlink::dcb::{DcbApp, DcbError, DcbMessage, DcbSocket, IeeeEts, IeeePfc};
 use crate::Roots;
 
 /// A write that failed, with the file it was for.
 #[derive(Debug, thiserror::Error)]
-#[error("{op} {path}: {source}")]
+#[error("{op} {path}")]
 pub struct WriteError {
     /// `write`, `mkdir` or `stat`.
     pub op: &'static str,
@@ -140,6 +146,144 @@ pub fn set_legacy_trust(roots: &Roots, iface: &str, trust: Trust) -> Result<bool
     write_file(&path, trust.as_str()).map(|()| true)
 }
 
+/// Writes one sysfs attribute of netdev `iface` (`class/net/<iface>/<rel>`).
+fn write_net(roots: &Roots, iface: &str, rel: &str, value: &str) -> Result<(), WriteError> {
+    write_file(&roots.sys(format!("class/net/{iface}/{rel}")), value)
+}
+
+/// RoCE ECN of `priority` at both the notification and the reaction point (NVIDIA
+/// OFED `ecn/roce_np/enable/<p>`, `ecn/roce_rp/enable/<p>`).
+pub fn set_ecn(roots: &Roots, iface: &str, priority: u8, on: bool) -> Result<(), WriteError> {
+    let v = u8::from(on).to_string();
+    write_net(roots, iface, &format!("ecn/roce_np/enable/{priority}"), &v)?;
+    write_net(roots, iface, &format!("ecn/roce_rp/enable/{priority}"), &v)
+}
+
+/// DSCP of CNPs (`ecn/roce_np/cnp_dscp`).
+pub fn set_cnp_dscp(roots: &Roots, iface: &str, dscp: u8) -> Result<(), WriteError> {
+    write_net(roots, iface, "ecn/roce_np/cnp_dscp", &dscp.to_string())
+}
+
+/// 802.1p priority of CNPs (`ecn/roce_np/cnp_802p_prio`).
+pub fn set_cnp_priority(roots: &Roots, iface: &str, priority: u8) -> Result<(), WriteError> {
+    write_net(roots, iface, "ecn/roce_np/cnp_802p_prio", &priority.to_string())
+}
+
+/// Netdev MTU (`class/net/<iface>/mtu`, what `ip link set dev X mtu N` changes).
+pub fn set_mtu(roots: &Roots, iface: &str, mtu: u32) -> Result<(), WriteError> {
+    write_net(roots, iface, "mtu", &mtu.to_string())
+}
+
+/// A DCB write that failed.
+#[derive(Debug, thiserror::Error)]
+#[error("{what} on {iface}")]
+pub struct DcbWriteError {
+    /// What was being set, as the `dcb` command says it.
+    pub what: String,
+    /// Interface.
+    pub iface: String,
+    /// The netlink error.
+    #[source]
+    pub source: DcbError,
+}
+
+/// DCB settings written over netlink (this host's kernel), from model values. The
+/// current value is passed in where the kernel wants a whole struct, so what the
+/// caller does not change is written back as it was.
+#[derive(Debug)]
+pub struct DcbWriter {
+    sock: DcbSocket,
+}
+
+impl DcbWriter {
+    /// Opens the netlink socket.
+    pub fn open() -> Result<Self, DcbWriteError> {
+        DcbSocket::open().map(|sock| Self { sock }).map_err(|source| DcbWriteError {
+            what: "open NETLINK_ROUTE".into(),
+            iface: String::new(),
+            source,
+        })
+    }
+
+    fn err(what: &str, iface: &str) -> impl FnOnce(DcbError) -> DcbWriteError {
+        let (what, iface) = (what.to_string(), iface.to_string());
+        move |source| DcbWriteError { what, iface, source }
+    }
+
+    /// PFC on exactly `priorities` (`dcb pfc set dev X prio-pfc all:off P:on`),
+    /// keeping the delay and MACsec bypass of `have`.
+    pub fn set_pfc(&mut self, iface: &str, have: &Pfc, priorities: &[u8]) -> Result<(), DcbWriteError> {
+        let pfc_en = priorities.iter().filter(|&&p| p < 8).fold(0u8, |m, p| m | 1 << p);
+        let pfc =
+            IeeePfc { pfc_cap: have.cap, pfc_en, mbc: have.mbc, delay: have.delay, ..Default::default() };
+        self.sock.set_pfc(iface, pfc).map_err(Self::err("dcb pfc set prio-pfc", iface))
+    }
+
+    /// PFC delay (`dcb pfc set dev X delay N`), keeping the enabled priorities.
+    pub fn set_pfc_delay(&mut self, iface: &str, have: &Pfc, delay: u16) -> Result<(), DcbWriteError> {
+        let pfc =
+            IeeePfc { pfc_cap: have.cap, pfc_en: have.bitmap(), mbc: have.mbc, delay, ..Default::default() };
+        self.sock.set_pfc(iface, pfc).map_err(Self::err("dcb pfc set delay", iface))
+    }
+
+    /// ETS on every traffic class with `bandwidth`, and `priority_to_tc` when given
+    /// (else the current map), keeping the recommendation tables of `have`.
+    pub fn set_ets(
+        &mut self,
+        iface: &str,
+        have: &Ets,
+        bandwidth: [u8; 8],
+        priority_to_tc: Option<[u8; 8]>,
+    ) -> Result<(), DcbWriteError> {
+        // IEEE_8021QAZ_TSA_ETS = 2 (include/uapi/linux/dcbnl.h).
+        let ets = IeeeEts {
+            willing: u8::from(have.willing),
+            ets_cap: have.ets_cap,
+            cbs: u8::from(have.cbs),
+            tc_tx_bw: bandwidth,
+            tc_rx_bw: have.tc_rx_bw,
+            tc_tsa: [2; 8],
+            prio_tc: priority_to_tc.unwrap_or(have.prio_tc),
+            tc_reco_bw: have.tc_reco_bw,
+            tc_reco_tsa: have.tc_reco_tsa,
+            reco_prio_tc: have.reco_prio_tc,
+        };
+        let op = "RTM_SETDCB DCB_CMD_IEEE_SET DCB_ATTR_IEEE_ETS (dcb ets set)";
+        self.sock.set(op, iface, DcbMessage::set_ets(iface, ets)).map_err(Self::err("dcb ets set", iface))
+    }
+
+    /// DSCP → priority APP entries (`dcb app replace dev X dscp-prio D:P`): the
+    /// entries `have` holds for the same DSCPs with another priority go first, since
+    /// the APP table may hold several priorities per DSCP.
+    pub fn replace_dscp(
+        &mut self,
+        iface: &str,
+        have: &BTreeMap<u8, u8>,
+        want: &BTreeMap<u8, u8>,
+    ) -> Result<(), DcbWriteError> {
+        let stale: Vec<DcbApp> = want
+            .iter()
+            .filter_map(|(d, p)| have.get(d).filter(|&h| h != p).map(|h| DcbApp::dscp(*d, *h)))
+            .collect();
+        if !stale.is_empty() {
+            self.sock.del_apps(iface, &stale).map_err(Self::err("dcb app del dscp-prio", iface))?;
+        }
+        let add: Vec<DcbApp> = want.iter().map(|(d, p)| DcbApp::dscp(*d, *p)).collect();
+        self.sock.add_apps(iface, &add).map_err(Self::err("dcb app add dscp-prio", iface))
+    }
+
+    /// Deletes DSCP → priority APP entries (`dcb app del dev X dscp-prio D:P`).
+    pub fn del_dscp(&mut self, iface: &str, entries: &BTreeMap<u8, u8>) -> Result<(), DcbWriteError> {
+        let del: Vec<DcbApp> = entries.iter().map(|(d, p)| DcbApp::dscp(*d, *p)).collect();
+        self.sock.del_apps(iface, &del).map_err(Self::err("dcb app del dscp-prio", iface))
+    }
+
+    /// DCBX mode (`dcb dcbx set dev X host ieee` / `lld-managed ieee`).
+    pub fn set_dcbx(&mut self, iface: &str, mode: DcbxMode) -> Result<(), DcbWriteError> {
+        self.sock.set_dcbx(iface, super::dcbx_bits(mode)).map_err(Self::err("dcb dcbx set", iface))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,15 +310,40 @@ mod tests {
     fn rdma_cm_default_errors_name_the_path() {
         let (_t, r) = roots();
         let e = set_rdma_cm_default(&r, "mlx5_0", 1, RdmaCmDefault::Tos(0)).unwrap_err();
-        assert!(e.to_string().contains("kernel/config/rdma_cm") && e.to_string().contains("configfs"), "{e}");
+        assert!(
+            e.to_string().contains("kernel/config/rdma_cm") && e.source.to_string().contains("configfs"),
+            "{e}"
+        );
         std::fs::create_dir_all(r.sys("kernel/config/rdma_cm")).unwrap();
         let e = set_rdma_cm_default(&r, "../x", 1, RdmaCmDefault::Tos(0)).unwrap_err();
-        assert!(e.to_string().contains("not an RDMA device name"), "{e}");
+        assert!(e.source.to_string().contains("not an RDMA device name"), "{e}");
         // On a plain directory (not configfs) mkdir makes no ports/: the write
         // fails, names the file, and the directory we made is gone again.
         let e = set_rdma_cm_default(&r, "mlx5_0", 1, RdmaCmDefault::RoceMode { v2: false }).unwrap_err();
         assert!(e.to_string().contains("mlx5_0/ports/1/default_roce_mode"), "{e}");
         assert!(!r.sys("kernel/config/rdma_cm/mlx5_0").exists());
+    }
+
+    #[test]
+    fn ecn_cnp_and_mtu_land_in_the_netdev_attributes() {
+        let (_t, r) = roots();
+        let net = r.sys("class/net/ens1f0np0");
+        for d in ["ecn/roce_np/enable", "ecn/roce_rp/enable"] {
+            std::fs::create_dir_all(net.join(d)).unwrap();
+        }
+        set_ecn(&r, "ens1f0np0", 3, true).unwrap();
+        set_cnp_dscp(&r, "ens1f0np0", 48).unwrap();
+        set_cnp_priority(&r, "ens1f0np0", 6).unwrap();
+        set_mtu(&r, "ens1f0np0", 9000).unwrap();
+        let read = |p: &str| std::fs::read_to_string(net.join(p)).unwrap();
+        assert_eq!((read("ecn/roce_np/enable/3"), read("ecn/roce_rp/enable/3")), ("1".into(), "1".into()));
+        assert_eq!(
+            (read("ecn/roce_np/cnp_dscp"), read("ecn/roce_np/cnp_802p_prio")),
+            ("48".into(), "6".into())
+        );
+        assert_eq!(read("mtu"), "9000");
+        let e = set_ecn(&r, "nope0", 3, true).unwrap_err();
+        assert!(e.to_string().contains("class/net/nope0/ecn/roce_np/enable/3"), "{e}");
     }
 
     #[test]
