@@ -37,7 +37,7 @@ use crate::pci::PciAddr;
 use crate::roots::Roots;
 use crate::sysfs::{self, Dir, SysfsError};
 
-pub use crate::sim::roce_active_mtu;
+use crate::roce::roce_active_mtu;
 
 /// Reads the node under `roots` into an [`Inventory`]. Never panics; problems
 /// are recorded on the device they concern.

@@ -24,8 +24,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::inventory::NetnsMode;
 use crate::pci::PciAddr;
-pub use crate::simdesc::{DcbxMode, NetnsMode, Trust};
 
 mod ethtool;
 mod read;
@@ -131,6 +131,38 @@ impl<T> Observed<T> {
             Observed::Value(v) => render(v),
             Observed::Unsupported(_) => "unsupported".into(),
             Observed::Unknown(_) => "unknown".into(),
+        }
+    }
+}
+
+/// DCBX mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DcbxMode {
+    /// Host (OS) controlled, IEEE (`DCB_CAP_DCBX_HOST | DCB_CAP_DCBX_VER_IEEE`).
+    #[default]
+    Os,
+    /// Firmware managed (`DCB_CAP_DCBX_LLD_MANAGED`).
+    Firmware,
+}
+
+/// Trust mode: what classifies packets into priorities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trust {
+    /// 802.1p PCP bits.
+    Pcp,
+    /// DSCP (what RoCE v2 fabrics use).
+    #[default]
+    Dscp,
+}
+
+impl Trust {
+    /// Lower-case name, as the OFED `qos/trust` file, `mlnx_qos` and our CRDs spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trust::Pcp => "pcp",
+            Trust::Dscp => "dscp",
         }
     }
 }

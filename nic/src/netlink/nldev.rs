@@ -29,7 +29,7 @@ use netlink_packet_core::{
 };
 
 use super::transport::{Client, NlError, Transport};
-use crate::simdesc::NetnsMode;
+use crate::inventory::NetnsMode;
 
 /// `RDMA_NL_NLDEV`: the nldev client number.
 pub const RDMA_NL_NLDEV: u16 = 5;
