@@ -563,3 +563,36 @@ impl std::fmt::Debug for Agent {
         f.debug_struct("Agent").field("node", &self.cfg.node_name).finish()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nic::netlink::events::{DcbEvent, LinkEvent, LinkEventKind};
+
+    fn link(name: &str) -> RtnlEvent {
+        RtnlEvent::Link(LinkEvent {
+            kind: LinkEventKind::New,
+            ifindex: 7,
+            name: Some(name.into()),
+            operstate: Some("up".into()),
+            admin_up: true,
+            lower_up: true,
+        })
+    }
+
+    #[test]
+    fn only_events_of_checked_interfaces_start_a_pass() {
+        let watched: BTreeSet<String> = ["ens1f0np0".to_string()].into();
+        assert!(concerns(&link("ens1f0np0"), &watched));
+        // A VF netdev moving into a pod, a veth: not ours.
+        assert!(!concerns(&link("ens1f0v3"), &watched));
+        assert!(!concerns(&link("veth12ab"), &watched));
+        let dcb =
+            |n: Option<&str>| RtnlEvent::Dcb(DcbEvent { msg_type: 78, cmd: 21, ifname: n.map(String::from) });
+        assert!(concerns(&dcb(Some("ens1f0np0")), &watched));
+        assert!(!concerns(&dcb(Some("ens2f0")), &watched));
+        assert!(concerns(&dcb(None), &watched), "unknown interface: read to be safe");
+        assert!(concerns(&RtnlEvent::Overrun, &watched), "lost events: read again");
+        assert!(!concerns(&RtnlEvent::Other { msg_type: 20 }, &watched));
+    }
+}
