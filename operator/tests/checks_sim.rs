@@ -348,3 +348,16 @@ fn fingerprint_is_stable_and_changes_with_settings() {
     let d = run(&with_roce(example("cx6dx-dual"), |r| r.pfc_requests = vec![0, 0, 0, 12345, 0, 0, 0, 0]));
     assert_eq!(a.fingerprint, d.fingerprint);
 }
+
+#[test]
+fn the_rdma_netns_mode_is_reported_per_node() {
+    let s = run(&example("cx6dx-dual"));
+    assert_eq!(s.netns_mode, kube_rdma_operator::crd::NetnsModeState::Shared);
+    let mut d = example("cx6dx-dual");
+    d.rdma_netns_mode = nic::simdesc::NetnsMode::Exclusive;
+    let s = run(&d);
+    assert_eq!(s.netns_mode, kube_rdma_operator::crd::NetnsModeState::Exclusive);
+    assert_eq!(serde_json::to_value(&s).unwrap()["netnsMode"], "exclusive");
+    // A change of mode is a change of the state (the fingerprint moves).
+    assert_ne!(s.fingerprint, run(&example("cx6dx-dual")).fingerprint);
+}
