@@ -164,7 +164,8 @@ fn watch_config(field_selector: Option<&str>, timeout: Duration) -> watcher::Con
 impl Agent {
     /// An agent writing through `client`.
     pub fn new(cfg: AgentConfig, client: Client) -> Self {
-        let health = Health::new("agent", (cfg.poll * 3).max(Duration::from_secs(90)));
+        // "No successful pass for N intervals": N = 3.
+        let health = Health::new("agent", (cfg.poll * 3).max(Duration::from_secs(3)));
         let publisher = Publisher::new(client.clone(), cfg.node_name.clone(), health.errors.clone());
         Self {
             cfg,
@@ -247,9 +248,12 @@ impl Agent {
         match &r {
             // Before the watches have listed, a pass publishes nothing: not a success yet.
             Ok(_) if !self.ready_to_publish() => {}
-            Ok(_) => {
+            Ok((_, published)) => {
                 self.health.pass_ok(t0.elapsed());
-                self.health.api_ok();
+                // Only a pass that talked to the API server says it is reachable.
+                if *published != Published::default() {
+                    self.health.api_ok();
+                }
                 self.failures = 0;
             }
             Err(e) => {
