@@ -166,7 +166,7 @@ impl Agent {
     pub fn new(cfg: AgentConfig, client: Client) -> Self {
         // "No successful pass for N intervals": N = 3.
         let health = Health::new("agent", (cfg.poll * 3).max(Duration::from_secs(3)));
-        let publisher = Publisher::new(client.clone(), cfg.node_name.clone(), health.errors.clone());
+        let publisher = Publisher::new(client.clone(), cfg.node_name.clone(), health.api.clone());
         Self {
             cfg,
             client,
@@ -248,19 +248,12 @@ impl Agent {
         match &r {
             // Before the watches have listed, a pass publishes nothing: not a success yet.
             Ok(_) if !self.ready_to_publish() => {}
-            Ok((_, published)) => {
+            Ok(_) => {
                 self.health.pass_ok(t0.elapsed());
-                // Only a pass that talked to the API server says it is reachable.
-                if *published != Published::default() {
-                    self.health.api_ok();
-                }
                 self.failures = 0;
             }
-            Err(e) => {
+            Err(_) => {
                 self.health.pass_failed(t0.elapsed());
-                if let AgentError::Api(a) = e {
-                    self.health.api_failed(chain(a));
-                }
                 self.failures += 1;
             }
         }
@@ -427,7 +420,7 @@ impl Agent {
                     if self.on_update(u) {
                         due.get_or_insert_with(Instant::now);
                     }
-                    if self.health.api_failing() {
+                    if self.health.api.failing().is_some() {
                         probe_at.get_or_insert_with(|| Instant::now() + Duration::from_secs(10));
                     }
                 }
@@ -462,7 +455,7 @@ impl Agent {
                     if probe_at.is_some_and(|t| t <= now) {
                         probe_at = None;
                         self.probe().await;
-                        if self.health.api_failing() {
+                        if self.health.api.failing().is_some() {
                             probe_at = Some(Instant::now() + Duration::from_secs(10));
                         } else {
                             due.get_or_insert(now);
@@ -493,12 +486,9 @@ impl Agent {
                     } else if heartbeat_at.is_some_and(|t| t <= now) {
                         if let Err(e) = self.publisher.heartbeat(&now_rfc3339()).await {
                             tracing::warn!(error = %chain(&e), "heartbeat failed");
-                            self.health.api_failed(chain(&e));
                             heartbeat_not_before = Instant::now() + jitter::shorten(RETRY_MAX / 10, 0.5);
                             // Recreate a deleted object, or retry, through a pass.
                             due = Some(Instant::now() + RETRY_FIRST);
-                        } else {
-                            self.health.api_ok();
                         }
                     }
                 }
@@ -520,11 +510,11 @@ impl Agent {
     async fn probe(&self) {
         let nodes: Api<Node> = Api::all(self.client.clone());
         match nodes.get_metadata_opt(&self.cfg.node_name).await {
-            Ok(_) => self.health.api_ok(),
-            Err(e) => {
-                self.health.errors.add(crate::api::error_kind(&e));
-                self.health.api_failed(format!("get nodes/{}: {}", self.cfg.node_name, chain(&e)));
-            }
+            Ok(_) => self.health.api.ok(),
+            Err(e) => self.health.api.failed(
+                crate::api::error_kind(&e),
+                format!("get nodes/{}: {}", self.cfg.node_name, chain(&e)),
+            ),
         }
     }
 
@@ -533,22 +523,21 @@ impl Agent {
         match u {
             Update::Failed(kind, why) => {
                 tracing::warn!(error = %why, "watch failed; retrying with backoff");
-                self.health.errors.add(kind);
-                self.health.api_failed(why);
+                self.health.api.failed(kind, why);
                 false
             }
             Update::Node(s) => {
-                self.health.api_ok();
+                self.health.api.ok();
                 let before = self.profile_key();
                 let fresh = self.publisher.node_seen(s);
                 fresh && (before != self.profile_key() || self.ready_to_publish())
             }
             Update::State(s) => {
-                self.health.api_ok();
+                self.health.api.ok();
                 self.publisher.state_seen(*s) && self.ready_to_publish()
             }
             Update::Profiles(s, objs) => {
-                self.health.api_ok();
+                self.health.api.ok();
                 let before = self.profile_key();
                 self.profiles_updated(s, objs);
                 before != self.profile_key() || !self.profiles_synced || self.last_profile.is_none()

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::jitter;
 
@@ -115,25 +115,45 @@ pub fn watch_error_kind(e: &kube::runtime::watcher::Error) -> &'static str {
     }
 }
 
-/// API errors counted by kind, shared between the loop that makes the calls and
-/// the metrics endpoint.
+/// What the API server answered lately, shared between the loops that make the
+/// calls and the health endpoint: failed requests by kind, and since when (and
+/// why) it has been failing with no success since.
 #[derive(Debug, Clone, Default)]
-pub struct ErrorCounts(Arc<Mutex<BTreeMap<&'static str, u64>>>);
+pub struct ApiRecord {
+    counts: Arc<Mutex<BTreeMap<&'static str, u64>>>,
+    failing: Arc<Mutex<Option<(Instant, String)>>>,
+}
 
-impl ErrorCounts {
-    /// Counts one error of `kind`.
-    pub fn add(&self, kind: &'static str) {
-        if let Ok(mut m) = self.0.lock() {
+impl ApiRecord {
+    /// A request or watch failed: counted under `kind`; the server counts as
+    /// failing from now unless it already was.
+    pub fn failed(&self, kind: &'static str, why: String) {
+        if let Ok(mut m) = self.counts.lock() {
             *m.entry(kind).or_insert(0) += 1;
+        }
+        if let Ok(mut f) = self.failing.lock() {
+            f.get_or_insert((Instant::now(), why));
         }
     }
 
-    /// The counts so far.
-    pub fn snapshot(&self) -> BTreeMap<&'static str, u64> {
-        self.0.lock().map(|m| m.clone()).unwrap_or_default()
+    /// The server answered.
+    pub fn ok(&self) {
+        if let Ok(mut f) = self.failing.lock() {
+            *f = None;
+        }
     }
 
-    /// All errors so far.
+    /// Since when, and why, the server has been failing.
+    pub fn failing(&self) -> Option<(Instant, String)> {
+        self.failing.lock().ok().and_then(|f| f.clone())
+    }
+
+    /// Failed requests by kind so far.
+    pub fn snapshot(&self) -> BTreeMap<&'static str, u64> {
+        self.counts.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// All failed requests so far.
     pub fn total(&self) -> u64 {
         self.snapshot().values().sum()
     }
@@ -141,10 +161,10 @@ impl ErrorCounts {
 
 /// Runs `f` until it succeeds, fails for good, or the attempts run out, waiting
 /// [`Backoff::delay`] (or the server's `Retry-After`, if longer) between attempts.
-/// Every failed attempt is counted in `errors`.
+/// Every attempt is recorded in `record` as it happens.
 pub async fn with_backoff<T, F, Fut>(
     b: Backoff,
-    errors: &ErrorCounts,
+    record: &ApiRecord,
     op: &str,
     mut f: F,
 ) -> Result<T, ApiError>
@@ -155,9 +175,18 @@ where
     let mut attempt = 1;
     loop {
         match f().await {
-            Ok(v) => return Ok(v),
+            Ok(v) => {
+                record.ok();
+                return Ok(v);
+            }
+            // An answer about the object, not about the server.
+            Err(e @ kube::Error::Api(_)) if !is_retriable(&e) => {
+                record.failed(error_kind(&e), String::new());
+                record.ok();
+                return Err(ApiError { op: op.into(), source: e });
+            }
             Err(e) => {
-                errors.add(error_kind(&e));
+                record.failed(error_kind(&e), format!("{op}: {}", chain(&e)));
                 if attempt >= b.attempts.max(1) || !is_retriable(&e) {
                     return Err(ApiError { op: op.into(), source: e });
                 }

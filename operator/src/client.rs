@@ -104,7 +104,12 @@ pub async fn connect(opts: &ClientOpts) -> Result<Client, ClientError> {
 
 /// [`connect`], and `API server <url> (from <source>)` for error messages.
 pub async fn connect_described(opts: &ClientOpts) -> Result<(Client, String), ClientError> {
-    let (cfg, desc) = config(opts).await?;
+    let (mut cfg, desc) = config(opts).await?;
+    // kube retries 429/503/504 itself, silently, up to 15 times over minutes: a
+    // write (a heartbeat) would hang that long, unseen by health and metrics. The
+    // operator's own retries ([`crate::api::with_backoff`]) are bounded, count every
+    // failed attempt and honour Retry-After.
+    cfg.default_retry = false;
     let about = format!("API server {} (from {desc})", cfg.cluster_url);
     let client =
         Client::try_from(cfg).map_err(|e| ClientError::Build { source_desc: desc, detail: chain(&e) })?;

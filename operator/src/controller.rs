@@ -461,12 +461,11 @@ impl Controller {
         match err {
             Some(e) => {
                 tracing::warn!(error = %chain(&e), "watch failed; retrying with backoff");
-                self.health.errors.add(watch_error_kind(&e));
-                self.health.api_failed(chain(&e));
+                self.health.api.failed(watch_error_kind(&e), chain(&e));
                 false
             }
             None => {
-                self.health.api_ok();
+                self.health.api.ok();
                 ev_kind
             }
         }
@@ -493,7 +492,7 @@ impl Controller {
         }
         let mut pass = Pass::default();
         let b = self.backoff;
-        let errors = self.health.errors.clone();
+        let errors = self.health.api.clone();
         let now = crate::status::now_rfc3339();
 
         // Dynamic objects: the answer to a write about a profile this version cannot
@@ -649,7 +648,6 @@ impl Controller {
                         Ok(p) => {
                             failures = 0;
                             self.health.pass_ok(t0.elapsed());
-                            self.health.api_ok();
                             if p != Pass::default() {
                                 tracing::info!(written = ?p.statuses_written, stale = ?p.stale_marked, deleted = ?p.deleted, events = ?p.events, "controller pass");
                             }
@@ -657,7 +655,6 @@ impl Controller {
                         Err(e) => {
                             failures += 1;
                             self.health.pass_failed(t0.elapsed());
-                            self.health.api_failed(chain(&e));
                             let wait = jitter::shorten(Duration::from_secs(2).saturating_mul(1 << failures.min(7)), 0.5);
                             tracing::error!(error = %chain(&e), retry_in_s = wait.as_secs(), "controller pass failed");
                             due = Some(Instant::now() + wait);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::api::ErrorCounts;
+use crate::api::ApiRecord;
 
 /// Error kinds always exported (at 0 until seen), so rate() works from the start.
 pub const ERROR_KINDS: [&str; 11] = [
@@ -35,7 +35,6 @@ struct State {
     started: Instant,
     last_success: Option<(Instant, SystemTime)>,
     last_duration: Option<Duration>,
-    api_failing_since: Option<(Instant, String)>,
 }
 
 /// Health of one component, shared between its loop and the HTTP endpoint.
@@ -44,8 +43,8 @@ pub struct Health {
     component: &'static str,
     max_silence: Duration,
     state: Arc<Mutex<State>>,
-    /// API errors by kind.
-    pub errors: ErrorCounts,
+    /// What the API server answered lately.
+    pub api: ApiRecord,
 }
 
 impl Health {
@@ -59,9 +58,8 @@ impl Health {
                 started: Instant::now(),
                 last_success: None,
                 last_duration: None,
-                api_failing_since: None,
             })),
-            errors: ErrorCounts::default(),
+            api: ApiRecord::default(),
         }
     }
 
@@ -83,50 +81,39 @@ impl Health {
         self.with(|s| s.last_duration = Some(took));
     }
 
-    /// The API server answered.
-    pub fn api_ok(&self) {
-        self.with(|s| s.api_failing_since = None);
-    }
-
-    /// An API call or watch failed with `why` (count it in [`Health::errors`] where it happens).
-    pub fn api_failed(&self, why: String) {
-        self.with(|s| {
-            if s.api_failing_since.is_none() {
-                s.api_failing_since = Some((Instant::now(), why));
-            }
-        });
-    }
-
-    /// Whether the last API interaction failed (and none succeeded since).
-    pub fn api_failing(&self) -> bool {
-        self.with(|s| s.api_failing_since.is_some())
-    }
-
-    /// `Ok` when healthy, else why not.
+    /// `Ok` when healthy, else why not (every reason that applies).
     pub fn check(&self) -> Result<(), String> {
         let max = self.max_silence;
+        let failing = self.api.failing();
+        let mut why = Vec::new();
         self.with(|s| {
-            if let Some((since, why)) = &s.api_failing_since {
-                if since.elapsed() > max {
-                    return Err(format!(
-                        "API server unreachable for {}s (longer than {}s): {why}",
-                        since.elapsed().as_secs(),
-                        max.as_secs()
-                    ));
-                }
-            }
             let last = s.last_success.map(|(i, _)| i).unwrap_or(s.started);
             if last.elapsed() > max {
                 let what =
                     if s.last_success.is_some() { "no successful pass" } else { "no successful pass yet" };
-                return Err(format!(
+                why.push(format!(
                     "{what} for {}s (longer than {}s)",
                     last.elapsed().as_secs(),
                     max.as_secs()
                 ));
             }
+        });
+        if let Some((since, err)) = &failing {
+            if since.elapsed() > max {
+                why.push(format!(
+                    "API server unreachable for {}s (longer than {}s): {err}",
+                    since.elapsed().as_secs(),
+                    max.as_secs()
+                ));
+            } else if !why.is_empty() {
+                why.push(format!("API server failing for {}s: {err}", since.elapsed().as_secs()));
+            }
+        }
+        if why.is_empty() {
             Ok(())
-        })
+        } else {
+            Err(why.join("; "))
+        }
     }
 
     /// The self-metrics in Prometheus text format.
@@ -150,7 +137,7 @@ impl Health {
             o,
             "# HELP kuberdma_api_errors_total Failed Kubernetes API requests and watches, by kind.\n# TYPE kuberdma_api_errors_total counter"
         );
-        let counts = self.errors.snapshot();
+        let counts = self.api.snapshot();
         for k in ERROR_KINDS {
             let _ = writeln!(
                 o,
@@ -219,13 +206,12 @@ mod tests {
         assert!(h.check().unwrap_err().contains("no successful pass yet"));
         h.pass_ok(Duration::from_millis(5));
         assert!(h.check().is_ok());
-        h.errors.add("transport");
-        h.api_failed("connection refused".into());
+        h.api.failed("transport", "connection refused".into());
         assert!(h.check().is_ok(), "not yet for long");
         std::thread::sleep(Duration::from_millis(40));
         let e = h.check().unwrap_err();
         assert!(e.contains("API server unreachable") && e.contains("connection refused"), "{e}");
-        h.api_ok();
+        h.api.ok();
         h.pass_ok(Duration::from_millis(5));
         assert!(h.check().is_ok());
         let m = h.render();

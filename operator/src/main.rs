@@ -148,6 +148,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     let l = tokio::net::TcpListener::bind(addr)
                         .await
                         .with_context(|| format!("binding metrics address {addr}"))?;
+                    tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics and /healthz");
                     tokio::spawn(health::serve(l, ctl.endpoints()));
                 }
                 ctl.run(shutdown()).await;
@@ -195,6 +196,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding metrics address {addr}"))?;
+            tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics and /healthz");
             tokio::spawn(health::serve(l, agent.endpoints()));
         }
         let kernel = match source.dcb {

@@ -27,7 +27,7 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use crate::api::{with_backoff, ApiError, Backoff, ErrorCounts};
+use crate::api::{with_backoff, ApiError, ApiRecord, Backoff};
 use crate::crd::{
     Check, CheckResult, Condition, RdmaNodeState, RdmaNodeStateSpec, RdmaNodeStateStatus, AGENT_MANAGER,
     READY_LABEL,
@@ -149,7 +149,7 @@ pub struct Publisher {
     client: Client,
     node: String,
     backoff: Backoff,
-    errors: ErrorCounts,
+    api: ApiRecord,
     state: Watched<StateView>,
     node_obj: Watched<NodeView>,
     /// The status we last wrote (fingerprint, ready, conditions with their times).
@@ -161,13 +161,13 @@ pub struct Publisher {
 }
 
 impl Publisher {
-    /// A publisher for `node`; API errors are counted in `errors`.
-    pub fn new(client: Client, node: impl Into<String>, errors: ErrorCounts) -> Self {
+    /// A publisher for `node`; every API call is recorded in `api`.
+    pub fn new(client: Client, node: impl Into<String>, api: ApiRecord) -> Self {
         Self {
             client,
             node: node.into(),
             backoff: Backoff::default(),
-            errors,
+            api,
             state: Watched::default(),
             node_obj: Watched::default(),
             written: None,
@@ -283,7 +283,7 @@ impl Publisher {
             let body = serde_json::to_value(&obj)
                 .map_err(|e| ApiError { op: op.clone(), source: kube::Error::SerdeError(e) })?;
             let patch = Patch::Apply(body);
-            let r = with_backoff(b, &self.errors, &op, || api.patch(&self.node, &pp, &patch)).await?;
+            let r = with_backoff(b, &self.api, &op, || api.patch(&self.node, &pp, &patch)).await?;
             let current = self.state.view.as_ref().and_then(|v| v.rv.clone());
             self.state.wrote(r.resource_version(), current);
             self.state.view = Some(StateView::of(&r));
@@ -320,7 +320,7 @@ impl Publisher {
             });
             let op = format!("apply rdmanodestates/{} status", self.node);
             let patch = Patch::Apply(body);
-            let r = with_backoff(b, &self.errors, &op, || api.patch_status(&self.node, &pp, &patch)).await;
+            let r = with_backoff(b, &self.api, &op, || api.patch_status(&self.node, &pp, &patch)).await;
             let r = match r {
                 Ok(r) => r,
                 Err(e) => {
@@ -351,7 +351,7 @@ impl Publisher {
             let body = json!({"metadata": {"labels": {READY_LABEL: want}}});
             let op = format!("label nodes/{}", self.node);
             let (patch, mp) = (Patch::Merge(body), PatchParams::default());
-            let r = with_backoff(b, &self.errors, &op, || nodes.patch(&self.node, &mp, &patch)).await?;
+            let r = with_backoff(b, &self.api, &op, || nodes.patch(&self.node, &mp, &patch)).await?;
             let current = self.node_obj.view.as_ref().and_then(|v| v.rv.clone());
             self.node_obj.wrote(r.resource_version(), current);
             self.node_obj.view =
@@ -379,7 +379,7 @@ impl Publisher {
             let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
             let op = format!("post drift event for {}", self.node);
             let pp = PostParams::default();
-            with_backoff(b, &self.errors, &op, || events.create(&pp, &ev)).await?;
+            with_backoff(b, &self.api, &op, || events.create(&pp, &ev)).await?;
             done.event_posted = true;
         }
         self.last_failing = failing;
@@ -395,7 +395,7 @@ impl Publisher {
         let op = format!("heartbeat rdmanodestates/{}", self.node);
         let (patch, mp) = (Patch::Merge(body), PatchParams::default());
         let r =
-            with_backoff(self.backoff, &self.errors, &op, || api.patch_status(&self.node, &mp, &patch)).await;
+            with_backoff(self.backoff, &self.api, &op, || api.patch_status(&self.node, &mp, &patch)).await;
         match r {
             Ok(r) => {
                 let current = self.state.view.as_ref().and_then(|v| v.rv.clone());

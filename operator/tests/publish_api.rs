@@ -341,7 +341,7 @@ async fn server_errors_back_off_exponentially_then_succeed() {
 async fn persistent_server_errors_give_up_count_each_failure_and_the_next_pass_retries() {
     let st = status_of(&example(NAME));
     let (client, mut h) = client();
-    let errors = kube_rdma_operator::api::ErrorCounts::default();
+    let errors = kube_rdma_operator::api::ApiRecord::default();
     let mut p = Publisher::new(client, NAME, errors.clone()).with_backoff(backoff());
     p.state_seen(Seen::Listed(None));
     p.node_seen(Seen::Listed(Some(node_meta("1", None))));
