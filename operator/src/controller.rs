@@ -60,27 +60,50 @@ impl NodeInfo {
     }
 }
 
-/// The last time an agent confirmed its state: `lastHeartbeatTime`, else
-/// `observedAt`, else the object's creation.
-pub fn heartbeat_of(s: &RdmaNodeState) -> Option<Timestamp> {
-    let st = s.status.as_ref();
-    st.and_then(|x| x.last_heartbeat_time.as_deref())
-        .or(st.and_then(|x| x.observed_at.as_deref()))
-        .and_then(|t| t.parse().ok())
-        .or_else(|| s.meta().creation_timestamp.as_ref().map(|t| t.0))
+/// What the controller keeps of one `RdmaNodeState`: enough to count it, judge
+/// its staleness and see the `Stale` mark, without holding the whole object.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StateInfo {
+    /// The agent published a status.
+    pub reported: bool,
+    /// `status.profile`.
+    pub profile: String,
+    /// A check fails, or there is none (no RoCE interface).
+    pub drifted: bool,
+    /// `lastHeartbeatTime`, else `observedAt`, else the object's creation.
+    pub heartbeat: Option<Timestamp>,
+    /// The `Stale` condition is `True`.
+    pub marked_stale: bool,
 }
 
-/// Whether the state's agent stopped reporting, at `now`.
-pub fn is_stale(s: &RdmaNodeState, now: Timestamp, after: Duration) -> bool {
-    match heartbeat_of(s) {
-        Some(t) => now.duration_since(t).as_secs() >= i64::try_from(after.as_secs()).unwrap_or(i64::MAX),
-        None => false,
+impl StateInfo {
+    /// From the object.
+    pub fn of(s: &RdmaNodeState) -> Self {
+        let st = s.status.as_ref();
+        let heartbeat = st
+            .and_then(|x| x.last_heartbeat_time.as_deref())
+            .or(st.and_then(|x| x.observed_at.as_deref()))
+            .and_then(|t| t.parse().ok())
+            .or_else(|| s.meta().creation_timestamp.as_ref().map(|t| t.0));
+        Self {
+            reported: st.is_some(),
+            profile: st.map(|x| x.profile.clone()).unwrap_or_default(),
+            drifted: st.is_some_and(|x| {
+                x.checks.is_empty() || x.checks.iter().any(|c| c.result == CheckResult::Fail)
+            }),
+            heartbeat,
+            marked_stale: st
+                .is_some_and(|x| x.conditions.iter().any(|c| c.type_ == "Stale" && c.status == "True")),
+        }
     }
-}
 
-/// The status of the `Stale` condition the state carries (absent counts as `False`).
-pub fn marked_stale(s: &RdmaNodeState) -> bool {
-    s.status.as_ref().is_some_and(|st| st.conditions.iter().any(|c| c.type_ == "Stale" && c.status == "True"))
+    /// Whether its agent stopped reporting, at `now`.
+    pub fn is_stale(&self, now: Timestamp, after: Duration) -> bool {
+        self.reported
+            && self.heartbeat.is_some_and(|t| {
+                now.duration_since(t).as_secs() >= i64::try_from(after.as_secs()).unwrap_or(i64::MAX)
+            })
+    }
 }
 
 /// The profile (by name) each node counts for: its agent's `status.profile`
@@ -89,14 +112,14 @@ pub fn marked_stale(s: &RdmaNodeState) -> bool {
 pub fn assign(
     profiles: &ProfileSet,
     nodes: &[NodeInfo],
-    states: &BTreeMap<String, RdmaNodeState>,
+    states: &BTreeMap<String, StateInfo>,
 ) -> BTreeMap<String, String> {
     let valid: Vec<&RoceProfile> = profiles.values().filter_map(|r| r.as_ref().ok()).collect();
     let mut out = BTreeMap::new();
     for n in nodes {
         let reported = states
             .get(&n.name)
-            .and_then(|s| s.status.as_ref())
+            .filter(|s| s.reported)
             .map(|s| s.profile.clone())
             .filter(|p| profiles.get(p).is_some_and(|r| r.is_ok()));
         let chosen = reported.or_else(|| {
@@ -148,21 +171,23 @@ pub struct Plan {
     pub counts: BTreeMap<String, RoceProfileStatus>,
 }
 
-/// The pure part of a pass. `current` holds each profile's status as the server has it.
+/// The pure part of a pass. `current` holds each profile's status as the server
+/// has it; `marks` the `Stale` marks written but maybe not yet seen on the watch.
 pub fn plan(
     profiles: &ProfileSet,
     current: &BTreeMap<String, Option<RoceProfileStatus>>,
     nodes: &[NodeInfo],
-    states: &BTreeMap<String, RdmaNodeState>,
+    states: &BTreeMap<String, StateInfo>,
+    marks: &BTreeMap<String, bool>,
     now: Timestamp,
     stale_after: Duration,
 ) -> Plan {
     let now_s = now.round(k8s_openapi::jiff::Unit::Second).unwrap_or(now).to_string();
     let mut p = Plan::default();
     for (name, s) in states {
-        let stale = s.status.is_some() && is_stale(s, now, stale_after);
+        let stale = s.is_stale(now, stale_after);
         p.staleness.insert(name.clone(), stale);
-        if stale != marked_stale(s) {
+        if stale != marks.get(name).copied().unwrap_or(s.marked_stale) {
             p.stale.insert(name.clone(), stale);
         }
     }
@@ -175,12 +200,11 @@ pub fn plan(
     for n in nodes {
         let Some(st) = assigned.get(&n.name).and_then(|pn| status.get_mut(pn)) else { continue };
         st.nodes_matched += 1;
-        let state = states.get(&n.name);
-        match state.and_then(|s| s.status.as_ref()) {
+        match states.get(&n.name).filter(|s| s.reported) {
             None => st.nodes_unreported += 1,
             Some(_) if p.staleness.get(&n.name) == Some(&true) => st.nodes_stale += 1,
-            // No check at all: no RoCE interface, so not compliant either.
-            Some(s) if s.checks.is_empty() || s.checks.iter().any(|c| c.result == CheckResult::Fail) => {
+            // No check at all (no RoCE interface) counts as drifted too.
+            Some(s) if s.drifted => {
                 st.nodes_drifted += 1;
                 st.drifted.push(n.name.clone());
             }
@@ -255,7 +279,7 @@ pub struct Controller {
     profiles: ProfileSet,
     profile_status: BTreeMap<String, Option<RoceProfileStatus>>,
     nodes: BTreeMap<String, NodeInfo>,
-    states: BTreeMap<String, RdmaNodeState>,
+    states: BTreeMap<String, StateInfo>,
     synced: [bool; 3],
     reported: BTreeSet<(String, Option<i64>)>,
     /// Writes made by this process that the watches may not show yet.
@@ -340,7 +364,7 @@ impl Controller {
             self.profile_status.insert(o.name_any(), st);
             self.profiles.insert(o.name_any(), decode(&o));
         }
-        self.states = states.into_iter().map(|s| (s.name_any(), s)).collect();
+        self.states = states.iter().map(|s| (s.name_any(), StateInfo::of(s))).collect();
         self.nodes = nodes.into_iter().map(|n| (n.name.clone(), n)).collect();
         self.synced = [true; 3];
     }
@@ -362,101 +386,107 @@ impl Controller {
     }
 
     /// Applies a watch event to memory; `true` when a pass should follow.
-    fn on_update(&mut self, u: Update, init: &mut [Option<Vec<String>>; 3]) -> bool {
-        fn track<K: ResourceExt>(
+    fn on_update(&mut self, u: Update, init: &mut [Option<BTreeSet<String>>; 3]) -> bool {
+        /// What an event does to one map: put an object, delete a name, or (after a
+        /// re-list) keep only the listed names.
+        enum Step<K> {
+            Put(K),
+            Del(String),
+            Keep(BTreeSet<String>),
+            Nothing,
+        }
+        fn step<K: ResourceExt>(
             ev: Event<K>,
-            init: &mut Option<Vec<String>>,
+            init: &mut Option<BTreeSet<String>>,
             synced: &mut bool,
-            mut put: impl FnMut(K),
-            mut del: impl FnMut(&str),
-            mut keys: impl FnMut() -> Vec<String>,
-        ) {
+        ) -> Step<K> {
             match ev {
-                Event::Init => *init = Some(Vec::new()),
+                Event::Init => {
+                    *init = Some(BTreeSet::new());
+                    Step::Nothing
+                }
                 Event::InitApply(o) => {
-                    init.get_or_insert_with(Vec::new).push(o.name_any());
-                    put(o);
+                    init.get_or_insert_with(BTreeSet::new).insert(o.name_any());
+                    Step::Put(o)
                 }
                 Event::InitDone => {
-                    let listed: BTreeSet<String> = init.take().unwrap_or_default().into_iter().collect();
-                    for k in keys() {
-                        if !listed.contains(&k) {
-                            del(&k);
-                        }
-                    }
                     *synced = true;
+                    Step::Keep(init.take().unwrap_or_default())
                 }
-                Event::Apply(o) => put(o),
-                Event::Delete(o) => del(&o.name_any()),
+                Event::Apply(o) => Step::Put(o),
+                Event::Delete(o) => Step::Del(o.name_any()),
             }
         }
-        let (ev_kind, err) = match u {
+        let err = match u {
             Update::Profiles(Ok(ev)) => {
-                let (profiles, status) = (&mut self.profiles, &mut self.profile_status);
-                let keys: Vec<String> = profiles.keys().cloned().collect();
-                let mut gone = Vec::new();
-                track(
-                    ev,
-                    &mut init[0],
-                    &mut self.synced[0],
-                    |o| {
-                        let st = o.data.get("status").and_then(|v| serde_json::from_value(v.clone()).ok());
-                        status.insert(o.name_any(), st);
-                        profiles.insert(o.name_any(), decode(&o));
-                    },
-                    |k| gone.push(k.to_string()),
-                    || keys.clone(),
-                );
-                for k in gone {
-                    self.profiles.remove(&k);
-                    self.profile_status.remove(&k);
-                    self.written_status.remove(&k);
+                match step(ev, &mut init[0], &mut self.synced[0]) {
+                    Step::Put(o) => {
+                        let st: Option<RoceProfileStatus> =
+                            o.data.get("status").and_then(|v| serde_json::from_value(v.clone()).ok());
+                        // The watch now shows what this process wrote.
+                        if st.is_some() && self.written_status.get(&o.name_any()) == st.as_ref() {
+                            self.written_status.remove(&o.name_any());
+                        }
+                        self.profile_status.insert(o.name_any(), st);
+                        self.profiles.insert(o.name_any(), decode(&o));
+                    }
+                    Step::Del(k) => {
+                        self.profiles.remove(&k);
+                        self.profile_status.remove(&k);
+                        self.written_status.remove(&k);
+                    }
+                    Step::Keep(listed) => {
+                        self.profiles.retain(|k, _| listed.contains(k));
+                        self.profile_status.retain(|k, _| listed.contains(k));
+                        self.written_status.retain(|k, _| listed.contains(k));
+                    }
+                    Step::Nothing => {}
                 }
-                (true, None)
+                None
             }
             Update::States(Ok(ev)) => {
-                let keys: Vec<String> = self.states.keys().cloned().collect();
-                let (states, mut gone) = (&mut self.states, Vec::new());
-                track(
-                    ev,
-                    &mut init[1],
-                    &mut self.synced[1],
-                    |o| match serde_json::to_value(&o).and_then(serde_json::from_value::<RdmaNodeState>) {
-                        Ok(s) => {
-                            states.insert(s.name_any(), s);
+                match step(ev, &mut init[1], &mut self.synced[1]) {
+                    Step::Put(o) => {
+                        match serde_json::to_value(&o).and_then(serde_json::from_value::<RdmaNodeState>) {
+                            Ok(s) => {
+                                let info = StateInfo::of(&s);
+                                // The watch now shows the mark this process wrote.
+                                if self.written_stale.get(&o.name_any()) == Some(&info.marked_stale) {
+                                    self.written_stale.remove(&o.name_any());
+                                }
+                                self.states.insert(o.name_any(), info);
+                            }
+                            Err(e) => {
+                                tracing::warn!(state = %o.name_any(), error = %e, "skipping an RdmaNodeState this controller cannot decode");
+                            }
                         }
-                        Err(e) => {
-                            tracing::warn!(state = %o.name_any(), error = %e, "skipping an RdmaNodeState this controller cannot decode");
-                        }
-                    },
-                    |k| gone.push(k.to_string()),
-                    || keys.clone(),
-                );
-                for k in gone {
-                    self.states.remove(&k);
-                    self.written_stale.remove(&k);
+                    }
+                    Step::Del(k) => {
+                        self.states.remove(&k);
+                        self.written_stale.remove(&k);
+                    }
+                    Step::Keep(listed) => {
+                        self.states.retain(|k, _| listed.contains(k));
+                        self.written_stale.retain(|k, _| listed.contains(k));
+                    }
+                    Step::Nothing => {}
                 }
-                (true, None)
+                None
             }
             Update::Nodes(Ok(ev)) => {
-                let keys: Vec<String> = self.nodes.keys().cloned().collect();
-                let (nodes, mut gone) = (&mut self.nodes, Vec::new());
-                track(
-                    ev,
-                    &mut init[2],
-                    &mut self.synced[2],
-                    |o| {
-                        nodes.insert(o.name_any(), NodeInfo::of(&o.metadata));
-                    },
-                    |k| gone.push(k.to_string()),
-                    || keys.clone(),
-                );
-                for k in gone {
-                    self.nodes.remove(&k);
+                match step(ev, &mut init[2], &mut self.synced[2]) {
+                    Step::Put(o) => {
+                        self.nodes.insert(o.name_any(), NodeInfo::of(&o.metadata));
+                    }
+                    Step::Del(k) => {
+                        self.nodes.remove(&k);
+                    }
+                    Step::Keep(listed) => self.nodes.retain(|k, _| listed.contains(k)),
+                    Step::Nothing => {}
                 }
-                (true, None)
+                None
             }
-            Update::Profiles(Err(e)) | Update::States(Err(e)) | Update::Nodes(Err(e)) => (false, Some(e)),
+            Update::Profiles(Err(e)) | Update::States(Err(e)) | Update::Nodes(Err(e)) => Some(e),
         };
         match err {
             Some(e) => {
@@ -466,7 +496,7 @@ impl Controller {
             }
             None => {
                 self.health.api.ok();
-                ev_kind
+                true
             }
         }
     }
@@ -479,14 +509,15 @@ impl Controller {
         for (k, v) in &self.written_status {
             current.insert(k.clone(), Some(v.clone()));
         }
-        let mut states = self.states.clone();
-        for (k, stale) in &self.written_stale {
-            if let Some(st) = states.get_mut(k).and_then(|s| s.status.as_mut()) {
-                st.conditions.retain(|c| c.type_ != "Stale");
-                st.conditions.push(stale_condition(*stale, String::new()));
-            }
-        }
-        let p = plan(&self.profiles, &current, &nodes, &states, Timestamp::now(), self.stale_after);
+        let p = plan(
+            &self.profiles,
+            &current,
+            &nodes,
+            &self.states,
+            &self.written_stale,
+            Timestamp::now(),
+            self.stale_after,
+        );
         if let Ok(mut m) = self.metrics.write() {
             *m = render_metrics(&p);
         }
@@ -616,9 +647,10 @@ impl Controller {
         tokio::pin!(shutdown);
         let updates = self.streams();
         tokio::pin!(updates);
-        let mut init: [Option<Vec<String>>; 3] = [None, None, None];
+        let mut init: [Option<BTreeSet<String>>; 3] = [None, None, None];
         let mut due: Option<Instant> = None;
         let mut failures = 0u32;
+        let mut seen = 0u64;
         let check_every = self.check_every.min(self.stale_after / 4).max(Duration::from_millis(100));
         let mut next_check = Instant::now() + check_every;
         loop {
@@ -627,6 +659,7 @@ impl Controller {
                 _ = &mut shutdown => return,
                 u = updates.next() => {
                     let Some(u) = u else { return };
+                    seen += 1;
                     if self.on_update(u, &mut init) && self.synced() && failures == 0 {
                         due.get_or_insert_with(|| Instant::now() + self.debounce);
                     }
@@ -644,7 +677,10 @@ impl Controller {
                     }
                     due = None;
                     let t0 = Instant::now();
-                    match self.reconcile().await {
+                    let r = self.reconcile().await;
+                    tracing::debug!(took_ms = t0.elapsed().as_millis() as u64, updates = seen, states = self.states.len(), "pass");
+                    seen = 0;
+                    match r {
                         Ok(p) => {
                             failures = 0;
                             self.health.pass_ok(t0.elapsed());

@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{client, expect, expect_with, status_err};
 use kube::api::DynamicObject;
 use kube_rdma_operator::api::Backoff;
-use kube_rdma_operator::controller::{plan, Controller, NodeInfo};
+use kube_rdma_operator::controller::{plan, Controller, NodeInfo, StateInfo};
 use kube_rdma_operator::crd::{RdmaNodeState, RoceProfileStatus};
 use kube_rdma_operator::profiles::decode;
 use serde_json::{json, Value};
@@ -79,6 +79,10 @@ fn want() -> Value {
            "drifted": ["b"]})
 }
 
+fn infos(states: Vec<RdmaNodeState>) -> BTreeMap<String, StateInfo> {
+    states.iter().map(|s| (s.metadata.name.clone().unwrap(), StateInfo::of(s))).collect()
+}
+
 fn without_conditions(mut v: Value) -> Value {
     v.as_object_mut().unwrap().remove("conditions");
     v
@@ -88,13 +92,13 @@ fn without_conditions(mut v: Value) -> Value {
 fn profile_status_counts_matched_compliant_drifted_and_unreported_and_finds_orphans() {
     let profiles =
         [("gpu".to_string(), decode(&dynamic(profile("gpu", json!({"gpu": "yes"}), None))))].into();
-    let states: BTreeMap<String, RdmaNodeState> =
-        states().into_iter().map(|s| (s.metadata.name.clone().unwrap(), s)).collect();
+    let states = infos(states());
     let p = plan(
         &profiles,
         &BTreeMap::new(),
         &nodes(),
         &states,
+        &BTreeMap::new(),
         k8s_openapi::jiff::Timestamp::now(),
         Duration::from_secs(1500),
     );
@@ -115,17 +119,14 @@ fn overlapping_profiles_count_each_node_once_for_the_profile_its_agent_used() {
         ("gpu".to_string(), decode(&dynamic(profile("gpu", json!({"gpu": "yes"}), None)))),
     ]
     .into();
-    let states: BTreeMap<String, RdmaNodeState> =
-        [state("a", "gpu", &["Pass"]), state("b", "all", &["Fail"])]
-            .into_iter()
-            .map(|s| (s.metadata.name.clone().unwrap(), s))
-            .collect();
+    let states = infos(vec![state("a", "gpu", &["Pass"]), state("b", "all", &["Fail"])]);
     let ns = vec![node("a", &[("gpu", "yes")]), node("b", &[("gpu", "yes")]), node("c", &[("gpu", "yes")])];
     let p = plan(
         &profiles,
         &BTreeMap::new(),
         &ns,
         &states,
+        &BTreeMap::new(),
         k8s_openapi::jiff::Timestamp::now(),
         Duration::from_secs(1500),
     );
@@ -141,13 +142,13 @@ fn overlapping_profiles_count_each_node_once_for_the_profile_its_agent_used() {
 fn every_drifted_node_is_listed() {
     let profiles = [("gpu".to_string(), decode(&dynamic(profile("gpu", json!({}), None))))].into();
     let ns: Vec<NodeInfo> = (0..120).map(|i| node(&format!("n{i:03}"), &[])).collect();
-    let states: BTreeMap<String, RdmaNodeState> =
-        ns.iter().map(|n| (n.name.clone(), state(&n.name, "gpu", &["Fail"]))).collect();
+    let states = infos(ns.iter().map(|n| state(&n.name, "gpu", &["Fail"])).collect());
     let p = plan(
         &profiles,
         &BTreeMap::new(),
         &ns,
         &states,
+        &BTreeMap::new(),
         k8s_openapi::jiff::Timestamp::now(),
         Duration::from_secs(1500),
     );
@@ -161,11 +162,12 @@ fn an_agent_without_heartbeat_for_the_threshold_is_stale_and_counted_so() {
     let mut old = state("a", "gpu", &["Pass"]);
     old.status.as_mut().unwrap().last_heartbeat_time = Some("2026-11-30T01:00:00Z".into());
     let fresh = state("b", "gpu", &["Pass"]);
-    let states: BTreeMap<String, RdmaNodeState> =
-        [old, fresh].into_iter().map(|s| (s.metadata.name.clone().unwrap(), s)).collect();
+    let states = infos(vec![old, fresh]);
     let t = |s: &str| s.parse::<k8s_openapi::jiff::Timestamp>().unwrap();
     let ns = vec![node("a", &[]), node("b", &[])];
-    let at = |now: &str| plan(&profiles, &BTreeMap::new(), &ns, &states, t(now), Duration::from_secs(1500));
+    let at = |now: &str| {
+        plan(&profiles, &BTreeMap::new(), &ns, &states, &BTreeMap::new(), t(now), Duration::from_secs(1500))
+    };
     // 24 min 59 s: not yet.
     assert!(!at("2026-11-30T01:24:59Z").stale.contains_key("a"));
     let p = at("2026-11-30T01:25:00Z");
