@@ -27,7 +27,7 @@ use nic::roce::NodeRoce;
 use tokio::sync::mpsc;
 
 use crate::api::{chain, watch_error_kind, ApiError, Backoff};
-use crate::crd::{Mode, RdmaNodeState, RdmaNodeStateStatus, RoceProfile};
+use crate::crd::{Mode, RdmaNodeState, RdmaNodeStateStatus, RoceProfile, RoceProfileSpec};
 use crate::health::Health;
 use crate::profiles::{decode, profile_resource, select_profile, BadProfile, ProfileSet};
 use crate::publish::{Published, Publisher, Seen};
@@ -546,8 +546,13 @@ impl Agent {
     }
 
     /// The profile that applies now, as far as a change matters.
-    fn profile_key(&self) -> Option<RoceProfile> {
-        self.ready_to_publish().then(|| self.profile())
+    /// Only name and spec count: a profile's status changes with every controller
+    /// pass and must not start a pass on every node.
+    fn profile_key(&self) -> Option<(String, RoceProfileSpec)> {
+        self.ready_to_publish().then(|| {
+            let p = self.profile();
+            (p.name_any(), p.spec)
+        })
     }
 }
 

@@ -30,6 +30,7 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Client, Resource, ResourceExt};
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::{chain, watch_error_kind, with_backoff, ApiError, Backoff};
@@ -76,20 +77,104 @@ pub struct StateInfo {
     pub marked_stale: bool,
 }
 
+/// The parts of an `RdmaNodeState` the controller reads, decoded straight from
+/// the watch: a thousand agents rewriting their states after a profile change
+/// cost the controller a partial decode each, not a full object. Values are kept
+/// as strings, so a state written by a newer agent (a new check result) still decodes.
+#[derive(Deserialize, Clone, Debug, Default)]
+pub struct StateObject {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The agent's report.
+    #[serde(default)]
+    pub status: Option<StateStatus>,
+}
+
+/// See [`StateObject`].
+#[derive(Deserialize, Clone, Debug, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StateStatus {
+    /// Profile checked against.
+    #[serde(default)]
+    pub profile: String,
+    /// Check results.
+    #[serde(default)]
+    pub checks: Vec<StateCheck>,
+    /// Conditions (type and status).
+    #[serde(default)]
+    pub conditions: Vec<StateCondition>,
+    /// Heartbeat.
+    #[serde(default)]
+    pub last_heartbeat_time: Option<String>,
+    /// When the checks last changed.
+    #[serde(default)]
+    pub observed_at: Option<String>,
+}
+
+/// See [`StateObject`].
+#[derive(Deserialize, Clone, Debug, Default)]
+pub struct StateCheck {
+    /// `Pass`, `Fail`, ...
+    #[serde(default)]
+    pub result: String,
+}
+
+/// See [`StateObject`].
+#[derive(Deserialize, Clone, Debug, Default)]
+pub struct StateCondition {
+    /// Condition type.
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    /// `True`, `False`, `Unknown`.
+    #[serde(default)]
+    pub status: String,
+}
+
+impl Resource for StateObject {
+    type DynamicType = ();
+    type Scope = kube::core::ClusterResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        RdmaNodeState::kind(&())
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        RdmaNodeState::group(&())
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        RdmaNodeState::version(&())
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        RdmaNodeState::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
 impl StateInfo {
-    /// From the object.
+    /// From a full object (tests, [`Controller::load`]).
     pub fn of(s: &RdmaNodeState) -> Self {
+        let o: StateObject = serde_json::to_value(s).and_then(serde_json::from_value).unwrap_or_default();
+        Self::from_object(&o)
+    }
+
+    /// From what the watch decoded.
+    pub fn from_object(s: &StateObject) -> Self {
         let st = s.status.as_ref();
         let heartbeat = st
             .and_then(|x| x.last_heartbeat_time.as_deref())
             .or(st.and_then(|x| x.observed_at.as_deref()))
             .and_then(|t| t.parse().ok())
-            .or_else(|| s.meta().creation_timestamp.as_ref().map(|t| t.0));
+            .or_else(|| s.metadata.creation_timestamp.as_ref().map(|t| t.0));
         Self {
             reported: st.is_some(),
             profile: st.map(|x| x.profile.clone()).unwrap_or_default(),
             drifted: st.is_some_and(|x| {
-                x.checks.is_empty() || x.checks.iter().any(|c| c.result == CheckResult::Fail)
+                x.checks.is_empty() || x.checks.iter().any(|c| c.result == CheckResult::Fail.as_str())
             }),
             heartbeat,
             marked_stale: st
@@ -272,6 +357,7 @@ pub struct Controller {
     backoff: Backoff,
     health: Health,
     debounce: Duration,
+    debounce_max: Duration,
     stale_after: Duration,
     check_every: Duration,
     watch_timeout: Duration,
@@ -289,7 +375,7 @@ pub struct Controller {
 
 enum Update {
     Profiles(Result<Event<DynamicObject>, watcher::Error>),
-    States(Result<Event<DynamicObject>, watcher::Error>),
+    States(Result<Event<StateObject>, watcher::Error>),
     Nodes(Result<Event<kube::core::PartialObjectMeta<Node>>, watcher::Error>),
 }
 
@@ -301,6 +387,7 @@ impl Controller {
             backoff: Backoff::default(),
             health: Health::new("controller", Duration::from_secs(180)),
             debounce: Duration::from_millis(200),
+            debounce_max: Duration::from_secs(1),
             stale_after: STALE_AFTER,
             check_every: Duration::from_secs(60),
             watch_timeout: Duration::from_secs(600),
@@ -322,9 +409,12 @@ impl Controller {
         self
     }
 
-    /// How long changes are collected before a pass.
-    pub fn with_debounce(mut self, d: Duration) -> Self {
-        self.debounce = d;
+    /// A pass follows changes once none came for `quiet`, or `max` after the first:
+    /// during a rollout (a thousand agents writing) the profile status, which every
+    /// agent's watch receives, is written about once per `max` rather than per change.
+    pub fn with_debounce(mut self, quiet: Duration, max: Duration) -> Self {
+        self.debounce = quiet;
+        self.debounce_max = max;
         self
     }
 
@@ -376,8 +466,7 @@ impl Controller {
     fn streams(&self) -> impl Stream<Item = Update> + Send + 'static {
         let cfg = watcher::Config::default().timeout(self.watch_timeout.as_secs().clamp(1, 3600) as u32);
         let profiles: Api<DynamicObject> = Api::all_with(self.client.clone(), &profile_resource());
-        let states: Api<DynamicObject> =
-            Api::all_with(self.client.clone(), &kube::api::ApiResource::erase::<RdmaNodeState>(&()));
+        let states: Api<StateObject> = Api::all(self.client.clone());
         let nodes: Api<kube::core::PartialObjectMeta<Node>> = Api::all(self.client.clone());
         let p = watcher::watcher(profiles, cfg.clone()).default_backoff().map(Update::Profiles);
         let s = watcher::watcher(states, cfg.clone()).default_backoff().map(Update::States);
@@ -447,19 +536,12 @@ impl Controller {
             Update::States(Ok(ev)) => {
                 match step(ev, &mut init[1], &mut self.synced[1]) {
                     Step::Put(o) => {
-                        match serde_json::to_value(&o).and_then(serde_json::from_value::<RdmaNodeState>) {
-                            Ok(s) => {
-                                let info = StateInfo::of(&s);
-                                // The watch now shows the mark this process wrote.
-                                if self.written_stale.get(&o.name_any()) == Some(&info.marked_stale) {
-                                    self.written_stale.remove(&o.name_any());
-                                }
-                                self.states.insert(o.name_any(), info);
-                            }
-                            Err(e) => {
-                                tracing::warn!(state = %o.name_any(), error = %e, "skipping an RdmaNodeState this controller cannot decode");
-                            }
+                        let info = StateInfo::from_object(&o);
+                        // The watch now shows the mark this process wrote.
+                        if self.written_stale.get(&o.name_any()) == Some(&info.marked_stale) {
+                            self.written_stale.remove(&o.name_any());
                         }
+                        self.states.insert(o.name_any(), info);
                     }
                     Step::Del(k) => {
                         self.states.remove(&k);
@@ -651,6 +733,7 @@ impl Controller {
         let mut due: Option<Instant> = None;
         let mut failures = 0u32;
         let mut seen = 0u64;
+        let mut batch: Option<Instant> = None;
         let check_every = self.check_every.min(self.stale_after / 4).max(Duration::from_millis(100));
         let mut next_check = Instant::now() + check_every;
         loop {
@@ -661,7 +744,9 @@ impl Controller {
                     let Some(u) = u else { return };
                     seen += 1;
                     if self.on_update(u, &mut init) && self.synced() && failures == 0 {
-                        due.get_or_insert_with(|| Instant::now() + self.debounce);
+                        let now = Instant::now();
+                        let first = *batch.get_or_insert(now);
+                        due = Some((now + self.debounce).min(first + self.debounce_max));
                     }
                 }
                 _ = tokio::time::sleep_until(wake.into()) => {
@@ -676,6 +761,7 @@ impl Controller {
                         continue;
                     }
                     due = None;
+                    batch = None;
                     let t0 = Instant::now();
                     let r = self.reconcile().await;
                     tracing::debug!(took_ms = t0.elapsed().as_millis() as u64, updates = seen, states = self.states.len(), "pass");
