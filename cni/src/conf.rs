@@ -460,6 +460,12 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
     }
     let attach = match cmd {
         Command::Add | Command::Check => Some(parse_attach(&top, &rc, env)?),
+        // STATUS gets the same configuration as ADD: one that no ADD could take is
+        // invalid (7), whatever the node's state (50).
+        Command::Status => {
+            parse_attach(&top, &rc, env)?;
+            None
+        }
         _ => None,
     };
     Ok(NetConf {

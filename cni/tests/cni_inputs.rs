@@ -423,6 +423,17 @@ fn status_reports_an_unwritable_state_dir() {
     assert!(v["msg"].as_str().unwrap().contains("state directory"));
 }
 
+#[test]
+fn status_refuses_a_configuration_no_add_could_take_before_looking_at_the_node() {
+    // The IPAM plugin is missing too (that alone is 50): the bad value wins with 7.
+    let empty = tempfile::tempdir().unwrap();
+    let conf = json!({"cniVersion": "1.1.0", "name": "n", "type": "kube-rdma-cni", "mtu": 99999,
+                      "ipam": {"type": "host-local"}});
+    let (code, out) = run_with_path("STATUS", &conf, empty.path());
+    assert_eq!(code, 7, "{out}");
+    assert!(out.contains("mtu") && out.contains("68..65535"), "{out}");
+}
+
 /// Runs the plugin with `cmd`, `stdin` and `CNI_PATH`; returns its error code (0: success) and stdout.
 fn run_with_path(cmd: &str, stdin: &Value, cni_path: &Path) -> (i32, String) {
     let out = std::process::Command::new(BIN)
