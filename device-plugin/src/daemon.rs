@@ -1,7 +1,7 @@
 //! The daemon: one event loop owning every pool.
 //!
-//! Inputs: netlink link events (`RTNLGRP_LINK`: the PF of the link is read
-//! again, not the node) and a periodic full rescan as the safety net; inotify
+//! Inputs: netlink link events (`RTNLGRP_LINK`: the function whose netdev
+//! changed is read again, not the node) and a periodic full rescan as the safety net; inotify
 //! on the kubelet dir (kubelet restart → re-serve and re-register, no
 //! polling); inotify on the config file's directory (reload; unchanged pools
 //! keep serving); the kubelet's PodResources list, polled by its own task; a
@@ -131,8 +131,11 @@ struct Daemon {
 /// What a rescan reads.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Scan {
+    /// Every function.
     Node,
-    Pfs(BTreeSet<PciAddr>),
+    /// These functions (a PF's own directory, or a VF), as `(PF, function)`;
+    /// a PF whose VFs changed in number is walked whole.
+    Functions(BTreeSet<(PciAddr, PciAddr)>),
 }
 
 /// Every walk skips GID tables (see the module docs).
@@ -147,13 +150,32 @@ async fn discover(roots: &Roots) -> Inventory {
         .unwrap_or_default()
 }
 
-async fn discover_pfs(roots: &Roots, pfs: BTreeSet<PciAddr>) -> Vec<(PciAddr, Inventory)> {
+/// Re-reads `fns` in `inv` (their PF whole when a function cannot be re-read
+/// alone); returns the inventory and the PFs that changed. `None`: the walk
+/// failed and the inventory is lost (the caller walks the node).
+async fn rescan_functions(
+    roots: &Roots,
+    mut inv: Inventory,
+    fns: BTreeSet<(PciAddr, PciAddr)>,
+) -> Option<(Inventory, BTreeSet<PciAddr>)> {
     let roots = roots.clone();
     tokio::task::spawn_blocking(move || {
-        pfs.into_iter().map(|pf| (pf, nic::discover::discover_pf(&roots, scope(), pf))).collect()
+        let mut touched = BTreeSet::new();
+        let mut whole = BTreeSet::new();
+        for (pf, f) in fns {
+            touched.insert(pf);
+            if !nic::discover::rescan_function(&roots, scope(), &mut inv, f) {
+                whole.insert(pf);
+            }
+        }
+        for pf in whole {
+            let part = nic::discover::discover_pf(&roots, scope(), pf);
+            inv.replace_pf(pf, part);
+        }
+        (inv, touched)
     })
     .await
-    .unwrap_or_default()
+    .ok()
 }
 
 /// The RDMA netns mode of the node, from the `ib_core` module parameter.
@@ -342,20 +364,22 @@ impl Daemon {
         Some(t)
     }
 
-    /// Which PFs the link events concern; the whole node when one names a
-    /// netdev the last walk did not see (new VFs) or events were lost.
+    /// Which functions the link events concern (a PF's link state is read
+    /// from the PF, a VF's from the VF); the whole node when one names a
+    /// netdev the last walk did not see (new VFs, a VF back from a pod) or
+    /// events were lost.
     fn scan_for(&self, evs: &[RtnlEvent]) -> Scan {
-        let mut pfs = BTreeSet::new();
+        let mut fns = BTreeSet::new();
         for e in evs {
             let RtnlEvent::Link(l) = e else { return Scan::Node };
-            match l.name.as_deref().and_then(|n| self.inv.pf_of_netdev(n)) {
-                Some(pf) => {
-                    pfs.insert(pf);
+            match l.name.as_deref().and_then(|n| self.inv.function_of_netdev(n)) {
+                Some(f) => {
+                    fns.insert(f);
                 }
                 None => return Scan::Node,
             }
         }
-        Scan::Pfs(pfs)
+        Scan::Functions(fns)
     }
 
     /// Binds and serves a pool, writes its CDI spec. Registration is separate.
@@ -616,12 +640,19 @@ impl Daemon {
                 self.inv = discover(&self.opts.roots).await;
                 self.memory.observe(&mut self.inv);
             }
-            Scan::Pfs(pfs) => {
-                for (pf, mut part) in discover_pfs(&self.opts.roots, pfs).await {
-                    for p in &mut part.pfs {
-                        self.memory.observe_pf(p);
+            Scan::Functions(fns) => {
+                let inv = std::mem::take(&mut self.inv);
+                match rescan_functions(&self.opts.roots, inv, fns).await {
+                    Some((inv, touched)) => {
+                        self.inv = inv;
+                        for p in self.inv.pfs.iter_mut().filter(|p| touched.contains(&p.pci)) {
+                            self.memory.observe_pf(p);
+                        }
                     }
-                    self.inv.replace_pf(pf, part);
+                    None => {
+                        self.inv = discover(&self.opts.roots).await;
+                        self.memory.observe(&mut self.inv);
+                    }
                 }
             }
         }
@@ -649,7 +680,7 @@ impl Daemon {
                 continue;
             }
             log_changes(&prev, &pool, why);
-            if devinfo::cdi_spec(&prev) != devinfo::cdi_spec(&pool) {
+            if devinfo::cdi_differs(&prev, &pool) {
                 self.write_cdi(&pool);
             }
             self.metrics.set_pool(&pool);

@@ -105,6 +105,25 @@ pub fn cdi_spec(pool: &Pool) -> serde_json::Value {
     json!({ "cdiVersion": version, "kind": kind, "devices": devices })
 }
 
+/// Whether the CDI specs of two states of a pool differ: only IDs, the
+/// devices' nodes and RDMA device names go into a spec, so health and in-use
+/// changes never rewrite it.
+pub fn cdi_differs(a: &Pool, b: &Pool) -> bool {
+    fn paths(d: &Device) -> impl Iterator<Item = &PathBuf> {
+        d.rdma.iter().flat_map(|r| &r.char_devs).map(|c| &c.node_path)
+    }
+    let same = |x: &Device, y: &Device| {
+        x.id == y.id
+            && x.vfio == y.vfio
+            && x.rdma.iter().map(|r| &r.name).eq(y.rdma.iter().map(|r| &r.name))
+            && paths(x).eq(paths(y))
+    };
+    a.config != b.config
+        || a.rdma_cm != b.rdma_cm
+        || a.devices.len() != b.devices.len()
+        || !a.devices.iter().zip(&b.devices).all(|(x, y)| same(x, y))
+}
+
 /// Writes the pool's CDI spec atomically; returns its path.
 pub fn write_cdi(dir: &Path, pool: &Pool) -> Result<PathBuf, FileError> {
     let path = cdi_path(dir, pool);

@@ -279,22 +279,41 @@ fn requires_rdma(c: &PoolConfig) -> bool {
     !c.selectors.is_empty() && c.selectors.iter().all(|s| s.is_rdma == Some(true))
 }
 
-fn vf_device(inv: &Inventory, pf: &Pf, vf: &Vf, config: &PoolConfig, alloc: &Allocations) -> Device {
+/// What the VFs of one PF share, worked out once per PF.
+struct PfFacts {
+    group: String,
+    near_gpu: bool,
+    link_layer: Option<LinkLayer>,
+}
+
+/// What the devices of one pool share, worked out once per pool.
+struct PoolFacts {
+    resource: String,
+    require_rdma: bool,
+}
+
+fn vf_device(
+    inv: &Inventory,
+    pf: &Pf,
+    p: &PfFacts,
+    vf: &Vf,
+    pool: &PoolFacts,
+    alloc: &Allocations,
+) -> Device {
     let netdev = vf.netdev.as_ref().map(|n| n.name.clone());
     let id = vf.pci.to_string();
-    let allocated = alloc.contains(&config.resource_name(), &id);
-    let cx = VfContext { require_rdma: requires_rdma(config), allocated, vfio_container: inv.vfio_container };
-    let pf_ll = pf.netdevs.iter().find_map(|n| n.link_layer);
+    let allocated = alloc.contains(&pool.resource, &id);
+    let cx = VfContext { require_rdma: pool.require_rdma, allocated, vfio_container: inv.vfio_container };
     Device {
         pci: Some(vf.pci),
         pf: Some(pf.pci),
-        group: pf.pci.to_string(),
+        group: p.group.clone(),
         vf_index: Some(vf.index),
         numa: vf.numa_node.or(pf.numa_node),
-        rdma: vf.rdma.iter().map(|r| rdma_info(r, pf_ll)).collect(),
+        rdma: vf.rdma.iter().map(|r| rdma_info(r, p.link_layer)).collect(),
         vfio: vf.vfio.clone(),
         netdev,
-        near_gpu: near_gpu(inv, &pf.upstream),
+        near_gpu: p.near_gpu,
         health: health::vf_health(pf, vf, cx),
         in_use: health::vf_in_use(vf, allocated),
         id,
@@ -457,8 +476,18 @@ pub fn plan_with(inv: &Inventory, cfg: &Config, alloc: &Allocations) -> Plan {
         .collect();
     let mut decisions = Vec::new();
     let any = |m: Mode| cfg.pools.iter().any(|p| p.mode == m);
+    let pool_facts: Vec<PoolFacts> = cfg
+        .pools
+        .iter()
+        .map(|c| PoolFacts { resource: c.resource_name(), require_rdma: requires_rdma(c) })
+        .collect();
     if any(Mode::Vf) || !any(Mode::SharedResource) {
         for pf in &inv.pfs {
+            let pf_facts = PfFacts {
+                group: pf.pci.to_string(),
+                near_gpu: near_gpu(inv, &pf.upstream),
+                link_layer: pf.netdevs.iter().find_map(|n| n.link_layer),
+            };
             for vf in &pf.vfs {
                 let mut facts = vf_facts(pf, vf);
                 // A VF in a pod whose RDMA device left no trace on the host: the
@@ -468,7 +497,7 @@ pub fn plan_with(inv: &Inventory, cfg: &Config, alloc: &Allocations) -> Plan {
                 }
                 let (taken, d) = decide(cfg, |p| p.mode == Mode::Vf, vf.pci.to_string(), "VF", &facts);
                 if let Some(&i) = taken.first() {
-                    let dev = vf_device(inv, pf, vf, &pools[i].config, alloc);
+                    let dev = vf_device(inv, pf, &pf_facts, vf, &pool_facts[i], alloc);
                     pools[i].devices.push(dev);
                 }
                 decisions.push(d);

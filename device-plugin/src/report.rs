@@ -179,7 +179,12 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str, ku
         &rows,
     ));
 
-    let find = |dev: &str| plan.decisions.iter().find(|d| d.device == dev);
+    // A VF is its own candidate (`0000:3d:00.2`), or with its RDMA device in the
+    // shared pools of k8s-rdma-shared-dev-plugin (`0000:3d:00.2 (mlx5_3)`).
+    let find = |dev: &str| {
+        let labelled = format!("{dev} (");
+        plan.decisions.iter().find(|d| d.device == dev || d.device.starts_with(&labelled))
+    };
     let health_of = |id: &str| {
         plan.pools.iter().find_map(|p| p.device(id)).map(|d| match (&d.health, d.in_use) {
             (crate::health::Health::Healthy, false) => "Healthy".to_string(),

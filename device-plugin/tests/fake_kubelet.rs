@@ -486,12 +486,14 @@ async fn sigterm_cleans_up_and_exits_zero() {
 async fn metrics_and_healthz_are_served() {
     let sim = sim("cx6dx-dual.yaml");
     let dirs = Dirs::new();
-    let _k = FakeKubelet::start(&dirs.kubelet);
+    let k = FakeKubelet::start(&dirs.kubelet);
     // Pick a free port, then hand it to the daemon.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let mut opts = dirs.options(sim.roots(), None, Duration::from_secs(3600));
     opts.metrics_addr = Some(port);
     let d = InProc::spawn(opts);
+    // Metrics listen before the pools register.
+    k.next_registration(T).await;
     let get = |path: &'static str| async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut s = tokio::net::TcpStream::connect(port).await.unwrap();

@@ -214,3 +214,23 @@ async fn wait_metric(port: std::net::SocketAddr, line: &str) {
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
 }
+
+/// `discover` on such a node says the VF is in use, not broken.
+#[test]
+fn discover_shows_a_vf_in_a_pod_as_healthy_and_in_use() {
+    let mut sim = exclusive();
+    sim.move_vf_into_pod(pci("0000:af:00.4")).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"))
+        .arg("discover")
+        .arg("--sysfs-root")
+        .arg(&sim.roots().sysfs)
+        .arg("--dev-root")
+        .arg(&sim.roots().dev)
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    let row = text.lines().find(|l| l.starts_with("0000:af:00.4")).unwrap();
+    assert!(row.contains("[Healthy, in use by a pod]") && row.contains("mlx5_13"), "{row}");
+}

@@ -87,6 +87,45 @@ pub fn discover_pf(roots: &Roots, scope: Scope, pf: PciAddr) -> Inventory {
     Walk::new(roots, scope.gid_tables).run_pf(scope.threads, pf)
 }
 
+/// Re-reads one function of `inv` in place, after a link event on its netdev:
+/// a PF's own directory (attributes, netdevs, RDMA devices; its VFs stay as
+/// they were, since a PF's link state is read from the PF), or one VF.
+/// Returns `false`, changing nothing, when that cannot be done in place: the
+/// function is not in `inv` or is gone, or its PF now has another number of
+/// VFs. Then [`discover_pf`] (or [`discover`]) is needed.
+pub fn rescan_function(roots: &Roots, scope: Scope, inv: &mut Inventory, pci: PciAddr) -> bool {
+    let walk = Walk::new(roots, scope.gid_tables);
+    let Ok(bus) = Dir::open(roots.sys("bus/pci/devices")) else { return false };
+    let Listing::Read(_, _, read) = walk.list_and_read(&bus, &pci.to_string()) else { return false };
+    match *read {
+        Read::Pf(mut new, links) => {
+            let Some(old) = inv.pfs.iter_mut().find(|p| p.pci == pci) else { return false };
+            if links.len() != old.vfs.len() || new.num_vfs != old.num_vfs {
+                return false;
+            }
+            // What only the assembly of the VFs finds stays as it was found.
+            let kept =
+                old.problems.iter().filter(|p| p.field.starts_with("virtfn") || p.field == "sriov_numvfs");
+            new.problems.extend(kept.cloned());
+            new.vfs = std::mem::take(&mut old.vfs);
+            *old = new;
+        }
+        Read::Vf(mut new, _) => {
+            let Some(old) = inv.pfs.iter_mut().flat_map(|p| p.vfs.iter_mut()).find(|v| v.pci == pci) else {
+                return false;
+            };
+            new.index = old.index;
+            new.pf = old.pf;
+            new.problems.extend(old.problems.iter().filter(|p| p.field == "physfn").cloned());
+            *old = new;
+        }
+        _ => return false,
+    }
+    inv.rdma_cm = walk.dev_nodes.contains("rdma_cm");
+    inv.vfio_container = walk.vfio_nodes.contains("vfio");
+    true
+}
+
 /// One PCI function as listed in `bus/pci/devices`, while it is being read.
 struct Entry<'b> {
     /// `<sysfs>/bus/pci/devices`.

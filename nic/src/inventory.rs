@@ -320,6 +320,17 @@ impl Inventory {
             .map(|pf| pf.pci)
     }
 
+    /// The PF or VF whose netdev `name` is, as `(its PF, the function)`.
+    pub fn function_of_netdev(&self, name: &str) -> Option<(PciAddr, PciAddr)> {
+        self.pfs.iter().find_map(|pf| {
+            if pf.netdevs.iter().any(|n| n.name == name) {
+                return Some((pf.pci, pf.pci));
+            }
+            let vf = pf.vfs.iter().find(|v| v.netdev.as_ref().is_some_and(|n| n.name == name))?;
+            Some((pf.pci, vf.pci))
+        })
+    }
+
     /// Replaces what this inventory says about PF `pci` with `part`, a walk of
     /// that PF alone ([`crate::discover::discover_pf`]): the PF (removed when
     /// `part` no longer has it), and the skipped entries of its functions.

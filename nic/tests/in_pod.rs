@@ -149,3 +149,24 @@ fn one_pf_walk_replaces_that_pf_and_nothing_else() {
     inv.replace_pf(pci("0000:3d:00.0"), discover_pf(&sim.roots(), scope, pci("0000:99:00.0")));
     assert_eq!(inv.pfs.len(), 1);
 }
+
+#[test]
+fn one_function_is_read_again_in_place_after_its_link_event() {
+    let mut sim = node(NetnsMode::Exclusive);
+    let scope = Scope { gid_tables: false, ..Scope::default() };
+    let mut inv = discover_scoped(&sim.roots(), scope);
+    let (pf0, vf) = (pci("0000:3d:00.0"), pci("0000:3d:00.4"));
+    assert_eq!(inv.function_of_netdev("ens1f0np0"), Some((pf0, pf0)));
+    assert_eq!(inv.function_of_netdev("ens1f0np0v3"), Some((pf0, vf)));
+    sim.set_operstate("ens1f0np0", "down").unwrap();
+    sim.move_vf_into_pod(vf).unwrap();
+    assert!(nic::discover::rescan_function(&sim.roots(), scope, &mut inv, pf0));
+    assert!(nic::discover::rescan_function(&sim.roots(), scope, &mut inv, vf));
+    assert_eq!(inv, discover_scoped(&sim.roots(), scope));
+    // Another number of VFs cannot be patched in place.
+    sim.set_num_vfs(pf0, 2).unwrap();
+    let before = inv.clone();
+    assert!(!nic::discover::rescan_function(&sim.roots(), scope, &mut inv, pf0));
+    assert!(!nic::discover::rescan_function(&sim.roots(), scope, &mut inv, pci("0000:3d:00.5")), "gone");
+    assert_eq!(inv, before, "unchanged when it says no");
+}

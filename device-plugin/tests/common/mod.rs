@@ -296,6 +296,8 @@ impl Dirs {
         let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"));
         c.arg("--kubelet-dir")
             .arg(&self.kubelet)
+            .arg("--pod-resources-socket")
+            .arg(self.tmp.path().join("pod-resources/kubelet.sock"))
             .arg("--cdi-dir")
             .arg(&self.cdi)
             .arg("--devinfo-dir")
