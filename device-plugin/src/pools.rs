@@ -115,12 +115,14 @@ struct Facts<'a> {
     vendor: Option<u16>,
     device: Option<u16>,
     driver: Option<&'a str>,
-    pf_netdevs: Vec<&'a str>,
+    /// Netdevs of the PF (of the function itself for PFs and HCAs).
+    pf_netdevs: &'a [Netdev],
     vf_index: Option<u32>,
     root: Option<PciAddr>,
     link_layer: Option<LinkLayer>,
     is_rdma: bool,
-    if_names: Vec<&'a str>,
+    /// The function's own netdevs.
+    if_names: &'a [Netdev],
     speed: Option<u32>,
     numa: Option<u32>,
 }
@@ -157,14 +159,20 @@ fn check(s: &Selector, f: &Facts) -> Result<(), String> {
     }
     let vf_ok = |covers: &dyn Fn(u32) -> bool| f.vf_index.is_none_or(covers);
     if !s.pf_names.is_empty() {
-        let hit =
-            s.pf_names.iter().any(|p| f.pf_netdevs.contains(&p.name.as_str()) && vf_ok(&|i| p.covers(i)));
+        let hit = s
+            .pf_names
+            .iter()
+            .any(|p| f.pf_netdevs.iter().any(|n| n.name == p.name) && vf_ok(&|i| p.covers(i)));
         if !hit {
             let names: Vec<String> = s.pf_names.iter().map(|p| p.to_string()).collect();
             return Err(format!(
                 "pfNames [{}]: PF is {}{}",
                 names.join(","),
-                if f.pf_netdevs.is_empty() { "without netdev".to_string() } else { f.pf_netdevs.join("/") },
+                if f.pf_netdevs.is_empty() {
+                    "without netdev".to_string()
+                } else {
+                    netdev_names(f.pf_netdevs)
+                },
                 f.vf_index.map(|i| format!(", VF index {i}")).unwrap_or_default()
             ));
         }
@@ -193,11 +201,11 @@ fn check(s: &Selector, f: &Facts) -> Result<(), String> {
             });
         }
     }
-    if !s.if_names.is_empty() && !f.if_names.iter().any(|n| s.if_names.iter().any(|x| x == n)) {
+    if !s.if_names.is_empty() && !f.if_names.iter().any(|n| s.if_names.contains(&n.name)) {
         return Err(format!(
             "ifNames [{}]: netdev is {}",
             s.if_names.join(","),
-            if f.if_names.is_empty() { "none".to_string() } else { f.if_names.join("/") }
+            if f.if_names.is_empty() { "none".to_string() } else { netdev_names(f.if_names) }
         ));
     }
     if !s.link_speeds.is_empty() && !f.speed.is_some_and(|v| s.link_speeds.contains(&v)) {
@@ -222,8 +230,12 @@ fn pool_matches(p: &PoolConfig, f: &Facts) -> Result<(), String> {
     Err(whys.join("; "))
 }
 
-fn link_layer(n: &[&Netdev]) -> Option<LinkLayer> {
-    n.iter().find_map(|n| n.link_layer)
+fn link_layer<'a>(mut n: impl Iterator<Item = &'a Netdev>) -> Option<LinkLayer> {
+    n.find_map(|n| n.link_layer)
+}
+
+fn netdev_names(n: &[Netdev]) -> String {
+    n.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join("/")
 }
 
 fn speed(n: &[Netdev]) -> Option<u32> {
@@ -256,19 +268,17 @@ fn rdma_info(r: &RdmaDev, fallback: Option<LinkLayer>) -> RdmaInfo {
 }
 
 fn vf_facts<'a>(pf: &'a Pf, vf: &'a Vf) -> Facts<'a> {
-    let mut nets: Vec<&Netdev> = vf.netdev.iter().collect();
-    nets.extend(pf.netdevs.iter());
     Facts {
         pci: Some(vf.pci),
         vendor: vf.vendor,
         device: vf.device,
         driver: vf.driver.as_deref(),
-        pf_netdevs: pf.netdevs.iter().map(|n| n.name.as_str()).collect(),
+        pf_netdevs: &pf.netdevs,
         vf_index: Some(vf.index),
         root: Some(pf.pci),
-        link_layer: link_layer(&nets),
+        link_layer: link_layer(vf.netdev.iter().chain(&pf.netdevs)),
         is_rdma: !vf.rdma.is_empty(),
-        if_names: vf.netdev.iter().map(|n| n.name.as_str()).collect(),
+        if_names: vf.netdev.as_slice(),
         speed: speed(&pf.netdevs),
         numa: vf.numa_node.or(pf.numa_node),
     }
@@ -334,19 +344,18 @@ fn shared_candidates(inv: &Inventory, with_vfs: bool) -> Vec<SharedCand<'_>> {
     let mut out = Vec::new();
     for pf in &inv.pfs {
         for r in &pf.rdma {
-            let nets: Vec<&Netdev> = pf.netdevs.iter().collect();
             out.push(SharedCand {
                 facts: Facts {
                     pci: Some(pf.pci),
                     vendor: pf.vendor,
                     device: pf.device,
                     driver: pf.driver.as_deref(),
-                    pf_netdevs: pf.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                    pf_netdevs: &pf.netdevs,
                     vf_index: None,
                     root: Some(pf.pci),
-                    link_layer: link_layer(&nets),
+                    link_layer: link_layer(pf.netdevs.iter()),
                     is_rdma: true,
-                    if_names: pf.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                    if_names: &pf.netdevs,
                     speed: speed(&pf.netdevs),
                     numa: pf.numa_node,
                 },
@@ -382,19 +391,18 @@ fn shared_candidates(inv: &Inventory, with_vfs: bool) -> Vec<SharedCand<'_>> {
         if with_vfs && h.pci.is_none() {
             continue;
         }
-        let nets: Vec<&Netdev> = h.netdevs.iter().collect();
         out.push(SharedCand {
             facts: Facts {
                 pci: h.pci,
                 vendor: h.vendor,
                 device: h.device,
                 driver: h.driver.as_deref(),
-                pf_netdevs: h.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                pf_netdevs: &h.netdevs,
                 vf_index: None,
                 root: h.pci,
-                link_layer: link_layer(&nets),
+                link_layer: link_layer(h.netdevs.iter()),
                 is_rdma: true,
-                if_names: h.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                if_names: &h.netdevs,
                 speed: speed(&h.netdevs),
                 numa: h.numa_node,
             },
@@ -417,6 +425,7 @@ fn shared_candidates(inv: &Inventory, with_vfs: bool) -> Vec<SharedCand<'_>> {
 /// the decision.
 fn decide(
     cfg: &Config,
+    names: &[String],
     eligible: impl Fn(&PoolConfig) -> bool,
     device: String,
     kind: &'static str,
@@ -432,7 +441,7 @@ fn decide(
         match (pool_matches(p, f), taken.is_empty()) {
             (Ok(()), true) => {
                 taken.push(i);
-                d.pool = Some(p.resource_name());
+                d.pool = Some(names[i].clone());
             }
             (Ok(()), false) if shares => {
                 taken.push(i);
@@ -481,6 +490,7 @@ pub fn plan_with(inv: &Inventory, cfg: &Config, alloc: &Allocations) -> Plan {
         .iter()
         .map(|c| PoolFacts { resource: c.resource_name(), require_rdma: requires_rdma(c) })
         .collect();
+    let resources: Vec<String> = pool_facts.iter().map(|p| p.resource.clone()).collect();
     if any(Mode::Vf) || !any(Mode::SharedResource) {
         for pf in &inv.pfs {
             let pf_facts = PfFacts {
@@ -495,7 +505,8 @@ pub fn plan_with(inv: &Inventory, cfg: &Config, alloc: &Allocations) -> Plan {
                 if vf.netdev.is_none() && alloc.assigned_anywhere(&vf.pci.to_string()) {
                     facts.is_rdma = true;
                 }
-                let (taken, d) = decide(cfg, |p| p.mode == Mode::Vf, vf.pci.to_string(), "VF", &facts);
+                let (taken, d) =
+                    decide(cfg, &resources, |p| p.mode == Mode::Vf, vf.pci.to_string(), "VF", &facts);
                 if let Some(&i) = taken.first() {
                     let dev = vf_device(inv, pf, &pf_facts, vf, &pool_facts[i], alloc);
                     pools[i].devices.push(dev);
@@ -512,7 +523,7 @@ pub fn plan_with(inv: &Inventory, cfg: &Config, alloc: &Allocations) -> Plan {
         if !any(Mode::Shared) && !resource_mode && c.kind == "PF" {
             continue; // PFs are only candidates of shared pools; VFs carry the story otherwise.
         }
-        let (taken, d) = decide(cfg, eligible, c.label.clone(), c.kind, &c.facts);
+        let (taken, d) = decide(cfg, &resources, eligible, c.label.clone(), c.kind, &c.facts);
         for i in taken {
             let netdev = c.netdevs.first().map(|n| n.name.clone());
             let info = rdma_info(c.rdma, c.facts.link_layer);
