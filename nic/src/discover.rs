@@ -181,7 +181,7 @@ fn problem(field: impl Into<String>, reason: impl Into<String>) -> Problem {
 }
 
 fn not_found(path: PathBuf) -> SysfsError {
-    SysfsError::Io { path, source: std::io::Error::from(std::io::ErrorKind::NotFound) }
+    SysfsError::Io { path, error: std::io::Error::from(std::io::ErrorKind::NotFound) }
 }
 
 /// The aux device name patterns that carry RDMA devices.

@@ -327,7 +327,7 @@ fn tos106() -> u8 {
 #[derive(Debug, thiserror::Error)]
 pub enum DescError {
     /// Not valid YAML for this format.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Parse {
         /// File the description came from.
         path: String,
@@ -344,7 +344,7 @@ pub enum DescError {
         what: String,
     },
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         /// File path.
         path: String,

@@ -57,6 +57,7 @@
 //!   namespace-tagged, so the VF's netdev and, in exclusive RDMA netns mode, its RDMA device
 //!   vanish from the host's sysfs; `infiniband_verbs`, `infiniband_mad` and `/dev` stay.
 
+mod kernel;
 mod layout;
 mod mutate;
 mod render;
@@ -82,7 +83,7 @@ pub enum SimError {
     #[error(transparent)]
     Desc(#[from] DescError),
     /// Writing the tree failed.
-    #[error("simulated node: cannot write {path:?}: {source}")]
+    #[error("simulated node: cannot write {path:?}")]
     Io {
         /// The path being written.
         path: PathBuf,
