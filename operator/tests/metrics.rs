@@ -1,10 +1,12 @@
-//! Prometheus text of a simulated node, and the metrics endpoint over real TCP.
-use std::sync::{Arc, RwLock};
+//! Prometheus text of a simulated node, and the `/metrics` + `/healthz` endpoint over real TCP.
+use std::sync::Arc;
+use std::time::Duration;
 
-use kube_rdma_operator::agent::evaluate;
 use kube_rdma_operator::checks::default_profile;
 use kube_rdma_operator::fixtures::{example, with_roce, SimNode};
-use kube_rdma_operator::metrics::{render, serve};
+use kube_rdma_operator::health::{serve, Endpoints, Health};
+use kube_rdma_operator::metrics::render;
+use kube_rdma_operator::status::evaluate;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn text() -> String {
@@ -17,29 +19,34 @@ fn text() -> String {
     let sim = SimNode::new(&d);
     let node = sim.read();
     let s = evaluate(&default_profile(), &node);
-    render("cx6dx-dual", &node, &s.checks)
+    render(&node, &s.checks)
 }
 
 #[test]
 fn exposes_checks_pfc_pause_frames_ecn_mtu_and_gid_index() {
     let t = text();
     for line in [
-        "kuberdma_node_roce_ready{node=\"cx6dx-dual\"} 0",
-        "kuberdma_check_passing{node=\"cx6dx-dual\",interface=\"ens1f0np0\",check=\"pfc\"} 1",
-        "kuberdma_check_passing{node=\"cx6dx-dual\",interface=\"ens1f1np1\",check=\"mtu\"} 0",
-        "kuberdma_check_result{node=\"cx6dx-dual\",interface=\"ens1f0np0\",check=\"fw-lldp-agent\",result=\"NotApplicable\"} 1",
-        "kuberdma_pfc_enabled{node=\"cx6dx-dual\",interface=\"ens1f0np0\",priority=\"3\"} 1",
-        "kuberdma_pfc_enabled{node=\"cx6dx-dual\",interface=\"ens1f0np0\",priority=\"0\"} 0",
-        "kuberdma_pfc_pause_frames_total{node=\"cx6dx-dual\",interface=\"ens1f0np0\",priority=\"3\",direction=\"tx\"} 1234",
-        "kuberdma_pfc_pause_frames_total{node=\"cx6dx-dual\",interface=\"ens1f0np0\",priority=\"3\",direction=\"rx\"} 99",
-        "kuberdma_ecn_enabled{node=\"cx6dx-dual\",interface=\"ens1f0np0\",priority=\"3\"} 1",
-        "kuberdma_mtu_bytes{node=\"cx6dx-dual\",interface=\"ens1f1np1\"} 1500",
-        "kuberdma_roce_active_mtu_bytes{node=\"cx6dx-dual\",interface=\"ens1f0np0\"} 4096",
-        "kuberdma_gid_index{node=\"cx6dx-dual\",interface=\"ens1f0np0\"} 3",
+        "kuberdma_node_roce_ready 0",
+        "kuberdma_check_passing{interface=\"ens1f0np0\",check=\"pfc\"} 1",
+        "kuberdma_check_passing{interface=\"ens1f1np1\",check=\"mtu\"} 0",
+        "kuberdma_check_result{interface=\"ens1f0np0\",check=\"fw-lldp-agent\",result=\"NotApplicable\"} 1",
+        "kuberdma_pfc_enabled{interface=\"ens1f0np0\",priority=\"3\"} 1",
+        "kuberdma_pfc_enabled{interface=\"ens1f0np0\",priority=\"0\"} 0",
+        "kuberdma_pfc_pause_frames_total{interface=\"ens1f0np0\",priority=\"3\",direction=\"tx\"} 1234",
+        "kuberdma_pfc_pause_frames_total{interface=\"ens1f0np0\",priority=\"3\",direction=\"rx\"} 99",
+        "kuberdma_ecn_enabled{interface=\"ens1f0np0\",priority=\"3\"} 1",
+        "kuberdma_mtu_bytes{interface=\"ens1f1np1\"} 1500",
+        "kuberdma_roce_active_mtu_bytes{interface=\"ens1f0np0\"} 4096",
+        "kuberdma_gid_index{interface=\"ens1f0np0\"} 3",
         "# TYPE kuberdma_pfc_pause_frames_total counter",
+        "# TYPE kuberdma_rdma_hw_counter_total counter",
+        "kuberdma_rdma_hw_counter_total{interface=\"ens1f0np0\",counter=\"np_cnp_sent\"} 0",
     ] {
         assert!(t.lines().any(|l| l == line), "missing `{line}` in\n{t}");
     }
+    // Prometheus adds `node` from the scrape target; a label of our own would come out as
+    // `exported_node`.
+    assert!(!t.contains("node=\""), "a series carries its own node label:\n{t}");
     // Every sample line is `name{labels} number`.
     for l in t.lines().filter(|l| !l.starts_with('#')) {
         let (_, v) = l.rsplit_once(' ').unwrap();
@@ -47,19 +54,41 @@ fn exposes_checks_pfc_pause_frames_ecn_mtu_and_gid_index() {
     }
 }
 
-#[tokio::test]
-async fn the_endpoint_serves_the_latest_text_over_http() {
-    let shared = Arc::new(RwLock::new(text()));
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let task = tokio::spawn(serve(l, shared.clone()));
+async fn get(addr: std::net::SocketAddr, path: &str) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).await.unwrap();
+    resp
+}
+
+#[tokio::test]
+async fn the_endpoint_serves_metrics_and_health_over_http() {
+    let health = Health::new("agent", Duration::from_millis(200));
+    let h = health.clone();
+    let text = text();
+    let t = text.clone();
+    let ep = Endpoints { metrics: Arc::new(move || format!("{t}{}", h.render())), health: health.clone() };
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(serve(l, ep));
+    let resp = get(addr, "/metrics").await;
     assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{resp}");
     assert!(resp.contains("Content-Type: text/plain; version=0.0.4"));
     let body = resp.split_once("\r\n\r\n").unwrap().1;
-    assert_eq!(body, shared.read().unwrap().as_str());
+    assert!(body.starts_with(&text));
+    assert!(body.contains("kuberdma_agent_last_success_timestamp_seconds 0.000"), "{body}");
+    assert!(body.contains("kuberdma_api_errors_total{kind=\"conflict\"} 0"), "{body}");
+    assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200 OK\r\n"));
+    // No successful pass for longer than allowed: unhealthy, with the reason.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let resp = get(addr, "/healthz").await;
+    assert!(resp.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{resp}");
+    assert!(resp.contains("no successful pass yet"), "{resp}");
+    health.pass_ok(Duration::from_millis(12));
+    assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200 OK\r\n"));
+    let body = get(addr, "/metrics").await;
+    assert!(body.contains("kuberdma_agent_pass_duration_seconds 0.012000"), "{body}");
+    assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404 Not Found\r\n"));
     task.abort();
 }
