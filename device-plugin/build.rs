@@ -1,9 +1,12 @@
-//! Generates the kubelet device plugin API (client and server) from
-//! `proto/api.proto` with protox, so no system `protoc` is needed.
+//! Generates the kubelet's device plugin API (`proto/api.proto`, v1beta1) and
+//! PodResources API (`proto/podresources.proto`, v1), client and server, with
+//! protox, so no system `protoc` is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=proto/api.proto");
-    let fds = protox::compile(["proto/api.proto"], ["proto"])?;
+    for p in ["proto/api.proto", "proto/podresources.proto"] {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let fds = protox::compile(["proto/api.proto", "proto/podresources.proto"], ["proto"])?;
     tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(fds)?;
     Ok(())
 }

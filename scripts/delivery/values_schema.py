@@ -211,11 +211,12 @@ def schema() -> dict[str, Any]:
             "rescanInterval": {"type": "integer", "minimum": 1},
             "hostNetwork": {"type": "boolean"},
             "kubeletDir": ref("absPath"),
+            "podResourcesDir": ref("absPath"),
             "cdiDir": ref("absPath"),
             "devinfoDir": ref("absPath"),
             "metrics": ref("metricsPort"),
             "updateStrategy": ref("daemonSetUpdateStrategy"),
-        }, ["kubeletDir", "cdiDir", "devinfoDir", "metrics"]),
+        }, ["kubeletDir", "podResourcesDir", "cdiDir", "devinfoDir", "metrics"]),
         "cni": closed({"install": {"type": "boolean"}, "binDir": ref("absPath")}),
         "agent": component({
             "pollInterval": {"type": "integer", "minimum": 1},

@@ -26,6 +26,12 @@ pub(super) const UVERBS_DYN_MAJOR: u32 = 240;
 pub(super) const UMAD_DYN_MAJOR: u32 = 241;
 /// `MISC_MAJOR` and the minor the sim gives `rdma_cm` (dynamic on a real kernel).
 pub(super) const RDMA_CM_DEV: (u32, u32) = (10, 58);
+/// `/dev/vfio/vfio`: misc device `VFIO_MINOR` 196 (`include/linux/miscdevice.h`).
+pub(super) const VFIO_CONTAINER_DEV: (u32, u32) = (10, 196);
+/// Stand-in for the dynamic major of VFIO group devices (`/dev/vfio/<group>`).
+pub(super) const VFIO_GROUP_MAJOR: u32 = 242;
+/// The driver that hands a function to userspace.
+pub(super) const VFIO_PCI: &str = "vfio-pci";
 
 // ---------------------------------------------------------------------------------------------
 // The plan: every PCI function of the node with what the tree shows for it.
@@ -45,6 +51,8 @@ pub(super) struct Func {
     pub(super) rdma: Option<RdmaPlan>,
     /// Auxiliary devices without RDMA (`mlx5_core.eth.N`).
     pub(super) aux_dirs: Vec<String>,
+    /// IOMMU group (`iommu_group` link); endpoints only.
+    pub(super) iommu_group: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -81,6 +89,9 @@ pub(super) struct RdmaPlan {
     pub(super) hw_counters: bool,
     /// rdma_cm configfs (`default_roce_mode`, `default_roce_tos`).
     pub(super) configfs: Option<(String, u8)>,
+    /// Moved into another network namespace with its netdev (exclusive RDMA
+    /// netns mode, [`super::Sim::move_vf_into_pod`]): the `infiniband` class hides it.
+    pub(super) in_other_netns: bool,
 }
 
 impl Func {
@@ -215,6 +226,7 @@ pub(super) struct Alloc {
     pub(super) umad: BTreeSet<u32>,
     pub(super) aux: BTreeMap<String, BTreeSet<u32>>,
     pub(super) ifindex_max: u32,
+    pub(super) iommu: BTreeSet<u32>,
 }
 
 pub(super) fn lowest_free(set: &mut BTreeSet<u32>) -> u32 {
@@ -236,6 +248,9 @@ impl Alloc {
                         a.aux.entry(prefix.to_string()).or_default().insert(id);
                     }
                 }
+            }
+            if let Some(g) = f.iommu_group {
+                a.iommu.insert(g);
             }
             if let Some(r) = &f.rdma {
                 a.names.insert(r.name.clone());
@@ -307,6 +322,7 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
         net: None,
         rdma: None,
         aux_dirs: vec![],
+        iommu_group: None,
     };
     // Switches: root port + upstream port.
     for s in &desc.switches {
@@ -461,6 +477,7 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
                 guid: guid_for(&mac),
                 hw_counters: is_mlx5,
                 configfs: Some((p.roce.roce_mode.clone(), p.roce.tos)),
+                in_other_netns: false,
             }
         });
         if rdma.is_none() && is_mlx5 {
@@ -483,6 +500,7 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             net: Some(net),
             rdma,
             aux_dirs,
+            iommu_group: Some(lowest_free(&mut alloc.iommu)),
         };
         add(f, &mut funcs)?;
     }
@@ -518,6 +536,7 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             net: None,
             rdma: None,
             aux_dirs: vec![],
+            iommu_group: Some(lowest_free(&mut alloc.iommu)),
         };
         add(f, &mut funcs)?;
     }
@@ -586,6 +605,7 @@ pub(super) fn vf_func(pf: &Func, p: &PfDesc, index: u32, alloc: &mut Alloc) -> R
             guid: guid_for(&mac),
             hw_counters: is_mlx5,
             configfs: None,
+            in_other_netns: false,
         }
     });
     let mut aux_dirs = vec![];
@@ -598,11 +618,12 @@ pub(super) fn vf_func(pf: &Func, p: &PfDesc, index: u32, alloc: &mut Alloc) -> R
         vendor: model.vendor(),
         device: model.vf_device(),
         class: 0x020000,
-        driver: Some(if vfio { "vfio-pci".into() } else { model.vf_driver().into() }),
+        driver: Some(if vfio { VFIO_PCI.into() } else { model.vf_driver().into() }),
         numa: pf.numa,
         role: Role::Vf { pf: pf.bdf, index },
         net,
         rdma,
         aux_dirs,
+        iommu_group: Some(lowest_free(&mut alloc.iommu)),
     })
 }

@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use super::layout::{fmt_gid, fmt_mac, gid_entries, umad_dev, uverbs_dev, Func, Role};
+use super::layout::{fmt_gid, fmt_mac, gid_entries, umad_dev, uverbs_dev, Func, Role, VFIO_PCI};
 use super::Sim;
 use crate::inventory::{CharDev, GidKind, Inventory, LinkLayer, Netdev, RdmaDev, RdmaVia};
 use crate::pci::PciAddr;
@@ -65,6 +65,17 @@ impl Sim {
                             v.driver.as_deref().unwrap_or("-"),
                             numa(v.numa)
                         ));
+                        if v.driver.as_deref() == Some(VFIO_PCI) {
+                            if let Some(g) = v.iommu_group {
+                                let c = CharDev {
+                                    name: g.to_string(),
+                                    node_path: PathBuf::from("/dev/vfio").join(g.to_string()),
+                                    major_minor: None,
+                                    present: true,
+                                };
+                                out.push(format!("    vfio {}", chardev_str(&c)));
+                            }
+                        }
                         if v.net.as_ref().is_none_or(|n| !n.present) {
                             out.push("    netdev -".into());
                         }
@@ -137,11 +148,15 @@ impl Sim {
             ind,
             &r.name,
             &via,
-            Some(&r.guid),
+            (!r.in_other_netns).then_some(r.guid.as_str()),
             Some(&chardev(format!("uverbs{}", r.uverbs), uverbs_dev(r.uverbs))),
             &umad,
             &issm,
+            r.in_other_netns,
         ));
+        if r.in_other_netns {
+            return; // no ports: the device is only known from its char devices
+        }
         let up = f.net.as_ref().is_some_and(|n| n.operstate == "up");
         let mtu = net.and_then(|n| roce_active_mtu(n.mtu));
         out.push(format!(
@@ -213,6 +228,7 @@ fn chardev_str(c: &CharDev) -> String {
     format!("{}({mm}{})", c.name, if c.present { "" } else { ",absent" })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn rdma_line(
     ind: &str,
     name: &str,
@@ -221,6 +237,7 @@ fn rdma_line(
     uverbs: Option<&CharDev>,
     umad: &[CharDev],
     issm: &[CharDev],
+    other_netns: bool,
 ) -> String {
     let via = match via {
         RdmaVia::Direct => "direct".to_string(),
@@ -235,11 +252,12 @@ fn rdma_line(
         }
     };
     format!(
-        "{ind}rdma {name} via={via} guid={} uverbs={} umad={} issm={}",
+        "{ind}rdma {name} via={via} guid={} uverbs={} umad={} issm={}{}",
         guid.unwrap_or("-"),
         uverbs.map(chardev_str).unwrap_or("-".into()),
         list(umad),
-        list(issm)
+        list(issm),
+        if other_netns { " netns=other" } else { "" }
     )
 }
 
@@ -264,7 +282,16 @@ fn problem_lines(ind: &str, problems: &[crate::inventory::Problem], out: &mut Ve
 }
 
 fn rdma_lines(ind: &str, r: &RdmaDev, out: &mut Vec<String>) {
-    out.push(rdma_line(ind, &r.name, &r.via, r.node_guid.as_deref(), r.uverbs.as_ref(), &r.umad, &r.issm));
+    out.push(rdma_line(
+        ind,
+        &r.name,
+        &r.via,
+        r.node_guid.as_deref(),
+        r.uverbs.as_ref(),
+        &r.umad,
+        &r.issm,
+        r.in_other_netns,
+    ));
     problem_lines(&format!("{ind}  "), &r.problems, out);
     for p in &r.ports {
         out.push(format!(
@@ -325,6 +352,9 @@ pub fn describe(inv: &Inventory) -> Vec<String> {
             );
             out.push(line);
             problem_lines("    ", &v.problems, &mut out);
+            if let Some(c) = &v.vfio {
+                out.push(format!("    vfio {}", chardev_str(c)));
+            }
             match &v.netdev {
                 Some(n) => netdev_lines("    ", n, &mut out),
                 None => out.push("    netdev -".into()),
