@@ -9,6 +9,8 @@
 //! ([`kubelet`]), rescans on netlink link events and on a timer, config
 //! reloads, device-info and CDI files ([`devinfo`]), metrics ([`metrics`]).
 //!
+//! [`dra`] is the same inventory and pools in DRA mode (`kube-rdma-device-plugin dra`).
+//!
 //! ```no_run
 //! use kube_rdma_device_plugin::{config::Config, pools};
 //! let inv = nic::discover(&nic::Roots::from_env());
@@ -22,6 +24,7 @@ pub mod allocate;
 pub mod config;
 pub mod daemon;
 pub mod devinfo;
+pub mod dra;
 pub mod health;
 pub mod kubelet;
 pub mod metrics;
