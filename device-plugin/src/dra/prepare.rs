@@ -171,3 +171,133 @@ pub fn plan<'a>(
     let cdi_spec = cdi::spec_for(&record, view).map_err(err)?;
     Ok(Prepared { record, cdi_spec })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dra::devices::DraDevice;
+    use crate::health::Health;
+    use serde_json::json;
+
+    fn view() -> View {
+        let d = |name: &str, pci: &str, health: Health| DraDevice {
+            name: name.into(),
+            pool: "rdma_vfs".into(),
+            pci: pci.parse().unwrap(),
+            pf: "0000:3d:00.0".parse().unwrap(),
+            pf_netdev: Some("ens1f0np0".into()),
+            vf_index: Some(0),
+            vendor: None,
+            device_id: None,
+            netdev: Some("ens1f0v0".into()),
+            numa: Some(0),
+            pcie_root: None,
+            link_speed_mbps: None,
+            link_layer: None,
+            rdma: vec![],
+            port_state: None,
+            health,
+        };
+        View {
+            devices: vec![
+                d("pci-0000-3d-00-2", "0000:3d:00.2", Health::Healthy),
+                d("pci-0000-3d-00-3", "0000:3d:00.3", Health::Healthy),
+                d("pci-0000-3d-00-4", "0000:3d:00.4", Health::Unhealthy("PF link down".into())),
+            ],
+            rdma_cm: true,
+        }
+    }
+
+    fn want() -> ClaimRef {
+        ClaimRef { namespace: "ns".into(), name: "pod-a-rdma-x1".into(), uid: "u1".into() }
+    }
+
+    fn claim(results: serde_json::Value, config: serde_json::Value, reserved: serde_json::Value) -> ResourceClaim {
+        serde_json::from_value(json!({
+            "metadata": {"name": "pod-a-rdma-x1", "namespace": "ns", "uid": "u1",
+                         "annotations": {POD_CLAIM_NAME: "rdma"}},
+            "spec": {},
+            "status": {
+                "allocation": {"devices": {"results": results, "config": config}},
+                "reservedFor": reserved,
+            }
+        }))
+        .unwrap()
+    }
+
+    fn result(request: &str, device: &str) -> serde_json::Value {
+        json!({"request": request, "driver": "rdma.kuberdma.io", "pool": "node-a", "device": device})
+    }
+
+    fn pods() -> serde_json::Value {
+        json!([{"resource": "pods", "name": "pod-a", "uid": "p1"}])
+    }
+
+    fn plan_it(c: &ResourceClaim, owner: Option<&'static str>) -> Result<Prepared, PrepareError> {
+        plan(&want(), c, "rdma.kuberdma.io", "node-a", &view(), |_| owner)
+    }
+
+    #[test]
+    fn devices_of_our_driver_are_recorded_with_pods_config_and_cdi_ids() {
+        let c = claim(
+            json!([result("rail0", "pci-0000-3d-00-2"),
+                   {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "node-a", "device": "gpu-0"},
+                   result("rail1", "pci-0000-3d-00-3")]),
+            json!([{"source": "FromClaim", "requests": ["rail1"], "opaque": {"driver": "rdma.kuberdma.io",
+                   "parameters": {"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "umad": false}}}]),
+            pods(),
+        );
+        let p = plan_it(&c, None).unwrap();
+        let r = &p.record;
+        assert_eq!(r.pods, vec!["p1"]);
+        assert_eq!(r.pod_claim_name.as_deref(), Some("rdma"));
+        let devs: Vec<(&str, &str)> = r.devices.iter().map(|d| (d.request.as_str(), d.device.as_str())).collect();
+        assert_eq!(devs, [("rail0", "pci-0000-3d-00-2"), ("rail1", "pci-0000-3d-00-3")]);
+        assert_eq!(r.devices[0].cdi_ids, ["kuberdma.io/claim=pci-0000-3d-00-2_u1"]);
+        assert!(r.devices[0].config.umad && !r.devices[1].config.umad);
+        let spec = p.cdi_spec.unwrap();
+        assert_eq!(spec["devices"].as_array().unwrap().len(), 2);
+    }
+
+    #[test]
+    fn each_refusal_names_the_claim_and_the_reason() {
+        let cases: Vec<(ResourceClaim, Option<&'static str>, &str)> = vec![
+            (claim(json!([result("vf", "pci-0000-3d-00-9")]), json!([]), pods()), None, "not published by this node"),
+            (claim(json!([result("vf", "pci-0000-3d-00-4")]), json!([]), pods()), None, "unhealthy: PF link down"),
+            (claim(json!([result("vf", "pci-0000-3d-00-2")]), json!([]), pods()), Some("u0"), "already prepared for claim u0"),
+            (claim(json!([result("vf", "pci-0000-3d-00-2")]), json!([]), json!([])), None, "not reserved for any pod"),
+            (
+                claim(json!([{"request": "vf", "driver": "rdma.kuberdma.io", "pool": "node-b", "device": "pci-0000-3d-00-2"}]), json!([]), pods()),
+                None,
+                "this node's pool is \"node-a\"",
+            ),
+            (
+                claim(json!([result("vf", "pci-0000-3d-00-2")]),
+                      json!([{"source": "FromClass", "opaque": {"driver": "rdma.kuberdma.io", "parameters": {"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "mtu": 9000}}}]),
+                      pods()),
+                None,
+                "config[0] (FromClass): unknown field `mtu`",
+            ),
+        ];
+        for (c, owner, want_msg) in cases {
+            let e = plan_it(&c, owner).unwrap_err().to_string();
+            assert!(e.starts_with("ResourceClaim ns/pod-a-rdma-x1 (uid u1)") && e.contains(want_msg), "{e}");
+        }
+        let mut c = claim(json!([]), json!([]), pods());
+        c.metadata.uid = Some("other".into());
+        let e = plan_it(&c, None).unwrap_err();
+        assert!(matches!(e, PrepareError::WrongUid { ref actual, .. } if actual == "other"), "{e}");
+        c.metadata.uid = Some("u1".into());
+        c.status = None;
+        assert!(plan_it(&c, None).unwrap_err().to_string().contains("not allocated yet"));
+    }
+
+    #[test]
+    fn the_claims_own_device_is_no_conflict_and_a_claim_without_our_devices_has_no_spec() {
+        let c = claim(json!([result("vf", "pci-0000-3d-00-2")]), json!([]), pods());
+        assert!(plan_it(&c, Some("u1")).is_ok());
+        let c = claim(json!([]), json!([]), pods());
+        let p = plan_it(&c, None).unwrap();
+        assert!(p.record.devices.is_empty() && p.cdi_spec.is_none());
+    }
+}
