@@ -203,7 +203,11 @@ pub fn write_claim(dir: &Path, claim: &PreparedClaim) -> Result<PathBuf, Prepare
     Ok(path)
 }
 
-fn parse<T: serde::de::DeserializeOwned>(path: &Path, bytes: &[u8], version: impl Fn(&T) -> u32) -> Result<T, PreparedError> {
+fn parse<T: serde::de::DeserializeOwned>(
+    path: &Path,
+    bytes: &[u8],
+    version: impl Fn(&T) -> u32,
+) -> Result<T, PreparedError> {
     let v: T = serde_json::from_slice(bytes)
         .map_err(|e| PreparedError::Format { path: path.to_path_buf(), why: e.to_string() })?;
     if version(&v) != VERSION {
@@ -417,10 +421,8 @@ pub fn select<'c>(
     if let Some(free) = cands.iter().find(|(c, d)| of(c, d).is_none()) {
         return Ok(*free);
     }
-    let attached: BTreeSet<String> = cands
-        .iter()
-        .filter_map(|(c, d)| of(c, d).map(|a| format!("{} ({})", d.device, a.ifname)))
-        .collect();
+    let attached: BTreeSet<String> =
+        cands.iter().filter_map(|(c, d)| of(c, d).map(|a| format!("{} ({})", d.device, a.ifname))).collect();
     Err(SelectError::AllAttached {
         pod_uid: w.pod_uid.into(),
         claim: star(w.claim),
@@ -447,7 +449,13 @@ mod tests {
         }
     }
 
-    fn claim(uid: &str, name: &str, pod_claim: Option<&str>, pods: &[&str], devices: Vec<PreparedDevice>) -> PreparedClaim {
+    fn claim(
+        uid: &str,
+        name: &str,
+        pod_claim: Option<&str>,
+        pods: &[&str],
+        devices: Vec<PreparedDevice>,
+    ) -> PreparedClaim {
         PreparedClaim {
             version: VERSION,
             uid: uid.into(),
@@ -459,7 +467,12 @@ mod tests {
         }
     }
 
-    fn want<'a>(pod: &'a str, claim: Option<&'a str>, request: Option<&'a str>, ifname: &'a str) -> Wanted<'a> {
+    fn want<'a>(
+        pod: &'a str,
+        claim: Option<&'a str>,
+        request: Option<&'a str>,
+        ifname: &'a str,
+    ) -> Wanted<'a> {
         Wanted { pod_uid: pod, claim, request, container_id: "ctr1", ifname }
     }
 
@@ -480,7 +493,13 @@ mod tests {
     fn files_round_trip_and_removal_takes_attachments_along() {
         let t = tempfile::tempdir().unwrap();
         let dir = t.path().join("prepared");
-        let c = claim("u1", "pod-rdma-x7", Some("rdma"), &["p1"], vec![dev("vf", "pci-0000-3d-00-2", "0000:3d:00.2")]);
+        let c = claim(
+            "u1",
+            "pod-rdma-x7",
+            Some("rdma"),
+            &["p1"],
+            vec![dev("vf", "pci-0000-3d-00-2", "0000:3d:00.2")],
+        );
         write_claim(&dir, &c).unwrap();
         assert_eq!(read_claim(&dir, "u1").unwrap(), Some(c.clone()));
         write_attachment(&dir, &attach("u1", "pci-0000-3d-00-2", "p1", "net1")).unwrap();
@@ -523,10 +542,16 @@ mod tests {
     #[test]
     fn select_by_pod_then_claim_and_request() {
         let claims = vec![
-            claim("u1", "pod-a-gpu-nic-1", Some("nic"), &["p1"], vec![
-                dev("rail0", "pci-0000-3d-00-2", "0000:3d:00.2"),
-                dev("rail1/fast", "pci-0000-af-00-2", "0000:af:00.2"),
-            ]),
+            claim(
+                "u1",
+                "pod-a-gpu-nic-1",
+                Some("nic"),
+                &["p1"],
+                vec![
+                    dev("rail0", "pci-0000-3d-00-2", "0000:3d:00.2"),
+                    dev("rail1/fast", "pci-0000-af-00-2", "0000:af:00.2"),
+                ],
+            ),
             claim("u2", "shared", None, &["p1", "p2"], vec![dev("vf", "pci-0000-3d-00-3", "0000:3d:00.3")]),
         ];
         let (c, d) = select(&claims, &[], &want("p1", None, None, "net1")).unwrap();
@@ -544,10 +569,16 @@ mod tests {
 
     #[test]
     fn select_gives_each_interface_its_own_device_and_repeats_are_stable() {
-        let claims = vec![claim("u1", "c", None, &["p1"], vec![
-            dev("vfs", "pci-0000-3d-00-2", "0000:3d:00.2"),
-            dev("vfs", "pci-0000-3d-00-3", "0000:3d:00.3"),
-        ])];
+        let claims = vec![claim(
+            "u1",
+            "c",
+            None,
+            &["p1"],
+            vec![
+                dev("vfs", "pci-0000-3d-00-2", "0000:3d:00.2"),
+                dev("vfs", "pci-0000-3d-00-3", "0000:3d:00.3"),
+            ],
+        )];
         let a1 = attach("u1", "pci-0000-3d-00-2", "p1", "net1");
         let (_, d) = select(&claims, std::slice::from_ref(&a1), &want("p1", None, None, "net2")).unwrap();
         assert_eq!(d.device, "pci-0000-3d-00-3");

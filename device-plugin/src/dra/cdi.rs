@@ -109,9 +109,9 @@ pub fn spec_for(record: &PreparedClaim, view: &View) -> Result<Option<Value>, St
     }
     let mut cds = Vec::with_capacity(record.devices.len());
     for d in &record.devices {
-        let device = view
-            .device(&d.device)
-            .ok_or_else(|| format!("device {} (request {}) is not published by this node any more", d.device, d.request))?;
+        let device = view.device(&d.device).ok_or_else(|| {
+            format!("device {} (request {}) is not published by this node any more", d.device, d.request)
+        })?;
         cds.push(ClaimDevice { request: &d.request, device, config: &d.config });
     }
     Ok(Some(spec(&record.uid, &cds, view.rdma_cm)))
@@ -142,7 +142,12 @@ mod tests {
     use nic::CharDev;
 
     fn cd(name: &str) -> CharDev {
-        CharDev { name: name.into(), node_path: format!("/dev/infiniband/{name}").into(), major_minor: None, present: true }
+        CharDev {
+            name: name.into(),
+            node_path: format!("/dev/infiniband/{name}").into(),
+            major_minor: None,
+            present: true,
+        }
     }
 
     fn dev() -> DraDevice {
@@ -160,7 +165,11 @@ mod tests {
             pcie_root: None,
             link_speed_mbps: None,
             link_layer: None,
-            rdma: vec![RdmaInfo { name: "mlx5_3".into(), char_devs: vec![cd("uverbs3"), cd("umad3"), cd("issm3")], gid_index: None }],
+            rdma: vec![RdmaInfo {
+                name: "mlx5_3".into(),
+                char_devs: vec![cd("uverbs3"), cd("umad3"), cd("issm3")],
+                gid_index: None,
+            }],
             port_state: None,
             health: Health::Healthy,
         }
@@ -175,8 +184,12 @@ mod tests {
         assert_eq!(s["cdiVersion"], "0.3.0");
         assert_eq!(s["kind"], "kuberdma.io/claim");
         assert_eq!(s["devices"][0]["name"], "pci-0000-3d-00-2_0a1b");
-        let paths: Vec<&str> =
-            s["devices"][0]["containerEdits"]["deviceNodes"].as_array().unwrap().iter().map(|n| n["path"].as_str().unwrap()).collect();
+        let paths: Vec<&str> = s["devices"][0]["containerEdits"]["deviceNodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["path"].as_str().unwrap())
+            .collect();
         assert_eq!(paths, ["/dev/infiniband/uverbs3", "/dev/infiniband/umad3", "/dev/infiniband/issm3"]);
         assert_eq!(s["devices"][0]["containerEdits"]["env"][0], "NCCL_IB_TC=106");
         assert_eq!(s["containerEdits"]["deviceNodes"][0]["path"], RDMA_CM);

@@ -68,7 +68,8 @@ const RESERVED_PREFIX: &str = "KUBERDMA_";
 
 fn valid_env_name(n: &str) -> bool {
     let mut b = n.bytes();
-    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_') && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
+    matches!(b.next(), Some(c) if c.is_ascii_alphabetic() || c == b'_')
+        && b.all(|c| c.is_ascii_alphanumeric() || c == b'_')
 }
 
 fn type_name(v: &Value) -> &'static str {
@@ -99,7 +100,10 @@ pub fn parse(params: &Value) -> Result<RdmaDeviceConfig, String> {
                 let m = v.as_object().ok_or_else(|| wrong("an object of name: value"))?;
                 for (name, val) in m {
                     let val = val.as_str().ok_or_else(|| {
-                        format!("field `env.{name}`: expected a string, got {} {val} (quote numbers)", type_name(val))
+                        format!(
+                            "field `env.{name}`: expected a string, got {} {val} (quote numbers)",
+                            type_name(val)
+                        )
                     })?;
                     c.env.insert(name.clone(), val.to_string());
                 }
@@ -111,7 +115,10 @@ pub fn parse(params: &Value) -> Result<RdmaDeviceConfig, String> {
         return Err(format!("field `apiVersion` is required ({API_VERSION:?})"));
     }
     if c.api_version != API_VERSION {
-        return Err(format!("apiVersion {:?} is not supported (this driver reads {API_VERSION:?})", c.api_version));
+        return Err(format!(
+            "apiVersion {:?} is not supported (this driver reads {API_VERSION:?})",
+            c.api_version
+        ));
     }
     if c.kind != KIND {
         return Err(format!("kind {:?} is not supported (expected {KIND:?})", c.kind));
@@ -135,15 +142,18 @@ pub fn covers(requests: Option<&[String]>, request: &str) -> bool {
     match requests {
         None => true,
         Some([]) => true,
-        Some(list) => list.iter().any(|r| {
-            r == request || request.split_once('/').is_some_and(|(parent, _)| parent == r)
-        }),
+        Some(list) => list
+            .iter()
+            .any(|r| r == request || request.split_once('/').is_some_and(|(parent, _)| parent == r)),
     }
 }
 
+/// One of our config entries: the requests it applies to (`None`: all) and what it says.
+pub type Entry = (Option<Vec<String>>, RdmaDeviceConfig);
+
 /// Our entries of an allocation's `config`, parsed and checked; entries for
 /// other drivers are not ours to read.
-pub fn ours(configs: &[DeviceAllocationConfiguration], driver: &str) -> Result<Vec<(Option<Vec<String>>, RdmaDeviceConfig)>, ConfigError> {
+pub fn ours(configs: &[DeviceAllocationConfiguration], driver: &str) -> Result<Vec<Entry>, ConfigError> {
     let mut out = Vec::new();
     for (index, c) in configs.iter().enumerate() {
         let Some(o) = &c.opaque else { continue };
@@ -162,7 +172,7 @@ pub fn ours(configs: &[DeviceAllocationConfiguration], driver: &str) -> Result<V
 }
 
 /// The effective config of `request`, folding `entries` in order.
-pub fn effective(entries: &[(Option<Vec<String>>, RdmaDeviceConfig)], request: &str) -> DeviceConfig {
+pub fn effective(entries: &[Entry], request: &str) -> DeviceConfig {
     let mut out = DeviceConfig::default();
     for (requests, c) in entries {
         if !covers(requests.as_deref(), request) {
@@ -186,7 +196,12 @@ mod tests {
     use k8s_openapi::apimachinery::pkg::runtime::RawExtension;
     use serde_json::json;
 
-    fn entry(driver: &str, source: &str, requests: Option<&[&str]>, p: serde_json::Value) -> DeviceAllocationConfiguration {
+    fn entry(
+        driver: &str,
+        source: &str,
+        requests: Option<&[&str]>,
+        p: serde_json::Value,
+    ) -> DeviceAllocationConfiguration {
         DeviceAllocationConfiguration {
             opaque: Some(OpaqueDeviceConfiguration { driver: driver.into(), parameters: RawExtension(p) }),
             requests: requests.map(|r| r.iter().map(|s| s.to_string()).collect()),
@@ -197,9 +212,19 @@ mod tests {
     #[test]
     fn class_then_claim_entries_fold_per_request() {
         let cfgs = vec![
-            entry("rdma.kuberdma.io", "FromClass", None, json!({"apiVersion": API_VERSION, "kind": KIND, "env": {"A": "class", "B": "class"}, "umad": false})),
+            entry(
+                "rdma.kuberdma.io",
+                "FromClass",
+                None,
+                json!({"apiVersion": API_VERSION, "kind": KIND, "env": {"A": "class", "B": "class"}, "umad": false}),
+            ),
             entry("gpu.nvidia.com", "FromClaim", None, json!({"anything": "theirs"})),
-            entry("rdma.kuberdma.io", "FromClaim", Some(&["rail0"]), json!({"apiVersion": API_VERSION, "kind": KIND, "env": {"A": "claim"}, "rdmaCm": false})),
+            entry(
+                "rdma.kuberdma.io",
+                "FromClaim",
+                Some(&["rail0"]),
+                json!({"apiVersion": API_VERSION, "kind": KIND, "env": {"A": "claim"}, "rdmaCm": false}),
+            ),
         ];
         let e = ours(&cfgs, "rdma.kuberdma.io").unwrap();
         assert_eq!(e.len(), 2, "the GPU driver's entry is not ours");

@@ -84,7 +84,8 @@ pub fn pcie_root(function: PciAddr, upstream: &[PciAddr]) -> String {
 
 /// Why a config cannot be used in DRA mode.
 pub fn check_config(cfg: &Config) -> Result<(), String> {
-    let shared: Vec<String> = cfg.pools.iter().filter(|p| p.mode == Mode::Shared).map(|p| p.resource_name()).collect();
+    let shared: Vec<String> =
+        cfg.pools.iter().filter(|p| p.mode == Mode::Shared).map(|p| p.resource_name()).collect();
     if shared.is_empty() {
         Ok(())
     } else {
@@ -143,7 +144,9 @@ mod tests {
         assert_eq!(n, "pci-0000-3b-00-2");
         let n = device_name("10000:e1:1f.7".parse().unwrap());
         assert_eq!(n, "pci-10000-e1-1f-7");
-        assert!(n.len() <= 63 && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-'));
+        assert!(
+            n.len() <= 63 && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        );
     }
 
     #[test]

@@ -95,7 +95,8 @@ impl Args {
         if self.node_name.is_empty() {
             return Err(DriverError::Flag("--node-name (or env NODE_NAME) must not be empty".into()));
         }
-        let prepared_dir = self.prepared_dir.unwrap_or_else(|| self.plugins_dir.join(DRIVER).join("prepared"));
+        let prepared_dir =
+            self.prepared_dir.unwrap_or_else(|| self.plugins_dir.join(DRIVER).join("prepared"));
         Ok(Options {
             config,
             roots,
@@ -128,7 +129,9 @@ pub enum DriverError {
         why: String,
     },
     /// No Kubernetes client (kubeconfig or in-cluster config).
-    #[error("cannot configure a Kubernetes client (KUBECONFIG, ~/.kube/config or in-cluster service account)")]
+    #[error(
+        "cannot configure a Kubernetes client (KUBECONFIG, ~/.kube/config or in-cluster service account)"
+    )]
     Client(#[source] kube::Error),
     /// The checkpoint dir cannot be read.
     #[error(transparent)]
@@ -220,7 +223,8 @@ fn load_config(path: Option<&Path>) -> Result<(Config, Option<String>), DriverEr
     let (cfg, text) = match path {
         None => (Config::default_pools(), None),
         Some(p) => {
-            let text = std::fs::read_to_string(p).map_err(|source| ConfigError::Io { path: p.to_path_buf(), source })?;
+            let text = std::fs::read_to_string(p)
+                .map_err(|source| ConfigError::Io { path: p.to_path_buf(), source })?;
             (Config::parse(&text, p)?, Some(text))
         }
     };
@@ -235,7 +239,9 @@ async fn discover(roots: &Roots) -> Inventory {
     let roots = roots.clone();
     // DRA hands out no GID indexes: the walk without GID tables is all it needs.
     let scope = nic::discover::Scope { gid_tables: false, ..Default::default() };
-    tokio::task::spawn_blocking(move || nic::discover::discover_scoped(&roots, scope)).await.unwrap_or_default()
+    tokio::task::spawn_blocking(move || nic::discover::discover_scoped(&roots, scope))
+        .await
+        .unwrap_or_default()
 }
 
 /// A new plan, keeping VFs that vanished while their PF still has them as
@@ -306,7 +312,15 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     // Kubelet-facing sockets: the DRA service first, so it is there when the
     // kubelet, told by the registration socket, dials it.
     let (changed_tx, changed_rx) = mpsc::unbounded_channel();
-    let claims = Claims::new(DRIVER, &node.name, opts.cdi_dir.clone(), client.clone(), view_rx.clone(), checkpoint, changed_tx);
+    let claims = Claims::new(
+        DRIVER,
+        &node.name,
+        opts.cdi_dir.clone(),
+        client.clone(),
+        view_rx.clone(),
+        checkpoint,
+        changed_tx,
+    );
     let restored = claims.restore_cdi_specs().await;
     if restored > 0 {
         tracing::info!(specs = restored, "CDI specs of prepared claims written again");

@@ -30,7 +30,8 @@ pub fn report(view: &View, pool: &str, now: i64) -> NodeWatchResourcesResponse {
             .iter()
             .map(|d| DeviceHealth {
                 device: Some(DeviceIdentifier { pool_name: pool.into(), device_name: d.name.clone() }),
-                health: if d.health.is_healthy() { HealthStatus::Healthy } else { HealthStatus::Unhealthy } as i32,
+                health: if d.health.is_healthy() { HealthStatus::Healthy } else { HealthStatus::Unhealthy }
+                    as i32,
                 last_updated_time: now,
             })
             .collect(),

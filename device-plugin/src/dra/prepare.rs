@@ -73,7 +73,7 @@ pub enum PrepareError {
         claim: ClaimRef,
         /// The entry and what is wrong with it (shown whole: the kubelet
         /// shows only this message).
-        error: claimconfig::ConfigError,
+        error: Box<claimconfig::ConfigError>,
     },
 }
 
@@ -117,7 +117,7 @@ pub fn plan<'a>(
         return Err(err("not reserved for any pod (status.reservedFor has no pod)".into()));
     }
     let configs = claimconfig::ours(alloc.config.as_deref().unwrap_or_default(), driver)
-        .map_err(|error| PrepareError::Config { claim: want.clone(), error })?;
+        .map_err(|error| PrepareError::Config { claim: want.clone(), error: Box::new(error) })?;
 
     let mut picked = Vec::new();
     for r in alloc.results.iter().flatten().filter(|r| r.driver == driver) {
@@ -128,7 +128,10 @@ pub fn plan<'a>(
             )));
         }
         if r.pool != pool {
-            return Err(err(format!("{what}: allocated from pool {:?}, but this node's pool is {pool:?}", r.pool)));
+            return Err(err(format!(
+                "{what}: allocated from pool {:?}, but this node's pool is {pool:?}",
+                r.pool
+            )));
         }
         let Some(d) = view.device(&r.device) else {
             return Err(err(format!("{what}: not published by this node (gone since it was allocated?)")));
@@ -212,7 +215,11 @@ mod tests {
         ClaimRef { namespace: "ns".into(), name: "pod-a-rdma-x1".into(), uid: "u1".into() }
     }
 
-    fn claim(results: serde_json::Value, config: serde_json::Value, reserved: serde_json::Value) -> ResourceClaim {
+    fn claim(
+        results: serde_json::Value,
+        config: serde_json::Value,
+        reserved: serde_json::Value,
+    ) -> ResourceClaim {
         serde_json::from_value(json!({
             "metadata": {"name": "pod-a-rdma-x1", "namespace": "ns", "uid": "u1",
                          "annotations": {POD_CLAIM_NAME: "rdma"}},
@@ -251,7 +258,8 @@ mod tests {
         let r = &p.record;
         assert_eq!(r.pods, vec!["p1"]);
         assert_eq!(r.pod_claim_name.as_deref(), Some("rdma"));
-        let devs: Vec<(&str, &str)> = r.devices.iter().map(|d| (d.request.as_str(), d.device.as_str())).collect();
+        let devs: Vec<(&str, &str)> =
+            r.devices.iter().map(|d| (d.request.as_str(), d.device.as_str())).collect();
         assert_eq!(devs, [("rail0", "pci-0000-3d-00-2"), ("rail1", "pci-0000-3d-00-3")]);
         assert_eq!(r.devices[0].cdi_ids, ["kuberdma.io/claim=pci-0000-3d-00-2_u1"]);
         assert!(r.devices[0].config.umad && !r.devices[1].config.umad);
@@ -262,19 +270,41 @@ mod tests {
     #[test]
     fn each_refusal_names_the_claim_and_the_reason() {
         let cases: Vec<(ResourceClaim, Option<&'static str>, &str)> = vec![
-            (claim(json!([result("vf", "pci-0000-3d-00-9")]), json!([]), pods()), None, "not published by this node"),
-            (claim(json!([result("vf", "pci-0000-3d-00-4")]), json!([]), pods()), None, "unhealthy: PF link down"),
-            (claim(json!([result("vf", "pci-0000-3d-00-2")]), json!([]), pods()), Some("u0"), "already prepared for claim u0"),
-            (claim(json!([result("vf", "pci-0000-3d-00-2")]), json!([]), json!([])), None, "not reserved for any pod"),
             (
-                claim(json!([{"request": "vf", "driver": "rdma.kuberdma.io", "pool": "node-b", "device": "pci-0000-3d-00-2"}]), json!([]), pods()),
+                claim(json!([result("vf", "pci-0000-3d-00-9")]), json!([]), pods()),
+                None,
+                "not published by this node",
+            ),
+            (
+                claim(json!([result("vf", "pci-0000-3d-00-4")]), json!([]), pods()),
+                None,
+                "unhealthy: PF link down",
+            ),
+            (
+                claim(json!([result("vf", "pci-0000-3d-00-2")]), json!([]), pods()),
+                Some("u0"),
+                "already prepared for claim u0",
+            ),
+            (
+                claim(json!([result("vf", "pci-0000-3d-00-2")]), json!([]), json!([])),
+                None,
+                "not reserved for any pod",
+            ),
+            (
+                claim(
+                    json!([{"request": "vf", "driver": "rdma.kuberdma.io", "pool": "node-b", "device": "pci-0000-3d-00-2"}]),
+                    json!([]),
+                    pods(),
+                ),
                 None,
                 "this node's pool is \"node-a\"",
             ),
             (
-                claim(json!([result("vf", "pci-0000-3d-00-2")]),
-                      json!([{"source": "FromClass", "opaque": {"driver": "rdma.kuberdma.io", "parameters": {"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "mtu": 9000}}}]),
-                      pods()),
+                claim(
+                    json!([result("vf", "pci-0000-3d-00-2")]),
+                    json!([{"source": "FromClass", "opaque": {"driver": "rdma.kuberdma.io", "parameters": {"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "mtu": 9000}}}]),
+                    pods(),
+                ),
                 None,
                 "config[0] (FromClass): unknown field `mtu`",
             ),

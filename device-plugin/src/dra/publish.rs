@@ -61,7 +61,9 @@ impl Publisher {
         let mut existing: Vec<ResourceSlice> =
             self.api.list(&lp).await?.items.into_iter().filter(|s| self.ours(s)).collect();
         existing.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
-        if let Some((generation, published)) = slices::published_content(&self.node.name, &self.driver, &existing) {
+        if let Some((generation, published)) =
+            slices::published_content(&self.node.name, &self.driver, &existing)
+        {
             if &published == content {
                 self.generation = generation;
                 return Ok(Synced { generation, ..Default::default() });

@@ -114,7 +114,10 @@ impl Claims {
     async fn read(&self, want: &ClaimRef) -> Result<ResourceClaim, PrepareError> {
         let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &want.namespace);
         match tokio::time::timeout(CLAIM_READ_TIMEOUT, api.get_opt(&want.name)).await {
-            Err(_) => Err(PrepareError::Read { claim: want.clone(), why: format!("no answer in {CLAIM_READ_TIMEOUT:?}") }),
+            Err(_) => Err(PrepareError::Read {
+                claim: want.clone(),
+                why: format!("no answer in {CLAIM_READ_TIMEOUT:?}"),
+            }),
             Ok(Err(e)) => Err(PrepareError::Read { claim: want.clone(), why: e.to_string() }),
             Ok(Ok(None)) => Err(PrepareError::NotFound { claim: want.clone() }),
             Ok(Ok(Some(c))) => Ok(c),
@@ -128,9 +131,13 @@ impl Claims {
         if !rec.devices.is_empty() && !cdi::spec_path(&self.cdi_dir, &rec.uid).exists() {
             let view = self.view.borrow().clone();
             let written = cdi::spec_for(rec, &view)
-                .map_err(|why| format!("{want}: prepared before, but its CDI spec cannot be written again: {why}"))
+                .map_err(|why| {
+                    format!("{want}: prepared before, but its CDI spec cannot be written again: {why}")
+                })
                 .and_then(|spec| match spec {
-                    Some(s) => cdi::write(&self.cdi_dir, &rec.uid, &s).map(|_| ()).map_err(|e| format!("{want}: {e:#}")),
+                    Some(s) => cdi::write(&self.cdi_dir, &rec.uid, &s)
+                        .map(|_| ())
+                        .map_err(|e| format!("{want}: {e:#}")),
                     None => Ok(()),
                 });
             if let Err(e) = written {
@@ -186,7 +193,10 @@ impl Claims {
         Ok(())
     }
 
-    async fn prepare_all(self: &Arc<Self>, claims: Vec<ClaimRef>) -> HashMap<String, Result<Vec<DeviceOut>, String>> {
+    async fn prepare_all(
+        self: &Arc<Self>,
+        claims: Vec<ClaimRef>,
+    ) -> HashMap<String, Result<Vec<DeviceOut>, String>> {
         let calls = claims.into_iter().map(|c| {
             let me = self.clone();
             async move { (c.uid.clone(), me.prepare(c).await) }
@@ -210,7 +220,10 @@ pub struct DraService(pub Arc<Claims>);
 
 macro_rules! claim_refs {
     ($claims:expr) => {
-        $claims.into_iter().map(|c| ClaimRef { namespace: c.namespace, name: c.name, uid: c.uid }).collect::<Vec<_>>()
+        $claims
+            .into_iter()
+            .map(|c| ClaimRef { namespace: c.namespace, name: c.name, uid: c.uid })
+            .collect::<Vec<_>>()
     };
 }
 
@@ -296,7 +309,9 @@ impl v1beta1::dra_plugin_server::DraPlugin for DraService {
         let res = self.0.unprepare_all(claim_refs!(req.into_inner().claims)).await;
         let claims = res
             .into_iter()
-            .map(|(uid, r)| (uid, v1beta1::NodeUnprepareResourceResponse { error: r.err().unwrap_or_default() }))
+            .map(|(uid, r)| {
+                (uid, v1beta1::NodeUnprepareResourceResponse { error: r.err().unwrap_or_default() })
+            })
             .collect();
         Ok(Response::new(v1beta1::NodeUnprepareResourcesResponse { claims }))
     }

@@ -15,7 +15,9 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::resource::v1::{Device, DeviceAttribute, ResourcePool, ResourceSlice, ResourceSliceSpec};
+use k8s_openapi::api::resource::v1::{
+    Device, DeviceAttribute, ResourcePool, ResourceSlice, ResourceSliceSpec,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use nic::LinkLayer;
 
@@ -135,7 +137,10 @@ pub fn attributes(d: &DraDevice, roce: &RoceReadiness) -> (BTreeMap<String, Devi
     let mut warnings = Vec::new();
     for (name, v) in cand {
         if !valid_qualified_name(&name) {
-            warnings.push(format!("device {}: attribute {name:?} is not a valid qualified name; left out", d.name));
+            warnings.push(format!(
+                "device {}: attribute {name:?} is not a valid qualified name; left out",
+                d.name
+            ));
             continue;
         }
         if let Some(s) = &v.string {
@@ -149,7 +154,10 @@ pub fn attributes(d: &DraDevice, roce: &RoceReadiness) -> (BTreeMap<String, Devi
             }
         }
         if out.len() == MAX_ATTRIBUTES_PER_DEVICE {
-            warnings.push(format!("device {}: more than {MAX_ATTRIBUTES_PER_DEVICE} attributes; {name} left out", d.name));
+            warnings.push(format!(
+                "device {}: more than {MAX_ATTRIBUTES_PER_DEVICE} attributes; {name} left out",
+                d.name
+            ));
             continue;
         }
         out.insert(name, v);
@@ -239,7 +247,9 @@ pub fn published_content(node: &str, driver: &str, slices: &[ResourceSlice]) -> 
     let generation = first.spec.pool.generation;
     let count = usize::try_from(first.spec.pool.resource_slice_count).ok()?;
     if slices.len() != count
-        || slices.iter().any(|s| s.spec.pool.generation != generation || s.spec.pool.resource_slice_count != count as i64)
+        || slices
+            .iter()
+            .any(|s| s.spec.pool.generation != generation || s.spec.pool.resource_slice_count != count as i64)
     {
         return None;
     }

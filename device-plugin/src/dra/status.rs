@@ -37,7 +37,8 @@ pub fn wanted(listing: &Listing, driver: &str) -> Wanted {
     for c in &listing.claims {
         let mut entries = Vec::new();
         for d in &c.devices {
-            let Some(a) = listing.attachments.iter().find(|a| a.claim_uid == c.uid && a.device == d.device) else {
+            let Some(a) = listing.attachments.iter().find(|a| a.claim_uid == c.uid && a.device == d.device)
+            else {
                 continue;
             };
             let mut net = json!({ "interfaceName": a.ifname, "ips": a.ips });
@@ -62,7 +63,12 @@ pub fn body(namespace: &str, name: &str, entries: &[Value]) -> Value {
 }
 
 /// Runs until `changed` closes: keeps claim status equal to what the CNI recorded in `dir`.
-pub async fn run(client: kube::Client, driver: String, dir: PathBuf, mut changed: mpsc::UnboundedReceiver<String>) {
+pub async fn run(
+    client: kube::Client,
+    driver: String,
+    dir: PathBuf,
+    mut changed: mpsc::UnboundedReceiver<String>,
+) {
     if let Err(e) = std::fs::create_dir_all(&dir) {
         tracing::warn!(dir = %dir.display(), error = %e, "cannot create the prepared-claims dir");
     }
@@ -92,7 +98,9 @@ pub async fn run(client: kube::Client, driver: String, dir: PathBuf, mut changed
         }
         let mut retry = false;
         for (uid, ((ns, name), entries)) in want {
-            if applied.get(&uid).is_some_and(|(_, e)| *e == entries) || (entries.is_empty() && !applied.contains_key(&uid)) {
+            if applied.get(&uid).is_some_and(|(_, e)| *e == entries)
+                || (entries.is_empty() && !applied.contains_key(&uid))
+            {
                 continue;
             }
             let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
