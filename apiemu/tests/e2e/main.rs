@@ -1,0 +1,8 @@
+//! The emulator driven by the real kube client over real sockets, the
+//! client built as our binaries build it (kubeconfig file → `Config` →
+//! `Client`, or `Client::try_default` with `KUBECONFIG`).
+
+mod common;
+mod connect;
+mod verbs;
+mod watches;
