@@ -268,6 +268,15 @@ async fn prepares_and_unprepares_claims_each_answered_on_its_own() {
     let wrong = p.prepare(vec![claim_ref("c", "11111111-2222-3333-4444-555555555555")]).await;
     assert!(wrong.claims["11111111-2222-3333-4444-555555555555"].error.contains("recreated"));
 
+    // A holder deleted while the kubelet was away (reboot) gives its VF up.
+    let d = env.create_claim("d", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-d");
+    assert_eq!(p.prepare(vec![claim_ref("d", &d)]).await.claims[&d].error, "");
+    env.emu.store().delete("resourceclaims", Some("default"), "d").unwrap();
+    let e = env.create_claim("e", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-e");
+    assert_eq!(p.prepare(vec![claim_ref("e", &e)]).await.claims[&e].error, "");
+    assert!(nic::prepared::read_claim(&env.prepared, &d).unwrap().is_none(), "the stale record is gone");
+    driver.wait_log("no longer holds its device").await;
+
     // Unprepare: known and unknown claims all succeed; files go.
     let u = p
         .unprepare(vec![claim_ref("a", &a), claim_ref("ghost", "0f0f0f0f-0000-0000-0000-000000000000")])

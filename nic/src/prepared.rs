@@ -34,7 +34,8 @@ pub const VERSION: u32 = 1;
 pub const DEFAULT_DIR: &str = "/var/lib/kubelet/plugins/rdma.kuberdma.io/prepared";
 
 const CLAIM_SUFFIX: &str = ".json";
-const ATTACH_SUFFIX: &str = ".attach.json";
+/// File name suffix of attachments (what a directory watcher looks for).
+pub const ATTACH_SUFFIX: &str = ".attach.json";
 
 /// A ResourceClaim prepared on this node.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -290,9 +291,20 @@ pub struct Listing {
 /// Reads every claim and attachment in `dir` (a missing dir is empty).
 /// Temp files of an interrupted write (`.<name>.tmp…`) are not ours to read.
 pub fn list(dir: &Path) -> Result<Listing, PreparedError> {
+    read_dir(dir, true)
+}
+
+/// Reads only the attachments in `dir` (`claims` stays empty): what changes
+/// when the CNI runs, without parsing every prepared claim of the node.
+pub fn list_attachments(dir: &Path) -> Result<Listing, PreparedError> {
+    read_dir(dir, false)
+}
+
+fn read_dir(dir: &Path, claims: bool) -> Result<Listing, PreparedError> {
     let mut out = Listing::default();
     for name in file_names(dir)? {
-        if name.starts_with('.') {
+        let attachment = name.ends_with(ATTACH_SUFFIX);
+        if name.starts_with('.') || !(claims || attachment) {
             continue;
         }
         let path = dir.join(&name);
@@ -304,7 +316,7 @@ pub fn list(dir: &Path) -> Result<Listing, PreparedError> {
                 continue;
             }
         };
-        if name.ends_with(ATTACH_SUFFIX) {
+        if attachment {
             match parse(&path, &bytes, |a: &Attachment| a.version) {
                 Ok(a) => out.attachments.push(a),
                 Err(e) => out.errors.push(e),

@@ -156,6 +156,7 @@ impl Claims {
             return r;
         }
         let claim = self.read(&want).await.map_err(|e| e.to_string())?;
+        self.forget_stale_holders(&want, &claim).await;
         let mut cp = self.checkpoint.lock().await;
         // Prepared meanwhile by a concurrent call for the same claim.
         if let Some(r) = self.cached(&cp, &want) {
@@ -176,6 +177,71 @@ impl Claims {
         }
         tracing::info!(claim = %want, devices = ?out.iter().map(|d| d.device.as_str()).collect::<Vec<_>>(), "prepared");
         Ok(out)
+    }
+
+    /// A device this claim was allocated may be recorded for another claim
+    /// that no longer holds it: deleted (or recreated) while the kubelet was
+    /// not there to unprepare it, e.g. across a reboot. The API decides: a
+    /// holder that is gone, has another UID, or is no longer allocated that
+    /// device is unprepared here, so the new claim can have its VF. A holder
+    /// the API cannot be asked about stays (the new claim then fails and the
+    /// kubelet asks again).
+    async fn forget_stale_holders(&self, want: &ClaimRef, claim: &ResourceClaim) {
+        let ours: Vec<String> = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.allocation.as_ref())
+            .and_then(|a| a.devices.as_ref())
+            .and_then(|d| d.results.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|r| r.driver == self.driver && r.pool == self.pool)
+            .map(|r| r.device.clone())
+            .collect();
+        let holders: Vec<ClaimRef> = {
+            let cp = self.checkpoint.lock().await;
+            let mut v: Vec<ClaimRef> = ours
+                .iter()
+                .filter_map(|d| cp.owner(d).filter(|o| *o != want.uid))
+                .filter_map(|uid| cp.get(uid))
+                .map(|c| ClaimRef {
+                    namespace: c.namespace.clone(),
+                    name: c.name.clone(),
+                    uid: c.uid.clone(),
+                })
+                .collect();
+            v.dedup();
+            v
+        };
+        for h in holders {
+            let still = match self.read(&h).await {
+                Ok(c) if c.metadata.uid.as_deref() == Some(h.uid.as_str()) => {
+                    let held = c
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.allocation.as_ref())
+                        .and_then(|a| a.devices.as_ref())
+                        .and_then(|d| d.results.as_ref())
+                        .into_iter()
+                        .flatten()
+                        .any(|r| r.driver == self.driver && r.pool == self.pool && ours.contains(&r.device));
+                    if held {
+                        continue;
+                    }
+                    "no longer allocated the device"
+                }
+                Ok(_) => "recreated with another UID",
+                Err(PrepareError::NotFound { .. }) => "deleted",
+                Err(e) => {
+                    tracing::warn!(claim = %h, error = %e, "cannot tell whether a prepared claim still exists");
+                    continue;
+                }
+            };
+            tracing::warn!(claim = %h, why = still, for_claim = %want, "unpreparing a prepared claim that no longer holds its device");
+            if let Err(e) = self.unprepare(h.clone()).await {
+                tracing::warn!(claim = %h, error = %e, "cannot unprepare a stale claim");
+            }
+        }
     }
 
     /// Unprepares one claim (unknown: nothing to do).

@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use super::FIELD_MANAGER;
-use crate::kubelet;
+use crate::kubelet::{self, DirEvent};
 
 /// Retry failed writes this often.
 const RETRY: Duration = Duration::from_secs(5);
@@ -62,7 +62,10 @@ pub fn body(namespace: &str, name: &str, entries: &[Value]) -> Value {
     })
 }
 
-/// Runs until `changed` closes: keeps claim status equal to what the CNI recorded in `dir`.
+/// Runs until `changed` closes: keeps claim status equal to what the CNI
+/// recorded in `dir`. Only attachment files are read on a change (a node
+/// with hundreds of prepared claims does not re-read them all per pod start),
+/// plus the claims they name.
 pub async fn run(
     client: kube::Client,
     driver: String,
@@ -81,59 +84,89 @@ pub async fn run(
     };
     // What the API holds from us, per claim.
     let mut applied: Wanted = Wanted::new();
+    let mut dirty = true;
+    let mut retry = false;
     loop {
-        let listing = match prepared::list(&dir) {
-            Ok(l) => l,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot list prepared claims");
-                Listing::default()
-            }
-        };
-        let mut want = wanted(&listing, &driver);
-        // Claims gone from the directory: release our entries once.
-        for (uid, (key, entries)) in &applied {
-            if !want.contains_key(uid) && !entries.is_empty() {
-                want.insert(uid.clone(), (key.clone(), Vec::new()));
-            }
+        if dirty {
+            retry = sync(&client, &driver, &dir, &mut applied).await;
         }
-        let mut retry = false;
-        for (uid, ((ns, name), entries)) in want {
-            if applied.get(&uid).is_some_and(|(_, e)| *e == entries)
-                || (entries.is_empty() && !applied.contains_key(&uid))
-            {
-                continue;
-            }
-            let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
-            let pp = PatchParams::apply(FIELD_MANAGER).force();
-            match api.patch_status(&name, &pp, &Patch::Apply(body(&ns, &name, &entries))).await {
-                Ok(_) => {
-                    tracing::info!(claim = %format!("{ns}/{name}"), devices = entries.len(), "claim status network data written");
-                    applied.insert(uid, ((ns, name), entries));
-                }
-                Err(kube::Error::Api(e)) if e.code == 404 => {
-                    applied.remove(&uid);
-                }
-                Err(e) => {
-                    tracing::warn!(claim = %format!("{ns}/{name}"), error = %e, "cannot write claim status; will retry");
-                    retry = true;
-                }
-            }
-        }
-        applied.retain(|uid, (_, e)| !e.is_empty() || listing.claims.iter().any(|c| &c.uid == uid));
-        // Without inotify, look every RETRY; with it, only on events (or to retry).
+        // Without inotify, look every RETRY; with it, on events (or to retry).
         let wait = if retry || events.is_none() { RETRY } else { Duration::from_secs(3600) };
         tokio::select! {
-            ev = recv_opt(&mut events) => if ev.is_none() { events = None },
-            c = changed.recv() => if c.is_none() { return },
-            _ = tokio::time::sleep(wait) => {}
+            ev = recv_opt(&mut events) => dirty = match ev {
+                Some(DirEvent::Created(n) | DirEvent::Deleted(n)) => n.ends_with(prepared::ATTACH_SUFFIX),
+                Some(DirEvent::Rescan) => true,
+                None => {
+                    events = None;
+                    true
+                }
+            },
+            c = changed.recv() => match c {
+                None => return,
+                Some(uid) => dirty = applied.contains_key(&uid),
+            },
+            _ = tokio::time::sleep(wait) => dirty = true,
         }
-        // Coalesce a burst (a write is a create and a rename).
-        tokio::time::sleep(Duration::from_millis(20)).await;
-        if let Some(rx) = events.as_mut() {
-            while rx.try_recv().is_ok() {}
+        if dirty {
+            // Coalesce a burst (a write is a create and a rename).
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            if let Some(rx) = events.as_mut() {
+                while rx.try_recv().is_ok() {}
+            }
+            while changed.try_recv().is_ok() {}
         }
-        while changed.try_recv().is_ok() {}
     }
+}
+
+/// One pass: apply what changed; returns whether something must be retried.
+async fn sync(client: &kube::Client, driver: &str, dir: &std::path::Path, applied: &mut Wanted) -> bool {
+    let mut listing = prepared::list_attachments(dir).unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "cannot list attachments");
+        Listing::default()
+    });
+    let uids: std::collections::BTreeSet<String> =
+        listing.attachments.iter().map(|a| a.claim_uid.clone()).collect();
+    for uid in uids {
+        match prepared::read_claim(dir, &uid) {
+            Ok(Some(c)) => listing.claims.push(c),
+            Ok(None) => {} // unprepared meanwhile: its attachments go with it
+            Err(e) => tracing::warn!(claim = %uid, error = %e, "cannot read a prepared claim"),
+        }
+    }
+    for e in &listing.errors {
+        tracing::warn!(error = %e, "an attachment file cannot be read");
+    }
+    let mut want = wanted(&listing, driver);
+    // Claims that no longer have attachments: release our entries once.
+    for (uid, (key, entries)) in applied.iter() {
+        if !want.contains_key(uid) && !entries.is_empty() {
+            want.insert(uid.clone(), (key.clone(), Vec::new()));
+        }
+    }
+    let mut retry = false;
+    for (uid, ((ns, name), entries)) in want {
+        let unchanged = applied.get(&uid).is_some_and(|(_, e)| *e == entries);
+        if unchanged || (entries.is_empty() && !applied.contains_key(&uid)) {
+            continue;
+        }
+        let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
+        let pp = PatchParams::apply(FIELD_MANAGER).force();
+        match api.patch_status(&name, &pp, &Patch::Apply(body(&ns, &name, &entries))).await {
+            Ok(_) => {
+                tracing::info!(claim = %format!("{ns}/{name}"), devices = entries.len(), "claim status network data written");
+                applied.insert(uid, ((ns, name), entries));
+            }
+            Err(kube::Error::Api(e)) if e.code == 404 => {
+                applied.remove(&uid);
+            }
+            Err(e) => {
+                tracing::warn!(claim = %format!("{ns}/{name}"), error = %e, "cannot write claim status; will retry");
+                retry = true;
+            }
+        }
+    }
+    applied.retain(|_, (_, e)| !e.is_empty());
+    retry
 }
 
 async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
