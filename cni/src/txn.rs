@@ -9,12 +9,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use nic::netlink::link::{self as rtnl, LinkError, RouteSocket};
-use nic::netlink::nldev::{Nldev, RdmaDevice};
+use nic::netlink::nldev::RdmaDevice;
 use nic::netlink::transport::{Client, NlError, SocketTransport, NETLINK_RDMA};
 use nic::netlink::vf::{self as vfnl, VfLink, VfSettings, VfVlanSetting};
 use nic::netns::Netns;
-use nic::simdesc::NetnsMode;
 use nic::vfdev::{self, VfDev};
+use nic::NetnsMode;
 use nic::Roots;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -7,10 +7,10 @@ use crate::check_eq;
 use crate::harness::{Lab, Test};
 use crate::util::{ifindex, iproute2};
 use anyhow::Context;
-use nic::netlink::nldev::{self, Nldev, RdmaDevice};
+use nic::netlink::nldev::{self, RdmaDevice};
 use nic::netlink::transport::{Client, SocketTransport, NETLINK_RDMA};
 use nic::netns::NamedNetns;
-use nic::simdesc::NetnsMode;
+use nic::NetnsMode;
 use std::time::{Duration, Instant};
 
 pub fn tests() -> Vec<Test> {
@@ -35,8 +35,7 @@ fn set_mode(
     c: &mut Client<SocketTransport>,
     mode: NetnsMode,
 ) -> Result<(), nic::netlink::transport::NlError> {
-    c.request(&format!("RDMA_NLDEV_CMD_SYS_SET netns {mode:?}"), nldev::sys_set_netns_mode(mode), false, 0)
-        .map(|_| ())
+    c.rdma_set_netns_mode(mode)
 }
 
 /// Devices and ports as our codec reads them, checked against sysfs and iproute2's `rdma -j`.
@@ -204,7 +203,7 @@ fn done_errors(dgrams: &[Vec<u8>]) -> Vec<i32> {
     out
 }
 
-/// `Nldev::rdma_ports()`, the API callers use, must list rxe's port (or fail loudly, never return
+/// `Client::rdma_ports()`, the API callers use, must list rxe's port (or fail loudly, never return
 /// an empty list for a kernel error).
 fn ports_api(lab: &Lab) -> anyhow::Result<String> {
     let mut c = Client::new(Tap { inner: SocketTransport::open(NETLINK_RDMA)?, got: Vec::new() });

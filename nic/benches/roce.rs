@@ -4,7 +4,9 @@
 
 use std::time::{Duration, Instant};
 
-use nic::netlink::dcb::{parse_messages, DcbApp, DcbMessage, IeeePfc, IeeeState, Payload};
+use netlink_packet_core::NetlinkPayload;
+use nic::netlink::dcb::{parse_messages, DcbApp, DcbMsg, IeeePfc, IeeeState, Priorities};
+use nic::netlink::transport::{emit, request_message};
 use nic::roce::{observe, DcbSource, ObserveOpts};
 
 fn median(mut v: Vec<Duration>) -> Duration {
@@ -25,8 +27,8 @@ fn time<T>(runs: usize, mut f: impl FnMut() -> T) -> Duration {
 fn main() {
     let sim = nic::sim::Sim::materialise(&nic::sim::big_node(8, 8)).expect("sim");
     let roots = sim.roots();
-    let src = DcbSource::Sim(sim.desc().clone());
-    let opts = ObserveOpts::default();
+    let src = DcbSource::Recorded(sim.recording());
+    let opts = ObserveOpts { node_name: Some(sim.desc().node.clone()), ..ObserveOpts::default() };
     let inv = nic::discover(&roots);
 
     let obs = time(50, || observe(&roots, &inv, &src, &opts));
@@ -37,17 +39,16 @@ fn main() {
 
     // A reply like the ones mlx5 sends: PFC + 16 DSCP APP entries.
     let apps: Vec<DcbApp> = (0..16).map(|d| DcbApp::dscp(d * 4, d % 8)).collect();
-    let mut msg = DcbMessage::add_apps("ens1f0np0", &apps);
-    if let Payload::Dcb(d) = &mut msg.payload {
-        if let Some(nic::netlink::dcb::DcbAttr::Ieee(i)) = d.attrs.get_mut(1) {
-            i.push(nic::netlink::dcb::IeeeAttr::Pfc(IeeePfc { pfc_cap: 8, pfc_en: 8, ..Default::default() }));
-        }
+    let mut msg = DcbMsg::add_apps("ens1f0np0", &apps);
+    if let Some(nic::netlink::dcb::DcbAttr::Ieee(i)) = msg.attrs.get_mut(1) {
+        let pfc = IeeePfc { pfc_cap: 8, pfc_en: Priorities::from_bits(8), ..Default::default() };
+        i.push(nic::netlink::dcb::IeeeAttr::Pfc(pfc));
     }
-    let raw = msg.emit();
+    let raw = emit(&mut request_message(0, 1, msg));
     let per = time(200, || {
         for _ in 0..1000 {
             let m = parse_messages(std::hint::black_box(&raw)).expect("parses");
-            if let Payload::Dcb(d) = &m[0].payload {
+            if let NetlinkPayload::InnerMessage(d) = &m[0].payload {
                 std::hint::black_box(IeeeState::from_msg(d));
             }
         }

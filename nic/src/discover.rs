@@ -37,7 +37,7 @@ use crate::pci::PciAddr;
 use crate::roots::Roots;
 use crate::sysfs::{self, Dir, SysfsError};
 
-pub use crate::sim::roce_active_mtu;
+use crate::roce::roce_active_mtu;
 
 /// Reads the node under `roots` into an [`Inventory`]. Never panics; problems
 /// are recorded on the device they concern.
@@ -130,7 +130,7 @@ fn problem(field: impl Into<String>, reason: impl Into<String>) -> Problem {
 }
 
 fn not_found(path: PathBuf) -> SysfsError {
-    SysfsError::Io { path, source: std::io::Error::from(std::io::ErrorKind::NotFound) }
+    SysfsError::Io { path, error: std::io::Error::from(std::io::ErrorKind::NotFound) }
 }
 
 /// The aux device name patterns that carry RDMA devices.

@@ -289,3 +289,14 @@ impl RdmaDev {
         v2.iter().find(|g| matches!(g.ip, Some(std::net::IpAddr::V4(_)))).or(v2.first()).map(|g| g.index)
     }
 }
+
+/// RDMA subsystem network namespace mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NetnsMode {
+    /// RDMA devices are visible in every netns (kernel default, `ib_core netns_mode=1`).
+    #[default]
+    Shared,
+    /// Each RDMA device belongs to one netns (`ib_core netns_mode=0`).
+    Exclusive,
+}

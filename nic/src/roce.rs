@@ -2,8 +2,8 @@
 //! reports and checks.
 //!
 //! Data flow: **sysfs (`/sys/class/net`, `/sys/class/infiniband`, configfs
-//! `rdma_cm`) + DCB netlink (or the simulated node's description) + ethtool →
-//! [`NodeRoce`]**. Every value is an [`Observed`]: a value, `Unsupported` (this
+//! `rdma_cm`) + DCB netlink + ethtool (the kernel's, or a [`Recording`] of
+//! them, e.g. a simulated node's) → [`NodeRoce`]**. Every value is an [`Observed`]: a value, `Unsupported` (this
 //! driver/kernel has no such knob: not a failure) or `Unknown` (it should be
 //! readable but was not, with the reason).
 //!
@@ -13,7 +13,7 @@
 //! let inv = nic::discover(&roots);
 //! let node = observe(&roots, &inv, &DcbSource::Netlink, &ObserveOpts::default());
 //! for i in &node.interfaces {
-//!     println!("{} pfc={:?}", i.netdev, i.pfc.value().map(|p| p.enabled_priorities()));
+//!     println!("{} pfc={:?}", i.netdev, i.pfc.value().map(|p| p.pfc_en.to_vec()));
 //! }
 //! ```
 //!
@@ -24,16 +24,19 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+pub use crate::inventory::NetnsMode;
+use crate::netlink::dcb::dcbx::{DCB_CAP_DCBX_HOST, DCB_CAP_DCBX_LLD_MANAGED, DCB_CAP_DCBX_VER_IEEE};
+pub use crate::netlink::dcb::{IeeeEts, IeeePfc, Priorities};
+pub use crate::netlink::transport::Exchange;
 use crate::pci::PciAddr;
-pub use crate::simdesc::{DcbxMode, NetnsMode, Trust};
 
 mod ethtool;
 mod read;
 pub mod remedy;
 pub mod write;
 
-pub use ethtool::{set_pause, set_priv_flag};
-pub use read::{dcbx_bits, observe};
+pub use ethtool::{set_pause, set_priv_flag, EthtoolExchange};
+pub use read::observe;
 pub use remedy::{remediation, Remedy};
 
 /// A value read from the node, or why there is none.
@@ -135,6 +138,60 @@ impl<T> Observed<T> {
     }
 }
 
+/// DCBX mode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DcbxMode {
+    /// Host (OS) controlled, IEEE (`DCB_CAP_DCBX_HOST | DCB_CAP_DCBX_VER_IEEE`).
+    #[default]
+    Os,
+    /// Firmware managed (`DCB_CAP_DCBX_LLD_MANAGED`).
+    Firmware,
+}
+
+impl DcbxMode {
+    /// The `DCB_CAP_DCBX_*` bits (dcbnl.h) that select this mode, IEEE flavour in both.
+    pub fn bits(self) -> u8 {
+        match self {
+            DcbxMode::Os => DCB_CAP_DCBX_HOST | DCB_CAP_DCBX_VER_IEEE,
+            DcbxMode::Firmware => DCB_CAP_DCBX_LLD_MANAGED | DCB_CAP_DCBX_VER_IEEE,
+        }
+    }
+
+    /// The mode `DCB_CAP_DCBX_*` bits name: firmware when LLD-managed, else OS
+    /// when host; `None` when they name neither.
+    pub fn from_bits(bits: u8) -> Option<Self> {
+        if bits & DCB_CAP_DCBX_LLD_MANAGED != 0 {
+            Some(DcbxMode::Firmware)
+        } else if bits & DCB_CAP_DCBX_HOST != 0 {
+            Some(DcbxMode::Os)
+        } else {
+            None
+        }
+    }
+}
+
+/// Trust mode: what classifies packets into priorities.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Trust {
+    /// 802.1p PCP bits.
+    Pcp,
+    /// DSCP (what RoCE v2 fabrics use).
+    #[default]
+    Dscp,
+}
+
+impl Trust {
+    /// Lower-case name, as the OFED `qos/trust` file, `mlnx_qos` and our CRDs spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Trust::Pcp => "pcp",
+            Trust::Dscp => "dscp",
+        }
+    }
+}
+
 /// RoCE settings of one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -202,9 +259,9 @@ pub struct InterfaceRoce {
     /// DSCP → priority APP entries (selector 5).
     pub dscp_to_priority: Observed<BTreeMap<u8, u8>>,
     /// PFC (`struct ieee_pfc`).
-    pub pfc: Observed<Pfc>,
+    pub pfc: Observed<IeeePfc>,
     /// ETS (`struct ieee_ets`).
-    pub ets: Observed<Ets>,
+    pub ets: Observed<IeeeEts>,
     /// Link-level (802.3x) pause on in either direction (`ETHTOOL_GPAUSEPARAM`).
     pub global_pause: Observed<bool>,
     /// Priorities where RoCE ECN is on at both the notification point
@@ -233,67 +290,6 @@ pub struct InterfaceRoce {
     pub fw_lldp_agent: Observed<bool>,
 }
 
-/// PFC state (`struct ieee_pfc`, include/uapi/linux/dcbnl.h).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Pfc {
-    /// PFC enabled per priority 0..7 (`pfc_en` bits).
-    pub enabled: [bool; 8],
-    /// Allowance for cable length, in bit times (`delay`).
-    pub delay: u16,
-    /// PFC frames sent per priority (`requests`).
-    pub requests: [u64; 8],
-    /// PFC frames received per priority (`indications`).
-    pub indications: [u64; 8],
-    /// How many traffic classes can be PFC-enabled at once (`pfc_cap`).
-    pub cap: u8,
-    /// MACsec bypass capability (`mbc`).
-    pub mbc: u8,
-}
-
-impl Pfc {
-    /// Priorities with PFC enabled, ascending.
-    pub fn enabled_priorities(&self) -> Vec<u8> {
-        (0u8..8).filter(|&p| self.enabled[p as usize]).collect()
-    }
-
-    /// The `pfc_en` bitmap (bit N = priority N).
-    pub fn bitmap(&self) -> u8 {
-        self.enabled.iter().enumerate().fold(0, |m, (i, &on)| if on { m | 1 << i } else { m })
-    }
-
-    /// Enabled flags from a `pfc_en` bitmap.
-    pub fn enabled_from_bitmap(bits: u8) -> [bool; 8] {
-        std::array::from_fn(|i| bits & (1 << i) != 0)
-    }
-}
-
-/// ETS state (`struct ieee_ets`, include/uapi/linux/dcbnl.h).
-#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct Ets {
-    /// Willing to accept the peer's configuration.
-    pub willing: bool,
-    /// Number of traffic classes that can do ETS (`ets_cap`).
-    pub ets_cap: u8,
-    /// Credit-based shaper support (`cbs`).
-    pub cbs: bool,
-    /// Transmit bandwidth per TC, percent.
-    pub tc_tx_bw: [u8; 8],
-    /// Receive bandwidth per TC, percent.
-    pub tc_rx_bw: [u8; 8],
-    /// Transmission selection algorithm per TC (`IEEE_8021QAZ_TSA_*`: 0 strict, 1 CBS, 2 ETS, 255 vendor).
-    pub tc_tsa: [u8; 8],
-    /// Priority → TC map.
-    pub prio_tc: [u8; 8],
-    /// Recommended bandwidth per TC.
-    pub tc_reco_bw: [u8; 8],
-    /// Recommended TSA per TC.
-    pub tc_reco_tsa: [u8; 8],
-    /// Recommended priority → TC map.
-    pub reco_prio_tc: [u8; 8],
-}
-
 /// ECN per role (NVIDIA OFED sysfs `ecn/roce_np`, `ecn/roce_rp`).
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -315,14 +311,26 @@ pub struct Cnp {
 }
 
 /// Where DCB settings (PFC, ETS, APP table, DCBX), global pause and the fw
-/// LLDP flag come from.
+/// LLDP flag come from. Either way the same decoders read them.
 #[derive(Debug, Clone, PartialEq)]
 pub enum DcbSource {
     /// The real kernel: DCB netlink over `NETLINK_ROUTE` and ethtool ioctls;
     /// `EOPNOTSUPP`/`ENODEV` become `Unsupported`.
     Netlink,
-    /// A simulated node: those settings come from its description (`PfDesc.roce`).
-    Sim(crate::simdesc::NodeDesc),
+    /// Recorded kernel answers (a simulated node's: `nic::sim::Sim::recording`).
+    Recorded(Recording),
+}
+
+/// Kernel answers recorded ahead of time, as [`DcbSource::Recorded`] serves them:
+/// DCB netlink exchanges through the netlink transport's
+/// [`Recorded`](crate::netlink::transport::Recorded), ethtool answers through
+/// the ethtool reader's recorded side.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Recording {
+    /// DCB netlink requests and the datagrams that answer them.
+    pub dcb: Vec<Exchange>,
+    /// ethtool commands and their answers.
+    pub ethtool: Vec<EthtoolExchange>,
 }
 
 /// Options for [`observe`].
@@ -332,8 +340,8 @@ pub struct ObserveOpts {
     /// the rdma_cm defaults when it does not exist. Off: read only when it already
     /// exists, else `Unknown`.
     pub read_rdma_cm_configfs: bool,
-    /// Node name to report; default: the simulated node's name, else the
-    /// `NODE_NAME` env var, else the kernel hostname.
+    /// Node name to report; default: the `NODE_NAME` env var, else the kernel
+    /// hostname.
     pub node_name: Option<String>,
 }
 

@@ -30,6 +30,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::pci::PciAddr;
 
+// Domain types live in the model; the description format names them.
+pub use crate::inventory::NetnsMode;
+pub use crate::roce::{DcbxMode, Trust};
+
 /// A whole simulated node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -52,17 +56,6 @@ pub struct NodeDesc {
     /// as the kernel boots).
     #[serde(default)]
     pub rdma_netns_mode: NetnsMode,
-}
-
-/// RDMA subsystem network namespace mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum NetnsMode {
-    /// RDMA devices are visible in every netns (kernel default, `ib_core netns_mode=1`).
-    #[default]
-    Shared,
-    /// Each RDMA device belongs to one netns (`ib_core netns_mode=0`).
-    Exclusive,
 }
 
 /// A PCIe switch: an upstream port under a root port; each device behind it
@@ -226,38 +219,6 @@ pub enum RdmaNaming {
     Rocep,
 }
 
-/// DCBX mode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DcbxMode {
-    /// Host (OS) controlled, IEEE (`DCB_CAP_DCBX_HOST | DCB_CAP_DCBX_VER_IEEE`).
-    #[default]
-    Os,
-    /// Firmware managed (`DCB_CAP_DCBX_LLD_MANAGED`).
-    Firmware,
-}
-
-/// Trust mode: what classifies packets into priorities.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Trust {
-    /// 802.1p PCP bits.
-    Pcp,
-    /// DSCP (what RoCE v2 fabrics use).
-    #[default]
-    Dscp,
-}
-
-impl Trust {
-    /// Lower-case name, as the OFED `qos/trust` file, `mlnx_qos` and our CRDs spell it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Trust::Pcp => "pcp",
-            Trust::Dscp => "dscp",
-        }
-    }
-}
-
 /// The RoCE fabric settings of a PF port.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -366,7 +327,7 @@ fn tos106() -> u8 {
 #[derive(Debug, thiserror::Error)]
 pub enum DescError {
     /// Not valid YAML for this format.
-    #[error("{path}: {source}")]
+    #[error("{path}")]
     Parse {
         /// File the description came from.
         path: String,
@@ -383,7 +344,7 @@ pub enum DescError {
         what: String,
     },
     /// The file could not be read.
-    #[error("cannot read {path}: {source}")]
+    #[error("cannot read {path}")]
     Io {
         /// File path.
         path: String,

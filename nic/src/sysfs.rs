@@ -29,14 +29,15 @@ use nix::sys::stat::Mode;
 /// Why a sysfs attribute, link or directory could not be used.
 #[derive(Debug, thiserror::Error)]
 pub enum SysfsError {
-    /// The file, link or directory could not be read.
-    #[error("{path:?}: {source}")]
+    /// The file, link or directory could not be read. The OS error is part of
+    /// the message, not a `source`: these errors end up as one-line reasons
+    /// (an inventory [`Problem`](crate::Problem), an `Observed::Unknown`).
+    #[error("{path:?}: {error}")]
     Io {
         /// What was read.
         path: PathBuf,
         /// The OS error (`ENOENT`, `EINVAL` for an attribute the kernel refuses, …).
-        #[source]
-        source: io::Error,
+        error: io::Error,
     },
     /// The contents are not what the attribute should hold.
     #[error("{path:?}: {expected}, found {found:?}")]
@@ -52,7 +53,7 @@ pub enum SysfsError {
 
 impl SysfsError {
     fn io(path: &Path, source: io::Error) -> Self {
-        SysfsError::Io { path: path.to_path_buf(), source }
+        SysfsError::Io { path: path.to_path_buf(), error: source }
     }
 
     fn invalid(path: &Path, expected: &'static str, found: &str) -> Self {
@@ -69,7 +70,7 @@ impl SysfsError {
     /// The OS error kind, for I/O errors.
     pub fn io_kind(&self) -> Option<io::ErrorKind> {
         match self {
-            SysfsError::Io { source, .. } => Some(source.kind()),
+            SysfsError::Io { error, .. } => Some(error.kind()),
             SysfsError::Invalid { .. } => None,
         }
     }
@@ -83,7 +84,7 @@ impl SysfsError {
     /// that exist but have no value right now (`speed` of a down link, the
     /// type of an empty GID table entry).
     pub fn is_einval(&self) -> bool {
-        matches!(self, SysfsError::Io { source, .. } if source.raw_os_error() == Some(libc::EINVAL))
+        matches!(self, SysfsError::Io { error, .. } if error.raw_os_error() == Some(libc::EINVAL))
     }
 }
 

@@ -17,9 +17,9 @@
 
 use std::path::{Path, PathBuf};
 
+use crate::inventory::NetnsMode;
 use crate::pci::PciAddr;
 use crate::roots::Roots;
-use crate::simdesc::NetnsMode;
 use crate::sysfs::{self, SysfsError};
 
 /// Why a VF could not be looked up. Messages start with `device <pci>:`.

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use nic::netlink::dcb::{self, DcbError, DcbMessage, DcbSocket};
+use nic::netlink::dcb::{self, DcbError, DcbMsg, IeeePfc, Priorities};
 use nic::netns::NamedNetns;
 use nic::roce::{observe, DcbSource, ObserveOpts, Observed};
 use nic::{Inventory, Netdev, PciAddr, Pf};
@@ -43,8 +43,8 @@ fn dcb_get_on_a_veth_is_unsupported_by_the_real_kernel() {
     let lab = VethLab::new("kdg");
     let a = lab.a.clone();
     let (ieee, dcbx) = lab.run(move || {
-        let mut s = DcbSocket::open().expect("NETLINK_ROUTE socket");
-        (s.ieee_get(&a), s.get_dcbx(&a))
+        let mut s = dcb::open().expect("NETLINK_ROUTE socket");
+        (s.dcb_ieee_get(&a), s.dcb_get_dcbx(&a))
     });
     for r in [ieee.map(|_| ()), dcbx.map(|_| ())] {
         match r {
@@ -60,7 +60,7 @@ fn dcb_get_on_a_veth_is_unsupported_by_the_real_kernel() {
 #[test]
 fn dcb_get_on_a_missing_interface_is_unsupported() {
     let lab = VethLab::new("kdm");
-    let r = lab.run(|| DcbSocket::open().unwrap().ieee_get("nosuchdev0"));
+    let r = lab.run(|| dcb::open().unwrap().dcb_ieee_get("nosuchdev0"));
     match r {
         Err(e @ DcbError::Unsupported { .. }) => assert!(e.is_unsupported()),
         other => panic!("expected Unsupported (ENODEV or EOPNOTSUPP), got {other:?}"),
@@ -72,11 +72,14 @@ fn dcb_set_on_a_veth_is_refused_not_hung() {
     let lab = VethLab::new("kds");
     let a = lab.a.clone();
     let r = lab.run(move || {
-        let mut s = DcbSocket::open().unwrap();
-        s.set(
+        let mut s = dcb::open().unwrap();
+        s.dcb_set(
             "RTM_SETDCB DCB_CMD_IEEE_SET (dcb pfc set)",
             &a,
-            DcbMessage::set_pfc(&a, dcb::IeeePfc { pfc_cap: 8, pfc_en: 0x08, ..Default::default() }),
+            DcbMsg::set_pfc(
+                &a,
+                IeeePfc { pfc_cap: 8, pfc_en: Priorities::from_bits(0x08), ..Default::default() },
+            ),
         )
     });
     assert!(r.as_ref().is_err_and(|e| e.is_unsupported()), "{r:?}");
@@ -87,7 +90,13 @@ fn rtnlgrp_dcb_subscription_is_accepted_by_the_kernel() {
     assert_eq!(dcb::RTNLGRP_DCB, libc::RTNLGRP_DCB);
     assert_eq!(dcb::RTM_GETDCB, libc::RTM_GETDCB);
     let lab = VethLab::new("kdn");
-    lab.run(|| dcb::subscribe().expect("join RTNLGRP_DCB"));
+    lab.run(|| {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async {
+            let events = nic::netlink::events::subscribe(&[nic::netlink::events::Group::Dcb], 4);
+            events.expect("join RTNLGRP_DCB");
+        });
+    });
 }
 
 fn write(p: &std::path::Path, v: &str) {

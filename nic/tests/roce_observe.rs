@@ -1,7 +1,9 @@
 // RoCE observation on simulated nodes (nic::sim trees read by nic::discover and
-// nic::roce::observe with DcbSource::Sim): a correct mlx5 node, upstream mlx5
-// without the NVIDIA OFED ECN sysfs, an E810 with the firmware LLDP agent on,
-// MTU 1500, and the rdma_cm configfs rules.
+// nic::roce::observe with DcbSource::Recorded(sim.recording()): the DCB netlink
+// and ethtool answers a kernel would give, decoded by the production readers): a
+// correct mlx5 node, upstream mlx5 without the NVIDIA OFED ECN sysfs, an E810
+// with the firmware LLDP agent on, MTU 1500, the rdma_cm configfs rules, and
+// broken recorded replies.
 
 use std::collections::BTreeMap;
 
@@ -13,10 +15,16 @@ fn node(yaml: &str) -> NodeDesc {
     serde_yaml::from_str(yaml).expect("test description parses")
 }
 
+/// How the agent's DaemonSet runs it: `NODE_NAME` set to the node's name.
+fn opts_for(sim: &Sim) -> ObserveOpts {
+    ObserveOpts { node_name: Some(sim.desc().node.clone()), ..ObserveOpts::default() }
+}
+
 fn observe_sim(desc: &NodeDesc, opts: &ObserveOpts) -> (Sim, NodeRoce) {
     let sim = Sim::materialise(desc).expect("sim materialises");
     let inv = nic::discover(&sim.roots());
-    let r = observe(&sim.roots(), &inv, &DcbSource::Sim(sim.desc().clone()), opts);
+    let opts = ObserveOpts { node_name: opts.node_name.clone().or(opts_for(&sim).node_name), ..opts.clone() };
+    let r = observe(&sim.roots(), &inv, &DcbSource::Recorded(sim.recording()), &opts);
     (sim, r)
 }
 
@@ -62,7 +70,7 @@ fn correct_mlx5_node_reads_every_setting() {
     assert_eq!(i.dscp_to_priority, Observed::Value(BTreeMap::from([(26, 3), (48, 6)])));
     let pfc = i.pfc.value().expect("pfc read");
     assert_eq!(pfc.enabled_priorities(), vec![3]);
-    assert_eq!(pfc.bitmap(), 0x08);
+    assert_eq!(pfc.pfc_en.bits(), 0x08);
     assert_eq!(pfc.delay, 32);
     assert_eq!(pfc.requests[3], 17);
     assert_eq!(i.global_pause, Observed::Value(false));
@@ -76,7 +84,9 @@ fn correct_mlx5_node_reads_every_setting() {
     assert_eq!(i.num_vfs, Observed::Value(4));
     assert_eq!(i.total_vfs, Observed::Value(127));
     assert!(i.fw_lldp_agent.is_unsupported(), "{:?}", i.fw_lldp_agent);
-    assert!(i.ets.is_unknown());
+    // mlx5's boot ETS (mlx5e_ets_init): vendor TSA, priorities 0 and 1 swapped.
+    let ets = i.ets.value().expect("ets read");
+    assert_eq!((ets.ets_cap, ets.tc_tsa, ets.prio_tc), (8, [255; 8], [1, 0, 2, 3, 4, 5, 6, 7]));
     // The GID index comes from the inventory's GID table, or says why there is none.
     match &i.gid_index {
         Observed::Value(_) => {}
@@ -88,7 +98,7 @@ fn correct_mlx5_node_reads_every_setting() {
 fn observation_serializes_for_the_crd() {
     let (_sim, r) = observe_sim(&node(CX6), &ObserveOpts::default());
     let json = serde_json::to_value(&r).unwrap();
-    assert_eq!(json["interfaces"][0]["pfc"]["value"]["enabled"][3], true);
+    assert_eq!(json["interfaces"][0]["pfc"]["value"]["pfcEn"], serde_json::json!([3]));
     assert!(json["interfaces"][0]["fwLldpAgent"]["unsupported"].is_string());
     let back: NodeRoce = serde_json::from_value(json).unwrap();
     assert_eq!(back, r);
@@ -101,8 +111,14 @@ fn upstream_mlx5_without_ofed_sysfs_reports_ecn_unsupported() {
     let i = &r.interfaces[0];
     assert_eq!(i.ecn, Observed::Unsupported("no NVIDIA OFED ECN sysfs (upstream mlx5)".into()));
     assert!(i.ecn_detail.is_unsupported() && i.cnp.is_unsupported());
-    // Without qos/trust, trust comes from the DCB side (the description here).
+    // Without qos/trust, trust comes from the DCB APP table: DSCP entries, so DSCP.
     assert_eq!(i.trust, Observed::Value(Trust::Dscp));
+    // A PCP-trusting port of an upstream driver has no DSCP entries, and reads as PCP.
+    let yaml = yaml
+        .replace("dscpToPriority: {26: 3, 48: 6}", "dscpToPriority: {26: 3, 48: 6}\n          trust: pcp");
+    let (_sim, r) = observe_sim(&node(&yaml), &ObserveOpts::default());
+    assert_eq!(r.interfaces[0].trust, Observed::Value(Trust::Pcp));
+    assert_eq!(r.interfaces[0].dscp_to_priority, Observed::Value(BTreeMap::new()));
 }
 
 #[test]
@@ -130,6 +146,10 @@ adapters:
     assert_eq!(i.dcbx_bits, Observed::Value(0x0a));
     assert_eq!(i.ecn, Observed::Unsupported("no NVIDIA OFED ECN sysfs (driver ice)".into()));
     assert_eq!(i.total_vfs, Observed::Value(256));
+    // ice's default ETS: every priority on TC 0, which gets all the bandwidth.
+    let ets = i.ets.value().expect("ets read");
+    assert_eq!((ets.prio_tc, ets.tc_tx_bw[0], ets.tc_tsa[0]), ([0; 8], 100, 2));
+    assert_eq!(i.global_pause, Observed::Value(false));
     assert_eq!(
         remediation(&i.netdev, &Remedy::FwLldpAgent(false)),
         "ethtool --set-priv-flags ens2f0 fw-lldp-agent off"
@@ -154,10 +174,6 @@ fn active_mtu_follows_iboe_get_mtu() {
     assert_eq!(roce_active_mtu(351), None);
     assert_eq!(roce_active_mtu(0), None);
     assert_eq!(min_netdev_mtu_for(4096), 4192);
-    // Same rule as the simulator's.
-    for m in [0, 351, 352, 1500, 2144, 4191, 4192, 9000] {
-        assert_eq!(roce_active_mtu(m), nic::sim::roce_active_mtu(m), "mtu {m}");
-    }
 }
 
 #[test]
@@ -165,7 +181,7 @@ fn link_down_speed_is_unknown_with_the_reason() {
     let mut sim = Sim::materialise(&node(CX6)).unwrap();
     sim.set_operstate("ens1f0np0", "down").unwrap();
     let inv = nic::discover(&sim.roots());
-    let r = observe(&sim.roots(), &inv, &DcbSource::Sim(sim.desc().clone()), &ObserveOpts::default());
+    let r = observe(&sim.roots(), &inv, &DcbSource::Recorded(sim.recording()), &opts_for(&sim));
     let i = &r.interfaces[0];
     assert_eq!(i.operstate, Observed::Value("down".into()));
     assert!(i.speed_mbps.is_unknown(), "{:?}", i.speed_mbps);
@@ -181,7 +197,7 @@ fn rdma_cm_configfs_is_read_only_where_it_exists_unless_allowed() {
     std::fs::remove_dir_all(&dev_dir).unwrap();
 
     // Flag off: Unknown, and nothing created.
-    let src = DcbSource::Sim(sim.desc().clone());
+    let src = DcbSource::Recorded(sim.recording());
     let r = observe(&roots, &inv, &src, &ObserveOpts::default());
     let i = &r.interfaces[0];
     assert!(i.roce_mode.is_unknown() && i.roce_mode.reason().unwrap().contains("read_rdma_cm_configfs"));
@@ -206,7 +222,13 @@ fn bundled_example_nodes_observe_every_pf() {
         let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/nodes").join(f);
         let sim = Sim::from_file(&path).unwrap();
         let inv = nic::discover(&sim.roots());
-        let r = observe(&sim.roots(), &inv, &DcbSource::Sim(sim.desc().clone()), &ObserveOpts::default());
+        let r = observe(&sim.roots(), &inv, &DcbSource::Recorded(sim.recording()), &opts_for(&sim));
+        assert_eq!(r.node, sim.desc().node);
+        assert_eq!(
+            r.rdma_netns_mode,
+            Observed::Value(sim.desc().rdma_netns_mode),
+            "{f}: from ib_core's parameter"
+        );
         let pfs: usize = sim.desc().adapters.iter().map(|a| a.pfs.len()).sum();
         assert_eq!(
             r.interfaces.len(),
@@ -216,6 +238,7 @@ fn bundled_example_nodes_observe_every_pf() {
         );
         for i in &r.interfaces {
             assert!(i.mtu.is_value() && i.pfc.is_value() && i.dscp_to_priority.is_value(), "{f}: {i:#?}");
+            assert!(i.ets.is_value() && i.dcbx.is_value() && i.global_pause.is_value(), "{f}: {i:#?}");
         }
     }
 }
@@ -225,4 +248,67 @@ fn node_name_option_wins() {
     let opts = ObserveOpts { node_name: Some("worker-7".into()), ..Default::default() };
     let (_sim, r) = observe_sim(&node(CX6), &opts);
     assert_eq!(r.node, "worker-7");
+}
+
+/// The recorded replies go through the production decoder: a reply whose PFC
+/// attribute is a byte short reads as Unknown naming the attribute, the offset
+/// and the request, as a bad reply from hardware would; the ethtool reads of
+/// the same port are unaffected.
+#[test]
+fn corrupted_recorded_dcb_reply_is_unknown_with_the_decoder_diagnostic() {
+    let sim = Sim::materialise(&node(CX6)).unwrap();
+    let inv = nic::discover(&sim.roots());
+    let mut rec = sim.recording();
+    let reply = &mut rec.dcb[0].replies[0];
+    // nla_len 140 of DCB_ATTR_IEEE_PFC (2) -> 139: a struct ieee_pfc of 135 bytes.
+    let at = reply.windows(4).position(|w| w == [0x8c, 0x00, 0x02, 0x00]).expect("PFC attribute");
+    reply[at] = 0x8b;
+    let r = observe(&sim.roots(), &inv, &DcbSource::Recorded(rec), &opts_for(&sim));
+    let i = &r.interfaces[0];
+    for (what, o) in [
+        ("pfc", i.pfc.as_ref().map(|_| ())),
+        ("ets", i.ets.as_ref().map(|_| ())),
+        ("dcbx", i.dcbx.as_ref().map(|_| ())),
+        ("dscp", i.dscp_to_priority.as_ref().map(|_| ())),
+    ] {
+        assert!(o.is_unknown(), "{what}: {o:?}");
+        let why = o.reason().unwrap();
+        for part in
+            ["RTM_GETDCB", "ens1f0np0", "cannot decode reply", "DCB_ATTR_IEEE_PFC: 135 bytes, expected 136"]
+        {
+            assert!(why.contains(part), "{what}: {why:?} lacks {part:?}");
+        }
+    }
+    // The OFED trust file still answers; ethtool was not part of the broken reply.
+    assert_eq!(i.trust, Observed::Value(Trust::Dscp));
+    assert_eq!(i.global_pause, Observed::Value(false));
+    assert!(i.fw_lldp_agent.is_unsupported(), "{:?}", i.fw_lldp_agent);
+}
+
+/// A port the recording has nothing for reads as Unknown (not a panic, not Unsupported).
+#[test]
+fn a_port_without_recorded_answers_is_unknown() {
+    let sim = Sim::materialise(&node(CX6)).unwrap();
+    let inv = nic::discover(&sim.roots());
+    let r = observe(&sim.roots(), &inv, &DcbSource::Recorded(Recording::default()), &opts_for(&sim));
+    let i = &r.interfaces[0];
+    assert!(i.pfc.is_unknown() && i.pfc.reason().unwrap().contains("no answer"), "{:?}", i.pfc);
+    assert!(
+        i.global_pause.is_unknown() && i.global_pause.reason().unwrap().contains("ens1f0np0"),
+        "{:?}",
+        i.global_pause
+    );
+}
+
+/// Node name and netns mode come from where production reads them: the
+/// options / NODE_NAME and ib_core's `netns_mode` parameter in the tree.
+#[test]
+fn netns_mode_is_read_from_the_tree() {
+    let yaml = format!("{CX6}rdmaNetnsMode: exclusive\n");
+    let (sim, r) = observe_sim(&node(&yaml), &ObserveOpts::default());
+    assert_eq!(r.rdma_netns_mode, Observed::Value(NetnsMode::Exclusive));
+    std::fs::write(sim.roots().sys("module/ib_core/parameters/netns_mode"), "Y\n").unwrap();
+    let inv = nic::discover(&sim.roots());
+    let r = observe(&sim.roots(), &inv, &DcbSource::Recorded(sim.recording()), &opts_for(&sim));
+    assert_eq!(r.rdma_netns_mode, Observed::Value(NetnsMode::Shared));
 }

@@ -430,7 +430,7 @@ fn tos_priority(i: &InterfaceRoce, dscp: u8) -> Result<(u8, String), (CheckResul
 fn chain_pfc(c: &Ctx, i: &InterfaceRoce, p: &RoceProfileSpec, prio: u8, path: &str) -> Check {
     match &i.pfc {
         Observed::Value(pfc) => {
-            let ok = pfc.enabled[usize::from(prio & 7)];
+            let ok = pfc.pfc_en.contains(prio & 7);
             let fix = if ok {
                 String::new()
             } else {

@@ -11,7 +11,8 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use nic::netlink::dcb::{DcbApp, DcbSocket, IeeePfc};
+use nic::netlink::dcb::{DcbApp, IeeePfc, Priorities};
+use nic::netlink::transport::{Client, SocketTransport};
 use nic::roce::write::RdmaCmDefault;
 use nic::roce::{remediation, DcbSource, InterfaceRoce, NodeRoce, Observed, Remedy, Trust};
 
@@ -172,23 +173,25 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
         let path = net.join(rel);
         std::fs::write(&path, v).map_err(|source| EnforceError::Sysfs { path, source })
     };
-    let dcb = |op: &'static str, f: &dyn Fn(&mut DcbSocket) -> Result<(), nic::netlink::dcb::DcbError>| {
-        if let DcbSource::Sim(_) = src.dcb {
-            return Err(EnforceError::Manual(format!(
-                "simulated node: DCB comes from its description; run: {}",
-                remediation(&i.netdev, r)
-            )));
-        }
-        let mut s = DcbSocket::open().map_err(|source| EnforceError::Dcb {
-            op: "open",
-            iface: i.netdev.clone(),
-            source,
-        })?;
-        f(&mut s).map_err(|source| EnforceError::Dcb { op, iface: i.netdev.clone(), source })
-    };
+    let dcb =
+        |op: &'static str,
+         f: &dyn Fn(&mut Client<SocketTransport>) -> Result<(), nic::netlink::dcb::DcbError>| {
+            if let DcbSource::Recorded(_) = src.dcb {
+                return Err(EnforceError::Manual(format!(
+                    "simulated node: DCB comes from its description; run: {}",
+                    remediation(&i.netdev, r)
+                )));
+            }
+            let mut s = nic::netlink::dcb::open().map_err(|source| EnforceError::Dcb {
+                op: "open",
+                iface: i.netdev.clone(),
+                source,
+            })?;
+            f(&mut s).map_err(|source| EnforceError::Dcb { op, iface: i.netdev.clone(), source })
+        };
     // Pause and private flags of a simulated node come from its description too.
     let ethtool = |f: &dyn Fn() -> std::io::Result<()>| {
-        if let DcbSource::Sim(_) = src.dcb {
+        if let DcbSource::Recorded(_) = src.dcb {
             return Err(EnforceError::Manual(format!(
                 "simulated node: ethtool settings come from its description; run: {}",
                 remediation(&i.netdev, r)
@@ -199,10 +202,11 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
     match r {
         Remedy::Pfc { priorities } => {
             let have = i.pfc.value().cloned().unwrap_or_default();
-            let pfc_en = priorities.iter().filter(|&&p| p < 8).fold(0u8, |m, p| m | 1 << p);
-            let pfc =
-                IeeePfc { pfc_cap: have.cap, pfc_en, mbc: have.mbc, delay: have.delay, ..Default::default() };
-            dcb("DCB_ATTR_IEEE_PFC set", &|s| s.set_pfc(&i.netdev, pfc))
+            let pfc_en =
+                Priorities::from_list(&priorities.iter().copied().filter(|&p| p < 8).collect::<Vec<_>>())
+                    .unwrap_or_default();
+            let pfc = IeeePfc { pfc_en, ..have };
+            dcb("DCB_ATTR_IEEE_PFC set", &|s| s.dcb_set_pfc(&i.netdev, &pfc))
         }
         Remedy::DscpAdd(m) => {
             let have = i.dscp_to_priority.value().cloned().unwrap_or_default();
@@ -212,14 +216,14 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
             let add: Vec<DcbApp> = m.iter().map(|(d, p)| DcbApp::dscp(*d, *p)).collect();
             dcb("DCB_ATTR_IEEE_APP_TABLE set", &|s| {
                 if !stale.is_empty() {
-                    s.del_apps(&i.netdev, &stale)?;
+                    s.dcb_del_apps(&i.netdev, &stale)?;
                 }
-                s.add_apps(&i.netdev, &add)
+                s.dcb_add_apps(&i.netdev, &add)
             })
         }
         Remedy::DscpDel(m) => {
             let del: Vec<DcbApp> = m.iter().map(|(d, p)| DcbApp::dscp(*d, *p)).collect();
-            dcb("DCB_ATTR_IEEE_APP_TABLE del", &|s| s.del_apps(&i.netdev, &del))
+            dcb("DCB_ATTR_IEEE_APP_TABLE del", &|s| s.dcb_del_apps(&i.netdev, &del))
         }
         Remedy::Ecn { priority, on } => {
             let v = u8::from(*on).to_string();
@@ -231,19 +235,10 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
         Remedy::Mtu(m) => write("mtu".into(), m.to_string()),
         Remedy::PfcDelay(delay) => {
             let have = i.pfc.value().cloned().unwrap_or_default();
-            let pfc = IeeePfc {
-                pfc_cap: have.cap,
-                pfc_en: have.bitmap(),
-                mbc: have.mbc,
-                delay: *delay,
-                ..Default::default()
-            };
-            dcb("DCB_ATTR_IEEE_PFC set", &|s| s.set_pfc(&i.netdev, pfc))
+            let pfc = IeeePfc { delay: *delay, ..have };
+            dcb("DCB_ATTR_IEEE_PFC set", &|s| s.dcb_set_pfc(&i.netdev, &pfc))
         }
-        Remedy::Dcbx(mode) => {
-            let bits = nic::roce::dcbx_bits(*mode);
-            dcb("DCB_CMD_SDCBX", &|s| s.set_dcbx(&i.netdev, bits))
-        }
+        Remedy::Dcbx(mode) => dcb("DCB_CMD_SDCBX", &|s| s.dcb_set_dcbx(&i.netdev, *mode)),
         Remedy::GlobalPause(on) => ethtool(&|| nic::roce::set_pause(&i.netdev, *on)),
         Remedy::FwLldpAgent(on) => ethtool(&|| nic::roce::set_priv_flag(&i.netdev, "fw-lldp-agent", *on)),
         Remedy::Trust(t) => {
@@ -255,7 +250,7 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
             match t {
                 Trust::Pcp if !have.is_empty() => {
                     let del: Vec<DcbApp> = have.iter().map(|(d, p)| DcbApp::dscp(*d, *p)).collect();
-                    dcb("DCB_ATTR_IEEE_APP_TABLE del", &|s| s.del_apps(&i.netdev, &del))
+                    dcb("DCB_ATTR_IEEE_APP_TABLE del", &|s| s.dcb_del_apps(&i.netdev, &del))
                 }
                 Trust::Pcp => Ok(()),
                 Trust::Dscp => Err(EnforceError::Manual(format!(

@@ -44,8 +44,8 @@ impl SimNode {
         let sim = Sim::materialise(desc).unwrap_or_else(|e| panic!("materialise {}: {e}", desc.node));
         let source = NodeSource {
             roots: sim.roots(),
-            dcb: DcbSource::Sim(desc.clone()),
-            opts: ObserveOpts::default(),
+            dcb: DcbSource::Recorded(sim.recording()),
+            opts: ObserveOpts { node_name: Some(desc.node.clone()), ..ObserveOpts::default() },
         };
         Self { sim, source }
     }

@@ -132,7 +132,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
-    let Some(node_name) = a.node_name.clone().or_else(|| source.opts.node_name.clone()) else {
+    let Some(node_name) = a.node_name.clone() else {
         bail!("--node-name (or env NODE_NAME) is required for the agent loop");
     };
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
@@ -154,7 +154,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
         }
         let triggers = match source.dcb {
             DcbSource::Netlink => kernel_triggers(),
-            DcbSource::Sim(_) => None,
+            DcbSource::Recorded(_) => None,
         };
         agent.run(triggers, shutdown()).await;
         Ok(ExitCode::SUCCESS)
@@ -195,7 +195,10 @@ fn source(
         Some(path) => {
             let sim = nic::sim::Sim::from_file(path)
                 .with_context(|| format!("loading simulated node {}", path.display()))?;
-            let src = NodeSource { roots: sim.roots(), dcb: DcbSource::Sim(sim.desc().clone()), opts };
+            // The simulated node's name stands in for NODE_NAME unless one is given.
+            let opts =
+                ObserveOpts { node_name: opts.node_name.or_else(|| Some(sim.desc().node.clone())), ..opts };
+            let src = NodeSource { roots: sim.roots(), dcb: DcbSource::Recorded(sim.recording()), opts };
             Ok((Some(sim), src))
         }
         None => {

@@ -65,7 +65,7 @@ pub fn render(node: &str, observed: &NodeRoce, checks: &[Check]) -> String {
                 o.sample(
                     "kuberdma_pfc_enabled",
                     &[("node", node), ("interface", &i.netdev), ("priority", &ps)],
-                    u8::from(pfc.enabled[p]),
+                    u8::from(pfc.pfc_en.contains(p as u8)),
                 );
             }
         }

@@ -22,11 +22,14 @@
 //! kernel drops notifications because the socket buffer overflowed (`ENOBUFS`),
 //! [`RtnlEvent::Overrun`] is sent: the caller must rescan, since events were lost.
 
-use netlink_packet_core::NetlinkMessage;
+use netlink_packet_core::{NetlinkBuffer, NetlinkPayload};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkMessage, State};
 use netlink_packet_route::RouteNetlinkMessage;
 use netlink_sys::{protocols::NETLINK_ROUTE, AsyncSocket, AsyncSocketExt, TokioSocket};
 use tokio::sync::mpsc;
+
+use super::dcb::{self, DcbAttr, DcbMsg, RTM_GETDCB, RTM_SETDCB};
+use super::transport::{decode, nlmsg_align, split_datagram, NLMSG_MIN_TYPE};
 
 /// rtnetlink multicast groups (`enum rtnetlink_groups` in `include/uapi/linux/rtnetlink.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,25 +46,19 @@ impl Group {
     /// The group number passed to `NETLINK_ADD_MEMBERSHIP`.
     pub fn number(self) -> u32 {
         match self {
-            Group::Link => 1,
-            Group::Dcb => 23,
+            Group::Link => RTNLGRP_LINK,
+            Group::Dcb => dcb::RTNLGRP_DCB,
             Group::Raw(n) => n,
         }
     }
 }
 
+/// `RTNLGRP_LINK` (`enum rtnetlink_groups`, include/uapi/linux/rtnetlink.h).
+pub const RTNLGRP_LINK: u32 = 1;
 /// `RTM_NEWLINK` from `include/uapi/linux/rtnetlink.h`.
 pub const RTM_NEWLINK: u16 = 16;
 /// `RTM_DELLINK`.
 pub const RTM_DELLINK: u16 = 17;
-/// `RTM_GETDCB` (dcbnl notifications use it for "this is the new state").
-pub const RTM_GETDCB: u16 = 78;
-/// `RTM_SETDCB`.
-pub const RTM_SETDCB: u16 = 79;
-/// `DCB_ATTR_IFNAME` from `include/uapi/linux/dcbnl.h`.
-const DCB_ATTR_IFNAME: u16 = 1;
-/// `NLMSG_OVERRUN`/`NLMSG_ERROR`/`NLMSG_DONE` types (`include/uapi/linux/netlink.h`).
-const NLMSG_ERROR: u16 = 2;
 
 /// Whether a link appeared/changed or went away.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,47 +184,57 @@ pub fn subscribe(groups: &[Group], capacity: usize) -> Result<mpsc::Receiver<Rtn
     Ok(rx)
 }
 
-/// Splits one datagram into netlink messages and parses each. Truncated or
-/// garbled messages end the datagram (the rest cannot be framed); nothing panics.
-pub fn parse_datagram(mut buf: &[u8]) -> Vec<RtnlEvent> {
+/// Splits one datagram into netlink messages (the transport's framing) and
+/// parses each. A datagram whose framing breaks yields the messages before the
+/// break; a message that does not decode is skipped; nothing panics.
+pub fn parse_datagram(buf: &[u8]) -> Vec<RtnlEvent> {
     let mut out = Vec::new();
-    // struct nlmsghdr { u32 nlmsg_len; u16 nlmsg_type; u16 nlmsg_flags; u32 seq; u32 pid; } = 16 bytes
-    while buf.len() >= 16 {
-        let len = u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]]) as usize;
-        let msg_type = u16::from_ne_bytes([buf[4], buf[5]]);
-        if len < 16 || len > buf.len() {
-            break;
-        }
-        let msg = &buf[..len];
-        match msg_type {
+    let msgs = match split_datagram(buf) {
+        Ok(m) => m,
+        Err(_) => framed_prefix(buf),
+    };
+    for msg in msgs {
+        let Ok(nb) = NetlinkBuffer::new_checked(msg) else { continue };
+        match nb.message_type() {
             RTM_NEWLINK | RTM_DELLINK => {
                 if let Some(ev) = parse_link(msg) {
                     out.push(RtnlEvent::Link(ev));
                 }
             }
-            RTM_GETDCB | RTM_SETDCB => out.push(RtnlEvent::Dcb(parse_dcb(msg_type, &msg[16..]))),
-            NLMSG_ERROR => {}
+            RTM_GETDCB | RTM_SETDCB => {
+                if let Some(ev) = parse_dcb(msg) {
+                    out.push(RtnlEvent::Dcb(ev));
+                }
+            }
+            // NLMSG_NOOP, NLMSG_ERROR, NLMSG_DONE, NLMSG_OVERRUN: not notifications.
+            t if t < NLMSG_MIN_TYPE => {}
             t => out.push(RtnlEvent::Other { msg_type: t }),
         }
-        // NLMSG_ALIGN: messages are padded to 4 bytes.
-        let next = (len + 3) & !3;
-        if next >= buf.len() {
+    }
+    out
+}
+
+/// The whole messages at the start of a datagram whose framing breaks later.
+fn framed_prefix(buf: &[u8]) -> Vec<&[u8]> {
+    let mut out = Vec::new();
+    let mut rest = buf;
+    while let Ok(nb) = NetlinkBuffer::new_checked(rest) {
+        let len = nb.length() as usize;
+        out.push(&rest[..len]);
+        let next = nlmsg_align(len);
+        if next >= rest.len() {
             break;
         }
-        buf = &buf[next..];
+        rest = &rest[next..];
     }
     out
 }
 
 fn parse_link(msg: &[u8]) -> Option<LinkEvent> {
-    let parsed = NetlinkMessage::<RouteNetlinkMessage>::deserialize(msg).ok()?;
+    let parsed = decode::<RouteNetlinkMessage>(msg).ok()?;
     let (kind, link): (LinkEventKind, LinkMessage) = match parsed.payload {
-        netlink_packet_core::NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)) => {
-            (LinkEventKind::New, l)
-        }
-        netlink_packet_core::NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelLink(l)) => {
-            (LinkEventKind::Del, l)
-        }
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)) => (LinkEventKind::New, l),
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::DelLink(l)) => (LinkEventKind::Del, l),
         _ => return None,
     };
     let mut ev = LinkEvent {
@@ -261,29 +268,15 @@ fn operstate_name(s: State) -> &'static str {
     }
 }
 
-/// `struct dcbmsg { u8 dcb_family; u8 cmd; u16 dcb_pad; }` then `struct nlattr`s.
-fn parse_dcb(msg_type: u16, body: &[u8]) -> DcbEvent {
-    let cmd = body.get(1).copied().unwrap_or(0);
-    let mut ifname = None;
-    let mut attrs = body.get(4..).unwrap_or(&[]);
-    while attrs.len() >= 4 {
-        let alen = u16::from_ne_bytes([attrs[0], attrs[1]]) as usize;
-        let atype = u16::from_ne_bytes([attrs[2], attrs[3]]) & 0x3fff;
-        if alen < 4 || alen > attrs.len() {
-            break;
-        }
-        if atype == DCB_ATTR_IFNAME {
-            let v = &attrs[4..alen];
-            let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
-            ifname = Some(String::from_utf8_lossy(&v[..end]).into_owned());
-        }
-        let next = (alen + 3) & !3;
-        if next >= attrs.len() {
-            break;
-        }
-        attrs = &attrs[next..];
-    }
-    DcbEvent { msg_type, cmd, ifname }
+/// A DCB notification through the DCB codec: its command and interface.
+fn parse_dcb(msg: &[u8]) -> Option<DcbEvent> {
+    let NetlinkPayload::InnerMessage(m) = decode::<DcbMsg>(msg).ok()?.payload else { return None };
+    let DcbMsg { message_type, cmd, attrs, .. } = m;
+    let ifname = attrs.into_iter().find_map(|a| match a {
+        DcbAttr::IfName(n) => Some(n),
+        _ => None,
+    });
+    Some(DcbEvent { msg_type: message_type, cmd, ifname })
 }
 
 #[cfg(test)]

@@ -1,6 +1,8 @@
-//! Netlink codecs and transport.
+//! Netlink codecs over one transport ([`transport`]): rtnetlink links and VFs,
+//! DCB, RDMA nldev, generic netlink, and the multicast event subscriber.
 pub mod dcb;
 pub mod events;
+pub mod genl;
 pub mod link;
 pub mod nldev;
 pub mod transport;

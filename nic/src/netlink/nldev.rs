@@ -25,11 +25,11 @@
 
 use netlink_packet_core::{
     DecodeError, DefaultNla, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkSerializable, Nla,
-    NlaBuffer, NlasIterator, Parseable,
+    NlaBuffer, NlasIterator, Parseable, NLA_F_NESTED, NLA_F_NET_BYTEORDER,
 };
 
 use super::transport::{Client, NlError, Transport};
-use crate::simdesc::NetnsMode;
+use crate::inventory::NetnsMode;
 
 /// `RDMA_NL_NLDEV`: the nldev client number.
 pub const RDMA_NL_NLDEV: u16 = 5;
@@ -248,7 +248,20 @@ impl<'a, T: AsRef<[u8]> + ?Sized> Parseable<NlaBuffer<&'a T>> for NldevAttr {
             RDMA_NLDEV_ATTR_DEV_PROTOCOL => DevProtocol(parse_string(v, "RDMA_NLDEV_ATTR_DEV_PROTOCOL")?),
             RDMA_NLDEV_NET_NS_FD => NetNsFd(parse_u32(v, "RDMA_NLDEV_NET_NS_FD")?),
             RDMA_NLDEV_ATTR_PAD => Pad(v.to_vec()),
-            _ => Other(DefaultNla::parse(buf)?),
+            _ => {
+                // netlink-packet-core cannot emit a type with both NLA_F_NESTED and
+                // NLA_F_NET_BYTEORDER (its set_nested_flag re-reads the masked type and
+                // drops the byte-order bit), so keep only what can be written back:
+                // an attribute this codec does not decode re-emits as it reads.
+                let flag = if buf.nested_flag() {
+                    NLA_F_NESTED
+                } else if buf.network_byte_order_flag() {
+                    NLA_F_NET_BYTEORDER
+                } else {
+                    0
+                };
+                Other(DefaultNla::new(buf.kind() | flag, v.to_vec()))
+            }
         })
     }
 }
@@ -454,25 +467,16 @@ pub fn netns_mode_of(m: &NldevMessage) -> Option<NetnsMode> {
     })
 }
 
-/// nldev requests over a netlink [`Client`].
-pub trait Nldev {
-    /// Every RDMA device visible in the socket's netns.
-    fn rdma_devices(&mut self) -> Result<Vec<RdmaDevice>, NlError>;
-    /// Every port.
-    fn rdma_ports(&mut self) -> Result<Vec<RdmaPortInfo>, NlError>;
-    /// The subsystem netns mode.
-    fn rdma_netns_mode(&mut self) -> Result<NetnsMode, NlError>;
-    /// Moves a device into the netns of `netns_fd`.
-    fn rdma_set_netns(&mut self, dev: &RdmaDevice, netns_fd: u32) -> Result<(), NlError>;
-}
-
-impl<T: Transport> Nldev for Client<T> {
-    fn rdma_devices(&mut self) -> Result<Vec<RdmaDevice>, NlError> {
+/// nldev requests (open the client on [`super::transport::NETLINK_RDMA`]).
+impl<T: Transport> Client<T> {
+    /// `rdma dev show`: every RDMA device visible in the socket's netns.
+    pub fn rdma_devices(&mut self) -> Result<Vec<RdmaDevice>, NlError> {
         let r = self.request("RDMA_NLDEV_CMD_GET dump", dump_devices(), true, 0)?;
         Ok(r.iter().filter_map(RdmaDevice::from_message).collect())
     }
 
-    fn rdma_ports(&mut self) -> Result<Vec<RdmaPortInfo>, NlError> {
+    /// `rdma link show`: every port, one dump per device.
+    pub fn rdma_ports(&mut self) -> Result<Vec<RdmaPortInfo>, NlError> {
         let mut ports = Vec::new();
         for dev in self.rdma_devices()? {
             let op = format!("RDMA_NLDEV_CMD_PORT_GET dump {}", dev.name);
@@ -482,7 +486,8 @@ impl<T: Transport> Nldev for Client<T> {
         Ok(ports)
     }
 
-    fn rdma_netns_mode(&mut self) -> Result<NetnsMode, NlError> {
+    /// `rdma system show netns`: the subsystem netns mode.
+    pub fn rdma_netns_mode(&mut self) -> Result<NetnsMode, NlError> {
         let op = "RDMA_NLDEV_CMD_SYS_GET";
         let r = self.request(op, sys_get(), false, 0)?;
         r.iter().find_map(netns_mode_of).ok_or_else(|| NlError::Decode {
@@ -491,7 +496,15 @@ impl<T: Transport> Nldev for Client<T> {
         })
     }
 
-    fn rdma_set_netns(&mut self, dev: &RdmaDevice, netns_fd: u32) -> Result<(), NlError> {
+    /// `rdma system set netns shared|exclusive`. The kernel refuses (EBUSY)
+    /// while a network namespace other than init_net exists.
+    pub fn rdma_set_netns_mode(&mut self, mode: NetnsMode) -> Result<(), NlError> {
+        let op = format!("RDMA_NLDEV_CMD_SYS_SET netns {mode:?}");
+        self.request(&op, sys_set_netns_mode(mode), false, 0).map(|_| ())
+    }
+
+    /// `rdma dev set DEV netns NS`: moves a device into the netns of `netns_fd`.
+    pub fn rdma_set_netns(&mut self, dev: &RdmaDevice, netns_fd: u32) -> Result<(), NlError> {
         let op = format!("RDMA_NLDEV_CMD_SET {} netns fd {netns_fd}", dev.name);
         self.request(&op, set_netns(dev.index, netns_fd), false, 0).map(|_| ())
     }

@@ -1,27 +1,52 @@
-//! A small synchronous netlink transport: send one request, collect the
-//! replies up to the ACK (or `NLMSG_DONE` for dumps).
+//! The one netlink transport of this crate: framing, requests, ACKs, dumps
+//! and kernel errors for every family we speak (rtnetlink links and DCB on
+//! `NETLINK_ROUTE`, RDMA nldev on `NETLINK_RDMA`, generic netlink on
+//! `NETLINK_GENERIC`). Message headers, `NLMSG_ERROR` and `NLMSG_DONE` are
+//! netlink-packet-core's; each family only decodes its own body
+//! ([`NetlinkDeserializable`]).
 //!
 //! Two implementations of [`Transport`]: [`SocketTransport`] (a real
 //! `AF_NETLINK` socket, opened in the caller's netns or in another one through
-//! [`crate::netns::Netns`]) and [`Recorded`] (canned reply datagrams, recording
-//! what was sent), so request/reply logic is testable without a kernel.
+//! [`crate::netns::Netns`]) and [`Recorded`] (recorded kernel answers, keeping
+//! what was sent), so request/reply logic is testable without a kernel and a
+//! simulated node can answer the way a kernel does.
+//!
+//! A family adds its requests as inherent methods of [`Client`] in its own
+//! module (`rdma_*` in [`super::nldev`], `dcb_*` in [`super::dcb`],
+//! `genl_*` in [`super::genl`]).
 //!
 //! Sync on purpose: the CNI is a short-lived process doing a handful of
 //! requests, each a single round trip; an async runtime would only add start-up
-//! time.
+//! time. Multicast notifications are the one async reader ([`super::events`]).
 
 use std::collections::VecDeque;
 use std::fmt::Debug;
 use std::io;
+use std::time::Duration;
 
 use netlink_packet_core::{
     NetlinkBuffer, NetlinkDeserializable, NetlinkHeader, NetlinkMessage, NetlinkPayload, NetlinkSerializable,
-    NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
+    Parseable, NLMSG_DONE, NLMSG_ERROR, NLMSG_NOOP, NLMSG_OVERRUN, NLM_F_ACK, NLM_F_DUMP, NLM_F_REQUEST,
 };
 
 use crate::netns::{Netns, NetnsError};
 
-pub use netlink_sys::protocols::{NETLINK_RDMA, NETLINK_ROUTE};
+pub use netlink_sys::protocols::{NETLINK_GENERIC, NETLINK_RDMA, NETLINK_ROUTE};
+
+/// `sizeof(struct nlmsghdr)` (include/uapi/linux/netlink.h).
+pub const NLMSG_HDRLEN: usize = 16;
+/// `NLMSG_MIN_TYPE` (include/uapi/linux/netlink.h): types below it are control messages.
+pub const NLMSG_MIN_TYPE: u16 = 0x10;
+
+/// How long a socket waits for the kernel's answer before the request fails:
+/// a guard against a hang, not a latency target (DCB on mlx5 waits on firmware
+/// commands of a few ms each).
+pub const RECV_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// `NLMSG_ALIGN` (include/uapi/linux/netlink.h): messages start on 4-byte boundaries.
+pub const fn nlmsg_align(len: usize) -> usize {
+    (len + 3) & !3
+}
 
 /// Moves netlink datagrams.
 pub trait Transport {
@@ -39,11 +64,12 @@ pub struct SocketTransport {
 
 impl SocketTransport {
     /// Opens a socket of `protocol` (e.g. [`NETLINK_ROUTE`], [`NETLINK_RDMA`])
-    /// in the calling thread's netns.
+    /// in the calling thread's netns, with a [`RECV_TIMEOUT`].
     pub fn open(protocol: isize) -> io::Result<Self> {
         let mut sock = netlink_sys::Socket::new(protocol)?;
         sock.bind_auto()?;
         sock.connect(&netlink_sys::SocketAddr::new(0, 0))?;
+        set_recv_timeout(&sock, RECV_TIMEOUT)?;
         // Ask for extended ACKs: the kernel then explains EINVALs in text.
         let _ = sock.set_ext_ack(true);
         Ok(Self { sock })
@@ -53,6 +79,29 @@ impl SocketTransport {
     /// for its whole life, whatever thread uses it later.
     pub fn open_in(ns: &Netns, protocol: isize) -> Result<io::Result<Self>, NetnsError> {
         ns.run(|| Self::open(protocol))
+    }
+}
+
+fn set_recv_timeout(sock: &netlink_sys::Socket, t: Duration) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let tv = libc::timeval {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_usec: t.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: valid fd owned by `sock`, a properly sized timeval that outlives the call.
+    let rc = unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            &tv as *const libc::timeval as *const libc::c_void,
+            size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
     }
 }
 
@@ -71,25 +120,80 @@ impl Transport for SocketTransport {
     }
 }
 
-/// Canned replies for tests: each `recv` pops the next datagram; every `send`
-/// is kept in [`Recorded::sent`].
-#[derive(Debug, Default)]
+/// One recorded request and the datagrams the kernel answered it with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exchange {
+    /// The request as sent (its `nlmsg_seq` and `nlmsg_pid` do not matter).
+    pub request: Vec<u8>,
+    /// The answer, datagram by datagram.
+    pub replies: Vec<Vec<u8>>,
+}
+
+/// Recorded kernel answers. Every `send` is kept in [`Recorded::sent`].
+///
+/// Two ways to answer: [`Recorded::new`] pops canned datagrams in order
+/// (a test scripting one conversation); [`Recorded::replaying`] answers each
+/// request with the [`Exchange`] recorded for it, whatever the order, with the
+/// `nlmsg_seq` of the request, as the kernel echoes it (a simulated node).
+#[derive(Debug, Default, Clone)]
 pub struct Recorded {
     /// Datagrams sent so far.
     pub sent: Vec<Vec<u8>>,
     replies: VecDeque<Vec<u8>>,
+    /// `Some`: answer by request ([`Recorded::replaying`]).
+    exchanges: Option<Vec<Exchange>>,
 }
 
 impl Recorded {
     /// A transport that will answer with `replies`, in order.
     pub fn new(replies: impl IntoIterator<Item = Vec<u8>>) -> Self {
-        Self { sent: Vec::new(), replies: replies.into_iter().collect() }
+        Self { sent: Vec::new(), replies: replies.into_iter().collect(), exchanges: None }
     }
+
+    /// A transport that answers each request with its recorded exchange.
+    pub fn replaying(exchanges: Vec<Exchange>) -> Self {
+        Self { sent: Vec::new(), replies: VecDeque::new(), exchanges: Some(exchanges) }
+    }
+}
+
+/// The request without `nlmsg_seq` and `nlmsg_pid`, which vary per socket.
+fn same_request(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len()
+        && a.len() >= NLMSG_HDRLEN
+        && a[..8] == b[..8]
+        && a[NLMSG_HDRLEN..] == b[NLMSG_HDRLEN..]
+}
+
+/// `reply` with every message's `nlmsg_seq` set to `seq`, and the request
+/// header an `NLMSG_ERROR` echoes set to `request`'s.
+fn answering(reply: &[u8], request: &[u8], seq: u32) -> Vec<u8> {
+    let mut out = reply.to_vec();
+    let mut at = 0;
+    while at < out.len() {
+        let Ok(mut nb) = NetlinkBuffer::new_checked(&mut out[at..]) else { break };
+        let len = nb.length() as usize;
+        nb.set_sequence_number(seq);
+        let echo = NLMSG_HDRLEN + 4..NLMSG_HDRLEN + 4 + NLMSG_HDRLEN;
+        if nb.message_type() == NLMSG_ERROR && len >= echo.end && request.len() >= NLMSG_HDRLEN {
+            out[at + echo.start..at + echo.end].copy_from_slice(&request[..NLMSG_HDRLEN]);
+        }
+        at += nlmsg_align(len);
+    }
+    out
 }
 
 impl Transport for Recorded {
     fn send(&mut self, buf: &[u8]) -> io::Result<()> {
         self.sent.push(buf.to_vec());
+        let Some(exchanges) = &self.exchanges else { return Ok(()) };
+        let Some(x) = exchanges.iter().find(|x| same_request(&x.request, buf)) else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("the recording has no answer to this request ({} bytes)", buf.len()),
+            ));
+        };
+        let seq = NetlinkBuffer::new_checked(buf).map(|nb| nb.sequence_number()).unwrap_or(0);
+        self.replies.extend(x.replies.iter().map(|r| answering(r, buf, seq)));
         Ok(())
     }
 
@@ -104,7 +208,7 @@ impl Transport for Recorded {
 #[derive(Debug, thiserror::Error)]
 pub enum NlError {
     /// The socket failed.
-    #[error("netlink {op}: {source}")]
+    #[error("netlink {op}")]
     Io {
         /// The operation (e.g. `RTM_SETLINK eth0`).
         op: String,
@@ -143,17 +247,107 @@ impl NlError {
     }
 }
 
+/// Why bytes are not a netlink message of the family asked for.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FrameError<E> {
+    /// The `nlmsghdr` framing (or a control message: `NLMSG_ERROR`, `NLMSG_DONE`) is broken.
+    #[error("malformed netlink message at byte {offset}: {what}")]
+    Frame {
+        /// Offset of the message in the datagram.
+        offset: usize,
+        /// What is wrong.
+        what: String,
+    },
+    /// The family's body decoder refused the message.
+    #[error("netlink message at byte {offset}")]
+    Body {
+        /// Offset of the body (just past `nlmsghdr`) in the datagram.
+        offset: usize,
+        /// The family decoder's error.
+        #[source]
+        source: E,
+    },
+}
+
 /// Splits a datagram into its netlink messages (by `nlmsg_len`, 4-aligned).
-pub fn split_datagram(mut buf: &[u8]) -> Result<Vec<&[u8]>, String> {
+/// The last message may come without its padding.
+pub fn split_datagram(buf: &[u8]) -> Result<Vec<&[u8]>, String> {
+    Ok(split_at(buf)
+        .map_err(|(at, what)| format!("at byte {at}: {what}"))?
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect())
+}
+
+/// Where a datagram's framing breaks: the offset and what is wrong.
+type Break = (usize, String);
+
+/// The messages of a datagram with their offsets, or where the framing breaks.
+fn split_at(mut buf: &[u8]) -> Result<Vec<(usize, &[u8])>, Break> {
     let mut out = Vec::new();
+    let mut at = 0;
     while !buf.is_empty() {
-        let nb = NetlinkBuffer::new_checked(buf).map_err(|e| e.to_string())?;
+        let nb = NetlinkBuffer::new_checked(buf).map_err(|e| (at, format!("nlmsghdr: {e}")))?;
         let len = nb.length() as usize;
-        out.push(&buf[..len]);
-        let aligned = (len + 3) & !3;
+        out.push((at, &buf[..len]));
+        let aligned = nlmsg_align(len);
         buf = if aligned >= buf.len() { &[] } else { &buf[aligned..] };
+        at += aligned;
     }
     Ok(out)
+}
+
+/// Decodes one netlink message (`raw` is exactly the message). Control messages
+/// (`NLMSG_NOOP`, `NLMSG_ERROR`, `NLMSG_DONE`, `NLMSG_OVERRUN`) are
+/// netlink-packet-core's; anything else is handed to `M`.
+pub fn decode<M: NetlinkDeserializable>(raw: &[u8]) -> Result<NetlinkMessage<M>, FrameError<M::Error>> {
+    let frame = |what: String| FrameError::Frame { offset: 0, what };
+    let nb = NetlinkBuffer::new_checked(raw).map_err(|e| frame(format!("nlmsghdr: {e}")))?;
+    let header = NetlinkHeader::parse(&nb).map_err(|e| frame(format!("nlmsghdr: {e}")))?;
+    match header.message_type {
+        NLMSG_NOOP | NLMSG_ERROR | NLMSG_DONE | NLMSG_OVERRUN => {
+            NetlinkMessage::deserialize(raw).map_err(|e| frame(e.to_string()))
+        }
+        _ => M::deserialize(&header, nb.payload())
+            .map(|m| NetlinkMessage::new(header, NetlinkPayload::InnerMessage(m)))
+            .map_err(|source| FrameError::Body { offset: NLMSG_HDRLEN, source }),
+    }
+}
+
+/// Decodes every message of a datagram (one `recv` may hold several). Never
+/// panics; offsets in errors count from the start of `buf`.
+pub fn parse_datagram<M: NetlinkDeserializable>(
+    buf: &[u8],
+) -> Result<Vec<NetlinkMessage<M>>, FrameError<M::Error>> {
+    let parts = split_at(buf).map_err(|(offset, what)| FrameError::Frame { offset, what })?;
+    parts
+        .into_iter()
+        .map(|(at, raw)| {
+            decode(raw).map_err(|e| match e {
+                FrameError::Frame { offset, what } => FrameError::Frame { offset: at + offset, what },
+                FrameError::Body { offset, source } => FrameError::Body { offset: at + offset, source },
+            })
+        })
+        .collect()
+}
+
+/// A request message: `payload` with `flags` and `seq`, length and type filled in.
+pub fn request_message<M: NetlinkSerializable>(flags: u16, seq: u32, payload: M) -> NetlinkMessage<M> {
+    let mut msg = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(payload));
+    msg.header.flags = flags;
+    msg.header.sequence_number = seq;
+    msg.finalize();
+    msg
+}
+
+/// The wire bytes of `msg`, padded to [`nlmsg_align`]. `nlmsg_len` is set
+/// from the payload, so a parsed message re-emits consistently.
+pub fn emit<M: NetlinkSerializable>(msg: &mut NetlinkMessage<M>) -> Vec<u8> {
+    let len = msg.buffer_len();
+    msg.header.length = len as u32;
+    let mut buf = vec![0u8; nlmsg_align(len)];
+    msg.serialize(&mut buf[..len]);
+    buf
 }
 
 /// Extracts the text of `NLMSGERR_ATTR_MSG` (1) from an error message's
@@ -161,21 +355,20 @@ pub fn split_datagram(mut buf: &[u8]) -> Result<Vec<&[u8]>, String> {
 fn ext_ack_msg(raw: &[u8]) -> Option<String> {
     // nlmsghdr(16) + error(4) + the echoed request header (16, capped) then TLVs.
     let nb = NetlinkBuffer::new_checked(raw).ok()?;
-    if nb.flags() & 0x200 == 0 {
-        // NLM_F_ACK_TLVS not set
+    if nb.flags() & netlink_packet_core::NLM_F_ACK_TLVS == 0 {
         return None;
     }
-    let capped = nb.flags() & 0x100 != 0;
+    let capped = nb.flags() & netlink_packet_core::NLM_F_CAPPED != 0;
     let echoed = if capped {
-        16
+        NLMSG_HDRLEN
     } else {
         let inner = raw.get(20..)?;
         NetlinkBuffer::new_checked(inner).ok()?.length() as usize
     };
-    let mut tlvs = raw.get(20 + ((echoed + 3) & !3)..)?;
+    let mut tlvs = raw.get(20 + nlmsg_align(echoed)..)?;
     while tlvs.len() >= 4 {
         let len = u16::from_ne_bytes([tlvs[0], tlvs[1]]) as usize;
-        let kind = u16::from_ne_bytes([tlvs[2], tlvs[3]]) & 0x3fff;
+        let kind = u16::from_ne_bytes([tlvs[2], tlvs[3]]) & netlink_packet_core::NLA_TYPE_MASK;
         if len < 4 || len > tlvs.len() {
             return None;
         }
@@ -184,7 +377,7 @@ fn ext_ack_msg(raw: &[u8]) -> Option<String> {
             let s = s.split(|b| *b == 0).next().unwrap_or(s);
             return Some(String::from_utf8_lossy(s).into_owned());
         }
-        tlvs = tlvs.get(((len + 3) & !3)..).unwrap_or(&[]);
+        tlvs = tlvs.get(nlmsg_align(len)..).unwrap_or(&[]);
     }
     None
 }
@@ -194,6 +387,13 @@ fn ext_ack_msg(raw: &[u8]) -> Option<String> {
 pub struct Client<T> {
     transport: T,
     seq: u32,
+}
+
+impl Client<SocketTransport> {
+    /// A client on a new socket of `protocol` in the calling thread's netns.
+    pub fn open(protocol: isize) -> io::Result<Self> {
+        SocketTransport::open(protocol).map(Client::new)
+    }
 }
 
 impl<T: Transport> Client<T> {
@@ -208,7 +408,8 @@ impl<T: Transport> Client<T> {
     }
 
     /// Sends `payload` as a request (`NLM_F_REQUEST|NLM_F_ACK`, plus
-    /// `NLM_F_DUMP` when `dump`) and returns the replies' payloads.
+    /// `NLM_F_DUMP` when `dump`) and returns the replies' payloads. `op` names
+    /// the request in errors.
     pub fn request<M>(
         &mut self,
         op: &str,
@@ -221,21 +422,25 @@ impl<T: Transport> Client<T> {
     {
         self.seq = self.seq.wrapping_add(1);
         let seq = self.seq;
-        let mut msg = NetlinkMessage::new(NetlinkHeader::default(), NetlinkPayload::InnerMessage(payload));
-        msg.header.flags = NLM_F_REQUEST | NLM_F_ACK | extra_flags | if dump { NLM_F_DUMP } else { 0 };
-        msg.header.sequence_number = seq;
-        msg.finalize();
-        let mut buf = vec![0u8; msg.buffer_len()];
-        msg.serialize(&mut buf);
+        let flags = NLM_F_REQUEST | NLM_F_ACK | extra_flags | if dump { NLM_F_DUMP } else { 0 };
+        let buf = emit(&mut request_message(flags, seq, payload));
         let io = |source| NlError::Io { op: op.to_string(), source };
         self.transport.send(&buf).map_err(io)?;
         let mut out = Vec::new();
         loop {
             let dgram = self.transport.recv().map_err(io)?;
-            let parts = split_datagram(&dgram).map_err(|why| NlError::Decode { op: op.to_string(), why })?;
-            for raw in parts {
-                let m = NetlinkMessage::<M>::deserialize(raw)
-                    .map_err(|e| NlError::Decode { op: op.to_string(), why: e.to_string() })?;
+            let parts = split_at(&dgram).map_err(|(at, what)| NlError::Decode {
+                op: op.to_string(),
+                why: format!("at byte {at}: {what}"),
+            })?;
+            for (at, raw) in parts {
+                let m = decode::<M>(raw).map_err(|e| NlError::Decode {
+                    op: op.to_string(),
+                    why: match e {
+                        FrameError::Frame { what, .. } => format!("message at byte {at}: {what}"),
+                        FrameError::Body { source, .. } => format!("message at byte {at}: {source}"),
+                    },
+                })?;
                 if m.header.sequence_number != seq {
                     continue;
                 }
@@ -245,7 +450,7 @@ impl<T: Transport> Client<T> {
                         Some(code) => {
                             return Err(NlError::Kernel {
                                 op: op.to_string(),
-                                errno: code.get().abs(),
+                                errno: code.get().saturating_abs(),
                                 ext: ext_ack_msg(raw),
                             })
                         }
@@ -256,7 +461,7 @@ impl<T: Transport> Client<T> {
                     NetlinkPayload::Done(d) if d.code != 0 => {
                         return Err(NlError::Kernel {
                             op: op.to_string(),
-                            errno: d.code.abs(),
+                            errno: d.code.saturating_abs(),
                             ext: ext_ack_msg(raw),
                         })
                     }
@@ -273,19 +478,40 @@ impl<T: Transport> Client<T> {
 mod tests {
     use super::*;
 
+    fn done(seq: u32) -> Vec<u8> {
+        let mut d = Vec::new();
+        d.extend_from_slice(&20u32.to_ne_bytes());
+        d.extend_from_slice(&3u16.to_ne_bytes());
+        d.extend_from_slice(&2u16.to_ne_bytes());
+        d.extend_from_slice(&seq.to_ne_bytes());
+        d.extend_from_slice(&0u32.to_ne_bytes());
+        d.extend_from_slice(&0i32.to_ne_bytes());
+        d
+    }
+
     #[test]
     fn splits_back_to_back_messages() {
         // Two NLMSG_DONE messages (len 20, type 3) in one datagram.
-        let mut d = Vec::new();
-        for seq in [1u32, 2] {
-            d.extend_from_slice(&20u32.to_ne_bytes());
-            d.extend_from_slice(&3u16.to_ne_bytes());
-            d.extend_from_slice(&2u16.to_ne_bytes());
-            d.extend_from_slice(&seq.to_ne_bytes());
-            d.extend_from_slice(&0u32.to_ne_bytes());
-            d.extend_from_slice(&0i32.to_ne_bytes());
-        }
+        let mut d = done(1);
+        d.extend(done(2));
         assert_eq!(split_datagram(&d).unwrap().len(), 2);
         assert!(split_datagram(&d[..10]).is_err());
+    }
+
+    #[test]
+    fn replaying_answers_by_request_with_its_seq() {
+        let mut req = done(0);
+        req[4] = 0x30; // a request type of some family
+        let mut other = req.clone();
+        other[16] = 1;
+        let mut t = Recorded::replaying(vec![Exchange { request: req.clone(), replies: vec![done(0)] }]);
+        let mut sent = req.clone();
+        sent[8..12].copy_from_slice(&7u32.to_ne_bytes());
+        t.send(&sent).unwrap();
+        let got = t.recv().unwrap();
+        assert_eq!(u32::from_ne_bytes(got[8..12].try_into().unwrap()), 7);
+        assert!(t.recv().is_err(), "one recorded datagram, one answer");
+        let e = t.send(&other).unwrap_err();
+        assert!(e.to_string().contains("no answer"), "{e}");
     }
 }

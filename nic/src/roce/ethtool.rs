@@ -3,6 +3,10 @@
 //! pause (`ethtool -a|-A X`) and the ice `fw-lldp-agent` private flag
 //! (`ethtool --show-priv-flags|--set-priv-flags X`). The ioctl acts in the
 //! caller's netns.
+//!
+//! Reads go through an [`Ethtool`]: the kernel ([`Ioctl`]) or recorded answers
+//! ([`RecordedEthtool`], e.g. a simulated node's), decoded by the same code. The
+//! recordings are built here too ([`EthtoolExchange`]), from the same layouts.
 
 use std::ffi::c_void;
 use std::io;
@@ -34,6 +38,125 @@ struct IfReq {
     name: [u8; libc::IFNAMSIZ],
     data: *mut c_void,
     _pad: [u8; 16],
+}
+
+/// Where ethtool commands go. Two implementations: the kernel ([`Ioctl`]) and
+/// recorded answers ([`RecordedEthtool`]).
+pub(crate) trait Ethtool {
+    /// Runs one ethtool command on `ifname`: `cmd` holds the command struct
+    /// (its first u32 is the `ETHTOOL_*` number) and receives the answer.
+    fn call(&mut self, ifname: &str, cmd: &mut [u8]) -> io::Result<()>;
+}
+
+/// The kernel's `SIOCETHTOOL` on a datagram socket of the caller's netns.
+pub(crate) struct Ioctl {
+    fd: OwnedFd,
+}
+
+impl Ioctl {
+    /// Opens the socket the ioctls go through.
+    pub(crate) fn open() -> io::Result<Self> {
+        socket().map(|fd| Self { fd })
+    }
+}
+
+impl Ethtool for Ioctl {
+    fn call(&mut self, ifname: &str, cmd: &mut [u8]) -> io::Result<()> {
+        ioctl(&self.fd, ifname, cmd)
+    }
+}
+
+/// One recorded ethtool command: the interface, the `ETHTOOL_*` number and
+/// what the kernel answered (the filled command struct, or an errno).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EthtoolExchange {
+    /// Interface name.
+    pub ifname: String,
+    /// `ETHTOOL_*` command number.
+    pub cmd: u32,
+    /// The command struct as the kernel filled it, or the positive errno it failed with.
+    pub answer: Result<Vec<u8>, i32>,
+}
+
+fn ne32(v: u32) -> [u8; 4] {
+    v.to_ne_bytes()
+}
+
+impl EthtoolExchange {
+    /// `ETHTOOL_GPAUSEPARAM` answered with `struct ethtool_pauseparam`.
+    pub fn pause(ifname: &str, autoneg: bool, rx: bool, tx: bool) -> Self {
+        let mut b = Vec::with_capacity(16);
+        for v in [ETHTOOL_GPAUSEPARAM, autoneg.into(), rx.into(), tx.into()] {
+            b.extend_from_slice(&ne32(v));
+        }
+        Self { ifname: ifname.into(), cmd: ETHTOOL_GPAUSEPARAM, answer: Ok(b) }
+    }
+
+    /// The private flags `names` (bit N = `names[N]`) with the word `bits`:
+    /// answers to `ETHTOOL_GSSET_INFO`, `ETHTOOL_GSTRINGS` and `ETHTOOL_GPFLAGS`,
+    /// as `ethtool --show-priv-flags` asks them. At most 32 names (a u32 word);
+    /// names are cut at `ETH_GSTRING_LEN - 1` bytes.
+    pub fn priv_flags(ifname: &str, names: &[&str], bits: u32) -> Vec<Self> {
+        let names = &names[..names.len().min(32)];
+        let count = names.len() as u32;
+        // struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask; u32 data[] }
+        let mut info = Vec::with_capacity(20);
+        info.extend_from_slice(&ne32(ETHTOOL_GSSET_INFO));
+        info.extend_from_slice(&ne32(0));
+        let mask: u64 = if count == 0 { 0 } else { 1 << ETH_SS_PRIV_FLAGS };
+        info.extend_from_slice(&mask.to_ne_bytes());
+        info.extend_from_slice(&ne32(count));
+        // struct ethtool_gstrings { u32 cmd; u32 string_set; u32 len; u8 data[] }
+        let mut strings = Vec::with_capacity(12 + names.len() * ETH_GSTRING_LEN);
+        for v in [ETHTOOL_GSTRINGS, ETH_SS_PRIV_FLAGS, count] {
+            strings.extend_from_slice(&ne32(v));
+        }
+        for n in names {
+            let mut s = [0u8; ETH_GSTRING_LEN];
+            let b = n.as_bytes();
+            let k = b.len().min(ETH_GSTRING_LEN - 1);
+            s[..k].copy_from_slice(&b[..k]);
+            strings.extend_from_slice(&s);
+        }
+        // struct ethtool_value { u32 cmd; u32 data }
+        let mut val = ne32(ETHTOOL_GPFLAGS).to_vec();
+        val.extend_from_slice(&ne32(bits));
+        let x = |cmd, b| Self { ifname: ifname.into(), cmd, answer: Ok(b) };
+        vec![x(ETHTOOL_GSSET_INFO, info), x(ETHTOOL_GSTRINGS, strings), x(ETHTOOL_GPFLAGS, val)]
+    }
+}
+
+/// Recorded ethtool answers: a command finds the [`EthtoolExchange`] of its
+/// interface and number; one without a recording fails naming both.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct RecordedEthtool {
+    answers: Vec<EthtoolExchange>,
+}
+
+impl RecordedEthtool {
+    pub(crate) fn new(answers: Vec<EthtoolExchange>) -> Self {
+        Self { answers }
+    }
+}
+
+impl Ethtool for RecordedEthtool {
+    fn call(&mut self, ifname: &str, cmd: &mut [u8]) -> io::Result<()> {
+        let number = cmd.get(..4).map(|b| u32::from_ne_bytes([b[0], b[1], b[2], b[3]])).unwrap_or(0);
+        let x = self.answers.iter().find(|x| x.ifname == ifname && x.cmd == number).ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("the recording has no answer to ethtool command {number:#x} on {ifname}"),
+            )
+        })?;
+        match &x.answer {
+            Ok(b) => {
+                let n = b.len().min(cmd.len());
+                cmd[..n].copy_from_slice(&b[..n]);
+                Ok(())
+            }
+            Err(errno) => Err(io::Error::from_raw_os_error(*errno)),
+        }
+    }
 }
 
 /// What an ethtool read found.
@@ -80,12 +203,11 @@ fn unsupported(e: &io::Error) -> bool {
 }
 
 /// Link-level pause (`ethtool -a <if>`): `(autoneg, rx, tx)`.
-pub(crate) fn pause(ifname: &str) -> io::Result<EthtoolAnswer<(bool, bool, bool)>> {
-    let fd = socket()?;
+pub(crate) fn pause(e: &mut impl Ethtool, ifname: &str) -> io::Result<EthtoolAnswer<(bool, bool, bool)>> {
     // struct ethtool_pauseparam { u32 cmd, autoneg, rx_pause, tx_pause }
     let mut buf = [0u8; 16];
     buf[..4].copy_from_slice(&ETHTOOL_GPAUSEPARAM.to_ne_bytes());
-    match ioctl(&fd, ifname, &mut buf) {
+    match e.call(ifname, &mut buf) {
         Ok(()) => {
             let w = |i: usize| u32::from_ne_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]) != 0;
             Ok(EthtoolAnswer::Value((w(4), w(8), w(12))))
@@ -98,17 +220,17 @@ pub(crate) fn pause(ifname: &str) -> io::Result<EthtoolAnswer<(bool, bool, bool)
 }
 
 /// The bit of private flag `flag` in the driver's flag word, or why there is none.
-fn priv_flag_bit(fd: &OwnedFd, ifname: &str, flag: &str) -> io::Result<Result<u32, String>> {
+fn priv_flag_bit(e: &mut impl Ethtool, ifname: &str, flag: &str) -> io::Result<Result<u32, String>> {
     // struct ethtool_sset_info { u32 cmd; u32 reserved; u64 sset_mask; u32 data[] }
     let mut info = [0u8; 8 + 8 + 4];
     info[..4].copy_from_slice(&ETHTOOL_GSSET_INFO.to_ne_bytes());
     info[8..16].copy_from_slice(&(1u64 << ETH_SS_PRIV_FLAGS).to_ne_bytes());
-    match ioctl(fd, ifname, &mut info) {
+    match e.call(ifname, &mut info) {
         Ok(()) => {}
-        Err(e) if unsupported(&e) => {
-            return Ok(Err(format!("driver has no private flags (ETHTOOL_GSSET_INFO: {e})")))
+        Err(err) if unsupported(&err) => {
+            return Ok(Err(format!("driver has no private flags (ETHTOOL_GSSET_INFO: {err})")))
         }
-        Err(e) => return Err(e),
+        Err(err) => return Err(err),
     }
     let mask = u64::from_ne_bytes(info[8..16].try_into().unwrap_or([0; 8]));
     let count = u32::from_ne_bytes(info[16..20].try_into().unwrap_or([0; 4])) as usize;
@@ -123,7 +245,7 @@ fn priv_flag_bit(fd: &OwnedFd, ifname: &str, flag: &str) -> io::Result<Result<u3
     strings[..4].copy_from_slice(&ETHTOOL_GSTRINGS.to_ne_bytes());
     strings[4..8].copy_from_slice(&ETH_SS_PRIV_FLAGS.to_ne_bytes());
     strings[8..12].copy_from_slice(&(count as u32).to_ne_bytes());
-    ioctl(fd, ifname, &mut strings)?;
+    e.call(ifname, &mut strings)?;
     let names: Vec<String> = strings[12..]
         .chunks(ETH_GSTRING_LEN)
         .map(|c| {
@@ -138,19 +260,18 @@ fn priv_flag_bit(fd: &OwnedFd, ifname: &str, flag: &str) -> io::Result<Result<u3
 }
 
 /// The driver's private flag word (`ETHTOOL_GPFLAGS`).
-fn priv_flags(fd: &OwnedFd, ifname: &str) -> io::Result<u32> {
+fn priv_flags(e: &mut impl Ethtool, ifname: &str) -> io::Result<u32> {
     // struct ethtool_value { u32 cmd; u32 data }
     let mut val = [0u8; 8];
     val[..4].copy_from_slice(&ETHTOOL_GPFLAGS.to_ne_bytes());
-    ioctl(fd, ifname, &mut val)?;
+    e.call(ifname, &mut val)?;
     Ok(u32::from_ne_bytes([val[4], val[5], val[6], val[7]]))
 }
 
 /// The private flag `flag` (`ethtool --show-priv-flags <if>`).
-pub(crate) fn priv_flag(ifname: &str, flag: &str) -> io::Result<EthtoolAnswer<bool>> {
-    let fd = socket()?;
-    match priv_flag_bit(&fd, ifname, flag)? {
-        Ok(bit) => Ok(EthtoolAnswer::Value(priv_flags(&fd, ifname)? & (1 << bit) != 0)),
+pub(crate) fn priv_flag(e: &mut impl Ethtool, ifname: &str, flag: &str) -> io::Result<EthtoolAnswer<bool>> {
+    match priv_flag_bit(e, ifname, flag)? {
+        Ok(bit) => Ok(EthtoolAnswer::Value(priv_flags(e, ifname)? & (1 << bit) != 0)),
         Err(why) => Ok(EthtoolAnswer::Unsupported(why)),
     }
 }
@@ -158,14 +279,15 @@ pub(crate) fn priv_flag(ifname: &str, flag: &str) -> io::Result<EthtoolAnswer<bo
 /// Turns private flag `flag` on or off, leaving the others as they are
 /// (`ethtool --set-priv-flags <if> <flag> on|off`). Needs CAP_NET_ADMIN.
 pub fn set_priv_flag(ifname: &str, flag: &str, on: bool) -> io::Result<()> {
-    let fd = socket()?;
-    let bit =
-        priv_flag_bit(&fd, ifname, flag)?.map_err(|why| io::Error::new(io::ErrorKind::Unsupported, why))?;
-    let bits = with_bit(priv_flags(&fd, ifname)?, bit, on);
+    let mut k = Ioctl::open()?;
+    let bit = priv_flag_bit(&mut k, ifname, flag)?
+        .map_err(|why| io::Error::new(io::ErrorKind::Unsupported, why))?;
+    let bits = with_bit(priv_flags(&mut k, ifname)?, bit, on);
+    let fd = &k.fd;
     let mut val = [0u8; 8];
     val[..4].copy_from_slice(&ETHTOOL_SPFLAGS.to_ne_bytes());
     val[4..].copy_from_slice(&bits.to_ne_bytes());
-    ioctl(&fd, ifname, &mut val).map_err(|e| context(e, "ETHTOOL_SPFLAGS", ifname))
+    ioctl(fd, ifname, &mut val).map_err(|e| context(e, "ETHTOOL_SPFLAGS", ifname))
 }
 
 /// Sets link-level pause: rx and tx both `on`, autonegotiation of pause as it
@@ -242,5 +364,34 @@ mod tests {
         assert_eq!(e.raw_os_error(), Some(libc::ENODEV), "{e}");
         assert!(set_pause("lo", false).unwrap_err().to_string().contains("ETHTOOL_"));
         assert!(set_pause("bad/name/that/is/too/long", false).is_err());
+    }
+
+    /// The recordings are built from the same layouts the decoder reads:
+    /// what is recorded is what is read back.
+    #[test]
+    fn recorded_answers_decode_through_the_same_reader() {
+        let flags = ["link-down-on-close", "fw-lldp-agent", "vf-true-promisc-support"];
+        let mut answers = EthtoolExchange::priv_flags("ens2f0", &flags, 0b010);
+        answers.push(EthtoolExchange::pause("ens2f0", false, true, false));
+        answers.extend(EthtoolExchange::priv_flags("ens1f0np0", &["rx_cqe_moder"], 1));
+        answers.push(EthtoolExchange {
+            ifname: "lo".into(),
+            cmd: ETHTOOL_GPAUSEPARAM,
+            answer: Err(libc::EOPNOTSUPP),
+        });
+        let mut r = RecordedEthtool::new(answers);
+        assert!(matches!(priv_flag(&mut r, "ens2f0", "fw-lldp-agent").unwrap(), EthtoolAnswer::Value(true)));
+        assert!(matches!(
+            priv_flag(&mut r, "ens2f0", "link-down-on-close").unwrap(),
+            EthtoolAnswer::Value(false)
+        ));
+        assert!(matches!(pause(&mut r, "ens2f0").unwrap(), EthtoolAnswer::Value((false, true, false))));
+        match priv_flag(&mut r, "ens1f0np0", "fw-lldp-agent").unwrap() {
+            EthtoolAnswer::Unsupported(why) => assert!(why.contains("has: rx_cqe_moder"), "{why}"),
+            EthtoolAnswer::Value(v) => panic!("mlx5 has no fw-lldp-agent, read {v}"),
+        }
+        assert!(matches!(pause(&mut r, "lo").unwrap(), EthtoolAnswer::Unsupported(_)));
+        let e = pause(&mut r, "ens9").unwrap_err();
+        assert!(e.to_string().contains("ens9"), "{e}");
     }
 }

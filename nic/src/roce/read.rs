@@ -1,16 +1,16 @@
 //! The readers behind [`observe`]: sysfs and configfs files under the sysfs
-//! root, DCB netlink and ethtool for the real kernel, the description for a
-//! simulated node.
+//! root, DCB netlink and ethtool from the kernel or from a [`Recording`] of
+//! them, through the same decoders.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use super::ethtool::{self, EthtoolAnswer};
+use super::ethtool::{self, Ethtool, EthtoolAnswer, Ioctl, RecordedEthtool};
 use super::write::{CmDir, CmDirMissing};
 use super::*;
 use crate::inventory::{Inventory, Netdev, RdmaDev};
-use crate::netlink::dcb::{self, DcbSocket, IeeeState};
-use crate::simdesc::{Model, NodeDesc, PfDesc};
+use crate::netlink::dcb::{self, IeeeState};
+use crate::netlink::transport::{Client, Recorded, Transport};
 use crate::sysfs::{self, SysfsError};
 use crate::Roots;
 
@@ -19,10 +19,32 @@ use crate::Roots;
 /// flag from `src`. Never fails: what cannot be read is `Unknown` with the
 /// reason, what does not exist on this driver is `Unsupported`.
 pub fn observe(roots: &Roots, inv: &Inventory, src: &DcbSource, opts: &ObserveOpts) -> NodeRoce {
-    let mut dcb = match src {
-        DcbSource::Netlink => Dcb::Netlink(DcbSocket::open().map_err(|e| e.to_string())),
-        DcbSource::Sim(desc) => Dcb::Sim(desc),
-    };
+    match src {
+        DcbSource::Netlink => {
+            let dcb = dcb::open().map_err(|e| e.to_string());
+            let ethtool = Ioctl::open().map_err(|e| format!("ethtool socket: {e}"));
+            observe_with(roots, inv, Kernel { dcb, ethtool }, opts)
+        }
+        DcbSource::Recorded(r) => {
+            let dcb = Ok(Client::new(Recorded::replaying(r.dcb.clone())));
+            let ethtool = Ok(RecordedEthtool::new(r.ethtool.clone()));
+            observe_with(roots, inv, Kernel { dcb, ethtool }, opts)
+        }
+    }
+}
+
+/// The kernel interfaces DCB and ethtool reads go through, or why one could not be opened.
+struct Kernel<T, E> {
+    dcb: Result<Client<T>, String>,
+    ethtool: Result<E, String>,
+}
+
+fn observe_with<T: Transport, E: Ethtool>(
+    roots: &Roots,
+    inv: &Inventory,
+    mut k: Kernel<T, E>,
+    opts: &ObserveOpts,
+) -> NodeRoce {
     let mut interfaces = Vec::new();
     for pf in &inv.pfs {
         for nd in pf.netdevs.iter().filter(|n| !is_representor(roots, &n.name)) {
@@ -40,7 +62,7 @@ pub fn observe(roots: &Roots, inv: &Inventory, src: &DcbSource, opts: &ObserveOp
                     format!("{}: sriov_totalvfs unreadable", pf.pci),
                 ),
             };
-            interfaces.push(observe_iface(roots, &target, &mut dcb, opts));
+            interfaces.push(observe_iface(roots, &target, &mut k, opts));
         }
     }
     for hca in &inv.hcas {
@@ -57,24 +79,16 @@ pub fn observe(roots: &Roots, inv: &Inventory, src: &DcbSource, opts: &ObserveOp
                 num_vfs: no_sriov(),
                 total_vfs: no_sriov(),
             };
-            interfaces.push(observe_iface(roots, &target, &mut dcb, opts));
+            interfaces.push(observe_iface(roots, &target, &mut k, opts));
         }
     }
     let node = opts
         .node_name
         .clone()
-        .or_else(|| match src {
-            DcbSource::Sim(d) => Some(d.node.clone()),
-            DcbSource::Netlink => None,
-        })
         .or_else(|| std::env::var("NODE_NAME").ok().filter(|s| !s.is_empty()))
         .or_else(|| sysfs::read_string(Path::new("/proc/sys/kernel/hostname")).ok())
         .unwrap_or_else(|| "unknown".into());
-    let rdma_netns_mode = match src {
-        DcbSource::Sim(d) => Observed::Value(d.rdma_netns_mode),
-        DcbSource::Netlink => netns_mode(roots),
-    };
-    NodeRoce { node, interfaces, rdma_netns_mode }
+    NodeRoce { node, interfaces, rdma_netns_mode: netns_mode(roots) }
 }
 
 /// What `observe_iface` needs to know about one netdev from the inventory.
@@ -88,12 +102,6 @@ struct Target<'a> {
     rdma: Option<&'a RdmaDev>,
     num_vfs: Observed<u32>,
     total_vfs: Observed<u32>,
-}
-
-enum Dcb<'a> {
-    /// The socket, or why it could not be opened.
-    Netlink(Result<DcbSocket, String>),
-    Sim(&'a NodeDesc),
 }
 
 /// Switchdev representors (`pf0vf3`, `pf0sf1`) sit in the PF's `net/` too but
@@ -140,7 +148,12 @@ fn speed(p: &Path) -> Observed<u32> {
     }
 }
 
-fn observe_iface(roots: &Roots, t: &Target<'_>, dcb: &mut Dcb<'_>, opts: &ObserveOpts) -> InterfaceRoce {
+fn observe_iface<T: Transport, E: Ethtool>(
+    roots: &Roots,
+    t: &Target<'_>,
+    k: &mut Kernel<T, E>,
+    opts: &ObserveOpts,
+) -> InterfaceRoce {
     let name = t.netdev.name.as_str();
     let net = |f: &str| roots.sys(format!("class/net/{name}/{f}"));
     let mtu = read_u32(&net("mtu"));
@@ -184,13 +197,7 @@ fn observe_iface(roots: &Roots, t: &Target<'_>, dcb: &mut Dcb<'_>, opts: &Observ
     };
 
     let legacy_trust = legacy_trust(&net("qos/trust"));
-    let d = match dcb {
-        Dcb::Netlink(sock) => dcb_from_kernel(sock, name, legacy_trust),
-        Dcb::Sim(desc) => match find_pf(desc, t.pci, name) {
-            Some((model, pf)) => dcb_from_desc(model, pf, legacy_trust),
-            None => DcbPart::all(&format!("{name} is not in the simulated node's description"), false),
-        },
-    };
+    let d = dcb_part(k, name, legacy_trust);
 
     InterfaceRoce {
         netdev: name.to_string(),
@@ -340,21 +347,14 @@ fn netns_mode(roots: &Roots) -> Observed<NetnsMode> {
     }
 }
 
-fn find_pf<'a>(desc: &'a NodeDesc, pci: Option<PciAddr>, netdev: &str) -> Option<(Model, &'a PfDesc)> {
-    desc.adapters
-        .iter()
-        .flat_map(|a| a.pfs.iter().map(move |p| (a.model, p)))
-        .find(|(_, p)| Some(p.bdf) == pci || p.netdev == netdev)
-}
-
-/// The settings that come from DCB netlink + ethtool (or the description).
+/// The settings that come from DCB netlink + ethtool.
 struct DcbPart {
     dcbx: Observed<DcbxMode>,
     dcbx_bits: Observed<u8>,
     trust: Observed<Trust>,
     dscp_to_priority: Observed<BTreeMap<u8, u8>>,
-    pfc: Observed<Pfc>,
-    ets: Observed<Ets>,
+    pfc: Observed<IeeePfc>,
+    ets: Observed<IeeeEts>,
     global_pause: Observed<bool>,
     fw_lldp_agent: Observed<bool>,
 }
@@ -382,50 +382,12 @@ impl DcbPart {
     }
 }
 
-/// `DCB_CAP_DCBX_*` bits → mode: firmware when LLD-managed, OS when host.
+/// `DCB_CAP_DCBX_*` bits → mode ([`DcbxMode::from_bits`]), or why they name none.
 pub(crate) fn dcbx_mode(bits: u8) -> Observed<DcbxMode> {
-    if bits & dcb::dcbx::DCB_CAP_DCBX_LLD_MANAGED != 0 {
-        Observed::Value(DcbxMode::Firmware)
-    } else if bits & dcb::dcbx::DCB_CAP_DCBX_HOST != 0 {
-        Observed::Value(DcbxMode::Os)
-    } else {
-        Observed::Unknown(format!("DCBX bits {bits:#04x} name neither host nor LLD-managed"))
-    }
-}
-
-/// Mode → the `DCB_CAP_DCBX_*` bits to set (IEEE in both).
-pub fn dcbx_bits(mode: DcbxMode) -> u8 {
-    use dcb::dcbx::*;
-    match mode {
-        DcbxMode::Os => DCB_CAP_DCBX_HOST | DCB_CAP_DCBX_VER_IEEE,
-        DcbxMode::Firmware => DCB_CAP_DCBX_LLD_MANAGED | DCB_CAP_DCBX_VER_IEEE,
-    }
-}
-
-fn pfc_from_ieee(p: &dcb::IeeePfc) -> Pfc {
-    Pfc {
-        enabled: Pfc::enabled_from_bitmap(p.pfc_en),
-        delay: p.delay,
-        requests: p.requests,
-        indications: p.indications,
-        cap: p.pfc_cap,
-        mbc: p.mbc,
-    }
-}
-
-fn ets_from_ieee(e: &dcb::IeeeEts) -> Ets {
-    Ets {
-        willing: e.willing != 0,
-        ets_cap: e.ets_cap,
-        cbs: e.cbs != 0,
-        tc_tx_bw: e.tc_tx_bw,
-        tc_rx_bw: e.tc_rx_bw,
-        tc_tsa: e.tc_tsa,
-        prio_tc: e.prio_tc,
-        tc_reco_bw: e.tc_reco_bw,
-        tc_reco_tsa: e.tc_reco_tsa,
-        reco_prio_tc: e.reco_prio_tc,
-    }
+    Observed::from_option(
+        DcbxMode::from_bits(bits),
+        format!("DCBX bits {bits:#04x} name neither host nor LLD-managed"),
+    )
 }
 
 /// The DCB part of one netdev from an `IEEE_GET` reply.
@@ -438,8 +400,8 @@ fn dcb_from_ieee(
     Observed<u8>,
     Observed<Trust>,
     Observed<BTreeMap<u8, u8>>,
-    Observed<Pfc>,
-    Observed<Ets>,
+    Observed<IeeePfc>,
+    Observed<IeeeEts>,
 ) {
     let name = s.ifname.clone().unwrap_or_default();
     let (dcbx, bits) = match s.dcbx {
@@ -453,33 +415,39 @@ fn dcb_from_ieee(
     let trust =
         legacy_trust.unwrap_or(Observed::Value(if map.is_empty() { Trust::Pcp } else { Trust::Dscp }));
     let pfc = match &s.pfc {
-        Some(p) => Observed::Value(pfc_from_ieee(p)),
+        Some(p) => Observed::Value(*p),
         None => Observed::Unsupported(format!("{name}: driver reports no IEEE PFC")),
     };
     let ets = match &s.ets {
-        Some(e) => Observed::Value(ets_from_ieee(e)),
+        Some(e) => Observed::Value(*e),
         None => Observed::Unsupported(format!("{name}: driver reports no IEEE ETS")),
     };
     (dcbx, bits, trust, Observed::Value(map), pfc, ets)
 }
 
-fn dcb_from_kernel(
-    sock: &mut Result<DcbSocket, String>,
+fn dcb_part<T: Transport, E: Ethtool>(
+    k: &mut Kernel<T, E>,
     name: &str,
     legacy: Option<Observed<Trust>>,
 ) -> DcbPart {
-    let global_pause = match ethtool::pause(name) {
-        Ok(EthtoolAnswer::Value((_, rx, tx))) => Observed::Value(rx || tx),
-        Ok(EthtoolAnswer::Unsupported(r)) => Observed::Unsupported(format!("{name}: {r}")),
-        Err(e) => Observed::Unknown(format!("{name}: ETHTOOL_GPAUSEPARAM: {e}")),
+    let (global_pause, fw_lldp_agent) = match &mut k.ethtool {
+        Ok(e) => {
+            let pause = match ethtool::pause(e, name) {
+                Ok(EthtoolAnswer::Value((_, rx, tx))) => Observed::Value(rx || tx),
+                Ok(EthtoolAnswer::Unsupported(r)) => Observed::Unsupported(format!("{name}: {r}")),
+                Err(e) => Observed::Unknown(format!("{name}: ETHTOOL_GPAUSEPARAM: {e}")),
+            };
+            let lldp = match ethtool::priv_flag(e, name, "fw-lldp-agent") {
+                Ok(EthtoolAnswer::Value(v)) => Observed::Value(v),
+                Ok(EthtoolAnswer::Unsupported(r)) => Observed::Unsupported(format!("{name}: {r}")),
+                Err(e) => Observed::Unknown(format!("{name}: ethtool private flags: {e}")),
+            };
+            (pause, lldp)
+        }
+        Err(e) => (Observed::Unknown(e.clone()), Observed::Unknown(e.clone())),
     };
-    let fw_lldp_agent = match ethtool::priv_flag(name, "fw-lldp-agent") {
-        Ok(EthtoolAnswer::Value(v)) => Observed::Value(v),
-        Ok(EthtoolAnswer::Unsupported(r)) => Observed::Unsupported(format!("{name}: {r}")),
-        Err(e) => Observed::Unknown(format!("{name}: ethtool private flags: {e}")),
-    };
-    let sock = match sock {
-        Ok(s) => s,
+    let client = match &mut k.dcb {
+        Ok(c) => c,
         Err(e) => {
             let mut p = DcbPart::all(e, false);
             p.global_pause = global_pause;
@@ -487,7 +455,7 @@ fn dcb_from_kernel(
             return p;
         }
     };
-    match sock.ieee_get(name) {
+    match client.dcb_ieee_get(name) {
         Ok(state) => {
             let (dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets) = dcb_from_ieee(&state, legacy);
             DcbPart { dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets, global_pause, fw_lldp_agent }
@@ -496,7 +464,7 @@ fn dcb_from_kernel(
             if !e.is_unsupported() {
                 tracing::debug!(netdev = name, error = %e, "DCB netlink read failed");
             }
-            let mut p = DcbPart::all(&e.to_string(), e.is_unsupported());
+            let mut p = DcbPart::all(&error_chain(&e), e.is_unsupported());
             if let Some(t) = legacy {
                 p.trust = t;
             }
@@ -507,44 +475,23 @@ fn dcb_from_kernel(
     }
 }
 
-fn dcb_from_desc(model: Model, pf: &PfDesc, legacy: Option<Observed<Trust>>) -> DcbPart {
-    let r = &pf.roce;
-    let mut enabled = [false; 8];
-    for &p in r.pfc.iter().filter(|&&p| p < 8) {
-        enabled[p as usize] = true;
+/// An error and its sources, `: `-joined, as the binaries print them (`{:#}`):
+/// an [`Observed::Unknown`] reason is read without the chain machinery.
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(c) = src {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        src = c.source();
     }
-    let counters = |v: &[u64]| -> [u64; 8] { std::array::from_fn(|i| v.get(i).copied().unwrap_or(0)) };
-    let fw_lldp_agent = match model {
-        Model::E810C | Model::E810Xxv => Observed::Value(r.fw_lldp_agent),
-        _ => Observed::Unsupported(format!(
-            "{}: fw-lldp-agent is a private flag of ice (E810); driver {}",
-            pf.netdev,
-            model.pf_driver()
-        )),
-    };
-    DcbPart {
-        dcbx: Observed::Value(r.dcbx),
-        dcbx_bits: Observed::Value(dcbx_bits(r.dcbx)),
-        trust: legacy.unwrap_or(Observed::Value(r.trust)),
-        dscp_to_priority: Observed::Value(r.dscp_to_priority.clone()),
-        pfc: Observed::Value(Pfc {
-            enabled,
-            delay: r.pfc_delay,
-            requests: counters(&r.pfc_requests),
-            indications: counters(&r.pfc_indications),
-            cap: 8,
-            mbc: 0,
-        }),
-        ets: Observed::Unknown(format!("{}: the simulated node's description has no ETS", pf.netdev)),
-        global_pause: Observed::Value(r.global_pause),
-        fw_lldp_agent,
-    }
+    s
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::netlink::dcb::{DcbApp, IeeePfc};
+    use crate::netlink::dcb::{DcbApp, IeeePfc, Priorities};
 
     #[test]
     fn trust_is_inferred_from_dscp_app_entries_unless_the_legacy_file_says() {
@@ -555,7 +502,8 @@ mod tests {
         assert!(pfc.is_unsupported() && ets.is_unsupported());
 
         s.apps = vec![DcbApp::dscp(26, 3), DcbApp { selector: 255, priority: 1, protocol: 1 }];
-        s.pfc = Some(IeeePfc { pfc_cap: 8, pfc_en: 0x48, delay: 7, ..Default::default() });
+        s.pfc =
+            Some(IeeePfc { pfc_cap: 8, pfc_en: Priorities::from_bits(0x48), delay: 7, ..Default::default() });
         s.dcbx = Some(0x0a);
         let (dcbx, bits, trust, map, pfc, _) = dcb_from_ieee(&s, None);
         assert_eq!(dcbx, Observed::Value(DcbxMode::Firmware));
@@ -574,7 +522,8 @@ mod tests {
         assert_eq!(dcbx_mode(0x0a), Observed::Value(DcbxMode::Firmware));
         assert_eq!(dcbx_mode(0x06), Observed::Value(DcbxMode::Firmware));
         assert!(dcbx_mode(0x08).is_unknown());
-        assert_eq!(dcbx_bits(DcbxMode::Os), 0x09);
+        assert_eq!(DcbxMode::Os.bits(), 0x09);
+        assert_eq!(DcbxMode::Firmware.bits(), 0x0a);
     }
 
     #[test]

@@ -87,8 +87,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         .with_context(|| format!("loading simulated node {}", p.display()))?;
                     let src = NodeSource {
                         roots: s.roots(),
-                        dcb: DcbSource::Sim(s.desc().clone()),
-                        opts: ObserveOpts::default(),
+                        dcb: DcbSource::Recorded(s.recording()),
+                        opts: ObserveOpts {
+                            node_name: Some(s.desc().node.clone()),
+                            ..ObserveOpts::default()
+                        },
                     };
                     (Some(s), src)
                 }
