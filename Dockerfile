@@ -8,8 +8,12 @@
 # The default build needs no network at all: its stage is FROM scratch and takes statically linked
 # binaries from dist/ in the build context:
 #
-#   scripts/delivery/build-dist            # cargo build with +crt-static into dist/
+#   VERSION=0.1.0 scripts/delivery/build-dist   # release build with +crt-static into dist/
 #   podman build --build-arg VERSION=0.1.0 -t kube-rdma:0.1.0 .
+#
+# VERSION must be the same in both: build-dist compiles it into --version, the build arg labels the
+# image. arm64: `scripts/delivery/build-dist --arch aarch64` and `podman build --platform linux/arm64`
+# (this stage runs nothing, so no emulation is needed).
 #
 # Where a Rust base image can be pulled, build from source instead (stage `from-source`):
 #
@@ -29,12 +33,15 @@ COPY device-plugin device-plugin
 COPY cni cni
 COPY operator operator
 COPY lab lab
+ARG VERSION
 # glibc linked statically: the final stage has no libc. --target keeps proc macros dynamic.
-ENV RUSTFLAGS="-C target-feature=+crt-static"
-RUN cargo build --locked --release --target x86_64-unknown-linux-gnu --bins \
+# The builder runs on the target platform (native or emulated), so its own triple is the target.
+ENV RUSTFLAGS="-C target-feature=+crt-static" KUBE_RDMA_VERSION=${VERSION}
+RUN triple="$(uname -m)-unknown-linux-gnu" \
+ && cargo build --locked --release --target "$triple" --bins \
         -p kube-rdma-device-plugin -p kube-rdma-cni -p kube-rdma-operator \
  && mkdir /dist \
- && cd target/x86_64-unknown-linux-gnu/release \
+ && cd "target/$triple/release" \
  && cp kube-rdma-device-plugin kube-rdma-cni kube-rdma-operator kubectl-rdma /dist/
 
 FROM scratch AS from-source

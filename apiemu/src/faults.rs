@@ -1,6 +1,11 @@
 //! Fault injection: rules that match requests (method, path, watch or not)
 //! and make the emulator misbehave the way real API servers and networks do.
 //!
+//! Note that kube's client (5.x) retries 429, 503 and 504 by itself (up to
+//! 15 times, waiting `Retry-After` when given): a 429 rule with `times(1)`
+//! delays a call, it does not fail it. Set `Config::default_retry = false`
+//! in a test to see the status itself.
+//!
 //! ```
 //! use kube_rdma_apiemu::Fault;
 //! use http::Method;

@@ -64,7 +64,8 @@
 //!   `metadata.namespace` and the per-resource fields in
 //!   [`ResourceType::field_selectors`]; `limit`/`continue` paging over the
 //!   current state), watch, create, replace (stale `resourceVersion` → 409
-//!   Conflict), patch (merge, strategic as merge with lists replaced,
+//!   Conflict; none at all → 422 for custom resources, which forbid
+//!   unconditional updates), patch (merge, strategic as merge with lists replaced,
 //!   JSON patch, server-side apply), delete (with `preconditions`), delete
 //!   collection, and `/status` for resources with a status subresource.
 //!   Errors are `metav1.Status` bodies with the real reasons and codes.
@@ -103,7 +104,9 @@
 //!   gets 401 everywhere, no token gets 403 except on `/healthz`, `/livez`,
 //!   `/readyz`, `/version`.
 //!
-//! Not modelled: RBAC, admission webhooks, OpenAPI validation of objects,
+//! Not modelled: namespace termination (deleting a Namespace removes only
+//! that object), RBAC, admission webhooks, OpenAPI validation of objects
+//! (so `fieldValidation=Strict` finds no unknown fields),
 //! garbage collection of dependents (`ownerReferences`), graceful pod
 //! deletion (pods are deleted at once), `dryRun` (refused with 400), list
 //! consistency across `continue` pages (each page reads the current state),

@@ -28,6 +28,10 @@ pub struct ResourceType {
     /// Field paths `fieldSelector` accepts besides `metadata.name` and
     /// `metadata.namespace` (e.g. `spec.nodeName` for pods); others get 400.
     pub field_selectors: Vec<String>,
+    /// A PUT without `metadata.resourceVersion` is accepted (built-in
+    /// types); custom resources refuse it with 422, as
+    /// `customResourceStrategy.AllowUnconditionalUpdate` is false.
+    pub unconditional_update: bool,
 }
 
 impl ResourceType {
@@ -50,6 +54,7 @@ impl ResourceType {
             status_subresource: false,
             short_names: Vec::new(),
             field_selectors: Vec::new(),
+            unconditional_update: true,
         }
     }
 
@@ -62,6 +67,13 @@ impl ResourceType {
     /// Gives the resource a `/status` subresource.
     pub fn with_status(mut self) -> Self {
         self.status_subresource = true;
+        self
+    }
+
+    /// Marks it a custom resource (served from a CRD): updates must carry
+    /// `metadata.resourceVersion`.
+    pub fn custom_resource(mut self) -> Self {
+        self.unconditional_update = false;
         self
     }
 
@@ -220,9 +232,11 @@ pub fn default_resources() -> Vec<ResourceType> {
         .with_status()
         .short_names(&["crd", "crds"]),
         ResourceType::new("kuberdma.io", "v1alpha1", "RdmaNodeState", "rdmanodestates")
+            .custom_resource()
             .with_status()
             .short_names(&["rns"]),
         ResourceType::new("kuberdma.io", "v1alpha1", "RoceProfile", "roceprofiles")
+            .custom_resource()
             .with_status()
             .short_names(&["rocep"]),
         ResourceType::new("resource.k8s.io", "v1", "ResourceSlice", "resourceslices")
@@ -269,6 +283,7 @@ pub(crate) fn from_crd(crd: &Value) -> Option<Vec<ResourceType>> {
                 status_subresource: v.pointer("/subresources/status").is_some(),
                 short_names: short.clone(),
                 field_selectors: Vec::new(),
+                unconditional_update: false,
             })
         })
         .collect();

@@ -197,6 +197,11 @@ impl FieldSelector {
         })
     }
 
+    /// The one name a `metadata.name=` requirement selects, if any.
+    pub(crate) fn required_name(&self) -> Option<&str> {
+        self.reqs.iter().find(|(f, eq, _)| *eq && f == "metadata.name").map(|(_, _, v)| v.as_str())
+    }
+
     /// Adds a `metadata.name=<name>` requirement.
     pub(crate) fn and_name(mut self, name: &str) -> Self {
         self.reqs.push(("metadata.name".into(), true, name.to_string()));
@@ -278,6 +283,11 @@ mod tests {
         ] {
             assert_eq!(FieldSelector::parse(sel, &sup).unwrap().matches(&o), want, "{sel}");
         }
+        assert_eq!(
+            FieldSelector::parse("metadata.name=a,spec.nodeName=b", &sup).unwrap().required_name(),
+            Some("a")
+        );
+        assert_eq!(FieldSelector::parse("metadata.name!=a", &sup).unwrap().required_name(), None);
         let err = FieldSelector::parse("spec.other=1", &sup).unwrap_err();
         assert!(err.contains("spec.other"), "{err}");
         assert!(FieldSelector::parse("metadata.name", &sup).is_err());

@@ -37,6 +37,9 @@ const MAX_BODY: usize = 3 * 1024 * 1024;
 /// picks 1–2 × `--min-request-timeout`, default 1800 s).
 const DEFAULT_WATCH_TIMEOUT: Duration = Duration::from_secs(1800);
 
+/// How long a keep-alive connection may sit idle (see `serve_http`).
+const IDLE_TIMEOUT: Duration = Duration::from_secs(90);
+
 /// State shared by every connection.
 pub(crate) struct Shared {
     pub(crate) store: Store,
@@ -95,7 +98,15 @@ where
     I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
 {
     let svc = service_fn(move |req| handle(req, shared.clone()));
-    let conn = http1::Builder::new().timer(TokioTimer::new()).keep_alive(true).serve_connection(io, svc);
+    // hyper's header-read timer also runs while a keep-alive connection
+    // waits for its next request, so it acts as the idle timeout: 90 s like
+    // kube-apiserver's `IdleTimeout` (apiserver secure_serving.go), not
+    // hyper's default 30 s, which would close idle client connections early.
+    let conn = http1::Builder::new()
+        .timer(TokioTimer::new())
+        .keep_alive(true)
+        .header_read_timeout(IDLE_TIMEOUT)
+        .serve_connection(io, svc);
     if let Err(e) = conn.await {
         tracing::debug!(error = %e, "connection ended");
     }
@@ -644,13 +655,13 @@ impl Ctx<'_> {
             ),
         };
         let timeout = match self.query.get("timeoutSeconds") {
-            None | Some("") => DEFAULT_WATCH_TIMEOUT,
+            None | Some("" | "0") => DEFAULT_WATCH_TIMEOUT,
             Some(t) => Duration::from_secs(
                 t.parse()
                     .map_err(|_| ApiError::bad_request(format!("timeoutSeconds: invalid value {t:?}")))?,
             ),
         };
-        let start = match self.shared.store.watch(self.res, since) {
+        let start = match self.shared.store.watch(self.res, since, fields.required_name()) {
             Ok(s) => s,
             Err(e) if e.code == 410 => {
                 // The real server answers 200 and sends the error as the only

@@ -10,7 +10,7 @@
 //! something other than `metadata`, and `status` for resources with a status
 //! subresource, changes), `deletionTimestamp` for objects with finalizers.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -104,7 +104,14 @@ struct Slot {
     /// Watches from a resourceVersion below this get `410 Expired`: every
     /// change after it is still in `history`.
     floor: u64,
+    /// Changes for watches without a `metadata.name=` requirement.
     tx: Option<broadcast::Sender<Arc<Change>>>,
+    /// Changes of one object name, for watches that select one name (an
+    /// agent watching its own Node): a change wakes only those watches,
+    /// not all 1000 (the real server's cacher indexes such "triggers" too).
+    by_name: HashMap<String, broadcast::Sender<Arc<Change>>>,
+    /// `by_name` size after the last sweep of senders without receivers.
+    swept_at: usize,
 }
 
 #[derive(Debug)]
@@ -243,6 +250,8 @@ impl Store {
                         history: VecDeque::new(),
                         floor: 0,
                         tx: None,
+                        by_name: HashMap::new(),
+                        swept_at: 0,
                     });
                     ResId(st.slots.len() - 1)
                 }
@@ -344,15 +353,18 @@ impl Store {
 
     // ---- watch ----
 
-    pub(crate) fn watch(&self, res: ResId, since: Since) -> Result<WatchStart, ApiError> {
+    /// Starts a watch; `name` routes it to that object's changes only.
+    pub(crate) fn watch(&self, res: ResId, since: Since, name: Option<&str>) -> Result<WatchStart, ApiError> {
         let mut st = self.lock();
         let rv = st.rv;
         let capacity = self.config.channel_capacity;
         let slot = &mut st.slots[res.0];
+        let named = |o: &Value| name.is_none_or(|n| meta_str(o, "name") == Some(n));
         let initial = match since {
             Since::Now => slot
                 .objects
                 .values()
+                .filter(|o| named(o))
                 .map(|o| {
                     let orv = object::resource_version(o).unwrap_or(rv);
                     Arc::new(Change::new(ChangeKind::Added, orv, o.clone(), None))
@@ -362,11 +374,25 @@ impl Store {
                 if from < slot.floor {
                     return Err(ApiError::expired(from, slot.floor));
                 }
-                slot.history.iter().filter(|c| c.rv > from).cloned().collect()
+                slot.history.iter().filter(|c| c.rv > from && named(&c.object)).cloned().collect()
             }
         };
-        let tx = slot.tx.get_or_insert_with(|| broadcast::channel(capacity).0);
-        Ok(WatchStart { initial, rx: tx.subscribe(), rv })
+        let rx = match name {
+            None => slot.tx.get_or_insert_with(|| broadcast::channel(capacity).0).subscribe(),
+            Some(name) => {
+                if slot.by_name.len() >= 2 * slot.swept_at.max(512) {
+                    slot.by_name.retain(|_, tx| tx.receiver_count() > 0);
+                    slot.swept_at = slot.by_name.len();
+                }
+                // One object's changes: a small buffer is plenty.
+                let per_name = capacity.clamp(1, 64);
+                slot.by_name
+                    .entry(name.to_string())
+                    .or_insert_with(|| broadcast::channel(per_name).0)
+                    .subscribe()
+            }
+        };
+        Ok(WatchStart { initial, rx, rv })
     }
 
     /// The resourceVersion a bookmark may carry for a watch whose channel
@@ -432,6 +458,13 @@ impl Store {
             slot.history.push_back(change.clone());
         } else {
             slot.floor = rv;
+        }
+        let name = change.object.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+        if let Some(tx) = slot.by_name.get(name) {
+            if tx.send(change.clone()).is_err() {
+                // Every watch of this name has ended.
+                slot.by_name.remove(name);
+            }
         }
         if let Some(tx) = &slot.tx {
             // No receivers is fine: nobody watches this resource right now.
@@ -558,8 +591,15 @@ impl Store {
             }
         }
         let precondition = object::resource_version(&body);
-        if meta_str(&body, "resourceVersion").is_some_and(|s| s.parse::<u64>().is_err()) {
+        if meta_str(&body, "resourceVersion").is_some_and(|s| !s.is_empty() && s.parse::<u64>().is_err()) {
             return Err(ApiError::bad_request("metadata.resourceVersion: must be a number"));
+        }
+        if precondition.is_none() && !ty.unconditional_update {
+            return Err(ApiError::invalid(
+                &ty,
+                name,
+                "metadata.resourceVersion: Invalid value: 0x0: must be specified for an update",
+            ));
         }
         self.modify(res, ns, name, target, false, |_cur| Ok(Modify::Replace { obj: body, precondition }))
             .map(|(o, _)| o)
@@ -864,9 +904,9 @@ impl Store {
     pub fn put(&self, obj: impl Serialize) -> Result<Value, ApiError> {
         let mut obj = to_value(obj)?;
         let (res, ty) = self.resolve_object(&obj)?;
-        let ns = meta_str(&obj, "namespace").map(str::to_string);
+        let ns = resolve_namespace(&ty, None, &obj)?;
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
-        if !name.is_empty() && self.get_obj(res, ns.as_deref().filter(|_| ty.namespaced), &name).is_ok() {
+        if !name.is_empty() && self.get_obj(res, ns.as_deref(), &name).is_ok() {
             meta_mut(&mut obj).remove("resourceVersion");
             return self
                 .modify(res, ns.as_deref(), &name, Target::Raw, false, |_| {
@@ -902,6 +942,39 @@ impl Store {
             Ok(Modify::Replace { obj, precondition: None })
         })
         .map(|(o, _)| (*o).clone())
+    }
+
+    /// Sets one label, as another client would.
+    pub fn set_label(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+        key: &str,
+        value: &str,
+    ) -> Result<Value, ApiError> {
+        self.update(resource, namespace, name, |o| {
+            let labels = meta_mut(o).entry("labels").or_insert_with(|| json!({}));
+            if !labels.is_object() {
+                *labels = json!({});
+            }
+            labels[key] = json!(value);
+        })
+    }
+
+    /// Removes one label, as another client would (no-op when absent).
+    pub fn remove_label(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+        key: &str,
+    ) -> Result<Value, ApiError> {
+        self.update(resource, namespace, name, |o| {
+            if let Some(l) = o.pointer_mut("/metadata/labels").and_then(Value::as_object_mut) {
+                l.remove(key);
+            }
+        })
     }
 
     /// Deletes an object as a client would (finalizers honoured); returns
@@ -1317,6 +1390,24 @@ mod tests {
     }
 
     #[test]
+    fn put_creates_then_replaces_in_the_default_namespace() {
+        let s = store();
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "status": {"phase": "Running"}});
+        s.put(pod.clone()).unwrap();
+        let mut again = pod;
+        again["status"]["phase"] = json!("Succeeded");
+        let o = s.put(again).unwrap();
+        assert_eq!(
+            (o["metadata"]["namespace"].as_str(), o["status"]["phase"].as_str()),
+            (Some("default"), Some("Succeeded"))
+        );
+        s.set_label("pods", Some("default"), "p", "a", "b").unwrap();
+        assert_eq!(s.get("pods", Some("default"), "p").unwrap().unwrap()["metadata"]["labels"]["a"], "b");
+        s.remove_label("pods", Some("default"), "p", "a").unwrap();
+        assert_eq!(s.get("pods", Some("default"), "p").unwrap().unwrap()["metadata"]["labels"], json!({}));
+    }
+
+    #[test]
     fn no_op_writes_keep_the_resource_version() {
         let s = store();
         let a = s.create(rns("n1")).unwrap();
@@ -1332,12 +1423,32 @@ mod tests {
             s.create(rns(&format!("n{i}"))).unwrap();
         }
         // rv 1 (namespace) .. 6; history keeps the last 3 (4,5,6): floor 3.
-        assert_eq!(s.watch(res, Since::Rv(2)).err().unwrap().code, 410);
-        let w = s.watch(res, Since::Rv(4)).ok().unwrap();
+        assert_eq!(s.watch(res, Since::Rv(2), None).err().unwrap().code, 410);
+        let w = s.watch(res, Since::Rv(4), None).ok().unwrap();
         assert_eq!(w.initial.iter().map(|c| c.rv).collect::<Vec<_>>(), vec![5, 6]);
         s.compact();
-        assert_eq!(s.watch(res, Since::Rv(5)).err().unwrap().code, 410);
-        assert_eq!(s.watch(res, Since::Now).ok().unwrap().initial.len(), 5);
+        assert_eq!(s.watch(res, Since::Rv(5), None).err().unwrap().code, 410);
+        assert_eq!(s.watch(res, Since::Now, None).ok().unwrap().initial.len(), 5);
+    }
+
+    #[test]
+    fn a_name_selecting_watch_is_woken_only_by_its_object() {
+        let s = store();
+        let (res, _) = s.resolve_spec("rns").unwrap();
+        s.create(rns("a")).unwrap();
+        s.create(rns("b")).unwrap();
+        let one = s.watch(res, Since::Now, Some("a")).ok().unwrap();
+        let all = s.watch(res, Since::Now, None).ok().unwrap();
+        assert_eq!((one.initial.len(), all.initial.len()), (1, 2));
+        s.update("rns", None, "b", |o| o["spec"]["x"] = json!(1)).unwrap();
+        assert!(one.rx.is_empty());
+        assert_eq!(all.rx.len(), 1);
+        s.update("rns", None, "a", |o| o["spec"]["x"] = json!(1)).unwrap();
+        assert_eq!(one.rx.len(), 1);
+        drop(one);
+        s.update("rns", None, "a", |o| o["spec"]["x"] = json!(2)).unwrap();
+        let (res_slot, _) = s.resolve_spec("rns").unwrap();
+        assert!(s.lock().slots[res_slot.0].by_name.is_empty(), "a name nobody watches is forgotten");
     }
 
     #[test]

@@ -116,6 +116,9 @@ impl W {
             }
             if self.spec.drop_after.is_some_and(|k| self.sent >= k) {
                 self.done = true;
+                // Let hyper flush the head and the events already produced
+                // (it flushes when the body is pending), then cut.
+                tokio::time::sleep(Duration::from_millis(5)).await;
                 return Some(Err(Aborted));
             }
             if self.spec.expire_after.is_some_and(|k| self.sent >= k) {

@@ -64,7 +64,8 @@ fn main() -> ExitCode {
         Some("--version") | Some("version") => {
             println!(
                 "kube-rdma-cni {} (CNI {})",
-                env!("CARGO_PKG_VERSION"),
+                // Release version from scripts/delivery/build-dist (VERSION), else the crate's.
+                option_env!("KUBE_RDMA_VERSION").unwrap_or(env!("CARGO_PKG_VERSION")),
                 kube_rdma_cni::SUPPORTED_VERSIONS.join(", ")
             );
             return ExitCode::SUCCESS;

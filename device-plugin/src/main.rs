@@ -14,7 +14,7 @@ use nic::Roots;
 #[derive(Parser, Debug)]
 #[command(
     name = "kube-rdma-device-plugin",
-    version,
+    version = VERSION,
     about = "Serves SR-IOV VFs with their RDMA devices to the kubelet"
 )]
 struct Cli {
@@ -50,6 +50,36 @@ struct Cli {
     /// Do not subscribe to netlink link events.
     #[arg(long)]
     no_link_events: bool,
+    /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
+    #[arg(long, global = true, value_enum, env = "KUBE_RDMA_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+/// `KUBE_RDMA_VERSION` at build time (scripts/delivery/build-dist and the Dockerfile set it
+/// from their VERSION), else the crate version.
+const VERSION: &str = match option_env!("KUBE_RDMA_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
+#[derive(ValueEnum, Clone, Copy, Debug)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => fmt.json().init(),
+        // Colour codes only help a person at a terminal; in pod logs they are noise.
+        LogFormat::Text => {
+            fmt.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()).init();
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -72,13 +102,7 @@ enum Output {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    init_logging(cli.log_format);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

@@ -624,7 +624,7 @@ impl Agent {
             status.fingerprint = fingerprint(&status);
         }
         if let Ok(mut m) = self.metrics.write() {
-            *m = metrics::render(&name, &observed, &status.checks);
+            *m = metrics::render(&observed, &status.checks);
         }
         let published = self.publisher.publish(status.clone(), &now_rfc3339()).await?;
         Ok((status, published))

@@ -18,6 +18,7 @@ pub mod agent;
 pub mod checks;
 pub mod controller;
 pub mod crd;
+pub mod crd_apply;
 pub mod enforce;
 pub mod fixtures;
 pub mod metrics;

@@ -8,18 +8,47 @@ use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand, ValueEnum};
 use kube_rdma_operator::agent::{Agent, AgentConfig, NodeSource};
 use kube_rdma_operator::controller::Controller;
-use kube_rdma_operator::{check_once, checks, crd, load_profile, metrics, view};
+use kube_rdma_operator::{check_once, checks, crd, crd_apply, load_profile, metrics, view};
 use nic::roce::{DcbSource, ObserveOpts};
 
 #[derive(Parser)]
 #[command(
     name = "kube-rdma-operator",
-    version,
+    version = VERSION,
     about = "RoCE fabric settings per node: agent, controller, CRDs"
 )]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
+    #[arg(long, global = true, value_enum, env = "KUBE_RDMA_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+/// The release version: `KUBE_RDMA_VERSION` at build time (scripts/delivery/build-dist and the
+/// Dockerfile set it from their VERSION), else the crate version.
+const VERSION: &str = match option_env!("KUBE_RDMA_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => fmt.json().init(),
+        // Colour codes only help a person at a terminal; in pod logs they are noise.
+        LogFormat::Text => {
+            fmt.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()).init();
+        }
+    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -38,8 +67,12 @@ enum Cmd {
         #[arg(long, default_value_t = 30)]
         interval: u64,
     },
-    /// Print both CRDs as YAML.
-    Crds,
+    /// Print both CRDs as YAML; with --apply, server-side apply them to the cluster instead.
+    Crds {
+        /// Apply (field manager `kube-rdma`, forcing conflicts) using the kubeconfig or in-cluster config.
+        #[arg(long)]
+        apply: bool,
+    },
 }
 
 #[derive(clap::Args)]
@@ -77,13 +110,9 @@ struct AgentArgs {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match run(cli) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("kube-rdma-operator: {e:#}");
@@ -94,9 +123,19 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
-        Cmd::Crds => {
+        Cmd::Crds { apply: false } => {
             print!("{}", crd::crds_yaml().context("serialising the CRDs")?);
             Ok(ExitCode::SUCCESS)
+        }
+        Cmd::Crds { apply: true } => {
+            let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
+            rt.block_on(async {
+                let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+                for a in crd_apply::apply(client).await? {
+                    println!("customresourcedefinition.apiextensions.k8s.io/{} serverside-applied (resourceVersion {})", a.name, a.resource_version);
+                }
+                Ok(ExitCode::SUCCESS)
+            })
         }
         Cmd::Controller { interval } => {
             let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;

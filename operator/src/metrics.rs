@@ -2,6 +2,11 @@
 //! results, PFC per priority, pause frames per priority (the `ieee_pfc`
 //! requests/indications counters), ECN, MTU, GID index and RDMA hw counters.
 //! [`serve`] answers every HTTP request on the metrics address with the latest text.
+//!
+//! No series carries a `node` label: each agent exports one node, and Prometheus adds
+//! `node` from the scrape target (the chart's ServiceMonitor/PodMonitor relabel
+//! `__meta_kubernetes_pod_node_name`). A label set here would collide with that one
+//! and come out as `exported_node`.
 
 use std::fmt::Write as _;
 use std::sync::{Arc, RwLock};
@@ -24,17 +29,21 @@ impl Out {
         let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
     fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: impl std::fmt::Display) {
+        if labels.is_empty() {
+            let _ = writeln!(self.0, "{name} {v}");
+            return;
+        }
         let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", esc(v))).collect();
         let _ = writeln!(self.0, "{name}{{{}}} {v}", l.join(","));
     }
 }
 
-/// The metrics text for `node`.
-pub fn render(node: &str, observed: &NodeRoce, checks: &[Check]) -> String {
+/// The metrics text of one node.
+pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
     let mut o = Out(String::new());
     o.head("kuberdma_node_roce_ready", "gauge", "1 when the node has RoCE interfaces and no check fails.");
     let ready = !checks.is_empty() && !checks.iter().any(|c| c.result == CheckResult::Fail);
-    o.sample("kuberdma_node_roce_ready", &[("node", node)], u8::from(ready));
+    o.sample("kuberdma_node_roce_ready", &[], u8::from(ready));
 
     o.head(
         "kuberdma_check_passing",
@@ -42,17 +51,13 @@ pub fn render(node: &str, observed: &NodeRoce, checks: &[Check]) -> String {
         "1 when the check passes, 0 when it fails (other results are not exported here).",
     );
     for c in checks.iter().filter(|c| matches!(c.result, CheckResult::Pass | CheckResult::Fail)) {
-        let labels = [("node", node), ("interface", c.interface.as_str()), ("check", c.name.as_str())];
+        let labels = [("interface", c.interface.as_str()), ("check", c.name.as_str())];
         o.sample("kuberdma_check_passing", &labels, u8::from(c.result == CheckResult::Pass));
     }
     o.head("kuberdma_check_result", "gauge", "1 for the current result of each check.");
     for c in checks {
-        let labels = [
-            ("node", node),
-            ("interface", c.interface.as_str()),
-            ("check", c.name.as_str()),
-            ("result", c.result.as_str()),
-        ];
+        let labels =
+            [("interface", c.interface.as_str()), ("check", c.name.as_str()), ("result", c.result.as_str())];
         o.sample("kuberdma_check_result", &labels, 1);
     }
 
@@ -64,7 +69,7 @@ pub fn render(node: &str, observed: &NodeRoce, checks: &[Check]) -> String {
                 let ps = p.to_string();
                 o.sample(
                     "kuberdma_pfc_enabled",
-                    &[("node", node), ("interface", &i.netdev), ("priority", &ps)],
+                    &[("interface", &i.netdev), ("priority", &ps)],
                     u8::from(pfc.pfc_en.contains(p as u8)),
                 );
             }
@@ -80,12 +85,8 @@ pub fn render(node: &str, observed: &NodeRoce, checks: &[Check]) -> String {
             for p in 0..8 {
                 let ps = p.to_string();
                 for (dir, v) in [("tx", pfc.requests[p]), ("rx", pfc.indications[p])] {
-                    let labels = [
-                        ("node", node),
-                        ("interface", i.netdev.as_str()),
-                        ("priority", ps.as_str()),
-                        ("direction", dir),
-                    ];
+                    let labels =
+                        [("interface", i.netdev.as_str()), ("priority", ps.as_str()), ("direction", dir)];
                     o.sample("kuberdma_pfc_pause_frames_total", &labels, v);
                 }
             }
@@ -98,7 +99,7 @@ pub fn render(node: &str, observed: &NodeRoce, checks: &[Check]) -> String {
                 let ps = p.to_string();
                 o.sample(
                     "kuberdma_ecn_enabled",
-                    &[("node", node), ("interface", &i.netdev), ("priority", &ps)],
+                    &[("interface", &i.netdev), ("priority", &ps)],
                     u8::from(ecn.contains(&p)),
                 );
             }
@@ -107,33 +108,29 @@ pub fn render(node: &str, observed: &NodeRoce, checks: &[Check]) -> String {
     o.head("kuberdma_mtu_bytes", "gauge", "Netdev MTU.");
     for i in ifs {
         if let Observed::Value(m) = i.mtu {
-            o.sample("kuberdma_mtu_bytes", &[("node", node), ("interface", &i.netdev)], m);
+            o.sample("kuberdma_mtu_bytes", &[("interface", &i.netdev)], m);
         }
     }
     o.head("kuberdma_roce_active_mtu_bytes", "gauge", "RoCE active MTU.");
     for i in ifs {
         if let Observed::Value(m) = i.active_mtu {
-            o.sample("kuberdma_roce_active_mtu_bytes", &[("node", node), ("interface", &i.netdev)], m);
+            o.sample("kuberdma_roce_active_mtu_bytes", &[("interface", &i.netdev)], m);
         }
     }
     o.head("kuberdma_gid_index", "gauge", "RoCE v2 GID index bound to the interface (NCCL_IB_GID_INDEX).");
     for i in ifs {
         if let Observed::Value(g) = i.gid_index {
-            o.sample("kuberdma_gid_index", &[("node", node), ("interface", &i.netdev)], g);
+            o.sample("kuberdma_gid_index", &[("interface", &i.netdev)], g);
         }
     }
     o.head(
-        "kuberdma_rdma_hw_counter",
+        "kuberdma_rdma_hw_counter_total",
         "counter",
         "RDMA port hw_counters (e.g. np_cnp_sent, rp_cnp_handled, out_of_sequence).",
     );
     for i in ifs {
         for (k, v) in &i.hw_counters {
-            o.sample(
-                "kuberdma_rdma_hw_counter",
-                &[("node", node), ("interface", &i.netdev), ("counter", k)],
-                v,
-            );
+            o.sample("kuberdma_rdma_hw_counter_total", &[("interface", &i.netdev), ("counter", k)], v);
         }
     }
     o.0

@@ -17,29 +17,34 @@ fn text() -> String {
     let sim = SimNode::new(&d);
     let node = sim.read();
     let s = evaluate(&default_profile(), &node);
-    render("cx6dx-dual", &node, &s.checks)
+    render(&node, &s.checks)
 }
 
 #[test]
 fn exposes_checks_pfc_pause_frames_ecn_mtu_and_gid_index() {
     let t = text();
     for line in [
-        "kuberdma_node_roce_ready{node=\"cx6dx-dual\"} 0",
-        "kuberdma_check_passing{node=\"cx6dx-dual\",interface=\"ens1f0np0\",check=\"pfc\"} 1",
-        "kuberdma_check_passing{node=\"cx6dx-dual\",interface=\"ens1f1np1\",check=\"mtu\"} 0",
-        "kuberdma_check_result{node=\"cx6dx-dual\",interface=\"ens1f0np0\",check=\"fw-lldp-agent\",result=\"NotApplicable\"} 1",
-        "kuberdma_pfc_enabled{node=\"cx6dx-dual\",interface=\"ens1f0np0\",priority=\"3\"} 1",
-        "kuberdma_pfc_enabled{node=\"cx6dx-dual\",interface=\"ens1f0np0\",priority=\"0\"} 0",
-        "kuberdma_pfc_pause_frames_total{node=\"cx6dx-dual\",interface=\"ens1f0np0\",priority=\"3\",direction=\"tx\"} 1234",
-        "kuberdma_pfc_pause_frames_total{node=\"cx6dx-dual\",interface=\"ens1f0np0\",priority=\"3\",direction=\"rx\"} 99",
-        "kuberdma_ecn_enabled{node=\"cx6dx-dual\",interface=\"ens1f0np0\",priority=\"3\"} 1",
-        "kuberdma_mtu_bytes{node=\"cx6dx-dual\",interface=\"ens1f1np1\"} 1500",
-        "kuberdma_roce_active_mtu_bytes{node=\"cx6dx-dual\",interface=\"ens1f0np0\"} 4096",
-        "kuberdma_gid_index{node=\"cx6dx-dual\",interface=\"ens1f0np0\"} 3",
+        "kuberdma_node_roce_ready 0",
+        "kuberdma_check_passing{interface=\"ens1f0np0\",check=\"pfc\"} 1",
+        "kuberdma_check_passing{interface=\"ens1f1np1\",check=\"mtu\"} 0",
+        "kuberdma_check_result{interface=\"ens1f0np0\",check=\"fw-lldp-agent\",result=\"NotApplicable\"} 1",
+        "kuberdma_pfc_enabled{interface=\"ens1f0np0\",priority=\"3\"} 1",
+        "kuberdma_pfc_enabled{interface=\"ens1f0np0\",priority=\"0\"} 0",
+        "kuberdma_pfc_pause_frames_total{interface=\"ens1f0np0\",priority=\"3\",direction=\"tx\"} 1234",
+        "kuberdma_pfc_pause_frames_total{interface=\"ens1f0np0\",priority=\"3\",direction=\"rx\"} 99",
+        "kuberdma_ecn_enabled{interface=\"ens1f0np0\",priority=\"3\"} 1",
+        "kuberdma_mtu_bytes{interface=\"ens1f1np1\"} 1500",
+        "kuberdma_roce_active_mtu_bytes{interface=\"ens1f0np0\"} 4096",
+        "kuberdma_gid_index{interface=\"ens1f0np0\"} 3",
         "# TYPE kuberdma_pfc_pause_frames_total counter",
+        "# TYPE kuberdma_rdma_hw_counter_total counter",
+        "kuberdma_rdma_hw_counter_total{interface=\"ens1f0np0\",counter=\"np_cnp_sent\"} 0",
     ] {
         assert!(t.lines().any(|l| l == line), "missing `{line}` in\n{t}");
     }
+    // Prometheus adds `node` from the scrape target; a label of our own would come out as
+    // `exported_node`.
+    assert!(!t.contains("node=\""), "a series carries its own node label:\n{t}");
     // Every sample line is `name{labels} number`.
     for l in t.lines().filter(|l| !l.starts_with('#')) {
         let (_, v) = l.rsplit_once(' ').unwrap();

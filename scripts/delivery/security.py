@@ -6,8 +6,10 @@ Each workload may have exactly the privileges its job needs and no more:
 |---------------|------|-----------------------|-----------------------------------------------------|
 | device-plugin | yes  | none                  | host network (link events); kubelet device-plugins dir, CDI dir, devinfo dir (rw); /dev (ro); /sys (ro) only without host network |
 | install-cni   | yes  | none                  | the host's CNI bin dir (rw)                         |
-| agent         | only with allowEnforce or readRdmaCmConfigfs | NET_ADMIN only with allowEnforce | host network; /dev (ro); /sys (rw) only with allowEnforce; /sys/kernel/config only with readRdmaCmConfigfs |
+| agent         | only with allowEnforce or readRdmaCmConfigfs | NET_ADMIN only with allowEnforce | host network; /dev (ro); with allowEnforce /sys (ro) and /sys/devices (rw); /sys/kernel/config (rw) with allowEnforce or readRdmaCmConfigfs |
 | controller    | no   | none                  | none                                                |
+| crd-upgrade   | no   | none                  | none (pre-upgrade hook Job applying the CRDs)       |
+| kube-rbac-proxy (sidecar, metrics.rbacProxy) | no | none | none; the pod's host network              |
 
 Root is needed where a host file is root-owned (kubelet.sock, /opt/cni/bin, configfs); root
 without capabilities can still write files it owns, so no CAP_DAC_OVERRIDE is handed out.
@@ -36,9 +38,12 @@ def policy(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     agent = values.get("agent", {})
     dp = values.get("devicePlugin", {})
     enforce = bool(agent.get("allowEnforce"))
-    configfs = bool(agent.get("readRdmaCmConfigfs"))
+    configfs = bool(agent.get("readRdmaCmConfigfs")) or enforce
     cni_bin = values.get("cni", {}).get("binDir", "/opt/cni/bin")
+    proxy = {"root": False, "caps": set(), "hostNetwork": False, "hostPaths": {}}
     return {
+        **{f"{c}/kube-rbac-proxy": proxy for c in ("device-plugin", "agent", "controller")},
+        "crd-upgrade/apply-crds": {"root": False, "caps": set(), "hostNetwork": False, "hostPaths": {}},
         "device-plugin/device-plugin": {
             "root": True, "caps": set(), "hostNetwork": True,
             "hostPaths": {dp.get("kubeletDir"): False, dp.get("cdiDir"): False,
@@ -50,7 +55,7 @@ def policy(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "agent/agent": {
             "root": enforce or configfs, "caps": {"NET_ADMIN"} if enforce else set(),
             "hostNetwork": True,
-            "hostPaths": {"/dev": True, **({"/sys": False} if enforce else {}),
+            "hostPaths": {"/dev": True, **({"/sys": True, "/sys/devices": False} if enforce else {}),
                           **({"/sys/kernel/config": False} if configfs else {})},
         },
         "controller/controller": {"root": False, "caps": set(), "hostNetwork": False, "hostPaths": {}},
@@ -147,7 +152,9 @@ def check_rbac(objs: list[dict[str, Any]]) -> list[str]:
                         problems.append(f"{o['kind']}/{o['metadata']['name']}: resource {r}")
                 if "*" in rule.get("apiGroups", []):
                     problems.append(f"{o['kind']}/{o['metadata']['name']}: apiGroup *")
-                if "nonResourceURLs" in rule:
+                if "nonResourceURLs" in rule and not (
+                        _component(o) == "metrics-reader" and rule["nonResourceURLs"] == ["/metrics"]
+                        and rule.get("verbs") == ["get"]):
                     problems.append(f"{o['kind']}/{o['metadata']['name']}: nonResourceURLs")
         if o["kind"] in ("ClusterRoleBinding", "RoleBinding"):
             if o["roleRef"]["name"] in ("cluster-admin", "admin", "edit"):
@@ -172,9 +179,13 @@ def check_rbac(objs: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
-# What each component's code calls (operator/src/agent.rs, controller.rs); the ClusterRoles must grant
-# exactly this. `patch` on rdmanodestates is server-side apply, which also needs `create` when the
-# object does not exist yet.
+# What each component's code calls (operator/src/agent.rs, controller.rs, crd_apply.rs); the
+# ClusterRoles must grant exactly this. `patch` on rdmanodestates is server-side apply, which also
+# needs `create` when the object does not exist yet. The CRD hook may touch our two CRDs only.
+CRD_NAMES = ("rdmanodestates.kuberdma.io", "roceprofiles.kuberdma.io")
+# kube-rbac-proxy (metrics.rbacProxy): authenticate and authorise each scrape.
+PROXY_RBAC = {("authentication.k8s.io", "tokenreviews", "create"),
+              ("authorization.k8s.io", "subjectaccessreviews", "create")}
 EXPECTED_RBAC: dict[str, set[tuple[str, str, str]]] = {
     "agent": {
         *(("kuberdma.io", "rdmanodestates", v) for v in ("get", "list", "watch", "create", "patch")),
@@ -189,16 +200,38 @@ EXPECTED_RBAC: dict[str, set[tuple[str, str, str]]] = {
         *(("kuberdma.io", "rdmanodestates", v) for v in ("get", "list", "watch", "delete")),
         *(("", "nodes", v) for v in ("get", "list", "watch")),
     },
+    "crd-upgrade": {("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "patch")},
 }
 
 
-def check_rbac_exact(objs: list[dict[str, Any]]) -> list[str]:
-    """Each component's ClusterRole grants exactly EXPECTED_RBAC; the device plugin has no role."""
+def expected_rbac(values: dict[str, Any]) -> dict[str, set[tuple[str, str, str]]]:
+    """EXPECTED_RBAC for these values: the proxy's reviews join every proxied component."""
+    out = {k: set(v) for k, v in EXPECTED_RBAC.items()}
+    if values.get("metrics", {}).get("rbacProxy", {}).get("enabled"):
+        for comp in ("agent", "controller", "device-plugin"):
+            out[comp] = out.get(comp, set()) | PROXY_RBAC
+    if not values.get("crds", {}).get("upgradeJob", {}).get("enabled", True):
+        out.pop("crd-upgrade")
+    return out
+
+
+def check_rbac_exact(objs: list[dict[str, Any]], values: dict[str, Any] | None = None) -> list[str]:
+    """Each component's ClusterRole grants exactly expected_rbac(values); the device plugin has a
+    role only for its kube-rbac-proxy sidecar; the CRD hook's rules name our two CRDs."""
     problems = []
-    roles = {_component(o): o for o in objs if o["kind"] == "ClusterRole"}
-    if "device-plugin" in roles:
+    values = values or {}
+    want_all = expected_rbac(values)
+    roles = {_component(o): o for o in objs if o["kind"] == "ClusterRole" and _component(o) != "metrics-reader"}
+    if "device-plugin" in roles and "device-plugin" not in want_all:
         problems.append("the device plugin has a ClusterRole; it never calls the API server")
-    for comp, want in EXPECTED_RBAC.items():
+    for extra in sorted(set(roles) - set(want_all)):
+        problems.append(f"unexpected ClusterRole for {extra}")
+    hook = roles.get("crd-upgrade")
+    if hook is not None:
+        for rule in hook.get("rules", []):
+            if sorted(rule.get("resourceNames", [])) != sorted(CRD_NAMES):
+                problems.append(f"crd-upgrade rule {rule} is not limited to {CRD_NAMES}")
+    for comp, want in want_all.items():
         role = roles.get(comp)
         if role is None:
             problems.append(f"no ClusterRole for {comp}")

@@ -39,14 +39,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import chart  # noqa: E402
 import dra  # noqa: E402
+import monitoring  # noqa: E402
 import security  # noqa: E402
 
 ROOT = chart.ROOT
 EXAMPLES = ROOT / "manifests" / "examples"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 BINARIES = ["kube-rdma-device-plugin", "kube-rdma-cni", "kube-rdma-operator", "kubectl-rdma"]
-PACKAGES = ["kube-rdma-device-plugin", "kube-rdma-cni", "kube-rdma-operator"]
-TRIPLE = "x86_64-unknown-linux-gnu"
 # The oldest Kubernetes the chart supports (Chart.yaml kubeVersion) and the newest schema we have.
 KUBE_VERSIONS = ["1.28.0", "1.37.0"]
 CUSTOM_GROUPS = ("kuberdma.io/", "k8s.cni.cncf.io/", "monitoring.coreos.com/")
@@ -73,6 +72,14 @@ class Suite:
 
 def full_values() -> dict[str, Any]:
     return chart.load_values(chart.FULL_VALUES)
+
+
+def ci_values(name: str) -> dict[str, Any]:
+    return chart.load_values(chart.CHART_DIR / "ci" / name)
+
+
+def ci_files() -> list[str]:
+    return sorted(p.name for p in (chart.CHART_DIR / "ci").glob("*.yaml"))
 
 
 def default_values() -> dict[str, Any]:
@@ -113,19 +120,22 @@ def kinds(objs: list[dict[str, Any]]) -> dict[str, int]:
 
 
 def test_render_default() -> str:
-    objs = chart.objects(chart.render(None))
-    got = kinds(objs)
-    want = {"ServiceAccount": 3, "ClusterRole": 2, "ClusterRoleBinding": 2, "ConfigMap": 1, "Service": 2,
-            "DaemonSet": 2, "Deployment": 1}
-    assert got == want, f"kinds {got} != {want}"
-    return ", ".join(f"{k}={v}" for k, v in sorted(got.items()))
+    """Default values, as on Kubernetes 1.28 (no ValidatingAdmissionPolicy) and 1.30."""
+    base = {"ServiceAccount": 4, "ClusterRole": 3, "ClusterRoleBinding": 3, "ConfigMap": 1, "Service": 3,
+            "DaemonSet": 2, "Deployment": 1, "Job": 1}
+    old = kinds(chart.objects(chart.render(None, kube_version="1.28.0")))
+    assert old == base, f"1.28: kinds {old} != {base}"
+    new = kinds(chart.objects(chart.render(None, kube_version="1.30.0")))
+    want = {**base, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1}
+    assert new == want, f"1.30: kinds {new} != {want}"
+    return ", ".join(f"{k}={v}" for k, v in sorted(new.items()))
 
 
 def test_render_full() -> str:
     objs = chart.objects(chart.render(full_values()))
     got = kinds(objs)
     for kind, n in {"RoceProfile": 2, "NetworkAttachmentDefinition": 2, "ServiceMonitor": 1,
-                    "DaemonSet": 2, "Deployment": 1}.items():
+                    "PrometheusRule": 1, "ConfigMap": 2, "DaemonSet": 2, "Deployment": 1}.items():
         assert got.get(kind) == n, f"{kind}: {got.get(kind)} != {n} in {got}"
     return ", ".join(f"{k}={v}" for k, v in sorted(got.items()))
 
@@ -169,25 +179,25 @@ def test_schema_accepts(values: dict[str, Any]) -> None:
 # A bad pool, and the part of the schema error that shows it was caught for the right reason.
 BAD_POOLS: dict[str, tuple[dict[str, Any], str]] = {
     "name with a slash": ({"name": "rdma/vf", "selectors": {"vendors": ["15b3"]}}, "/pools/0/name"),
-    "no selectors": ({"name": "rdma_vf"}, "selectors"),
-    "empty selectors": ({"name": "rdma_vf", "selectors": {}}, "/pools/0/selectors"),
-    "vendor not 4 hex digits": ({"name": "rdma_vf", "selectors": {"vendors": ["15b33"]}}, "/vendors/0"),
-    "vendor as a YAML number": ({"name": "rdma_vf", "selectors": {"vendors": [8086]}}, "/vendors/0"),
-    "unknown mode": ({"name": "rdma_vf", "mode": "exclusive", "selectors": {"vendors": ["15b3"]}}, "/mode"),
-    "unknown policy": ({"name": "rdma_vf", "policy": "random", "selectors": {"vendors": ["15b3"]}}, "/policy"),
-    "bad pfNames VF range": ({"name": "rdma_vf", "selectors": {"pfNames": ["ens1f0#a-b"]}}, "/pfNames/0"),
-    "link speed as text": ({"name": "rdma_vf", "selectors": {"linkSpeeds": ["100G"]}}, "/linkSpeeds/0"),
-    "misspelt selector": ({"name": "rdma_vf", "selectors": {"vendor": ["15b3"]}}, "'vendor' not allowed"),
-    "unknown pool key": ({"name": "rdma_vf", "selectors": {"vendors": ["15b3"]}, "numa": 0}, "'numa' not allowed"),
+    "no selectors": ({"name": "rdma_vfs"}, "selectors"),
+    "empty selectors": ({"name": "rdma_vfs", "selectors": {}}, "/pools/0/selectors"),
+    "vendor not 4 hex digits": ({"name": "rdma_vfs", "selectors": {"vendors": ["15b33"]}}, "/vendors/0"),
+    "vendor as a YAML number": ({"name": "rdma_vfs", "selectors": {"vendors": [8086]}}, "/vendors/0"),
+    "unknown mode": ({"name": "rdma_vfs", "mode": "exclusive", "selectors": {"vendors": ["15b3"]}}, "/mode"),
+    "unknown policy": ({"name": "rdma_vfs", "policy": "random", "selectors": {"vendors": ["15b3"]}}, "/policy"),
+    "bad pfNames VF range": ({"name": "rdma_vfs", "selectors": {"pfNames": ["ens1f0#a-b"]}}, "/pfNames/0"),
+    "link speed as text": ({"name": "rdma_vfs", "selectors": {"linkSpeeds": ["100G"]}}, "/linkSpeeds/0"),
+    "misspelt selector": ({"name": "rdma_vfs", "selectors": {"vendor": ["15b3"]}}, "'vendor' not allowed"),
+    "unknown pool key": ({"name": "rdma_vfs", "selectors": {"vendors": ["15b3"]}, "numa": 0}, "'numa' not allowed"),
     "shared pool without rdmaHcaMax": (
         {"name": "hca", "mode": "shared", "selectors": {"ifNames": ["ens2f0"]}}, "rdmaHcaMax"),
-    "rdmaHcaMax on a vf pool": ({"name": "rdma_vf", "rdmaHcaMax": 4, "selectors": {"vendors": ["15b3"]}},
+    "rdmaHcaMax on a vf pool": ({"name": "rdma_vfs", "rdmaHcaMax": 4, "selectors": {"vendors": ["15b3"]}},
                                 "/pools/0"),
     "PCI address without function": (
-        {"name": "rdma_vf", "selectors": {"rootDevices": ["0000:3d:00"]}}, "/rootDevices/0"),
-    "empty selector list": ({"name": "rdma_vf", "selectors": []}, "/pools/0/selectors"),
+        {"name": "rdma_vfs", "selectors": {"rootDevices": ["0000:3d:00"]}}, "/rootDevices/0"),
+    "empty selector list": ({"name": "rdma_vfs", "selectors": []}, "/pools/0/selectors"),
     "bad entry in a selector list": (
-        {"name": "rdma_vf", "selectors": [{"vendors": ["15b3"]}, {"linkTypes": ["token-ring"]}]}, "/linkTypes/0"),
+        {"name": "rdma_vfs", "selectors": [{"vendors": ["15b3"]}, {"linkTypes": ["token-ring"]}]}, "/linkTypes/0"),
 }
 
 
@@ -231,6 +241,27 @@ def kubernetes_validate(docs: list[dict[str, Any]], label: str) -> str:
             noise = [line for line in out.splitlines() if line.strip() and not line.startswith("INFO")]
             assert res.returncode == 0 and not noise, f"{label} (k8s {version}):\n{out}"
     return f"{len(docs)} object(s) x k8s {', '.join(KUBE_VERSIONS)}"
+
+
+def validate_rendered(values: dict[str, Any] | None, label: str) -> str:
+    """kubernetes-validate --strict of the built-in objects, rendered as for each Kubernetes
+    version checked (the chart adapts to the cluster's version and APIs)."""
+    notes = []
+    for version in KUBE_VERSIONS:
+        objs = builtin(chart.objects(chart.render(values, kube_version=version)))
+        with tempfile.TemporaryDirectory(prefix="kube-rdma-kv-") as tmp:
+            files = []
+            for i, doc in enumerate(objs):
+                path = Path(tmp) / f"{i:02d}-{doc['kind']}-{doc['metadata']['name']}.yaml"
+                path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+                files.append(str(path))
+            res = subprocess.run(["kubernetes-validate", "--strict", "-k", version, *files],
+                                 capture_output=True, text=True)
+            out = res.stdout + res.stderr
+            noise = [line for line in out.splitlines() if line.strip() and not line.startswith("INFO")]
+            assert res.returncode == 0 and not noise, f"{label} (k8s {version}):\n{out}"
+        notes.append(f"{len(objs)} on {version}")
+    return ", ".join(notes)
 
 
 def builtin(objs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -348,7 +379,7 @@ def test_servicemonitor() -> None:
     services = [o for o in objs if o["kind"] == "Service"]
     labels = sm["spec"]["selector"]["matchLabels"]
     picked = [s for s in services if all(s["metadata"]["labels"].get(k) == v for k, v in labels.items())]
-    assert len(picked) == 2, f"ServiceMonitor selects {len(picked)} services"
+    assert len(picked) == 3, f"ServiceMonitor selects {len(picked)} services (device plugin, agent, controller)"
     for s in picked:
         assert [p["name"] for p in s["spec"]["ports"]] == ["metrics"], s["spec"]["ports"]
     assert sm["metadata"]["labels"]["release"] == "prometheus", sm["metadata"]["labels"]
@@ -394,11 +425,11 @@ def test_readme_example_renders() -> str:
     objs = chart.objects(chart.render(values))
     nads = [o for o in objs if o["kind"] == "NetworkAttachmentDefinition"]
     assert len(nads) == 1, kinds(objs)
-    check_nad(nads[0], {"kuberdma.io/rdma_vf"})
+    check_nad(nads[0], {"kuberdma.io/rdma_vfs"})
     for o in objs:
         if o["apiVersion"].startswith("kuberdma.io/"):
             validate_custom(o)
-    kubernetes_validate(builtin(objs), "README example")
+    validate_rendered(values, "README example")
     return "pools.yaml + my-values.yaml render and validate"
 
 
@@ -421,16 +452,27 @@ def test_agent_privileges() -> None:
         return {m["mountPath"]: (vols[m["name"]]["hostPath"]["path"], bool(m.get("readOnly")))
                 for m in spec["containers"][0]["volumeMounts"]}
 
-    # Reading needs no host sysfs; Enforce writes through a writable one, with configfs beneath it.
+    # Reading needs no host sysfs; Enforce reads the host's read-only and writes only device
+    # attributes and rdma_cm's configfs.
     assert agent_mounts(d) == {"/host/dev": ("/dev", True)}, agent_mounts(d)
-    assert agent_mounts(f) == {"/host/dev": ("/dev", True), "/host/sys": ("/sys", False),
+    assert agent_mounts(f) == {"/host/dev": ("/dev", True), "/host/sys": ("/sys", True),
+                               "/host/sys/devices": ("/sys/devices", False),
                                "/host/sys/kernel/config": ("/sys/kernel/config", False)}, agent_mounts(f)
 
 
+def effective_values(values: dict[str, Any]) -> dict[str, Any]:
+    """`values` merged over the chart's defaults, as Helm does before rendering."""
+    import helm_python as helm
+
+    with helm.Chart.load(chart.CHART_DIR) as c:
+        return c.merge_values(values)
+
+
 def test_security(values: dict[str, Any]) -> str:
-    objs = chart.objects(chart.render(values))
+    values = effective_values(values)
+    objs = chart.objects(chart.render(values, upgrade=True))
     problems = security.check_workloads(objs, values) + security.check_rbac(objs) + \
-        security.check_rbac_exact(objs)
+        security.check_rbac_exact(objs, values)
     assert not problems, "\n".join(problems)
     n = sum(1 for o in objs if o["kind"] in security.WORKLOAD_KINDS)
     return f"{n} workload(s) clean"
@@ -445,7 +487,7 @@ def test_security_catches_mutations() -> str:
         objs = copy.deepcopy(base)
         fn(next(o for o in objs if o["kind"] == kind))
         return security.check_workloads(objs, values) + security.check_rbac(objs) + \
-            security.check_rbac_exact(objs)
+            security.check_rbac_exact(objs, values)
 
     def c0(o: dict[str, Any]) -> dict[str, Any]:
         return o["spec"]["template"]["spec"]["containers"][0]
@@ -492,10 +534,16 @@ def test_manifests_check_detects_staleness() -> str:
 
 
 def test_manifests_validate() -> str:
+    """manifests/ is rendered for Kubernetes >= 1.30 (chart.MANIFESTS_KUBE_VERSION)."""
     path = ROOT / "manifests" / "kube-rdma.yaml"
     objs = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
     assert objs[0]["kind"] == "Namespace", objs[0]["kind"]
-    return kubernetes_validate(builtin(objs), "manifests/kube-rdma.yaml")
+    global KUBE_VERSIONS
+    saved, KUBE_VERSIONS = KUBE_VERSIONS, [chart.MANIFESTS_KUBE_VERSION, KUBE_VERSIONS[-1]]
+    try:
+        return kubernetes_validate(builtin(objs), "manifests/kube-rdma.yaml")
+    finally:
+        KUBE_VERSIONS = saved
 
 
 def test_crds_validate() -> str:
@@ -507,6 +555,606 @@ def test_crd_sync() -> str:
     assert problem is None, problem + " (run scripts/render-manifests)"
     return "in sync with operator/crds/crds.yaml" if chart.OPERATOR_CRDS.exists() else \
         "operator/crds/crds.yaml not committed yet: chart copy used as is"
+
+
+
+# ---------------------------------------------------------------- values schema: typos anywhere
+
+def schema_json() -> dict[str, Any]:
+    return json.loads(chart.VALUES_SCHEMA.read_text(encoding="utf-8"))
+
+
+def resolve(schema: dict[str, Any], node: dict[str, Any]) -> dict[str, Any]:
+    while "$ref" in node:
+        node = schema["definitions"][node["$ref"].rsplit("/", 1)[1]]
+    return node
+
+
+def closed_schema_nodes(schema: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(JSON pointer, node) of every object schema that names its keys, anywhere in the schema."""
+    out = []
+
+    def walk(node: Any, ptr: str) -> None:
+        if isinstance(node, dict):
+            if "properties" in node and node.get("type") in ("object", ["object", "null"], None):
+                out.append((ptr, node))
+            for k, v in node.items():
+                if k in ("if", "not"):
+                    continue  # conditions, not the shape of a values object
+                if k == "properties":
+                    for name, sub in v.items():
+                        walk(sub, f"{ptr}/properties/{name}")
+                else:
+                    walk(v, f"{ptr}/{k}")
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, f"{ptr}/{i}")
+    walk(schema, "")
+    return out
+
+
+def value_objects(schema: dict[str, Any], value: Any, node: dict[str, Any], path: list[Any],
+                  out: list[tuple[list[Any], int]]) -> None:
+    """Every (path, id of its closed schema node) of an object in `value` that the schema closes."""
+    node = resolve(schema, node)
+    if isinstance(value, dict):
+        if "if" in node and "then" in node:  # selectors: object or list
+            value_objects(schema, value, node["then"], path, out)
+            return
+        if node.get("additionalProperties") is False:
+            out.append((path, id(node)))
+        for k, v in value.items():
+            sub = node.get("properties", {}).get(k)
+            if sub is not None:
+                value_objects(schema, v, sub, path + [k], out)
+    elif isinstance(value, list):
+        item = node.get("items") or node.get("else", {}).get("items")
+        if item is not None:
+            for i, v in enumerate(value):
+                value_objects(schema, v, item, path + [i], out)
+
+
+def with_key(values: dict[str, Any], path: list[Any], key: str) -> dict[str, Any]:
+    out = copy.deepcopy(values)
+    target: Any = out
+    for p in path:
+        target = target[p]
+    target[key] = True
+    return out
+
+
+def test_schema_objects_are_closed() -> str:
+    """Every object schema with named keys refuses others (profiles' spec: the CRD's own)."""
+    schema = schema_json()
+    nodes = closed_schema_nodes(schema)
+    open_ = [ptr for ptr, n in nodes if n.get("additionalProperties") is not False]
+    assert not open_, f"object schemas that accept unknown keys: {open_}"
+    return f"{len(nodes)} object schemas, all closed"
+
+
+def test_typo_in_every_object_is_rejected() -> str:
+    """A misspelt key in ANY values object fails `helm install`. Walks every object of the
+    default values and each ci/*.yaml, adds a key no schema knows, and expects the schema error
+    to name that object; also checks that every closed object of the schema was reached."""
+    import helm_python as helm
+
+    schema = schema_json()
+    closed_ids = {id(n): ptr for ptr, n in closed_schema_nodes(schema)}
+    seen: set[int] = set()
+    tried = 0
+    sources = [("values.yaml", default_values())] + [(f, ci_values(f)) for f in ci_files()]
+    with helm.Chart.load(chart.CHART_DIR) as c:
+        for label, values in sources:
+            merged_values = c.merge_values(values)
+            objs: list[tuple[list[Any], int]] = []
+            value_objects(schema, merged_values, schema, [], objs)
+            for path, node_id in objs:
+                seen.add(node_id)
+                bad = with_key(merged_values, path, "typoKey")
+                try:
+                    c.validate_schema(bad)
+                except helm.HelmValuesError as e:
+                    where = "/" + "/".join(map(str, path))
+                    assert "typoKey" in str(e) and (where == "/" or where in str(e)), \
+                        f"{label}: typo at {where} rejected without naming it:\n{e}"
+                else:
+                    raise AssertionError(f"{label}: a typo at /{'/'.join(map(str, path))} was accepted")
+                tried += 1
+    unreached = sorted(ptr for i, ptr in closed_ids.items() if i not in seen)
+    assert not unreached, f"closed objects no values file exercises (add them to ci/full-values.yaml): {unreached}"
+    return f"{tried} objects in {len(sources)} values files, {len(closed_ids)} schema objects all reached"
+
+
+def test_named_typos_rejected() -> str:
+    """The typos a user makes: `hostnetwork` and `allowEnforc` fail the install, naming the key."""
+    d = default_values()
+    cases = {
+        "devicePlugin.hostnetwork": merged(d, devicePlugin={**d["devicePlugin"], "hostnetwork": False}),
+        "agent.allowEnforc": merged(d, agent={**d["agent"], "allowEnforc": True}),
+        "metrics.serviceMonitor.enable": merged(d, metrics={**d["metrics"], "serviceMonitor": {"enable": True}}),
+        "profiles[0].spec.pfc.priorites": merged(d, profiles=[{"name": "p", "spec": {"pfc": {"priorites": [3]}}}]),
+    }
+    for key, values in cases.items():
+        msg = render_error(values)
+        assert key.rsplit(".", 1)[1] in msg, f"{key}: error does not name it: {msg}"
+    return ", ".join(cases)
+
+
+# ---------------------------------------------------------------- migration
+
+_native: dict[str, Path] = {}
+
+
+def native_binary(name: str) -> Path:
+    """A binary from the workspace's ordinary build (cargo test builds the same ones)."""
+    if not _native:
+        res = subprocess.run(["cargo", "build", "--locked", "--bins", "-p", "kube-rdma-device-plugin",
+                              "-p", "kube-rdma-operator"], cwd=ROOT, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-4000:]
+        meta = json.loads(subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=ROOT,
+                                         capture_output=True, text=True, check=True).stdout)
+        target = Path(meta["target_directory"]) / "debug"
+        for b in ("kube-rdma-device-plugin", "kube-rdma-operator", "kubectl-rdma"):
+            _native[b] = target / b
+    return _native[name]
+
+
+def discover(config: str, node: str) -> dict[str, int]:
+    """`kube-rdma-device-plugin discover --config FILE --sim NODE --output json`: resource -> devices."""
+    with tempfile.TemporaryDirectory(prefix="kube-rdma-migrate-") as tmp:
+        cfg = Path(tmp, "config.yaml")
+        cfg.write_text(config, encoding="utf-8")
+        res = subprocess.run([str(native_binary("kube-rdma-device-plugin")), "discover", "--config", str(cfg),
+                              "--sim", str(ROOT / "examples" / "nodes" / node), "--output", "json"],
+                             capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    return {p["resource"]: len(p["devices"]) for p in json.loads(res.stdout)["pools"]}
+
+
+def test_migration_sndp() -> str:
+    """ci/migration-sndp-values.yaml: each NAD's resourceName is exactly what the device plugin
+    advertises for that sriov-network-device-plugin file (its own prefix, else intel.com)."""
+    values = ci_values("migration-sndp-values.yaml")
+    rendered = chart.render(values)
+    objs = chart.objects(rendered)
+    config = next(o for o in objs if o["kind"] == "ConfigMap")["data"]["config.yaml"]
+    assert json.loads(config) == json.loads(values["rawConfig"]), "rawConfig was not passed verbatim"
+    advertised = discover(config, "mixed.yaml")
+    nads = {n["metadata"]["name"]: n["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
+            for n in objs if n["kind"] == "NetworkAttachmentDefinition"}
+    assert len(nads) == len(values["networks"]), nads
+    for net in values["networks"]:
+        resource = nads[net["name"]]
+        match = [r for r in advertised if r.rsplit("/", 1)[1] == net["pool"]]
+        assert match == [resource], f"network {net['name']}: NAD names {resource}, the plugin advertises {match}"
+        assert advertised[resource] > 0, f"{resource} has no device on the simulated node: {advertised}"
+        assert f"resources.limits: {resource}: 1" in rendered["kube-rdma/templates/NOTES.txt"]
+    assert set(nads.values()) == {"nvidia.com/cx7_rdma_vf", "intel.com/e810_rdma_vf"}, nads
+    return f"{nads} == discover {advertised}"
+
+
+def test_migration_rsdp() -> str:
+    values = ci_values("migration-rsdp-values.yaml")
+    rendered = chart.render(values)
+    config = next(o for o in chart.objects(rendered) if o["kind"] == "ConfigMap")["data"]["config.yaml"]
+    advertised = discover(config, "cx6dx-dual.yaml")
+    assert list(advertised) == ["rdma/hca_shared_devices_a"], advertised
+    notes = rendered["kube-rdma/templates/NOTES.txt"]
+    assert "rdma/hca_shared_devices_a" in notes and "kuberdma.io/" not in notes.split("Check what")[0], notes
+    return f"NOTES and discover agree: {advertised}"
+
+
+def test_network_on_unknown_raw_pool() -> str:
+    values = ci_values("migration-sndp-values.yaml")
+    values["networks"][0]["pool"] = "cx7_vf"
+    msg = render_error(values)
+    assert "cx7_vf" in msg and "rawConfig" in msg and "cx7_rdma_vf" in msg, msg
+    return msg.split("error calling include: ")[-1][:120]
+
+
+# ---------------------------------------------------------------- chart knobs
+
+def workload(objs: list[dict[str, Any]], kind: str, suffix: str) -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == kind and o["metadata"]["name"].endswith(suffix))
+
+
+def test_knobs_reach_the_objects() -> str:
+    values = full_values()
+    objs = chart.objects(chart.render(values, kube_version="1.31.0"))
+    dp = workload(objs, "DaemonSet", "-device-plugin")
+    ag = workload(objs, "DaemonSet", "-agent")
+    ct = workload(objs, "Deployment", "-controller")
+    image = f"{values['image']['repository']}@{values['image']['digest']}"
+    for o in (dp, ag, ct):
+        spec = o["spec"]["template"]["spec"]
+        c0 = spec["containers"][0]
+        assert c0["image"] == image, c0["image"]
+        assert "--log-format=json" in c0["args"], c0["args"]
+        assert o["spec"]["template"]["metadata"]["labels"]["example.com/cost-center"] == "fabric"
+        assert {"name": "KUBE_RDMA_EXAMPLE", "value": "1"} in c0["env"], c0["env"]
+    assert dp["spec"]["updateStrategy"] == {"type": "OnDelete"}, dp["spec"]["updateStrategy"]
+    assert ag["spec"]["updateStrategy"]["rollingUpdate"]["maxUnavailable"] == "10%"
+    assert dp["spec"]["template"]["spec"]["serviceAccountName"] == "rdma-device-plugin"
+    sa = next(o for o in objs if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == "rdma-device-plugin")
+    assert sa["metadata"]["annotations"] == {"example.com/owner": "fabric-team"}, sa
+    assert "--dev-root=/host/dev" in dp["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert {"name": "scratch", "mountPath": "/scratch"} in dp["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert ag["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["periodSeconds"] == 15
+    assert ct["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    # Node components: rdmaNodeLabel plus their own nodeSelector; the controller neither.
+    assert dp["spec"]["template"]["spec"]["nodeSelector"] == {
+        "kuberdma.io/rdma-node": "yes", "feature.node.kubernetes.io/network-sriov.capable": "true"}
+    assert "nodeSelector" not in ct["spec"]["template"]["spec"]
+    d = chart.objects(chart.render(None))
+    sel = workload(d, "DaemonSet", "-agent")["spec"]["template"]["spec"]["nodeSelector"]
+    assert sel == {"feature.node.kubernetes.io/rdma.capable": "true"}, sel
+    off = chart.objects(chart.render(merged(default_values(), rdmaNodeLabel={"key": "", "value": ""})))
+    assert "nodeSelector" not in workload(off, "DaemonSet", "-agent")["spec"]["template"]["spec"]
+    nosa = merged(default_values(), controller={**default_values()["controller"],
+                                                "serviceAccount": {"create": False, "name": ""}})
+    assert "name must name an existing ServiceAccount" in render_error(nosa)
+    return "digest, logFormat, podLabels, extraEnv/Args/Volumes, updateStrategy, serviceAccount, probes, nodeSelector"
+
+
+def test_recursive_read_only() -> str:
+    """Read-only host mounts are recursive where the API has the field (>= 1.30), absent before."""
+    def ro_mounts(version: str) -> list[dict[str, Any]]:
+        objs = chart.objects(chart.render(full_values(), kube_version=version))
+        mounts = []
+        for o in objs:
+            if o["kind"] == "DaemonSet":
+                spec = o["spec"]["template"]["spec"]
+                vols = {v["name"]: v for v in spec["volumes"]}
+                for c in spec["containers"]:
+                    mounts += [m for m in c.get("volumeMounts", [])
+                               if m.get("readOnly") and "hostPath" in vols.get(m["name"], {})]
+        return mounts
+    new = ro_mounts("1.31.0")
+    assert new and all(m.get("recursiveReadOnly") == "IfPossible" for m in new), new
+    assert all("recursiveReadOnly" not in m for m in ro_mounts("1.28.0"))
+    return f"{len(new)} read-only hostPath mounts recursive on 1.31, plain on 1.28"
+
+
+def test_podmonitor() -> str:
+    values = merged(default_values(), metrics={**default_values()["metrics"], "podMonitor": {"enabled": True}})
+    objs = chart.objects(chart.render(values))
+    pm = next(o for o in objs if o["kind"] == "PodMonitor")
+    ep = pm["spec"]["podMetricsEndpoints"][0]
+    assert ep["port"] == "metrics" and ep["relabelings"][0]["targetLabel"] == "node", ep
+    assert ep["relabelings"][0]["sourceLabels"] == ["__meta_kubernetes_pod_node_name"], ep
+    comps = next(e["values"] for e in pm["spec"]["selector"]["matchExpressions"]
+                 if e["key"] == "app.kubernetes.io/component")
+    workloads = [o for o in objs if o["kind"] in ("DaemonSet", "Deployment")]
+    for w in workloads:
+        assert w["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] in comps
+        ports = [p["name"] for c in w["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])]
+        assert "metrics" in ports, f"{w['metadata']['name']} has no metrics port"
+    both = merged(values, metrics={**values["metrics"], "serviceMonitor": {"enabled": True}})
+    assert "not both" in render_error(both)
+    return f"selects {len(workloads)} workloads on their metrics port, node from the pod"
+
+
+def test_rbac_proxy() -> str:
+    values = ci_values("rbac-proxy-values.yaml")
+    objs = chart.objects(chart.render(values, kube_version="1.31.0"))
+    for o in objs:
+        if o["kind"] not in ("DaemonSet", "Deployment"):
+            continue
+        spec = o["spec"]["template"]["spec"]
+        main, proxy = spec["containers"][0], spec["containers"][-1]
+        assert proxy["name"] == "kube-rbac-proxy", [c["name"] for c in spec["containers"]]
+        listen = next(a for a in main["args"] if a.startswith("--metrics-addr="))
+        assert listen.startswith("--metrics-addr=127.0.0.1:"), listen
+        upstream = next(a for a in proxy["args"] if a.startswith("--upstream="))
+        assert upstream == f"--upstream=http://{listen.split('=', 1)[1]}/", (upstream, listen)
+        assert "ports" not in main, "the daemon itself must not expose the metrics port"
+        assert main["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    sm = next(o for o in objs if o["kind"] == "ServiceMonitor")
+    assert sm["spec"]["endpoints"][0]["scheme"] == "https", sm
+    reader = next(o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("metrics-reader"))
+    assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}], reader
+    pm = merged(values, metrics={**values["metrics"], "serviceMonitor": {"enabled": False},
+                                 "podMonitor": {"enabled": True}})
+    assert "use metrics.serviceMonitor" in render_error(pm)
+    return "daemons on 127.0.0.1, proxies on the metrics ports, https ServiceMonitor, reader role"
+
+
+# ---------------------------------------------------------------- node label policy (CEL)
+
+def vap(objs: list[dict[str, Any]]) -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
+
+
+def admit(policy: dict[str, Any], username: str, node_claim: list[str] | None, old: dict[str, Any],
+          new: dict[str, Any]) -> list[str]:
+    """Evaluates the policy as the API server does for an UPDATE of a Node: matchConditions
+    first (a non-match admits), then each validation; returns the messages of failed ones."""
+    import celpy
+
+    extra = {} if node_claim is None else {"authentication.kubernetes.io/node-name": node_claim}
+    request = {"operation": "UPDATE", "userInfo": {"username": username, "extra": extra}}
+    env = celpy.Environment()
+    act = {"object": celpy.json_to_cel(new), "oldObject": celpy.json_to_cel(old),
+           "request": celpy.json_to_cel(request)}
+
+    def run(expr: str) -> Any:
+        return env.program(env.compile(expr)).evaluate(act)
+
+    if not all(run(m["expression"]) for m in policy["spec"].get("matchConditions", [])):
+        return []
+    return [str(run(v["messageExpression"])) if "messageExpression" in v else v["message"]
+            for v in policy["spec"]["validations"] if not run(v["expression"])]
+
+
+def test_node_label_policy() -> str:
+    """The agent's ServiceAccount may set kuberdma.io/roce-ready on its own node and nothing else."""
+    objs = chart.objects(chart.render(None, kube_version="1.30.0"))
+    policy = vap(objs)
+    binding = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding")
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and \
+        binding["spec"]["validationActions"] == ["Deny"], binding
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}]
+    agent = f"system:serviceaccount:{chart.NAMESPACE}:{chart.RELEASE}-agent"
+    node = {"metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"},
+                         "annotations": {"a": "b"}}, "spec": {"podCIDR": "10.0.0.0/24"}}
+
+    def labelled(obj: dict[str, Any], **labels: str) -> dict[str, Any]:
+        out = copy.deepcopy(obj)
+        out["metadata"]["labels"].update(labels)
+        return out
+
+    ready = labelled(node, **{"kuberdma.io/roce-ready": "true"})
+    cases = [
+        ("own node, roce-ready label", agent, ["n1"], node, ready, 0),
+        ("own node, flip the label", agent, ["n1"], ready, labelled(ready, **{"kuberdma.io/roce-ready": "false"}), 0),
+        ("another node", agent, ["n2"], node, ready, 1),
+        ("token without a node claim", agent, None, node, ready, 1),
+        ("another label", agent, ["n1"], node, labelled(node, **{"node-role.kubernetes.io/gpu": ""}), 1),
+        ("remove a label", agent, ["n1"], ready, {**ready, "metadata": {**ready["metadata"], "labels": {
+            "kuberdma.io/roce-ready": "true"}}}, 1),
+        ("cordon", agent, ["n1"], node, {**node, "spec": {**node["spec"], "unschedulable": True}}, 1),
+        ("annotate", agent, ["n1"], node, {**node, "metadata": {**node["metadata"], "annotations": {"x": "y"}}}, 1),
+        ("someone else", "system:serviceaccount:kube-system:node-controller", ["n9"], node,
+         labelled(node, other="x"), 0),
+    ]
+    for label, user, claim, old, new, n_denied in cases:
+        denied = admit(policy, user, claim, old, new)
+        assert len(denied) == n_denied, f"{label}: {denied}"
+    off = chart.objects(chart.render(merged(default_values(), agent={**default_values()["agent"],
+                                                                     "nodeLabelPolicy": {"enabled": False}}),
+                                     kube_version="1.30.0"))
+    assert not [o for o in off if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert not [o for o in chart.objects(chart.render(None, kube_version="1.29.0"))
+                if o["kind"] == "ValidatingAdmissionPolicy"], "rendered for a cluster without the API"
+    return f"{len(cases)} admission cases evaluated with CEL (cel-python)"
+
+
+# ---------------------------------------------------------------- CRD upgrade hook
+
+def test_crd_upgrade_hook() -> str:
+    objs = chart.objects(chart.render(None, upgrade=True))
+    hooks = [o for o in objs if chart.is_hook(o)]
+    assert sorted(o["kind"] for o in hooks) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"], hooks
+    for o in hooks:
+        ann = o["metadata"]["annotations"]
+        assert ann["helm.sh/hook"] == "pre-upgrade", ann
+        assert "hook-succeeded" in ann["helm.sh/hook-delete-policy"], ann
+    job = next(o for o in hooks if o["kind"] == "Job")
+    c = job["spec"]["template"]["spec"]["containers"][0]
+    assert c["command"] + c["args"][:2] == ["/usr/bin/kube-rdma-operator", "crds", "--apply"], c
+    weights = {o["kind"]: int(o["metadata"]["annotations"]["helm.sh/hook-weight"]) for o in hooks}
+    assert weights["Job"] > max(w for k, w in weights.items() if k != "Job"), weights
+    manifests = (ROOT / "manifests" / "kube-rdma.yaml").read_text(encoding="utf-8")
+    assert "crd-upgrade" not in manifests, "the hook belongs to Helm, not to manifests/"
+    off = chart.objects(chart.render(merged(default_values(), crds={"upgradeJob": {"enabled": False}})))
+    assert not [o for o in off if chart.is_hook(o)]
+    return "pre-upgrade Job runs `kube-rdma-operator crds --apply`; RBAC: get/patch of our 2 CRDs"
+
+
+# ---------------------------------------------------------------- alerts, dashboard, metrics
+
+def monitoring_objects() -> list[dict[str, Any]]:
+    return chart.objects(chart.render(full_values()))
+
+
+def dashboard() -> dict[str, Any]:
+    cm = next(o for o in monitoring_objects()
+              if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-dashboard"))
+    assert cm["metadata"]["labels"].get("grafana_dashboard") == "1", cm["metadata"]["labels"]
+    return json.loads(cm["data"]["kube-rdma.json"])
+
+
+def test_dashboard_valid() -> str:
+    d = dashboard()
+    problems = monitoring.check_dashboard(d)
+    assert not problems, "\n".join(problems)
+    exprs = monitoring.dashboard_exprs(d)
+    for where, e in exprs.items():
+        try:
+            monitoring.metric_names(monitoring.grafana_to_promql(e))
+        except Exception as ex:
+            raise AssertionError(f"{where}: {e!r} does not parse: {ex}") from ex
+    titles = " | ".join(p["title"] for p in d["panels"])
+    for topic in ("PFC pause frames", "ECN", "Pool devices", "checks"):
+        assert topic.lower() in titles.lower(), f"no panel about {topic}: {titles}"
+    return f"{len(d['panels'])} panels, {len(exprs)} queries parse"
+
+
+def test_rules_promtool() -> str:
+    values = full_values()
+    r = values["metrics"]["prometheusRule"]
+    groups = monitoring.prometheus_rule_groups(monitoring_objects())
+    alerts = sorted(monitoring.rule_exprs(groups))
+    monitoring.promtool_test(groups, r["for"], r["pauseStormFramesPerSecond"], r["staleAfterSeconds"])
+    d = default_values()["metrics"]["prometheusRule"]
+    dgroups = monitoring.prometheus_rule_groups(chart.objects(chart.render(merged(
+        default_values(), metrics={**default_values()["metrics"], "prometheusRule": {**d, "enabled": True}}))))
+    monitoring.promtool_test(dgroups, d["for"], d["pauseStormFramesPerSecond"], d["staleAfterSeconds"])
+    return f"promtool check + test rules: {', '.join(alerts)}"
+
+
+# Names the rules and dashboard use that come from a binary we cannot yet run here, and why.
+def exported_metrics() -> tuple[set[str], list[str]]:
+    """Series names the binaries export, scraped from the running daemons, and notes on what
+    could not be scraped."""
+    names = monitoring.exposition_names(monitoring.device_plugin_metrics(
+        native_binary("kube-rdma-device-plugin"), ROOT / "examples" / "nodes" / "cx6dx-dual.yaml"))
+    notes = ["device plugin (simulated cx6dx-dual) scraped"]
+    scrapes = apiemu_scrapes()
+    if scrapes is None:
+        notes.append("agent and controller NOT scraped: they need a Kubernetes API (the apiemu emulator is "
+                     "not on this branch)")
+        return names, notes
+    for who, (text, problem) in scrapes.items():
+        names |= monitoring.exposition_names(text)
+        notes.append(f"{who} scraped against the API emulator" + (f" ({problem})" if problem else ""))
+    return names, notes
+
+
+def apiemu_binary() -> Path | None:
+    """The in-repo API emulator's binary, built; None while the crate is not on this branch."""
+    if not (ROOT / "apiemu" / "Cargo.toml").exists():
+        return None
+    res = subprocess.run(["cargo", "build", "--locked", "-p", "kube-rdma-apiemu", "--bin", "kube-rdma-apiemu"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return native_binary("kube-rdma-operator").parent / "kube-rdma-apiemu"
+
+
+SIM_NODE = "cx6dx-dual"
+AGENT_METRICS = ["kuberdma_node_roce_ready", "kuberdma_check_passing", "kuberdma_pfc_pause_frames_total",
+                 "kuberdma_rdma_hw_counter_total", "kuberdma_agent_last_success_timestamp_seconds"]
+CONTROLLER_METRICS = ["kuberdma_profile_nodes", "kuberdma_node_stale"]
+
+
+def cluster_seeds() -> list[str]:
+    """A Node for the simulated node (labelled for the example profile), the example profile."""
+    node = {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": SIM_NODE, "labels": {"kubernetes.io/hostname": SIM_NODE,
+                                                      "node-role.kubernetes.io/rdma": ""}}}
+    return [yaml.safe_dump(node), (EXAMPLES / "roceprofile.yaml").read_text(encoding="utf-8")]
+
+
+def apiemu_scrapes() -> dict[str, tuple[str, str | None]] | None:
+    """The agent's and the controller's /metrics (and what did not show up), each running as
+    the chart runs it (simulated node for the agent) against the in-repo API emulator over TLS,
+    through a kubeconfig. None while the emulator is not on this branch."""
+    emu = apiemu_binary()
+    if emu is None:
+        return None
+    op = str(native_binary("kube-rdma-operator"))
+    with monitoring.ApiEmulator(emu, cluster_seeds()) as api:
+        env = {**os.environ, "KUBECONFIG": str(api.kubeconfig), "NODE_NAME": SIM_NODE}
+        port = monitoring.free_port()
+        agent = monitoring.run_until_scraped(
+            [op, "agent", "--sim", str(ROOT / "examples" / "nodes" / f"{SIM_NODE}.yaml"), "--poll-interval=2",
+             f"--metrics-addr=127.0.0.1:{port}"], env, port, AGENT_METRICS)
+        # The controller needs the agent's RdmaNodeState, which the run above published.
+        port = monitoring.free_port()
+        controller = monitoring.run_until_scraped(
+            [op, "controller", "--interval=1", f"--metrics-addr=127.0.0.1:{port}"], env, port, CONTROLLER_METRICS)
+    return {"agent": agent, "controller": controller}
+
+
+def test_crds_apply_against_emulator() -> str:
+    """The CRD hook's exact command line, run against the API emulator through a kubeconfig:
+    an outdated CRD (as a first install left it) is brought to what the binary generates."""
+    emu = apiemu_binary()
+    assert emu is not None, "needs the in-repo API emulator (apiemu crate), not on this branch yet"
+    generated = [d for d in yaml.safe_load_all(subprocess.run(
+        [str(native_binary("kube-rdma-operator")), "crds"], capture_output=True, text=True, check=True).stdout) if d]
+    old = copy.deepcopy(generated)
+    for crd in old:  # an older release: no printer columns, one property less
+        v = crd["spec"]["versions"][0]
+        v.pop("additionalPrinterColumns", None)
+        props = v["schema"]["openAPIV3Schema"]["properties"]["spec"].get("properties", {})
+        props.pop(sorted(props)[-1], None)
+    hook = next(o for o in chart.objects(chart.render(None, upgrade=True)) if o["kind"] == "Job")
+    c = hook["spec"]["template"]["spec"]["containers"][0]
+    cmd = [str(native_binary("kube-rdma-operator"))] + c["args"]
+    with monitoring.ApiEmulator(emu, [yaml.safe_dump_all(old)]) as api:
+        for attempt in (1, 2):  # the second apply finds nothing to change
+            res = subprocess.run(cmd, env={**os.environ, "KUBECONFIG": str(api.kubeconfig)},
+                                 capture_output=True, text=True, timeout=60)
+            assert res.returncode == 0, f"apply #{attempt}: {res.stdout}{res.stderr}"
+        for want in generated:
+            got = api.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{want['metadata']['name']}")
+            assert got["spec"] == want["spec"], f"{want['metadata']['name']}: stored spec differs from the generated one"
+            managers = {m.get("manager") for m in got["metadata"].get("managedFields", [])}
+            assert "kube-rdma" in managers, f"no field manager kube-rdma: {managers}"
+    return f"{len(generated)} CRDs upgraded by `{' '.join(c['args'])}` (field manager kube-rdma), twice"
+
+
+def test_metrics_exist() -> str:
+    """Every metric a rule or dashboard query names is exported by a kube-rdma binary."""
+    used: dict[str, set[str]] = {}
+    groups = monitoring.prometheus_rule_groups(monitoring_objects())
+    for alert, e in monitoring.rule_exprs(groups).items():
+        for n in monitoring.metric_names(e):
+            used.setdefault(n, set()).add(f"alert {alert}")
+    for where, e in monitoring.dashboard_exprs(dashboard()).items():
+        for n in monitoring.metric_names(monitoring.grafana_to_promql(e)):
+            used.setdefault(n, set()).add(f"dashboard {where}")
+    exported, notes = exported_metrics()
+    missing = {n: sorted(w)[:2] for n, w in sorted(used.items()) if n not in exported}
+    assert not missing, "; ".join(notes) + "\nnamed but not exported:\n" + "\n".join(
+        f"  {n}  (used by {', '.join(w)})" for n, w in missing.items())
+    return f"{len(used)} metric names, all exported ({'; '.join(notes)})"
+
+
+# ---------------------------------------------------------------- logs
+
+def test_logs_plain_and_json() -> str:
+    """Off a terminal the daemons log without ANSI colour; --log-format json gives one JSON object
+    per line. The device plugin daemon on a simulated node logs as it starts."""
+    dp = native_binary("kube-rdma-device-plugin")
+    outs = {}
+    for fmt in ("text", "json"):
+        with tempfile.TemporaryDirectory(prefix="kube-rdma-logs-") as tmp:
+            proc = subprocess.Popen([str(dp), "--log-format", fmt, "--sim", str(ROOT / "examples/nodes/cx6dx-dual.yaml"),
+                                     "--kubelet-dir", tmp, "--cdi-dir", f"{tmp}/c", "--devinfo-dir", f"{tmp}/d",
+                                     "--no-link-events"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    env={k: v for k, v in os.environ.items() if k != "NO_COLOR"})
+            time.sleep(1.5)
+            proc.terminate()
+            outs[fmt] = proc.communicate(timeout=10)[1].decode()
+    assert "serving" in outs["text"], outs["text"]
+    assert "\x1b[" not in outs["text"], f"ANSI escapes in piped logs: {outs['text'][:300]!r}"
+    lines = [ln for ln in outs["json"].splitlines() if ln.strip()]
+    assert lines, "no JSON log lines"
+    for ln in lines:
+        obj = json.loads(ln)
+        assert {"timestamp", "level", "fields"} <= set(obj), obj
+    env_fmt = subprocess.run([str(dp), "discover", "--sim", str(ROOT / "examples/nodes/cx6dx-dual.yaml")],
+                             capture_output=True, text=True, env={**os.environ, "KUBE_RDMA_LOG_FORMAT": "yaml"})
+    assert env_fmt.returncode != 0 and "yaml" in env_fmt.stderr, "a bad KUBE_RDMA_LOG_FORMAT was accepted"
+    for b in ("kube-rdma-operator", "kubectl-rdma"):
+        res = subprocess.run([str(native_binary(b)), "--log-format", "json", "--help"], capture_output=True, text=True)
+        assert res.returncode == 0 and "--log-format" in res.stdout, res.stderr
+    # The controller, with an API server that refuses connections, logs its retries.
+    op = {}
+    with tempfile.TemporaryDirectory(prefix="kube-rdma-logs-") as tmp:
+        kc = Path(tmp, "kubeconfig")
+        kc.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "c",
+            "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{monitoring.free_port()}"}}],
+            "users": [{"name": "u", "user": {"token": "t"}}],
+            "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}), encoding="utf-8")
+        for fmt in ("text", "json"):
+            proc = subprocess.Popen([str(native_binary("kube-rdma-operator")), "--log-format", fmt, "controller",
+                                     "--interval=1"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                    env={**os.environ, "KUBECONFIG": str(kc), "RUST_LOG": "debug"})
+            time.sleep(3)
+            proc.terminate()
+            op[fmt] = proc.communicate(timeout=10)[1].decode()
+    assert "panicked" not in op["text"], f"the controller panics instead of logging: {op['text'][:400]}"
+    assert op["text"].strip() and "\x1b[" not in op["text"], f"controller text logs: {op['text'][:300]!r}"
+    for ln in (ln for ln in op["json"].splitlines() if ln.strip()):
+        json.loads(ln)
+    return (f"device plugin text: {len(outs['text'].splitlines())} plain lines, json: {len(lines)} objects; "
+            f"controller text: {len(op['text'].splitlines())} plain lines, json parses")
 
 
 # ---------------------------------------------------------------- image
@@ -544,22 +1192,28 @@ def elf_interpreter(path: Path) -> str | None:
     return None
 
 
-def build_static() -> str:
-    env = dict(os.environ)
-    # crt-static links glibc statically: the binaries then run in a `FROM scratch` image. Only the
-    # target's units get these flags (`--target` keeps build scripts and proc macros dynamic).
-    env["RUSTFLAGS"] = "-C target-feature=+crt-static -C debuginfo=0 -C strip=symbols"
-    env["CARGO_TARGET_DIR"] = str(static_target_dir())
-    cmd = ["cargo", "build", "--locked", "--target", TRIPLE, "--bins"]
-    for p in PACKAGES:
-        cmd += ["-p", p]
-    res = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+# The image the tests build: a version of its own, so --version proves the VERSION build arg
+# reaches the binaries (KUBE_RDMA_VERSION at compile time) rather than the crate version.
+IMAGE_VERSION = f"{workspace_version()}-delivery.1"
+
+
+def dist_dir() -> Path:
+    return static_target_dir() / "dist-delivery"
+
+
+def build_static(version: str) -> str:
+    """scripts/delivery/build-dist --debug with VERSION: what a user runs (release by default;
+    debug here because a release build of four binaries takes 15 CPU-minutes)."""
+    res = subprocess.run([str(ROOT / "scripts" / "delivery" / "build-dist"), "--debug", "--out", str(dist_dir())],
+                         cwd=ROOT, env={**os.environ, "VERSION": version}, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-4000:]
-    out = static_target_dir() / TRIPLE / "debug"
     for b in BINARIES:
-        interp = elf_interpreter(out / b)
+        interp = elf_interpreter(dist_dir() / b)
         assert interp is None, f"{b} needs the dynamic loader {interp}: it cannot run FROM scratch"
-    return f"{len(BINARIES)} static binaries in {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}"
+    bad = subprocess.run([str(ROOT / "scripts" / "delivery" / "build-dist"), "--arch", "sparc"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and "sparc" in bad.stderr, bad.stderr
+    return f"{len(BINARIES)} static binaries in {dist_dir()}"
 
 
 PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
@@ -567,7 +1221,7 @@ IMAGE = "localhost/kube-rdma"
 
 
 def build_image(version: str) -> str:
-    src = static_target_dir() / TRIPLE / "debug"
+    src = dist_dir()
     with tempfile.TemporaryDirectory(prefix="kube-rdma-image-") as ctx:
         # A small build context: the Dockerfile and dist/ only (the repo holds GBs of target dirs).
         dist = Path(ctx) / "dist"
@@ -609,7 +1263,7 @@ def run_in_image(version: str, args: list[str], mounts: list[str] | None = None,
 
 def test_binary_version(version: str, binary: str) -> str:
     out = run_in_image(version, [f"/usr/bin/{binary}", "--version"])
-    assert version in out, f"{binary} --version printed {out!r}, no {version}"
+    assert version in out.split(), f"{binary} --version printed {out!r}, not {version}"
     return out.strip().splitlines()[0]
 
 
@@ -634,7 +1288,7 @@ def discover_in_image(version: str, config: str, node: str) -> dict[str, int]:
 def test_dp_accepts_chart_config(version: str) -> str:
     """The ConfigMap the chart renders is a config the real device plugin accepts and uses."""
     pools = discover_in_image(version, device_plugin_config(None), "cx6dx-dual.yaml")
-    assert list(pools) == ["kuberdma.io/rdma_vf"] and pools["kuberdma.io/rdma_vf"] > 0, pools
+    assert list(pools) == ["kuberdma.io/rdma_vfs"] and pools["kuberdma.io/rdma_vfs"] > 0, pools
     full = discover_in_image(version, device_plugin_config(full_values()), "mixed.yaml")
     want = [f"{p.get('resourcePrefix', 'kuberdma.io')}/{p['name']}" for p in full_values()["pools"]]
     assert sorted(full) == sorted(want), f"{full} != {want}"
@@ -664,12 +1318,14 @@ def test_chart_command_lines(version: str) -> str:
     """Every command line the chart renders (default and full values) is accepted by the binary
     in the image: clap rejects an unknown flag or a bad value before it acts on a trailing --help."""
     seen = set()
-    for values in (None, full_values()):
+    for values in (None, full_values(), ci_values("rbac-proxy-values.yaml")):
         for o in chart.objects(chart.render(values)):
             if o["kind"] not in security.WORKLOAD_KINDS:
                 continue
             spec = o["spec"]["template"]["spec"]
             for c in spec.get("initContainers", []) + spec.get("containers", []):
+                if c["name"] == "kube-rbac-proxy":
+                    continue  # not our image
                 line = tuple(c["command"] + c.get("args", []))
                 if line[0].endswith("kube-rdma-cni"):
                     continue  # not clap; its `install` runs for real in another check
@@ -682,7 +1338,7 @@ def test_chart_command_lines(version: str) -> str:
 def test_readme_pools_in_image(version: str) -> str:
     pools_yaml, _ = readme_values()
     pools = discover_in_image(version, pools_yaml, "cx6dx-dual.yaml")
-    assert pools.get("kuberdma.io/rdma_vf", 0) > 0, pools
+    assert pools.get("kuberdma.io/rdma_vfs", 0) > 0, pools
     return f"README pools.yaml on cx6dx-dual: {pools}"
 
 
@@ -694,7 +1350,7 @@ def test_cni_install_in_image(version: str) -> str:
                      [f"{tmp}:/host/cni-bin"], extra=["--user", "0:0", "--cap-drop", "all",
                                                       "--security-opt", "no-new-privileges"])
         installed = Path(tmp, "kube-rdma-cni")
-        want = (static_target_dir() / TRIPLE / "debug" / "kube-rdma-cni").read_bytes()
+        want = (dist_dir() / "kube-rdma-cni").read_bytes()
         assert installed.read_bytes() == want, "installed binary differs from the image's"
         assert os.access(installed, os.X_OK), "installed binary is not executable"
         leftovers = [p.name for p in Path(tmp).iterdir() if p.name != "kube-rdma-cni"]
@@ -747,11 +1403,18 @@ def main() -> int:
     suite = Suite()
     full = full_values()
     suite.check("chart: lint (default values, strict)", lambda: lint(None))
-    suite.check("chart: lint (ci/full-values.yaml, strict)", lambda: lint(full))
-    suite.check("chart: render default values", test_render_default)
+    for f in ci_files():
+        suite.check(f"chart: lint (ci/{f}, strict)", lambda f=f: lint(ci_values(f)))
+    suite.check("chart: render default values (Kubernetes 1.28 and 1.30)", test_render_default)
     suite.check("chart: render full values", test_render_full)
     suite.check("chart: schema accepts default values", lambda: test_schema_accepts(default_values()))
     suite.check("chart: schema accepts full values", lambda: test_schema_accepts(full))
+    suite.check("chart: values.schema.json is current (scripts/render-manifests)",
+                lambda: (lambda p: (_ for _ in ()).throw(AssertionError(p)) if p else "generated")(
+                    chart.schema_problem()))
+    suite.check("chart: every object schema is closed", test_schema_objects_are_closed)
+    suite.check("chart: a typo in any values object is rejected", test_typo_in_every_object_is_rejected)
+    suite.check("chart: hostnetwork / allowEnforc / priorites typos are rejected", test_named_typos_rejected)
     for label, (pool, expect) in BAD_POOLS.items():
         suite.check(f"chart: schema rejects pool ({label})",
                     lambda pool=pool, expect=expect: test_schema_rejects(pool, expect))
@@ -763,16 +1426,35 @@ def main() -> int:
         "Enforce profile without allowEnforce": (
             merged(d, profiles=[{"name": "p", "spec": {"mode": "Enforce"}}]), "allowEnforce"),
         "pools and rawConfig together": (merged(d, rawConfig="{}"), "not both"),
+        "rawConfig of no known format": (merged(d, pools=[], rawConfig='{"devices": []}'), "none of `pools`"),
     }
     for label, (values, expect) in guards.items():
         suite.check(f"chart: refuses {label}", lambda v=values, e=expect: test_guard(v, e))
     suite.check("chart: device plugin config follows pools", test_pool_config_matches_values)
     suite.check("chart: rawConfig (sriov-network-device-plugin config.json) passed verbatim",
                 test_raw_config_verbatim)
-    suite.check("validate: rendered default objects (kubernetes-validate --strict)",
-                lambda: kubernetes_validate(builtin(chart.objects(chart.render(None))), "default"))
-    suite.check("validate: rendered full objects (kubernetes-validate --strict)",
-                lambda: kubernetes_validate(builtin(chart.objects(chart.render(full))), "full"))
+    suite.check("chart: knobs reach the objects (full values)", test_knobs_reach_the_objects)
+    suite.check("chart: read-only host mounts are recursive on Kubernetes >= 1.30", test_recursive_read_only)
+    suite.check("chart: PodMonitor option", test_podmonitor)
+    suite.check("chart: metrics behind kube-rbac-proxy (ci/rbac-proxy-values.yaml)", test_rbac_proxy)
+    suite.check("chart: CRD upgrade hook (pre-upgrade Job, our binary)", test_crd_upgrade_hook)
+    suite.check("migration: sriov-network-device-plugin rawConfig NADs name what discover advertises",
+                test_migration_sndp)
+    suite.check("migration: k8s-rdma-shared-dev-plugin rawConfig resources in NOTES match discover",
+                test_migration_rsdp)
+    suite.check("migration: a network on a pool rawConfig lacks is refused with the pools named",
+                test_network_on_unknown_raw_pool)
+    suite.check("policy: agent may label only its own node (ValidatingAdmissionPolicy, CEL)",
+                test_node_label_policy)
+    suite.check("monitoring: dashboard JSON is valid and every query parses", test_dashboard_valid)
+    suite.check("monitoring: alert rules pass promtool check and unit tests", test_rules_promtool)
+    suite.check("monitoring: every metric in rules and dashboard is exported by a binary", test_metrics_exist)
+    suite.check("logs: no ANSI off a terminal; --log-format json", test_logs_plain_and_json)
+    suite.check("crds: the upgrade hook's `crds --apply` against the API emulator",
+                test_crds_apply_against_emulator)
+    for f in ["values.yaml"] + ci_files():
+        suite.check(f"validate: rendered objects of {f} (kubernetes-validate --strict)",
+                    lambda f=f: validate_rendered(default_values() if f == "values.yaml" else ci_values(f), f))
     suite.check("validate: CRDs (kubernetes-validate --strict)", test_crds_validate)
     for name, fn in dra.CHECKS:  # DRA mode: scripts/delivery/dra.py
         suite.check(name, fn)
@@ -787,6 +1469,7 @@ def main() -> int:
     suite.check("docs: README worked example renders and validates", test_readme_example_renders)
     suite.check("security: default values", lambda: test_security(default_values()))
     suite.check("security: full values (Enforce, configfs)", lambda: test_security(full))
+    suite.check("security: rbac-proxy values", lambda: test_security(ci_values("rbac-proxy-values.yaml")))
     suite.check("security: agent gets NET_ADMIN and writable sysfs only with allowEnforce",
                 test_agent_privileges)
     suite.check("security: checker catches added privileges", test_security_catches_mutations)
@@ -801,11 +1484,13 @@ def main() -> int:
         suite.failed += 1
         print("FAIL image: podman is not installed (apt-get install podman runc)")
     else:
-        version = workspace_version()
-        if suite.check("image: static binaries (crt-static, glibc)", build_static) and \
+        version = IMAGE_VERSION
+        if suite.check("image: static binaries via scripts/delivery/build-dist (crt-static, VERSION)",
+                       lambda: build_static(version)) and \
                 suite.check("image: podman build (FROM scratch, offline)", lambda: build_image(version)):
             for b in BINARIES:
-                suite.check(f"image: {b} --version", lambda b=b: test_binary_version(version, b))
+                suite.check(f"image: {b} --version shows the VERSION build arg",
+                            lambda b=b: test_binary_version(version, b))
             suite.check("image: the chart's command lines are accepted by the binaries",
                         lambda: test_chart_command_lines(version))
             suite.check("image: device plugin accepts the chart's pool config (simulated nodes)",

@@ -4,5 +4,8 @@
 
 mod common;
 mod connect;
+mod fanout;
+mod faults;
+mod serve_binary;
 mod verbs;
 mod watches;

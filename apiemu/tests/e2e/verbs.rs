@@ -45,6 +45,9 @@ async fn create_get_replace_delete_with_conflicts_and_not_found() {
     // `got` still carries rv1: optimistic concurrency refuses it.
     let s = api_err(nodes.replace("n1", &pp, &got).await);
     assert_eq!((s.code, s.reason.as_str()), (409, "Conflict"));
+    let mut unconditional = got.clone();
+    unconditional.metadata.resource_version = None;
+    nodes.replace("n1", &pp, &unconditional).await.expect("nodes allow unconditional updates");
     assert!(s.message.contains("the object has been modified"), "{}", s.message);
 
     let s = api_err(nodes.get("nope").await);
@@ -153,6 +156,11 @@ async fn status_subresource_separates_spec_and_status_writes() {
         (put.data["status"]["ready"].clone(), put.data["spec"]["nodeName"].clone()),
         (json!(false), json!("n1"))
     );
+    // Custom resources refuse a PUT without resourceVersion (422); nodes take it.
+    let mut unconditional = put.clone();
+    unconditional.metadata.resource_version = None;
+    let s = api_err(api.replace_status("n1", &PostParams::default(), &unconditional).await);
+    assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
     let main = api
         .patch(
             "n1",

@@ -172,6 +172,33 @@ async fn watcher_gets_init_done_then_updates() {
         Event::Apply(n) => assert_eq!(n.metadata.name.as_deref(), Some("b")),
         other => panic!("unexpected {other:?}"),
     }
+
+    // Another resource moves the resourceVersion on; the watcher learns it
+    // from bookmarks (which it consumes silently) and resumes from it after
+    // a dropped connection.
+    let later = emu
+        .store()
+        .create(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "later"}}))
+        .unwrap();
+    let later_rv = later["metadata"]["resourceVersion"].as_str().unwrap().to_string();
+    let before = emu.log().stats().bookmarks_sent;
+    let poll = timeout(Duration::from_millis(400), w.try_next()).await;
+    assert!(poll.is_err(), "bookmarks are not surfaced as events: {poll:?}");
+    assert!(emu.log().stats().bookmarks_sent > before);
+    emu.disconnect_watches();
+    emu.store().create(node("c", json!({}))).unwrap();
+    loop {
+        match timeout(T, w.try_next()).await.unwrap() {
+            Ok(Some(Event::Apply(n))) => {
+                assert_eq!(n.metadata.name.as_deref(), Some("c"));
+                break;
+            }
+            Ok(other) => panic!("unexpected {other:?}"),
+            Err(_) => {}
+        }
+    }
+    let resumed = emu.log().records().into_iter().rfind(|r| r.watch).unwrap();
+    assert!(resumed.query.contains(&format!("resourceVersion={later_rv}")), "{}", resumed.query);
 }
 
 #[tokio::test]

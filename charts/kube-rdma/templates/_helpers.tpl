@@ -43,8 +43,131 @@ app.kubernetes.io/component: {{ .component }}
 app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
+{{/* An image reference from (dict "image" <image values> "tag" <default tag>): by digest when one is given. */}}
+{{- define "kube-rdma.imageRef" -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" .image.repository .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" .image.repository (default .tag .image.tag) -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "kube-rdma.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "kube-rdma.imageRef" (dict "image" .Values.image "tag" .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* ServiceAccount of a component; call with (dict "root" $ "component" "agent" "key" "agent"). */}}
+{{- define "kube-rdma.serviceAccountName" -}}
+{{- $sa := (index .root.Values .key).serviceAccount -}}
+{{- if $sa.name -}}
+{{- $sa.name -}}
+{{- else if $sa.create -}}
+{{- include "kube-rdma.componentName" . -}}
+{{- else -}}
+{{- fail (printf "%s.serviceAccount: create is false, so name must name an existing ServiceAccount" .key) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod labels: the component's labels plus its podLabels. */}}
+{{- define "kube-rdma.podLabels" -}}
+{{ include "kube-rdma.componentLabels" . }}
+{{- with (index .root.Values .key).podLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* nodeSelector of a node component (device plugin, agent): rdmaNodeLabel plus its own nodeSelector. */}}
+{{- define "kube-rdma.nodeComponentSelector" -}}
+{{- $sel := dict -}}
+{{- if .root.Values.rdmaNodeLabel.key -}}
+{{- $_ := set $sel .root.Values.rdmaNodeLabel.key .root.Values.rdmaNodeLabel.value -}}
+{{- end -}}
+{{- $sel = merge (deepCopy ((index .root.Values .key).nodeSelector | default dict)) $sel -}}
+{{- if $sel -}}
+{{ toYaml $sel }}
+{{- end -}}
+{{- end -}}
+
+{{/* Address a daemon's /metrics listens on: loopback behind kube-rbac-proxy, else every address. */}}
+{{- define "kube-rdma.metricsListen" -}}
+{{- $c := index .root.Values .key -}}
+{{- if .root.Values.metrics.rbacProxy.enabled -}}
+{{- printf "127.0.0.1:%v" (index .root.Values.metrics.rbacProxy.upstreamPorts .key) -}}
+{{- else -}}
+{{- printf "0.0.0.0:%v" $c.metrics.port -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Arguments every daemon takes: log format, then the component's extraArgs. */}}
+{{- define "kube-rdma.commonArgs" -}}
+- --log-format={{ .root.Values.logFormat }}
+{{- with (index .root.Values .key).extraArgs }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The kube-rbac-proxy sidecar in front of a daemon's metrics (metrics.rbacProxy.enabled): TLS on the
+component's metrics port, TokenReview + SubjectAccessReview (get on the /metrics non-resource URL)
+for /metrics, /healthz passed through unauthenticated for the kubelet's probes. Its API token is
+projected into this container only; the daemon itself gets none it does not already have.
+*/}}
+{{- define "kube-rdma.rbacProxyContainer" -}}
+{{- $p := .root.Values.metrics.rbacProxy -}}
+{{- $c := index .root.Values .key -}}
+- name: kube-rbac-proxy
+  image: {{ include "kube-rdma.imageRef" (dict "image" $p.image "tag" "latest") }}
+  imagePullPolicy: IfNotPresent
+  args:
+    - --secure-listen-address=0.0.0.0:{{ $c.metrics.port }}
+    - --upstream=http://127.0.0.1:{{ index $p.upstreamPorts .key }}/
+    - --allow-paths=/metrics,/healthz
+    - --ignore-paths=/healthz
+  ports:
+    - name: metrics
+      containerPort: {{ $c.metrics.port }}
+      protocol: TCP
+  securityContext:
+    {{- include "kube-rdma.containerSecurityContext" (dict "root" false) | nindent 4 }}
+  resources:
+    {{- toYaml $p.resources | nindent 4 }}
+  volumeMounts:
+    - name: rbac-proxy-token
+      mountPath: /var/run/secrets/kubernetes.io/serviceaccount
+      readOnly: true
+{{- end -}}
+
+{{/* The projected API token of the kube-rbac-proxy sidecar (the pod itself mounts none). */}}
+{{- define "kube-rdma.rbacProxyVolume" -}}
+- name: rbac-proxy-token
+  projected:
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: 3600
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+      - downwardAPI:
+          items:
+            - path: namespace
+              fieldRef:
+                fieldPath: metadata.namespace
+{{- end -}}
+
+{{/*
+A probe of a daemon (dict "root" $ "key" "agent" "probe" <probe>). Behind kube-rbac-proxy it goes
+to the proxy over HTTPS, by number: a named port resolves only within the probed container.
+*/}}
+{{- define "kube-rdma.probe" -}}
+{{- $probe := deepCopy .probe -}}
+{{- if and .root.Values.metrics.rbacProxy.enabled (hasKey $probe "httpGet") -}}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" -}}
+{{- $_ := set $probe.httpGet "port" (index .root.Values .key).metrics.port -}}
+{{- end -}}
+{{ toYaml $probe }}
 {{- end -}}
 
 {{/*
@@ -86,6 +209,46 @@ seccompProfile:
 {{- end -}}
 {{- end -}}
 
+{{/*
+Pool name -> full resource name (as JSON), as the device plugin will advertise it: from `pools`
+with `resourcePrefix`, or read from `rawConfig` with the defaults of the file's own format
+(device-plugin/src/config.rs): ours `kuberdma.io`, sriov-network-device-plugin `intel.com` (its
+--resource-prefix default), k8s-rdma-shared-dev-plugin `rdma`; a per-entry `resourcePrefix` wins.
+*/}}
+{{- define "kube-rdma.poolResources" -}}
+{{- $out := dict -}}
+{{- if .Values.rawConfig -}}
+{{- $raw := fromYaml .Values.rawConfig -}}
+{{- if hasKey $raw "Error" -}}
+{{- fail (printf "rawConfig is neither JSON nor YAML: %s" (get $raw "Error")) -}}
+{{- end -}}
+{{- $entries := list -}}
+{{- $default := "" -}}
+{{- $key := "" -}}
+{{- if hasKey $raw "pools" -}}
+{{- $entries = $raw.pools -}}{{- $default = $raw.resourcePrefix | default "kuberdma.io" -}}{{- $key = "name" -}}
+{{- else if hasKey $raw "resourceList" -}}
+{{- $entries = $raw.resourceList -}}{{- $default = "intel.com" -}}{{- $key = "resourceName" -}}
+{{- else if hasKey $raw "configList" -}}
+{{- $entries = $raw.configList -}}{{- $default = "rdma" -}}{{- $key = "resourceName" -}}
+{{- else -}}
+{{- fail "rawConfig has none of `pools` (kube-rdma), `resourceList` (sriov-network-device-plugin) or `configList` (k8s-rdma-shared-dev-plugin)" -}}
+{{- end -}}
+{{- range $i, $e := $entries -}}
+{{- $name := get $e $key | toString -}}
+{{- if not $name -}}
+{{- fail (printf "rawConfig: entry %d has no `%s`" $i $key) -}}
+{{- end -}}
+{{- $_ := set $out $name (printf "%s/%s" ($e.resourcePrefix | default $default) $name) -}}
+{{- end -}}
+{{- else -}}
+{{- range .Values.pools -}}
+{{- $_ := set $out .name (printf "%s/%s" (.resourcePrefix | default $.Values.resourcePrefix) .name) -}}
+{{- end -}}
+{{- end -}}
+{{- toJson $out -}}
+{{- end -}}
+
 {{/* Checks JSON schema cannot express: unique pool names, known pools, Enforce allowed. */}}
 {{- define "kube-rdma.validate" -}}
 {{- if and .Values.rawConfig .Values.pools -}}
@@ -98,10 +261,14 @@ seccompProfile:
 {{- end -}}
 {{- $_ := set $seen .name true -}}
 {{- end -}}
+{{- $resources := include "kube-rdma.poolResources" . | fromJson -}}
 {{- range .Values.networks -}}
-{{- if and (not $.Values.rawConfig) (not (hasKey $seen .pool)) -}}
-{{- fail (printf "network %q uses pool %q, which is not in `pools`" .name .pool) -}}
+{{- if not (hasKey $resources .pool) -}}
+{{- fail (printf "network %q uses pool %q, which is not in %s (pools there: %s)" .name .pool (ternary "rawConfig" "`pools`" (not (empty $.Values.rawConfig))) (keys $resources | sortAlpha | join ", ")) -}}
 {{- end -}}
+{{- end -}}
+{{- if and .Values.metrics.serviceMonitor.enabled .Values.metrics.podMonitor.enabled -}}
+{{- fail "enable metrics.serviceMonitor or metrics.podMonitor, not both: every target would be scraped twice" -}}
 {{- end -}}
 {{- range .Values.profiles -}}
 {{- if and (eq (toString (dig "mode" "" .spec)) "Enforce") (not $.Values.agent.allowEnforce) -}}

@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
 use kube_rdma_operator::agent::NodeSource;
 use kube_rdma_operator::view::{self, node_table, Detail};
 use kube_rdma_operator::{check_once, checks, load_profile};
@@ -18,12 +18,40 @@ use nic::roce::{DcbSource, ObserveOpts};
 #[command(
     name = "kubectl-rdma",
     bin_name = "kubectl rdma",
-    version,
+    version = VERSION,
     about = "RoCE settings of Kubernetes nodes"
 )]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
+    #[arg(long, global = true, value_enum, env = "KUBE_RDMA_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
+}
+
+/// `KUBE_RDMA_VERSION` at build time (set by scripts/delivery/build-dist), else the crate version.
+const VERSION: &str = match option_env!("KUBE_RDMA_VERSION") {
+    Some(v) => v,
+    None => env!("CARGO_PKG_VERSION"),
+};
+
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn init_logging(format: LogFormat) {
+    use std::io::IsTerminal as _;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => fmt.json().init(),
+        // Colour codes only for a person at a terminal.
+        LogFormat::Text => {
+            fmt.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()).init();
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -54,13 +82,9 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
-    match run(Cli::parse()) {
+    let cli = Cli::parse();
+    init_logging(cli.log_format);
+    match run(cli) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("kubectl-rdma: {e:#}");

@@ -1,0 +1,289 @@
+"""Build charts/kube-rdma/values.schema.json (scripts/render-manifests writes it, --check compares).
+
+Written as code so that every object with named keys is closed (`additionalProperties: false`:
+a misspelt key is refused by `helm install` with its path) without repeating that in 600 lines
+of JSON, and so that `profiles[].spec` is the RoceProfile CRD's own schema, kept in step with
+charts/kube-rdma/crds/crds.yaml. Free-form maps (labels, annotations, nodeSelector, quantities)
+stay open by nature: their keys are data, not options.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import chart
+
+DNS_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+def closed(properties: dict[str, Any], required: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    """An object schema that refuses keys it does not name."""
+    out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": properties}
+    if required:
+        out["required"] = required
+    out.update(extra)
+    return out
+
+
+def ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/definitions/{name}"}
+
+
+def array_of(item: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    return {"type": "array", "items": item, **extra}
+
+
+def structural(schema: Any) -> Any:
+    """A CRD openAPIV3Schema as JSON Schema: `nullable` becomes a null alternative, and objects
+    with properties are closed (the API server would prune unknown fields silently)."""
+    if isinstance(schema, list):
+        return [structural(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {}
+    for k, v in schema.items():
+        if k.startswith("x-kubernetes") or k in ("nullable", "default"):
+            continue
+        if k == "properties":
+            out[k] = {name: structural(sub) for name, sub in v.items()}
+        else:
+            out[k] = structural(v)
+    if schema.get("nullable") and "type" in out:
+        out["type"] = [out["type"], "null"]
+    if schema.get("x-kubernetes-preserve-unknown-fields"):
+        out.pop("additionalProperties", None)
+    elif out.get("type") in ("object", ["object", "null"]) and "properties" in out \
+            and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def roce_profile_spec() -> dict[str, Any]:
+    for crd in chart.crd_documents():
+        if crd["spec"]["names"]["kind"] == "RoceProfile":
+            version = next(v for v in crd["spec"]["versions"] if v.get("storage"))
+            return structural(version["schema"]["openAPIV3Schema"]["properties"]["spec"])
+    raise SystemExit("charts/kube-rdma/crds/crds.yaml has no RoceProfile CRD")
+
+
+def definitions() -> dict[str, Any]:
+    selector_list = {"type": "array", "minItems": 1}
+    return {
+        "hexId": {"type": "string", "pattern": "^(0x)?[0-9a-fA-F]{4}$"},
+        "pciAddress": {"type": "string", "pattern": r"^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"},
+        "port": {"type": "integer", "minimum": 1, "maximum": 65535},
+        "logLevel": {"type": "string", "enum": ["error", "warn", "info", "debug", "trace"]},
+        "absPath": {"type": "string", "pattern": "^/"},
+        "stringMap": {"type": "object", "additionalProperties": {"type": "string"}},
+        "quantityMap": {"type": "object", "additionalProperties": {"type": ["string", "number"]}},
+        # Kubernetes objects passed through to the pod spec unchanged; the API server checks them.
+        "k8sObject": {"type": "object"},
+        "k8sObjects": array_of({"type": "object"}),
+        "resources": closed({
+            "requests": {"type": "object", "required": ["cpu", "memory"],
+                         "additionalProperties": {"type": ["string", "number"]}},
+            "limits": ref("quantityMap"),
+        }, ["requests"]),
+        "image": closed({
+            "repository": {"type": "string", "minLength": 1},
+            "tag": {"type": "string"},
+            "digest": {"type": "string", "pattern": "^(sha256:[0-9a-f]{64})?$"},
+            "pullPolicy": {"type": "string", "enum": ["Always", "IfNotPresent", "Never"]},
+        }, ["repository"]),
+        "serviceAccount": closed({
+            "create": {"type": "boolean"},
+            "name": {"type": "string", "pattern": "^(" + DNS_SUBDOMAIN[1:-1] + ")?$", "maxLength": 253},
+            "annotations": ref("stringMap"),
+        }),
+        "probe": ref("k8sObject"),
+        "metricsPort": closed({"port": ref("port")}, ["port"]),
+        "daemonSetUpdateStrategy": closed({
+            "type": {"type": "string", "enum": ["RollingUpdate", "OnDelete"]},
+            "rollingUpdate": closed({
+                "maxUnavailable": {"type": ["integer", "string"]},
+                "maxSurge": {"type": ["integer", "string"]},
+            }),
+        }),
+        "selector": closed({
+            "vendors": {**selector_list, "items": ref("hexId")},
+            "devices": {**selector_list, "items": ref("hexId")},
+            "deviceIDs": {**selector_list, "items": ref("hexId"),
+                          "description": "k8s-rdma-shared-dev-plugin's name for devices."},
+            "drivers": {**selector_list, "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}},
+            "pfNames": {**selector_list, "description": "PF netdev names, optionally with a VF range: "
+                        "ens1f0#0-7 or ens1f0#0,2,4-5.",
+                        "items": {"type": "string",
+                                  "pattern": r"^[^#\s/]{1,15}(#[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$"}},
+            "ifNames": {**selector_list, "items": {"type": "string", "pattern": r"^[^#\s/]{1,15}$"}},
+            "rootDevices": {**selector_list, "items": ref("pciAddress"), "description": "PF PCI addresses."},
+            "pciAddresses": {**selector_list, "items": ref("pciAddress"),
+                             "description": "PCI addresses of the VFs themselves."},
+            "linkTypes": {**selector_list,
+                          "items": {"type": "string", "enum": ["ether", "ethernet", "eth", "infiniband", "ib"]}},
+            "isRdma": {"type": "boolean"},
+            "linkSpeeds": {**selector_list, "items": {"type": "integer", "minimum": 1},
+                           "description": "Link speeds in Mb/s as the kernel reports them (25000, 100000)."},
+            "numaNodes": {**selector_list, "items": {"type": "integer", "minimum": 0}},
+        }, minProperties=1),
+        "pool": closed({
+            "name": {"type": "string", "maxLength": 63, "pattern": "^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
+                     "description": "Resource name after the prefix: a Kubernetes qualified-name part."},
+            "mode": {"type": "string", "enum": ["vf", "shared"]},
+            "policy": {"type": "string", "enum": ["pack", "spread"]},
+            "gpuAffinity": {"type": "boolean"},
+            "selectors": {
+                "description": "One selector object, or a list of them (a device matching any one is "
+                               "selected). Keys within one object are ANDed.",
+                "type": ["object", "array"],
+                "if": {"type": "object"}, "then": ref("selector"),
+                "else": {"minItems": 1, "items": ref("selector")},
+            },
+            "rdmaHcaMax": {"type": "integer", "minimum": 1, "maximum": 1000,
+                           "description": "shared mode: how many pods may share one RDMA device (required there)."},
+            "excludeTopology": {"type": "boolean"},
+            "resourcePrefix": {"type": "string", "pattern": DNS_SUBDOMAIN, "maxLength": 253},
+        }, ["name", "selectors"], allOf=[{
+            "if": {"properties": {"mode": {"const": "shared"}}, "required": ["mode"]},
+            "then": {"required": ["rdmaHcaMax"]},
+            "else": {"not": {"required": ["rdmaHcaMax"]}},
+        }]),
+        "roceProfileSpec": roce_profile_spec(),
+    }
+
+
+def component(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    """A workload's keys: its own plus scheduling, pod metadata, ServiceAccount and extras."""
+    common = {
+        "enabled": {"type": "boolean"},
+        "logLevel": ref("logLevel"),
+        "serviceAccount": ref("serviceAccount"),
+        "resources": ref("resources"),
+        "nodeSelector": ref("stringMap"),
+        "affinity": ref("k8sObject"),
+        "tolerations": ref("k8sObjects"),
+        "priorityClassName": {"type": "string"},
+        "podAnnotations": ref("stringMap"),
+        "podLabels": ref("stringMap"),
+        "extraArgs": array_of({"type": "string", "pattern": "^-"}),
+        "extraEnv": ref("k8sObjects"),
+        "extraVolumes": ref("k8sObjects"),
+        "extraVolumeMounts": ref("k8sObjects"),
+    }
+    return closed({**common, **props}, ["resources", *required])
+
+
+def schema() -> dict[str, Any]:
+    monitor = closed({
+        "enabled": {"type": "boolean"},
+        "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
+        "labels": ref("stringMap"),
+    })
+    props = {
+        "image": ref("image"),
+        "imagePullSecrets": ref("k8sObjects"),
+        "nameOverride": {"type": "string"},
+        "fullnameOverride": {"type": "string"},
+        "global": {"type": "object"},
+        "logFormat": {"type": "string", "enum": ["text", "json"]},
+        "resourcePrefix": {"type": "string", "pattern": DNS_SUBDOMAIN, "maxLength": 253},
+        "rdmaNodeLabel": closed({
+            "key": {"type": "string", "maxLength": 317},
+            "value": {"type": "string", "maxLength": 63},
+        }, ["key", "value"]),
+        "pools": array_of(ref("pool")),
+        "rawConfig": {"type": "string"},
+        "profiles": array_of(closed({
+            "name": {"type": "string", "pattern": DNS_SUBDOMAIN, "maxLength": 253},
+            "labels": ref("stringMap"),
+            "spec": ref("roceProfileSpec"),
+        }, ["name", "spec"])),
+        "networks": array_of(closed({
+            "name": {"type": "string", "pattern": DNS_LABEL, "maxLength": 63},
+            "namespace": {"type": "string", "pattern": DNS_LABEL},
+            "pool": {"type": "string", "minLength": 1},
+            # CNI configuration is checked by kube-rdma-cni itself (and by scripts/test-delivery).
+            "ipam": ref("k8sObject"),
+            "config": ref("k8sObject"),
+        }, ["name", "pool"])),
+        "devicePlugin": component({
+            "rescanInterval": {"type": "integer", "minimum": 1},
+            "hostNetwork": {"type": "boolean"},
+            "kubeletDir": ref("absPath"),
+            "cdiDir": ref("absPath"),
+            "devinfoDir": ref("absPath"),
+            "metrics": ref("metricsPort"),
+            "updateStrategy": ref("daemonSetUpdateStrategy"),
+        }, ["kubeletDir", "cdiDir", "devinfoDir", "metrics"]),
+        "cni": closed({"install": {"type": "boolean"}, "binDir": ref("absPath")}),
+        "agent": component({
+            "pollInterval": {"type": "integer", "minimum": 1},
+            "allowEnforce": {"type": "boolean"},
+            "readRdmaCmConfigfs": {"type": "boolean"},
+            "nodeLabelPolicy": closed({"enabled": {"type": "boolean"}}),
+            "metrics": ref("metricsPort"),
+            "updateStrategy": ref("daemonSetUpdateStrategy"),
+            "readinessProbe": ref("probe"),
+            "livenessProbe": ref("probe"),
+        }, ["metrics"]),
+        "controller": component({
+            "replicas": {"type": "integer", "minimum": 0, "maximum": 1},
+            "interval": {"type": "integer", "minimum": 1},
+            "metrics": ref("metricsPort"),
+            "readinessProbe": ref("probe"),
+            "livenessProbe": ref("probe"),
+        }, ["metrics"]),
+        "crds": closed({
+            "upgradeJob": closed({
+                "enabled": {"type": "boolean"},
+                "resources": ref("resources"),
+                "nodeSelector": ref("stringMap"),
+                "affinity": ref("k8sObject"),
+                "tolerations": ref("k8sObjects"),
+                "podAnnotations": ref("stringMap"),
+                "podLabels": ref("stringMap"),
+            }),
+        }),
+        "metrics": closed({
+            "service": closed({"enabled": {"type": "boolean"}}),
+            "serviceMonitor": monitor,
+            "podMonitor": monitor,
+            "prometheusRule": closed({
+                "enabled": {"type": "boolean"},
+                "labels": ref("stringMap"),
+                "for": {"type": "string", "pattern": "^[0-9]+(s|m|h)$"},
+                "pauseStormFramesPerSecond": {"type": "number", "exclusiveMinimum": 0},
+                "staleAfterSeconds": {"type": "integer", "minimum": 1},
+            }),
+            "grafanaDashboard": closed({
+                "enabled": {"type": "boolean"},
+                "labels": ref("stringMap"),
+                "annotations": ref("stringMap"),
+            }),
+            "rbacProxy": closed({
+                "enabled": {"type": "boolean"},
+                "image": ref("image"),
+                "upstreamPorts": closed({
+                    "devicePlugin": ref("port"), "agent": ref("port"), "controller": ref("port"),
+                }, ["devicePlugin", "agent", "controller"]),
+                "resources": ref("resources"),
+            }),
+        }),
+    }
+    return {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "title": "kube-rdma chart values (generated by scripts/render-manifests from "
+                 "scripts/delivery/values_schema.py; do not edit)",
+        **closed(props, ["image", "resourcePrefix", "rdmaNodeLabel", "pools", "devicePlugin", "cni", "agent",
+                         "controller"]),
+        "definitions": definitions(),
+    }
+
+
+def text() -> str:
+    return json.dumps(schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+if __name__ == "__main__":
+    print(text(), end="")
