@@ -163,9 +163,25 @@ fn our_config(params: Value) -> Value {
 async fn prepares_and_unprepares_claims_each_answered_on_its_own() {
     let sim = sim();
     let env = Env::new(NODE, sim.roots()).await;
-    let driver = env.spawn(&[]);
+    let driver = env.spawn(&["--metrics-addr", "127.0.0.1:0"]);
+    let metrics = driver.metrics_addr().await;
+    let (code, body) = http_get(&metrics, "/healthz").await;
+    if code == 503 {
+        assert!(body.contains("kubelet registration: not yet"), "{body}");
+    }
+    assert_eq!(http_get(&metrics, "/livez").await.0, 200);
     let mut p = register(&env.reg_socket()).await;
     env.wait_slices("published", |s| device_count(s) == 16).await;
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let (code, body) = http_get(&metrics, "/healthz").await;
+        if code == 200 {
+            assert!(body.contains("kubelet registration: ok") && body.contains("generation 1"), "{body}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not healthy in time: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     let a = env.create_claim(
         "a",
@@ -240,6 +256,12 @@ async fn prepares_and_unprepares_claims_each_answered_on_its_own() {
     assert_eq!(rec.pods, ["pod-a"]);
     assert_eq!(rec.pod_claim_name.as_deref(), Some("rdma"));
     assert_eq!(rec.devices[0].pci.to_string(), "0000:3d:00.1");
+
+    let (_, m) = http_get(&metrics, "/metrics").await;
+    assert!(m.contains("kuberdma_pool_capacity{resource=\"kuberdma.io/rdma_vfs\"} 16"), "{m}");
+    assert!(m.contains("kuberdma_pool_allocated{resource=\"kuberdma.io/rdma_vfs\"} 3"), "{m}");
+    assert!(m.contains("kuberdma_dra_prepare_duration_seconds_count 4"), "{m}");
+    assert!(m.contains("kuberdma_dra_prepare_failures_total 2"), "{m}");
 
     // Repeats are answered from the checkpoint, without reading the claim again.
     let reads = env.claim_reads("a");

@@ -154,6 +154,7 @@ mod tests {
         DraDevice {
             name: "pci-0000-3d-00-2".into(),
             pool: "rdma_vfs".into(),
+            resource: "kuberdma.io/rdma_vfs".into(),
             pci: "0000:3d:00.2".parse().unwrap(),
             pf: "0000:3d:00.0".parse().unwrap(),
             pf_netdev: None,

@@ -17,6 +17,8 @@ pub struct DraDevice {
     pub name: String,
     /// Pool name from the config (`rdma_vfs`).
     pub pool: String,
+    /// The pool's resource name (`kuberdma.io/rdma_vfs`), for metrics.
+    pub resource: String,
     /// The VF's PCI address.
     pub pci: PciAddr,
     /// Its PF.
@@ -109,6 +111,7 @@ pub fn from_plan(plan: &Plan, inv: &Inventory) -> View {
             devices.push(DraDevice {
                 name: device_name(pci),
                 pool: pool.config.name.clone(),
+                resource: pool.resource_name(),
                 pci,
                 pf: pf_pci,
                 pf_netdev: pf_netdev.map(|n| n.name.clone()),

@@ -9,6 +9,7 @@
 //! stay, since pods still use them and the kubelet wipes slices itself when
 //! the driver stays away).
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -26,9 +27,10 @@ use super::api::{v1, v1beta1};
 use super::checkpoint::Checkpoint;
 use super::devices::{self, SharedView, View};
 use super::health::HealthService;
+use super::metrics::DraMetrics;
 use super::publish::{self, Publisher};
 use super::registration::{Registered, RegistrationService};
-use super::service::{Claims, DraService};
+use super::service::{Claims, ClaimsParts, DraService};
 use super::slices::{self, NodeRef, RoceReadiness};
 use super::{nodestate, status, DRA_SOCKET, DRIVER};
 use crate::config::{Config, ConfigError};
@@ -61,6 +63,9 @@ pub struct Args {
     /// Do not subscribe to netlink link events.
     #[arg(long)]
     pub no_link_events: bool,
+    /// Serve /metrics, /healthz and /livez here (e.g. 0.0.0.0:9410).
+    #[arg(long)]
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 /// Everything the driver needs.
@@ -84,6 +89,8 @@ pub struct Options {
     pub rescan_interval: Duration,
     /// Rescan on netlink link events.
     pub link_events: bool,
+    /// Metrics listen address.
+    pub metrics_addr: Option<SocketAddr>,
 }
 
 impl Args {
@@ -107,6 +114,7 @@ impl Args {
             cdi_dir: self.cdi_dir,
             rescan_interval: Duration::from_secs_f64(self.rescan_interval),
             link_events: !self.no_link_events,
+            metrics_addr: self.metrics_addr,
         })
     }
 }
@@ -141,6 +149,15 @@ pub enum DriverError {
     Bind {
         /// Socket path.
         path: PathBuf,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The metrics address cannot be bound.
+    #[error("cannot listen for metrics on {addr}")]
+    Metrics {
+        /// Address.
+        addr: SocketAddr,
         /// OS error.
         #[source]
         source: std::io::Error,
@@ -284,6 +301,14 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
 pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<(), DriverError> {
     let started = Instant::now();
     let (mut cfg, mut cfg_text) = load_config(opts.config.as_deref())?;
+    let metrics = Arc::new(DraMetrics::default());
+    if let Some(addr) = opts.metrics_addr {
+        let (local, fut) = crate::metrics::serve_routes(addr, metrics.routes())
+            .await
+            .map_err(|source| DriverError::Metrics { addr, source })?;
+        tracing::info!(%local, "metrics listening");
+        tokio::spawn(fut);
+    }
     let client = kube::Client::try_default().await.map_err(DriverError::Client)?;
     let node = NodeRef {
         name: opts.node_name.clone(),
@@ -308,19 +333,21 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     let mut plan = replan(None, &inv, &cfg);
     let (view_tx, view_rx) = watch::channel::<SharedView>(Arc::new(devices::from_plan(&plan, &inv)));
     tracing::info!(devices = view_rx.borrow().devices.len(), elapsed = ?started.elapsed(), "node discovered");
+    metrics.set_view(&view_rx.borrow());
 
     // Kubelet-facing sockets: the DRA service first, so it is there when the
     // kubelet, told by the registration socket, dials it.
     let (changed_tx, changed_rx) = mpsc::unbounded_channel();
-    let claims = Claims::new(
-        DRIVER,
-        &node.name,
-        opts.cdi_dir.clone(),
-        client.clone(),
-        view_rx.clone(),
+    let claims = Claims::new(ClaimsParts {
+        driver: DRIVER.into(),
+        pool: node.name.clone(),
+        cdi_dir: opts.cdi_dir.clone(),
+        client: client.clone(),
+        view: view_rx.clone(),
         checkpoint,
-        changed_tx,
-    );
+        changed: changed_tx,
+        metrics: metrics.clone(),
+    });
     let restored = claims.restore_cdi_specs().await;
     if restored > 0 {
         tracing::info!(specs = restored, "CDI specs of prepared claims written again");
@@ -387,6 +414,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
                 }
                 match publisher.sync(&content).await {
                     Ok(s) => {
+                        metrics.published(s.generation);
                         sync_at = None;
                         backoff = Duration::from_secs(1);
                         if first_publish {
@@ -397,6 +425,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
                         }
                     }
                     Err(e) => {
+                        metrics.publish_failed(e.to_string());
                         tracing::warn!(error = %e, retry_in = ?backoff, "cannot publish ResourceSlices");
                         sync_at = Some(tokio::time::Instant::now() + backoff);
                         backoff = (backoff * 2).min(Duration::from_secs(30));
@@ -435,9 +464,11 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
                 sync_at.get_or_insert_with(|| tokio::time::Instant::now() + Duration::from_millis(100));
             }
             Ok(()) = registered.changed() => {
-                if let Registered::No(why) = &*registered.borrow() {
+                let r = registered.borrow().clone();
+                if let Registered::No(why) = &r {
                     tracing::error!(%why, "not registered with the kubelet");
                 }
+                metrics.set_registered(r);
             }
             Some(ev) = reg_events.recv() => {
                 if matches!(&ev, DirEvent::Deleted(_) | DirEvent::Rescan) && !reg_path.exists() {
@@ -461,6 +492,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
             plan = next_plan;
             if **view_tx.borrow() != next {
                 log_changes(&view_tx.borrow(), &next);
+                metrics.set_view(&next);
                 view_tx.send_replace(Arc::new(next));
                 sync_at.get_or_insert_with(tokio::time::Instant::now);
             }

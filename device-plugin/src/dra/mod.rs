@@ -20,6 +20,7 @@ pub mod claimconfig;
 pub mod devices;
 pub mod driver;
 pub mod health;
+pub mod metrics;
 pub mod nodestate;
 pub mod prepare;
 pub mod publish;

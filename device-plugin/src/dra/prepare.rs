@@ -186,6 +186,7 @@ mod tests {
         let d = |name: &str, pci: &str, health: Health| DraDevice {
             name: name.into(),
             pool: "rdma_vfs".into(),
+            resource: "kuberdma.io/rdma_vfs".into(),
             pci: pci.parse().unwrap(),
             pf: "0000:3d:00.0".parse().unwrap(),
             pf_netdev: Some("ens1f0np0".into()),

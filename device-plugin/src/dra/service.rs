@@ -24,6 +24,7 @@ use super::api::{v1, v1beta1};
 use super::cdi;
 use super::checkpoint::Checkpoint;
 use super::devices::SharedView;
+use super::metrics::DraMetrics;
 use super::prepare::{self, ClaimRef, PrepareError};
 
 /// How long one claim read may take before its claim fails (the kubelet's
@@ -43,6 +44,26 @@ pub struct DeviceOut {
     pub cdi_ids: Vec<String>,
 }
 
+/// What [`Claims::new`] is made of.
+pub struct ClaimsParts {
+    /// The driver name.
+    pub driver: String,
+    /// This node's pool name.
+    pub pool: String,
+    /// Where CDI specs go.
+    pub cdi_dir: PathBuf,
+    /// For reading claims.
+    pub client: kube::Client,
+    /// The node's devices.
+    pub view: watch::Receiver<SharedView>,
+    /// What is prepared.
+    pub checkpoint: Checkpoint,
+    /// Claims unprepared (their status network data goes).
+    pub changed: mpsc::UnboundedSender<String>,
+    /// Metrics.
+    pub metrics: Arc<DraMetrics>,
+}
+
 /// What the service needs; shared by both API versions.
 pub struct Claims {
     driver: String,
@@ -53,28 +74,19 @@ pub struct Claims {
     checkpoint: Mutex<Checkpoint>,
     /// Claims whose status network data must be looked at again (unprepared).
     changed: mpsc::UnboundedSender<String>,
+    metrics: Arc<DraMetrics>,
 }
 
 impl Claims {
-    /// A service for `driver` on the node whose pool is `pool`.
-    pub fn new(
-        driver: &str,
-        pool: &str,
-        cdi_dir: PathBuf,
-        client: kube::Client,
-        view: watch::Receiver<SharedView>,
-        checkpoint: Checkpoint,
-        changed: mpsc::UnboundedSender<String>,
-    ) -> Arc<Self> {
-        Arc::new(Claims {
-            driver: driver.into(),
-            pool: pool.into(),
-            cdi_dir,
-            client,
-            view,
-            checkpoint: Mutex::new(checkpoint),
-            changed,
-        })
+    /// The service over `parts`.
+    pub fn new(parts: ClaimsParts) -> Arc<Self> {
+        let ClaimsParts { driver, pool, cdi_dir, client, view, checkpoint, changed, metrics } = parts;
+        metrics.set_prepared(prepared_counts(&checkpoint, &view.borrow()));
+        Arc::new(Claims { driver, pool, cdi_dir, client, view, checkpoint: Mutex::new(checkpoint), changed, metrics })
+    }
+
+    fn count_prepared(&self, cp: &Checkpoint) {
+        self.metrics.set_prepared(prepared_counts(cp, &self.view.borrow()));
     }
 
     /// Writes the CDI spec of every prepared claim that has none (after a
@@ -149,6 +161,13 @@ impl Claims {
 
     /// Prepares one claim: its devices, or an error message for the kubelet.
     pub async fn prepare(&self, want: ClaimRef) -> Result<Vec<DeviceOut>, String> {
+        let start = std::time::Instant::now();
+        let res = self.prepare_one(want).await;
+        self.metrics.prepare(start.elapsed(), res.is_ok());
+        res
+    }
+
+    async fn prepare_one(&self, want: ClaimRef) -> Result<Vec<DeviceOut>, String> {
         if let Err(e) = nic::prepared::claim_path(self.checkpoint.lock().await.dir(), &want.uid) {
             return Err(format!("{want}: {e}"));
         }
@@ -175,6 +194,7 @@ impl Claims {
             }
             return Err(format!("{want}: cannot record it: {e:#}"));
         }
+        self.count_prepared(&cp);
         tracing::info!(claim = %want, devices = ?out.iter().map(|d| d.device.as_str()).collect::<Vec<_>>(), "prepared");
         Ok(out)
     }
@@ -253,6 +273,7 @@ impl Claims {
         cdi::remove(&self.cdi_dir, &want.uid).map_err(|e| format!("{want}: {e:#}"))?;
         let old = cp.remove(&want.uid).map_err(|e| format!("{want}: {e:#}"))?;
         if old.is_some() {
+            self.count_prepared(&cp);
             tracing::info!(claim = %want, "unprepared");
             let _ = self.changed.send(want.uid.clone());
         }
@@ -278,6 +299,17 @@ impl Claims {
         }
         out
     }
+}
+
+/// Devices prepared now, per pool resource (metrics).
+fn prepared_counts(cp: &Checkpoint, view: &super::devices::View) -> std::collections::BTreeMap<String, usize> {
+    let mut counts = std::collections::BTreeMap::new();
+    for d in cp.claims().flat_map(|c| c.devices.iter()) {
+        if let Some(dev) = view.device(&d.device) {
+            *counts.entry(dev.resource.clone()).or_insert(0) += 1;
+        }
+    }
+    counts
 }
 
 /// The gRPC service, one value serving both versions.

@@ -271,6 +271,7 @@ mod tests {
         DraDevice {
             name: name.into(),
             pool: "rdma_vfs".into(),
+            resource: "kuberdma.io/rdma_vfs".into(),
             pci: "0000:3d:00.2".parse().unwrap(),
             pf: "0000:3d:00.0".parse().unwrap(),
             pf_netdev: Some("ens1f0np0".into()),

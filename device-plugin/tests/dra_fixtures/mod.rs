@@ -227,6 +227,16 @@ impl Driver {
         }
     }
 
+    /// The address `--metrics-addr 127.0.0.1:0` was bound to (from the log).
+    pub async fn metrics_addr(&self) -> String {
+        self.wait_log("metrics listening").await;
+        let log = self.log();
+        let at = log.find("metrics listening").unwrap();
+        let rest = &log[at..];
+        let from = rest.find("local=").expect("local= in the log line") + "local=".len();
+        rest[from..].split_whitespace().next().unwrap().to_string()
+    }
+
     /// SIGTERM, and the exit status.
     pub async fn stop(mut self) -> std::process::ExitStatus {
         let pid = self.child.id().expect("running") as i32;
@@ -335,4 +345,16 @@ pub async fn wait_health(
             Err(_) => panic!("timed out waiting for {what}; last: {last:?}"),
         }
     }
+}
+
+/// `GET path` over plain HTTP/1.1: (status code, body).
+pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect to the metrics port");
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
+    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    (code, body)
 }
