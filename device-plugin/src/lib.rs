@@ -13,6 +13,8 @@
 //! format and, with their meaning, those of sriov-network-device-plugin and
 //! k8s-rdma-shared-dev-plugin; [`names`] derives socket, CDI and variable names.
 //!
+//! [`dra`] is the same inventory and pools in DRA mode (`kube-rdma-device-plugin dra`).
+//!
 //! ```no_run
 //! use kube_rdma_device_plugin::{config::Config, pools};
 //! let inv = nic::discover(&nic::Roots::from_env());
@@ -26,6 +28,7 @@ pub mod allocate;
 pub mod config;
 pub mod daemon;
 pub mod devinfo;
+pub mod dra;
 pub mod health;
 pub mod inuse;
 pub mod kubelet;

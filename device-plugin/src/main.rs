@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use kube_rdma_device_plugin::{config::Config, daemon, podresources, pools, report};
+use kube_rdma_device_plugin::{config::Config, daemon, dra, podresources, pools, report};
 use nic::Roots;
 
 #[derive(Parser, Debug)]
@@ -99,6 +99,8 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// DRA mode: publish the pools as ResourceSlices and prepare claims for the kubelet.
+    Dra(dra::driver::Args),
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -157,6 +159,17 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Some(Cmd::Dra(ref args)) => {
+            let misplaced = device_plugin_flags(&cli);
+            if !misplaced.is_empty() {
+                anyhow::bail!("{} set before `dra`: device plugin mode flags mean nothing in DRA mode (DRA's own flags go after `dra`, see `dra --help`)", misplaced.join(", "));
+            }
+            let opts = args.clone().options(cli.config.clone(), roots)?;
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            rt.block_on(dra::driver::run_until_signal(opts))?;
+            drop(sim);
+            Ok(())
+        }
         None => {
             for (flag, v) in [
                 ("--rescan-interval", cli.rescan_interval),
@@ -197,4 +210,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Device plugin mode flags given with `dra` (they would be ignored there).
+fn device_plugin_flags(cli: &Cli) -> Vec<&'static str> {
+    let mut set = Vec::new();
+    let d = Cli::parse_from(["kube-rdma-device-plugin"]);
+    if cli.kubelet_dir != d.kubelet_dir {
+        set.push("--kubelet-dir");
+    }
+    if cli.rescan_interval != d.rescan_interval {
+        set.push("--rescan-interval");
+    }
+    if cli.cdi_dir != d.cdi_dir {
+        set.push("--cdi-dir");
+    }
+    if cli.devinfo_dir != d.devinfo_dir {
+        set.push("--devinfo-dir");
+    }
+    if cli.metrics_addr.is_some() {
+        set.push("--metrics-addr");
+    }
+    if cli.no_link_events {
+        set.push("--no-link-events");
+    }
+    set
 }
