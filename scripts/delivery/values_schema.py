@@ -218,6 +218,15 @@ def schema() -> dict[str, Any]:
             "updateStrategy": ref("daemonSetUpdateStrategy"),
         }, ["kubeletDir", "podResourcesDir", "cdiDir", "devinfoDir", "metrics"]),
         "cni": closed({"install": {"type": "boolean"}, "binDir": ref("absPath")}),
+        "dra": closed({
+            "enabled": {"type": "boolean"},
+            "deviceClasses": array_of(closed({
+                "name": {"type": "string", "maxLength": 253, "pattern": DNS_SUBDOMAIN},
+                "roceReady": {"type": "boolean"},
+                "selector": {"type": "string", "minLength": 1},
+            }, ["name"])),
+        }, description="DRA mode (resource.k8s.io/v1, Kubernetes >= 1.34): DeviceClasses and RBAC for "
+                       "kube-rdma-device-plugin dra."),
         "agent": component({
             "pollInterval": {"type": "integer", "minimum": 1},
             "allowEnforce": {"type": "boolean"},
