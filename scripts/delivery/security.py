@@ -47,7 +47,10 @@ def policy(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "device-plugin/device-plugin": {
             "root": True, "caps": set(), "hostNetwork": True,
             "hostPaths": {dp.get("kubeletDir"): False, dp.get("cdiDir"): False,
-                          dp.get("devinfoDir"): False, "/sys": True, "/dev": True},
+                          dp.get("devinfoDir"): False, "/sys": True, "/dev": True,
+                          # The kubelet's PodResources socket: connect(2) on a socket works on a
+                          # read-only mount, so read-only it must be.
+                          dp.get("podResourcesDir"): True},
         },
         "device-plugin/install-cni": {
             "root": True, "caps": set(), "hostNetwork": False, "hostPaths": {cni_bin: False},
