@@ -180,15 +180,7 @@ impl Error {
 
     /// The message and its causes, `: `-joined (for logs).
     pub fn chain(&self) -> String {
-        use std::error::Error as _;
-        let mut s = self.to_string();
-        let mut src = self.source();
-        while let Some(e) = src {
-            s.push_str(": ");
-            s.push_str(&e.to_string());
-            src = e.source();
-        }
-        s
+        nic::error_chain(self)
     }
 
     /// Shorthand for a config error.

@@ -336,7 +336,7 @@ fn poll_pod_resources(socket: PathBuf, every: Duration) -> mpsc::Receiver<Option
                     tx.send(Some(a)).await
                 }
                 Err(e) => {
-                    let msg = format!("{e:#}");
+                    let msg = nic::error_chain(&e);
                     if last_err.as_deref() != Some(msg.as_str()) {
                         tracing::warn!(error = %msg, "PodResources unavailable: allocated devices counted from what the host shows");
                     }

@@ -55,7 +55,8 @@ fn every_bad_config_is_rejected_with_file_pool_and_field() {
     for (file, wants) in BAD {
         let err = match Config::load(&dir.join(file)) {
             Ok(c) => panic!("{file} was accepted: {c:?}"),
-            Err(e) => e.to_string(),
+            // As the binary prints it: the error and its causes.
+            Err(e) => nic::error_chain(&e),
         };
         for w in *wants {
             assert!(err.contains(w), "{file}: error {err:?} lacks {w:?}");

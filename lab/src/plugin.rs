@@ -117,7 +117,23 @@ fn health(lab: &Lab) -> anyhow::Result<String> {
             let mut c = DevicePluginClient::new(ch);
             let mut s = c.list_and_watch(Empty {}).await?.into_inner();
             let first = next(&mut s, Duration::from_secs(5)).await?;
-            anyhow::ensure!(first.devices.len() == 2, "first list: {:?}", first.devices);
+            if first.devices.len() != 2 {
+                // Say why: what discovery sees of the RDMA devices and the pool's selection.
+                let inv = nic::discover::discover_scoped(
+                    &nic::Roots { sysfs: "/sys".into(), dev: "/dev".into() },
+                    nic::discover::Scope { gid_tables: false, ..Default::default() },
+                );
+                let hcas: Vec<_> =
+                    inv.hcas.iter().map(|h| (&h.rdma.name, &h.netdevs, h.rdma.in_other_netns)).collect();
+                let cfg = kube_rdma_device_plugin::config::Config::load(&config)?;
+                let plan = kube_rdma_device_plugin::pools::plan(&inv, &cfg);
+                anyhow::bail!(
+                    "first list: {:?}; discovered HCAs {hcas:?}; decisions {:?}; netns mode {:?}",
+                    first.devices,
+                    plan.decisions,
+                    nic::vfdev::netns_mode_from_sysfs(&nic::Roots { sysfs: "/sys".into(), dev: "/dev".into() })
+                );
+            }
             anyhow::ensure!(
                 first.devices.iter().all(|d| d.health == "Healthy"),
                 "first list: {:?}",

@@ -850,8 +850,16 @@ impl<'a> Walk<'a> {
             };
             let via = if pci.is_some() { RdmaVia::Direct } else { RdmaVia::Virtual };
             let mut rdma = self.read_rdma(&ib, name.clone(), via, &chars, &[]);
-            // A virtual device's netdev is the one its GIDs are bound to.
-            let ndev = rdma.ports.iter().flat_map(|p| &p.gids).find_map(|g| g.netdev.clone());
+            // A virtual device's netdev is the one its GIDs are bound to. Without the
+            // GID tables, the netdev of each port's default GID (index 0, the
+            // link-local GID the kernel derives from that netdev) says the same.
+            let ndev = rdma.ports.iter().flat_map(|p| &p.gids).find_map(|g| g.netdev.clone()).or_else(|| {
+                rdma.ports.iter().find_map(|p| {
+                    ib.read_string(format!("{name}/ports/{}/gid_attrs/ndevs/0", p.num))
+                        .ok()
+                        .filter(|n| !n.is_empty())
+                })
+            });
             let netdevs: Vec<Netdev> =
                 ndev.map(|n| vec![read_netdev(class(), &Path::new("net").join(&n), n)]).unwrap_or_default();
             if let Some(mtu) = netdevs.iter().find_map(|n| n.mtu).and_then(roce_active_mtu) {

@@ -25,3 +25,20 @@ pub use discover::discover;
 pub use inventory::*;
 pub use pci::{PciAddr, PciAddrError};
 pub use roots::Roots;
+
+/// An error and its sources on one line (`a: b: c`), as the binaries print
+/// errors (`{:#}`) and as logs carry them. A source whose text the message
+/// already holds is not repeated (some libraries, kube's among them, embed it).
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        let t = c.to_string();
+        if !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
+        cur = c.source();
+    }
+    s
+}

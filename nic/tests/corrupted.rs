@@ -361,6 +361,15 @@ fn direct_mlx5_layout_and_a_virtual_rxe_device() {
     assert_eq!(h.rdma.umad.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["umad99"]);
     assert_eq!(h.rdma.issm.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(), ["issm99"]);
     assert_rest_is_clean(&inv, &[]);
+
+    // The device plugin walks without GID tables: the netdev still comes from the
+    // default GID's binding (lab regression: a shared pool on rxe listed nothing).
+    let lean =
+        nic::discover::discover_scoped(&r, nic::discover::Scope { gid_tables: false, ..Default::default() });
+    let h = &lean.hcas[0];
+    assert!(h.rdma.ports[0].gids.is_empty());
+    assert_eq!(h.netdevs.iter().map(|n| n.name.as_str()).collect::<Vec<_>>(), ["ens1f0np0"]);
+    assert_eq!(h.rdma.ports[0].active_mtu, Some(4096));
 }
 
 #[test]

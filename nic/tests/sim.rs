@@ -132,36 +132,25 @@ fn write_yaml(dir: &tempfile::TempDir, text: &str) -> PathBuf {
     p
 }
 
-/// The error and its sources as the binaries print them (`{:#}`).
-fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s = format!("{s}: {c}");
-        src = c.source();
-    }
-    s
-}
-
 #[test]
 fn description_errors_name_file_line_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let p = write_yaml(&dir, "node: x\nadapters:\n  - model: connectx-6dx\n    pfs:\n      - bdf: \"0000:3b:00.0\"\n        netdev: p0\n        vfz: 3\n");
     let e = load_desc(&p).unwrap_err();
-    let msg = chain(&e);
+    let msg = nic::error_chain(&e);
     assert!(matches!(e, DescError::Parse { .. }));
     assert!(msg.contains("node.yaml") && msg.contains("vfz") && msg.contains("line 7"), "{msg}");
     assert!(msg.contains("adapters[0].pfs[0]"), "{msg}");
 
     let p = write_yaml(&dir, "node: x\nadapters:\n  - model: connectx-6dx\n    pfs:\n      - bdf: \"0000:3b:00.0\"\n        netdev: p0\n        vfs: many\n");
-    let msg = chain(&load_desc(&p).unwrap_err());
+    let msg = nic::error_chain(&load_desc(&p).unwrap_err());
     assert!(msg.contains("adapters[0].pfs[0].vfs") && msg.contains("line 7"), "{msg}");
 
     let p = write_yaml(&dir, "node: x\nadapters:\n  - model: connectx-9\n    pfs: []\n");
-    assert!(chain(&load_desc(&p).unwrap_err()).contains("connectx-9"));
+    assert!(nic::error_chain(&load_desc(&p).unwrap_err()).contains("connectx-9"));
 
     let p = write_yaml(&dir, "node: x\nadapters:\n  - model: connectx-6dx\n    pfs:\n      - {bdf: \"0000:3b:00.0/..\", netdev: p0}\n");
-    assert!(chain(&load_desc(&p).unwrap_err()).contains("not a PCI address"));
+    assert!(nic::error_chain(&load_desc(&p).unwrap_err()).contains("not a PCI address"));
 
     let invalid = [
         ("- {bdf: \"0000:3b:00.0\", netdev: p0}\n      - {bdf: \"0000:3b:00.0\", netdev: p1}", "duplicate PCI address 0000:3b:00.0"),

@@ -200,20 +200,7 @@ where
 }
 
 /// An error and its sources on one line (`a: b: c`), for logs.
-pub fn chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut cur = e.source();
-    while let Some(c) = cur {
-        let t = c.to_string();
-        // kube's own messages often embed their source already.
-        if !s.contains(&t) {
-            s.push_str(": ");
-            s.push_str(&t);
-        }
-        cur = c.source();
-    }
-    s
-}
+pub use nic::error_chain as chain;
 
 #[cfg(test)]
 mod tests {

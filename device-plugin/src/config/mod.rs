@@ -279,7 +279,7 @@ pub enum ConfigError {
         source: std::io::Error,
     },
     /// Not YAML/JSON at all.
-    #[error("{path}: not valid YAML or JSON: {source}")]
+    #[error("{path}: not valid YAML or JSON")]
     Syntax {
         /// File.
         path: PathBuf,
