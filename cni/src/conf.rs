@@ -14,7 +14,7 @@
 //! STATUS read the network-wide keys only.
 
 use std::io::Read;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use nic::netlink::vf::{VfLink, VfSettings, VfVlanSetting};
 use nic::PciAddr;
@@ -132,21 +132,26 @@ pub fn read_env(cmd: Command, get: &dyn Fn(&str) -> Option<String>) -> Result<En
     Ok(env)
 }
 
-/// The `MAC` of `CNI_ARGS` (`K=V;K=V`, as libcni's `LoadArgs` splits it:
-/// every pair needs exactly one `=`; keys are case-sensitive, others ignored).
+/// The `MAC` of `CNI_ARGS` (see [`cni_arg`]).
 pub fn mac_from_args(args: Option<&str>) -> Result<Option<String>> {
-    let mut mac = None;
+    cni_arg(args, "MAC")
+}
+
+/// The value of `key` in `CNI_ARGS` (`K=V;K=V`, as libcni's `LoadArgs` splits
+/// it: every pair needs exactly one `=`; keys are case-sensitive, others ignored).
+pub fn cni_arg(args: Option<&str>, key: &str) -> Result<Option<String>> {
+    let mut found = None;
     for pair in args.unwrap_or_default().split(';').filter(|s| !s.is_empty()) {
         match pair.split('=').collect::<Vec<_>>()[..] {
             [k, v] => {
-                if k == "MAC" {
-                    mac = Some(v.to_string());
+                if k == key {
+                    found = Some(v.to_string());
                 }
             }
             _ => return Err(Error::Env { var: "CNI_ARGS", why: format!("{pair:?} is not KEY=VALUE") }),
         }
     }
-    Ok(mac)
+    Ok(found)
 }
 
 /// CNI spec: container ID is alphanumeric plus `_ . -`, non-empty. No length
@@ -310,8 +315,10 @@ pub struct NetConf {
     pub cni_version: String,
     /// Network name (journals record it; GC collects per network).
     pub name: String,
-    /// The VF (absent where allowed: DEL, STATUS, GC, VERSION).
+    /// The VF (absent where allowed: DEL, STATUS, GC, VERSION, and DRA mode).
     pub device: Option<PciAddr>,
+    /// DRA mode (no `deviceID`): the prepared device of the pod to attach.
+    pub claim: Option<ClaimRef>,
     /// ADD/CHECK settings (`None` for the other commands).
     pub attach: Option<Attach>,
     /// The delegated IPAM plugin, if any.
@@ -326,6 +333,21 @@ pub struct NetConf {
     pub valid_attachments: Option<Vec<Attachment>>,
     /// The decoded stdin (delegated to IPAM).
     pub raw: Value,
+}
+
+/// Where DRA mode finds the VF: the device the DRA driver prepared for the
+/// pod (`K8S_POD_UID` in `CNI_ARGS`), of the claim and request the network
+/// names (any, when absent).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimRef {
+    /// `K8S_POD_UID` (`None` on a DEL without it: only the journal is used then).
+    pub pod_uid: Option<String>,
+    /// `claim`: the pod's name for the claim, or the ResourceClaim's name.
+    pub claim: Option<String>,
+    /// `request`: the request of the claim (`req` also matches `req/sub`).
+    pub request: Option<String>,
+    /// `preparedDir`: the DRA driver's `--prepared-dir`.
+    pub prepared_dir: PathBuf,
 }
 
 /// Parses a MAC `aa:bb:cc:dd:ee:ff` (also `-` separated, any case).
@@ -374,6 +396,14 @@ impl Strictness {
             }
             Err(e) => Err(e),
         }
+    }
+}
+
+/// A string key that, when given, must not be empty.
+fn nonempty(r: Result<Option<(String, &str)>>) -> Result<Option<(String, &str)>> {
+    match r? {
+        Some((k, "")) => Err(Error::config(k, "is empty: leave it out to take any")),
+        v => Ok(v),
     }
 }
 
@@ -452,10 +482,40 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
         }
         _ => None,
     };
-    if device.is_none() && matches!(cmd, Command::Add | Command::Check) {
+    // DRA mode: no deviceID; the claim/request keys (optional) and the pod's UID
+    // (Multus passes K8S_POD_UID in CNI_ARGS) find the VF the DRA driver prepared.
+    let claim_key = s.take("claim", nonempty(top.str("claim")))?;
+    let request_key = s.take("request", nonempty(top.str("request")))?;
+    let prepared_dir = match s.take("preparedDir", top.str("preparedDir"))? {
+        None => PathBuf::from(nic::prepared::DEFAULT_DIR),
+        Some((k, d)) if !Path::new(d).is_absolute() && !s.lenient => {
+            return Err(Error::config(k, "must be an absolute path"))
+        }
+        Some((_, d)) => PathBuf::from(d),
+    };
+    let pod_uid = match cmd {
+        Command::Add | Command::Check | Command::Del => {
+            s.take("CNI_ARGS", cni_arg(env.args.as_deref(), "K8S_POD_UID"))?
+        }
+        _ => None,
+    };
+    let named = claim_key.is_some() || request_key.is_some();
+    if device.is_some() && named && !s.lenient {
+        return Err(Error::config(
+            if claim_key.is_some() { "claim" } else { "request" },
+            "names a DRA claim, but deviceID names the VF already: use one or the other",
+        ));
+    }
+    let claim = (device.is_none() && (named || pod_uid.is_some())).then(|| ClaimRef {
+        pod_uid: pod_uid.clone(),
+        claim: claim_key.map(|(_, v)| v.to_string()),
+        request: request_key.map(|(_, v)| v.to_string()),
+        prepared_dir,
+    });
+    if device.is_none() && matches!(cmd, Command::Add | Command::Check) && pod_uid.is_none() {
         return Err(Error::config(
             "deviceID",
-            "missing: set deviceID (Multus fills it from the device plugin), runtimeConfig.deviceID or pciBusID",
+            "missing: set deviceID (Multus fills it from the device plugin), runtimeConfig.deviceID or pciBusID; in DRA mode the runtime must pass K8S_POD_UID in CNI_ARGS (Multus does)",
         ));
     }
     let attach = match cmd {
@@ -472,6 +532,7 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
         cni_version,
         name,
         device,
+        claim,
         attach,
         ipam,
         state_dir,
@@ -651,6 +712,31 @@ mod tests {
         assert_eq!(c.device.unwrap().to_string(), "0000:01:00.1");
         let c = add(json!({"cniVersion":"1.1.0","name":"n","pciBusID":"0000:01:00.3"})).unwrap();
         assert_eq!(c.device.unwrap().to_string(), "0000:01:00.3");
+    }
+
+    #[test]
+    fn dra_mode_takes_the_pod_uid_and_the_optional_claim_and_request() {
+        let mut e = env();
+        e.args = Some("IgnoreUnknown=1;K8S_POD_UID=p-1".into());
+        let v = json!({"cniVersion": "1.1.0", "name": "n", "claim": "rdma"});
+        let c = parse(v.clone(), &e, Command::Add).unwrap();
+        assert_eq!(c.device, None);
+        let r = c.claim.unwrap();
+        assert_eq!(
+            (r.pod_uid.as_deref(), r.claim.as_deref(), r.request.as_deref()),
+            (Some("p-1"), Some("rdma"), None)
+        );
+        assert_eq!(r.prepared_dir, PathBuf::from(nic::prepared::DEFAULT_DIR));
+        // deviceID and a claim cannot both say which VF.
+        let both = with("claim", json!("rdma"));
+        assert!(parse(both, &e, Command::Add).unwrap_err().to_string().contains("claim"));
+        let empty = json!({"cniVersion": "1.1.0", "name": "n", "request": ""});
+        assert!(parse(empty, &e, Command::Add).unwrap_err().to_string().contains("request"));
+        let rel = json!({"cniVersion": "1.1.0", "name": "n", "preparedDir": "prepared"});
+        assert!(parse(rel, &e, Command::Add).unwrap_err().to_string().contains("preparedDir"));
+        // Without the pod UID nothing names a VF.
+        let e = env();
+        assert!(parse(v, &e, Command::Add).unwrap_err().to_string().contains("K8S_POD_UID"));
     }
 
     #[test]

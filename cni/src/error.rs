@@ -115,6 +115,9 @@ pub enum Error {
     /// CHECK found a difference.
     #[error("CHECK failed: {0}")]
     Check(String),
+    /// DRA mode: no prepared device for the pod, or the prepared files are unusable.
+    #[error("DRA claim: {0}")]
+    Claim(String),
 }
 
 impl Error {
@@ -135,6 +138,7 @@ impl Error {
             Error::Ipam { .. } => 101,
             Error::Check(_) => 102,
             Error::Rdma(_) => 103,
+            Error::Claim(_) => 104,
         }
     }
 
@@ -155,6 +159,7 @@ impl Error {
             Error::Ipam { .. } => "ipam",
             Error::Rdma(_) => "rdma",
             Error::Check(_) => "check",
+            Error::Claim(_) => "claim",
         }
     }
 

@@ -34,6 +34,9 @@ pub enum Step {
     MoveRdma(RdmaMove),
     /// Our fields merged into the device-info file.
     DeviceInfo(DeviceInfoFile),
+    /// DRA mode: what this attachment made of a prepared device, for the
+    /// driver to publish in the claim's status.
+    ClaimAttachment(ClaimAttachment),
 }
 
 impl Step {
@@ -45,6 +48,7 @@ impl Step {
             Step::MoveNetdev(_) => "move_netdev",
             Step::MoveRdma(_) => "move_rdma",
             Step::DeviceInfo(_) => "device_info",
+            Step::ClaimAttachment(_) => "claim_attachment",
         }
     }
 
@@ -57,6 +61,7 @@ impl Step {
             Step::MoveNetdev(s) => s.undo(cx),
             Step::MoveRdma(s) => s.undo(cx),
             Step::DeviceInfo(s) => s.undo(),
+            Step::ClaimAttachment(s) => s.undo(),
         }
     }
 }
@@ -484,6 +489,48 @@ impl DeviceInfoFile {
     /// Removes the file (Multus made it for this attachment).
     pub fn undo(&self) -> Result<()> {
         nic::devinfo::remove(&self.file).map_err(|e| Error::io(&e.path, e.source))
+    }
+}
+
+/// The attachment file of a DRA-prepared device (`nic::prepared`): written
+/// once the interface has its addresses, removed by DEL.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimAttachment {
+    /// The DRA driver's prepared directory.
+    pub dir: PathBuf,
+    /// The claim.
+    pub claim_uid: String,
+    /// The device of the claim.
+    pub device: String,
+    /// The rest of the file (addresses are added from the IPAM result).
+    #[serde(skip)]
+    pub attachment: Option<nic::prepared::Attachment>,
+}
+
+impl ClaimAttachment {
+    /// Writes the file with the addresses of `ipam_result` (CIDR, as the result has them).
+    pub fn apply(&self, ipam_result: Option<&Value>) -> Result<()> {
+        let Some(a) = &self.attachment else { return Ok(()) };
+        let mut a = a.clone();
+        a.ips = ipam_result
+            .and_then(|r| r.get("ips"))
+            .and_then(Value::as_array)
+            .map(|ips| ips.iter().filter_map(|i| i.get("address")?.as_str().map(String::from)).collect())
+            .unwrap_or_default();
+        nic::prepared::write_attachment(&self.dir, &a).map(|_| ()).map_err(prepared_err)
+    }
+
+    /// Removes the file (gone already is fine).
+    pub fn undo(&self) -> Result<()> {
+        nic::prepared::remove_attachment(&self.dir, &self.claim_uid, &self.device).map_err(prepared_err)
+    }
+}
+
+fn prepared_err(e: nic::prepared::PreparedError) -> Error {
+    match e {
+        nic::prepared::PreparedError::File(f) => Error::io(&f.path, f.source),
+        other => Error::Claim(nic::error_chain(&other)),
     }
 }
 

@@ -722,3 +722,101 @@ fn a_previous_release_journal_is_undone_by_del_and_collected_by_gc() {
     assert!(lab.host_links().contains(&lab.vfs[1].1));
     assert!(lab.ipam_allocations().is_empty() && lab.state_files().is_empty(), "{:?}", lab.state_files());
 }
+
+/// DRA mode: the network names no deviceID; the DRA driver prepared a claim
+/// with two VFs for the pod (`nic::prepared`, the files the driver writes), and
+/// the runtime passes `K8S_POD_UID`. Each interface gets its own VF, the
+/// attachment files say what the pod got (for the claim's network data), DEL
+/// removes them, and a pod without a prepared claim is refused by name.
+#[test]
+fn dra_mode_finds_the_pods_prepared_vf_by_pod_uid_and_records_the_attachment() {
+    use nic::prepared::{self, DeviceConfig, PreparedClaim, PreparedDevice};
+    let lab = Lab::new("e810-xxv", 2, "");
+    let pod = lab.pod(0);
+    let dir = tempfile::tempdir().unwrap();
+    let pod_uid = "6c9a1f2e-0000-4000-8000-000000000001";
+    let dev = |request: &str, i: usize| PreparedDevice {
+        request: request.into(),
+        pool: "node-a".into(),
+        device: format!("vf{i}"),
+        pci: lab.vfs[i].0,
+        pf: Some(lab.pf),
+        netdev: Some(lab.vfs[i].1.clone()),
+        rdma_devices: vec![],
+        cdi_ids: vec![],
+        config: DeviceConfig::default(),
+    };
+    let claim = PreparedClaim {
+        version: prepared::VERSION,
+        uid: "c1a1-0001".into(),
+        namespace: "default".into(),
+        name: "job-0-rdma-x7k2p".into(),
+        pod_claim_name: Some("rdma".into()),
+        pods: vec![pod_uid.into()],
+        devices: vec![dev("vf", 0), dev("vf", 1)],
+    };
+    prepared::write_claim(dir.path(), &claim).unwrap();
+    let mut conf = lab.conf("1.1.0", lab.vfs[0].0, "10.209.0.0/24");
+    conf.as_object_mut().unwrap().remove("deviceID");
+    // Two interfaces on one network: one route would clash.
+    conf["ipam"]["routes"] = json!([]);
+    conf["claim"] = json!("rdma");
+    conf["request"] = json!("vf");
+    conf["preparedDir"] = json!(dir.path());
+    let args = format!("IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=job-0;K8S_POD_UID={pod_uid}");
+    let with_uid = [("CNI_ARGS", args.as_str())];
+
+    let (code, r1) = lab.cni_env("ADD", "s1", pod.path(), "net1", &conf, &with_uid);
+    assert_eq!(code, 0, "{r1}");
+    assert_eq!(r1["interfaces"][0]["pciID"], lab.vfs[0].0.to_string());
+    let (code, r2) = lab.cni_env("ADD", "s1", pod.path(), "net2", &conf, &with_uid);
+    assert_eq!(code, 0, "{r2}");
+    assert_eq!(
+        r2["interfaces"][0]["pciID"],
+        lab.vfs[1].0.to_string(),
+        "the second interface gets the other VF"
+    );
+    assert_eq!(links(pod.name()), ["net1".to_string(), "net2".to_string()].into());
+
+    let listing = prepared::list(dir.path()).unwrap();
+    let mut got: Vec<_> =
+        listing.attachments.iter().map(|a| (a.device.as_str(), a.ifname.as_str(), a.ips.clone())).collect();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("vf0", "net1", vec!["10.209.0.2/24".to_string()]),
+            ("vf1", "net2", vec!["10.209.0.3/24".to_string()])
+        ]
+    );
+    let a = &listing.attachments[0];
+    assert_eq!(
+        (a.pod_uid.as_str(), a.container_id.as_str(), a.claim_uid.as_str()),
+        (pod_uid, "s1", "c1a1-0001")
+    );
+    assert_eq!(a.mac.as_deref(), r1["interfaces"][0]["mac"].as_str());
+
+    // Every VF of the claim is attached: a third interface is refused, naming them.
+    let (code, out) = lab.cni_env("ADD", "s1", pod.path(), "net3", &conf, &with_uid);
+    assert_eq!(code, 104, "{out}");
+    assert!(out["msg"].as_str().unwrap().contains("already attached"), "{out}");
+
+    // DEL: the VFs come home, the attachment files go.
+    for ifname in ["net1", "net2"] {
+        let (code, out) = lab.cni_env("DEL", "s1", pod.path(), ifname, &conf, &with_uid);
+        assert_eq!(code, 0, "{out}");
+    }
+    assert!(lab.host_links().contains(&lab.vfs[0].1) && lab.host_links().contains(&lab.vfs[1].1));
+    assert!(prepared::list(dir.path()).unwrap().attachments.is_empty());
+    assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
+
+    // Another pod has nothing prepared: refused with its UID, nothing moved.
+    let other = "IgnoreUnknown=1;K8S_POD_UID=0000-other";
+    let (code, out) = lab.cni_env("ADD", "s2", pod.path(), "net1", &conf, &[("CNI_ARGS", other)]);
+    assert_eq!(code, 104, "{out}");
+    assert!(out["msg"].as_str().unwrap().contains("0000-other"), "{out}");
+    // No deviceID and no pod UID: the configuration cannot name a VF.
+    let (code, out) = lab.cni_env("ADD", "s3", pod.path(), "net1", &conf, &[("CNI_ARGS", "")]);
+    assert_eq!(code, 7, "{out}");
+    assert!(links(pod.name()).is_empty());
+}

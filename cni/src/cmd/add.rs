@@ -18,7 +18,8 @@ use crate::error::{Error, Result};
 use crate::journal::{self, Journal, Lock};
 use crate::result::{self, Iface};
 use crate::step::{
-    DeviceInfoFile, IpamLease, LinkState, NetdevMove, PfAttrs, RdmaMove, Step, UndoCx, VfAttrs,
+    ClaimAttachment, DeviceInfoFile, IpamLease, LinkState, NetdevMove, PfAttrs, RdmaMove, Step, UndoCx,
+    VfAttrs,
 };
 use crate::txn::{self, failpoint, lock_wait, PF_LOCK_WAIT, VF_LOCK_WAIT};
 use crate::{device, ipam, rdma};
@@ -37,7 +38,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     let t0 = std::time::Instant::now();
     let attach = conf.attach.as_ref().ok_or_else(|| Error::config("(stdin)", "not parsed for ADD"))?;
     // --- validation: nothing is touched until all of this passes ---
-    let vf = device::resolve(conf, env, roots)?;
+    let (vf, claimed) = device::resolve(conf, env, roots)?;
     let pod = Netns::open(&env.netns).map_err(Error::Netns)?;
     let here = Netns::current().map_err(Error::Netns)?;
     if pod.id().map_err(Error::Netns)? == here.id().map_err(Error::Netns)? {
@@ -128,7 +129,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
             why: format!("{} already exists in the container", env.ifname),
         });
     }
-    let steps = plan(conf, env, attach, &vf, &target, pf_step, lease, &rdma_plan);
+    let steps = plan(conf, env, attach, &vf, &target, pf_step, lease, &rdma_plan, claimed.as_ref());
     let jpath = journal::dir(&conf.state_dir).join(journal::file_name(&env.container_id, &env.ifname));
     let j = Journal {
         version: journal::VERSION,
@@ -219,6 +220,7 @@ fn plan(
     pf: Option<PfAttrs>,
     lease: Option<IpamLease>,
     rdma_plan: &[String],
+    claimed: Option<&device::Claimed>,
 ) -> Vec<Step> {
     let mut steps = Vec::new();
     // IPAM first: it runs on its own while the rest happens.
@@ -254,6 +256,27 @@ fn plan(
             },
         }));
     }
+    if let Some(c) = claimed {
+        let mac = match target {
+            Target::Netdev(l) => attach.mac.map(|m| fmt_mac(&m)).or_else(|| l.mac.as_deref().map(fmt_mac)),
+            Target::Userspace => attach.mac.map(|m| fmt_mac(&m)),
+        };
+        steps.push(Step::ClaimAttachment(ClaimAttachment {
+            dir: c.dir.clone(),
+            claim_uid: c.claim_uid.clone(),
+            device: c.device.clone(),
+            attachment: Some(nic::prepared::Attachment {
+                version: nic::prepared::VERSION,
+                claim_uid: c.claim_uid.clone(),
+                device: c.device.clone(),
+                pod_uid: c.pod_uid.clone(),
+                container_id: env.container_id.clone(),
+                ifname: env.ifname.clone(),
+                mac,
+                ips: vec![],
+            }),
+        }));
+    }
     steps
 }
 
@@ -281,8 +304,8 @@ impl Run {
         let mut result = None;
         let mut collected = false;
         for s in steps {
-            // The device-info file comes last, after the addresses.
-            if matches!(s, Step::DeviceInfo(_)) && !collected {
+            // The device-info and claim attachment files come last, after the addresses.
+            if matches!(s, Step::DeviceInfo(_) | Step::ClaimAttachment(_)) && !collected {
                 result = self.collect(env, podc, netdev)?;
                 collected = true;
             }
@@ -297,6 +320,7 @@ impl Run {
                 Step::MoveNetdev(m) => m.apply(host, pod)?,
                 Step::MoveRdma(r) => r.apply(pod)?,
                 Step::DeviceInfo(d) => d.apply()?,
+                Step::ClaimAttachment(a) => a.apply(result.as_ref())?,
             }
             tracing::debug!(step = s.name(), ms = t.elapsed().as_secs_f64() * 1e3, "applied");
             if !matches!(s, Step::Ipam(_)) {
