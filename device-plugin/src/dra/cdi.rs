@@ -24,6 +24,7 @@ use serde_json::{json, Value};
 use super::claimconfig::DeviceConfig;
 use super::devices::{DraDevice, View};
 use crate::devinfo::{write_atomic, FileError};
+use crate::names::env_part;
 use crate::RDMA_CM;
 
 /// CDI kind of claim devices.
@@ -55,10 +56,6 @@ pub fn device_id(device: &str, claim_uid: &str) -> String {
 /// `<dir>/kuberdma.io-claim_<uid>.json`.
 pub fn spec_path(dir: &Path, claim_uid: &str) -> PathBuf {
     dir.join(format!("kuberdma.io-claim_{claim_uid}.json"))
-}
-
-fn env_part(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
 }
 
 /// The spec of one claim.
