@@ -6,9 +6,9 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use super::layout::{fmt_gid, fmt_mac, gid_entries, umad_dev, uverbs_dev, Func, Role};
+use super::layout::{fmt_gid, fmt_mac, umad_dev, uverbs_dev, Func, Role};
 use super::Sim;
-use crate::inventory::{CharDev, GidKind, Inventory, LinkLayer, Netdev, RdmaDev, RdmaVia};
+use crate::inventory::{CharDev, GidKind, Inventory, LinkLayer, Netdev, RdmaDev, RdmaProtocol, RdmaVia};
 use crate::pci::PciAddr;
 use crate::roce::roce_active_mtu;
 
@@ -45,6 +45,8 @@ impl Sim {
                         Some(*total),
                         f.numa,
                         &upstream(f),
+                        Some(f.rdma_protocol()),
+                        &f.rdma_aux(),
                     ));
                     self.func_lines(f, "  ", &mut out);
                     let mut vfs: Vec<(&u32, &Func)> = self
@@ -137,6 +139,7 @@ impl Sim {
             ind,
             &r.name,
             &via,
+            Some(r.protocol),
             Some(&r.guid),
             Some(&chardev(format!("uverbs{}", r.uverbs), uverbs_dev(r.uverbs))),
             &umad,
@@ -151,9 +154,10 @@ impl Sim {
             LinkLayer::Ethernet,
             opt(mtu)
         ));
-        for e in f.net.as_ref().map(gid_entries).unwrap_or_default() {
+        for e in f.gid_entries() {
             let kind = if e.kind == "RoCE v2" { GidKind::RoceV2 } else { GidKind::RoceV1 };
-            out.push(format!("{ind}    gid{} {} {kind:?} {} {}", e.index, fmt_gid(e.gid), e.ip, e.ndev));
+            let ndev = if e.ndev.is_empty() { "-" } else { &e.ndev };
+            out.push(format!("{ind}    gid{} {} {kind:?} {} {ndev}", e.index, fmt_gid(e.gid), e.ip));
         }
     }
 }
@@ -172,17 +176,21 @@ fn pf_line(
     total: Option<u32>,
     numa: Option<u32>,
     upstream: &[PciAddr],
+    protocol: Option<RdmaProtocol>,
+    rdma_aux: &[String],
 ) -> String {
     let up: Vec<String> = upstream.iter().map(|a| a.to_string()).collect();
     format!(
-        "pf {bdf} {}:{} driver={} vfs={}/{} numa={} upstream={}",
+        "pf {bdf} {}:{} driver={} vfs={}/{} numa={} upstream={} rdma={} aux={}",
         vendor.map(|v| format!("{v:04x}")).unwrap_or("-".into()),
         device.map(|v| format!("{v:04x}")).unwrap_or("-".into()),
         driver.unwrap_or("-"),
         opt(num),
         opt(total),
         opt(numa),
-        up.join(",")
+        up.join(","),
+        opt(protocol),
+        if rdma_aux.is_empty() { "-".to_string() } else { rdma_aux.join(",") }
     )
 }
 
@@ -213,10 +221,12 @@ fn chardev_str(c: &CharDev) -> String {
     format!("{}({mm}{})", c.name, if c.present { "" } else { ",absent" })
 }
 
+#[allow(clippy::too_many_arguments)]
 fn rdma_line(
     ind: &str,
     name: &str,
     via: &RdmaVia,
+    protocol: Option<RdmaProtocol>,
     guid: Option<&str>,
     uverbs: Option<&CharDev>,
     umad: &[CharDev],
@@ -235,7 +245,8 @@ fn rdma_line(
         }
     };
     format!(
-        "{ind}rdma {name} via={via} guid={} uverbs={} umad={} issm={}",
+        "{ind}rdma {name} via={via} proto={} guid={} uverbs={} umad={} issm={}",
+        opt(protocol),
         guid.unwrap_or("-"),
         uverbs.map(chardev_str).unwrap_or("-".into()),
         list(umad),
@@ -264,7 +275,16 @@ fn problem_lines(ind: &str, problems: &[crate::inventory::Problem], out: &mut Ve
 }
 
 fn rdma_lines(ind: &str, r: &RdmaDev, out: &mut Vec<String>) {
-    out.push(rdma_line(ind, &r.name, &r.via, r.node_guid.as_deref(), r.uverbs.as_ref(), &r.umad, &r.issm));
+    out.push(rdma_line(
+        ind,
+        &r.name,
+        &r.via,
+        r.protocol,
+        r.node_guid.as_deref(),
+        r.uverbs.as_ref(),
+        &r.umad,
+        &r.issm,
+    ));
     problem_lines(&format!("{ind}  "), &r.problems, out);
     for p in &r.ports {
         out.push(format!(
@@ -303,6 +323,8 @@ pub fn describe(inv: &Inventory) -> Vec<String> {
             pf.total_vfs,
             pf.numa_node,
             &pf.upstream,
+            pf.rdma_protocol,
+            &pf.rdma_aux,
         ));
         problem_lines("  ", &pf.problems, &mut out);
         for n in &pf.netdevs {
