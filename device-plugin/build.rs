@@ -1,9 +1,27 @@
-//! Generates the kubelet device plugin API (client and server) from
-//! `proto/api.proto` with protox, so no system `protoc` is needed.
+//! Generates the kubelet's device plugin API (`proto/api.proto`, v1beta1) and
+//! PodResources API (`proto/podresources.proto`, v1), client and server, with
+//! protox, so no system `protoc` is needed. DRA mode's kubelet APIs (plugin
+//! registration, DRAPlugin v1 and v1beta1, DRA health) come from their own files
+//! under `proto/`, compiled separately so their packages stay apart from the
+//! device plugin's `v1beta1`.
+
+const DRA_PROTOS: [&str; 4] = [
+    "proto/pluginregistration/v1/api.proto",
+    "proto/dra/v1/api.proto",
+    "proto/dra/v1beta1/api.proto",
+    "proto/dra-health/v1alpha1/api.proto",
+];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    println!("cargo:rerun-if-changed=proto/api.proto");
-    let fds = protox::compile(["proto/api.proto"], ["proto"])?;
+    for p in ["proto/api.proto", "proto/podresources.proto"] {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let fds = protox::compile(["proto/api.proto", "proto/podresources.proto"], ["proto"])?;
+    tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(fds)?;
+    for p in DRA_PROTOS {
+        println!("cargo:rerun-if-changed={p}");
+    }
+    let fds = protox::compile(DRA_PROTOS, ["proto"])?;
     tonic_prost_build::configure().build_server(true).build_client(true).compile_fds(fds)?;
     Ok(())
 }

@@ -1,19 +1,36 @@
 //! The plugin's inputs: CNI environment variables and the network
-//! configuration on stdin, validated into plain values before anything is
-//! touched.
+//! configuration on stdin, read once (bounded), decoded once, and validated
+//! into plain values before anything is touched.
+//!
+//! Keys are matched the way Go's `encoding/json` matches struct fields, which
+//! is how sriov-cni reads them: ASCII case-insensitively (`MAC`, `Vlan`,
+//! `SpoofChk` all work). Two keys that differ only in case are refused with
+//! both names rather than silently picking one.
+//!
+//! How strict depends on the command: ADD and CHECK validate everything; DEL
+//! reads only what tearing down needs and never fails on a value only ADD
+//! uses (a runtime repeats DEL with the same configuration until it succeeds,
+//! so a DEL that fails on `vlan: 5000` would keep a sandbox forever); GC and
+//! STATUS read the network-wide keys only.
 
-use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::PathBuf;
 
 use nic::netlink::vf::{VfLink, VfSettings, VfVlanSetting};
 use nic::PciAddr;
-use serde::Deserialize;
-use serde_json::Value;
+use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
 /// Default state directory (DESIGN.md).
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/kube-rdma";
+
+/// Largest network configuration we read from stdin: 1 MiB. Real ones are a
+/// few KiB (a Multus delegate with `runtimeConfig` and a `prevResult` stays
+/// well under 64 KiB), and Kubernetes objects that carry them are capped by
+/// etcd's 1.5 MiB request limit; a bound keeps a runaway writer from making
+/// us buffer and journal hundreds of megabytes.
+pub const STDIN_LIMIT: usize = 1 << 20;
 
 /// The CNI operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +62,18 @@ impl Command {
             _ => return None,
         })
     }
+
+    /// The name in `CNI_COMMAND`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Command::Add => "ADD",
+            Command::Del => "DEL",
+            Command::Check => "CHECK",
+            Command::Status => "STATUS",
+            Command::Gc => "GC",
+            Command::Version => "VERSION",
+        }
+    }
 }
 
 /// The CNI_* environment.
@@ -56,23 +85,24 @@ pub struct Env {
     pub netns: String,
     /// `CNI_IFNAME`.
     pub ifname: String,
-    /// `CNI_ARGS`, parsed `K=V;...`.
-    pub args: BTreeMap<String, String>,
+    /// `CNI_ARGS` exactly as given (delegates get it unchanged).
+    pub args: Option<String>,
+    /// `CNI_PATH` exactly as given.
+    pub path_raw: Option<String>,
     /// `CNI_PATH` directories.
     pub path: Vec<PathBuf>,
 }
 
-/// Reads a variable through `get` (so tests need not touch the process env).
+/// Reads the environment through `get` (so tests need not touch the process env).
 pub fn read_env(cmd: Command, get: &dyn Fn(&str) -> Option<String>) -> Result<Env> {
     let need = |var: &'static str| -> Result<String> {
         match get(var) {
             Some(v) if !v.is_empty() => Ok(v),
-            _ => Err(Error::Env { var, why: format!("missing (required for {cmd:?})") }),
+            _ => Err(Error::Env { var, why: format!("missing (required for {})", cmd.name()) }),
         }
     };
     let mut env = Env::default();
-    let needs_container = matches!(cmd, Command::Add | Command::Del | Command::Check);
-    if needs_container {
+    if matches!(cmd, Command::Add | Command::Del | Command::Check) {
         env.container_id = need("CNI_CONTAINERID")?;
         if !valid_container_id(&env.container_id) {
             return Err(Error::Env {
@@ -85,25 +115,42 @@ pub fn read_env(cmd: Command, get: &dyn Fn(&str) -> Option<String>) -> Result<En
             return Err(Error::Env { var: "CNI_IFNAME", why });
         }
     }
-    if matches!(cmd, Command::Add | Command::Check) {
-        env.netns = need("CNI_NETNS")?;
-    } else {
-        env.netns = get("CNI_NETNS").unwrap_or_default();
-    }
-    if let Some(a) = get("CNI_ARGS") {
-        for kv in a.split(';').filter(|s| !s.is_empty()) {
-            let Some((k, v)) = kv.split_once('=') else {
-                return Err(Error::Env { var: "CNI_ARGS", why: format!("{kv:?} is not KEY=VALUE") });
-            };
-            env.args.insert(k.to_string(), v.to_string());
-        }
-    }
-    env.path =
-        get("CNI_PATH").unwrap_or_default().split(':').filter(|s| !s.is_empty()).map(PathBuf::from).collect();
+    env.netns = match cmd {
+        Command::Add | Command::Check => need("CNI_NETNS")?,
+        _ => get("CNI_NETNS").unwrap_or_default(),
+    };
+    env.args = get("CNI_ARGS");
+    env.path_raw = get("CNI_PATH");
+    env.path = env
+        .path_raw
+        .as_deref()
+        .unwrap_or_default()
+        .split(':')
+        .filter(|s| !s.is_empty())
+        .map(PathBuf::from)
+        .collect();
     Ok(env)
 }
 
-/// CNI spec: container ID is alphanumeric plus `_ . -`, non-empty.
+/// The `MAC` of `CNI_ARGS` (`K=V;K=V`, as libcni's `LoadArgs` splits it:
+/// every pair needs exactly one `=`; keys are case-sensitive, others ignored).
+pub fn mac_from_args(args: Option<&str>) -> Result<Option<String>> {
+    let mut mac = None;
+    for pair in args.unwrap_or_default().split(';').filter(|s| !s.is_empty()) {
+        match pair.split('=').collect::<Vec<_>>()[..] {
+            [k, v] => {
+                if k == "MAC" {
+                    mac = Some(v.to_string());
+                }
+            }
+            _ => return Err(Error::Env { var: "CNI_ARGS", why: format!("{pair:?} is not KEY=VALUE") }),
+        }
+    }
+    Ok(mac)
+}
+
+/// CNI spec: container ID is alphanumeric plus `_ . -`, non-empty. No length
+/// limit in the spec; 1024 bytes bounds what we hash into a journal name.
 pub fn valid_container_id(s: &str) -> bool {
     s.len() <= 1024
         && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
@@ -124,6 +171,97 @@ pub fn valid_ifname(s: &str) -> std::result::Result<(), String> {
     Ok(())
 }
 
+/// Reads stdin up to [`STDIN_LIMIT`]; more is an error naming the limit.
+pub fn read_stdin(r: impl Read) -> Result<Vec<u8>> {
+    let mut buf = Vec::new();
+    r.take(STDIN_LIMIT as u64 + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| Error::Decode(format!("cannot read stdin: {e}")))?;
+    if buf.len() > STDIN_LIMIT {
+        return Err(Error::TooLarge { limit: STDIN_LIMIT });
+    }
+    Ok(buf)
+}
+
+/// Decodes stdin once: it must be a JSON object.
+pub fn decode(stdin: &[u8]) -> Result<Value> {
+    let v: Value = serde_json::from_slice(stdin).map_err(|e| Error::Decode(e.to_string()))?;
+    if !v.is_object() {
+        return Err(Error::Decode("the network configuration must be a JSON object".into()));
+    }
+    Ok(v)
+}
+
+/// A JSON object read with Go's key matching: exact or ASCII
+/// case-insensitive, `null` as absent.
+#[derive(Clone, Copy)]
+pub struct Keys<'a> {
+    map: &'a Map<String, Value>,
+    /// Prefix for messages (`""` or `"runtimeConfig."`).
+    at: &'static str,
+}
+
+impl<'a> Keys<'a> {
+    /// A view of `v` (an empty one if `v` is not an object).
+    pub fn of(v: &'a Value, at: &'static str) -> Self {
+        match v.as_object() {
+            Some(map) => Keys { map, at },
+            None => Self::empty(at),
+        }
+    }
+
+    /// A view of no keys.
+    pub fn empty(at: &'static str) -> Self {
+        static EMPTY: std::sync::OnceLock<Map<String, Value>> = std::sync::OnceLock::new();
+        Keys { map: EMPTY.get_or_init(Map::new), at }
+    }
+
+    /// The key (as spelled in the input) and value matching `name`.
+    pub fn get(&self, name: &str) -> Result<Option<(String, &'a Value)>> {
+        let mut found = self.map.iter().filter(|(k, v)| k.eq_ignore_ascii_case(name) && !v.is_null());
+        let first = found.next();
+        if let Some((other, _)) = found.next() {
+            let (k, _) = first.expect("a second match implies a first");
+            return Err(Error::config(
+                format!("{}{name}", self.at),
+                format!(
+                    "set twice, as {k:?} and {other:?} (keys match regardless of case, as in Go); keep one"
+                ),
+            ));
+        }
+        Ok(first.map(|(k, v)| (format!("{}{k}", self.at), v)))
+    }
+
+    /// A string value.
+    pub fn str(&self, name: &str) -> Result<Option<(String, &'a str)>> {
+        match self.get(name)? {
+            None => Ok(None),
+            Some((k, Value::String(s))) => Ok(Some((k, s.as_str()))),
+            Some((k, v)) => Err(Error::config(k, format!("{v} is not a string"))),
+        }
+    }
+
+    /// An integer value.
+    pub fn int(&self, name: &str) -> Result<Option<(String, i64)>> {
+        match self.get(name)? {
+            None => Ok(None),
+            Some((k, v)) => match v.as_i64() {
+                Some(i) => Ok(Some((k, i))),
+                None => Err(Error::config(k, format!("{v} is not an integer"))),
+            },
+        }
+    }
+
+    /// A nested object.
+    pub fn obj(&self, name: &str, at: &'static str) -> Result<Option<(String, Keys<'a>)>> {
+        match self.get(name)? {
+            None => Ok(None),
+            Some((k, v @ Value::Object(_))) => Ok(Some((k, Keys::of(v, at)))),
+            Some((k, v)) => Err(Error::config(k, format!("{v} is not an object"))),
+        }
+    }
+}
+
 /// What to do about the VF's RDMA device.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -136,104 +274,61 @@ pub enum RdmaMode {
     Disabled,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RuntimeConfig {
-    #[serde(rename = "deviceID")]
-    device_id: Option<String>,
-    mac: Option<String>,
-    #[serde(rename = "CNIDeviceInfoFile")]
-    cni_device_info_file: Option<String>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Raw {
-    cni_version: String,
-    #[serde(default)]
-    name: String,
-    #[serde(rename = "type", default)]
-    kind: String,
-    #[serde(rename = "deviceID")]
-    device_id: Option<String>,
-    #[serde(rename = "pciBusID")]
-    pci_bus_id: Option<String>,
-    vlan: Option<i64>,
-    #[serde(rename = "vlanQoS")]
-    vlan_qos: Option<i64>,
-    vlan_proto: Option<String>,
-    mac: Option<String>,
-    spoofchk: Option<String>,
-    trust: Option<String>,
-    #[serde(rename = "link_state")]
-    link_state: Option<String>,
-    #[serde(rename = "min_tx_rate")]
-    min_tx_rate: Option<i64>,
-    #[serde(rename = "max_tx_rate")]
-    max_tx_rate: Option<i64>,
-    mtu: Option<i64>,
-    rdma: Option<String>,
-    ipam: Option<Value>,
-    state_dir: Option<String>,
-    log_level: Option<String>,
-    log_file: Option<String>,
-    #[serde(default)]
-    runtime_config: RuntimeConfig,
-    prev_result: Option<Value>,
-    #[serde(rename = "cni.dev/valid-attachments")]
-    valid_attachments: Option<Vec<Attachment>>,
-    #[serde(rename = "cni.dev/attachments")]
-    attachments: Option<Vec<Attachment>>,
-}
-
 /// One `{containerID, ifname}` pair of a GC request.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attachment {
     /// Container ID.
-    #[serde(rename = "containerID")]
     pub container_id: String,
     /// Interface name.
     pub ifname: String,
 }
 
-/// The validated configuration.
-#[derive(Debug, Clone)]
-pub struct NetConf {
-    /// `cniVersion` as given.
-    pub cni_version: String,
-    /// Network name.
-    pub name: String,
-    /// The VF (absent only where allowed: DEL, STATUS, GC, VERSION).
-    pub device: Option<PciAddr>,
+/// The delegated IPAM plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Ipam {
+    /// `ipam.type`: the plugin's executable name in `CNI_PATH`.
+    pub kind: String,
+}
+
+/// What ADD (and CHECK) configure on the VF.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attach {
     /// PF-side VF attributes requested (empty: none; the PF is not touched).
     pub vf: VfSettings,
-    /// MAC for the VF netdev in the pod.
+    /// MAC for the VF netdev in the pod (also set PF-side, as sriov-cni does).
     pub mac: Option<[u8; 6]>,
     /// MTU for the VF netdev in the pod.
     pub mtu: Option<u32>,
     /// RDMA handling.
     pub rdma: RdmaMode,
-    /// The `ipam` section, if any.
-    pub ipam: Option<Value>,
-    /// IPAM plugin type.
-    pub ipam_type: Option<String>,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone)]
+pub struct NetConf {
+    /// `cniVersion` as given (results and errors are written in it).
+    pub cni_version: String,
+    /// Network name (journals record it; GC collects per network).
+    pub name: String,
+    /// The VF (absent where allowed: DEL, STATUS, GC, VERSION).
+    pub device: Option<PciAddr>,
+    /// ADD/CHECK settings (`None` for the other commands).
+    pub attach: Option<Attach>,
+    /// The delegated IPAM plugin, if any.
+    pub ipam: Option<Ipam>,
     /// State directory.
     pub state_dir: PathBuf,
-    /// Log level.
-    pub log_level: Option<String>,
-    /// Log file.
-    pub log_file: Option<String>,
     /// `runtimeConfig.CNIDeviceInfoFile`.
     pub device_info_file: Option<PathBuf>,
     /// `prevResult`.
     pub prev_result: Option<Value>,
-    /// GC: attachments to keep (`None`: not a GC request or none given).
+    /// GC: attachments to keep (`None`: the key is absent).
     pub valid_attachments: Option<Vec<Attachment>>,
-    /// The raw stdin JSON (forwarded to IPAM).
+    /// The decoded stdin (delegated to IPAM).
     pub raw: Value,
 }
 
-/// Parses a MAC `aa:bb:cc:dd:ee:ff` (also `-` separated).
+/// Parses a MAC `aa:bb:cc:dd:ee:ff` (also `-` separated, any case).
 pub fn parse_mac(s: &str) -> Option<[u8; 6]> {
     let parts: Vec<&str> = s.split([':', '-']).collect();
     if parts.len() != 6 {
@@ -254,30 +349,108 @@ pub fn fmt_mac(m: &[u8]) -> String {
     m.iter().map(|b| format!("{b:02x}")).collect::<Vec<_>>().join(":")
 }
 
-fn on_off(field: &str, v: &Option<String>) -> Result<Option<bool>> {
-    match v.as_deref() {
+fn on_off(v: Option<(String, &str)>) -> Result<Option<bool>> {
+    match v {
         None => Ok(None),
-        Some("on") => Ok(Some(true)),
-        Some("off") => Ok(Some(false)),
-        Some(o) => Err(Error::config(field, format!("{o:?} is not \"on\" or \"off\""))),
+        Some((_, "on")) => Ok(Some(true)),
+        Some((_, "off")) => Ok(Some(false)),
+        Some((k, o)) => Err(Error::config(k, format!("{o:?} is not \"on\" or \"off\""))),
     }
 }
 
-/// Decodes stdin. Malformed JSON is code 6; well-formed but wrong is 7;
-/// an unknown `cniVersion` is 1.
-pub fn parse(stdin: &[u8], env: &Env, cmd: Command) -> Result<NetConf> {
-    let raw: Value = serde_json::from_slice(stdin).map_err(|e| Error::Decode(e.to_string()))?;
-    if !raw.is_object() {
-        return Err(Error::Decode("the network configuration must be a JSON object".into()));
+/// Applies the command's strictness: ADD/CHECK (and, for network-wide keys,
+/// GC/STATUS) propagate errors; DEL logs them and goes on without the value.
+struct Strictness {
+    lenient: bool,
+}
+
+impl Strictness {
+    fn take<T>(&self, what: &str, r: Result<Option<T>>) -> Result<Option<T>> {
+        match r {
+            Ok(v) => Ok(v),
+            Err(e) if self.lenient => {
+                tracing::warn!(error = %e, "ignoring {what} for DEL: tearing down needs no valid value");
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
-    let r: Raw = serde_json::from_value(raw.clone()).map_err(|e| Error::config("(stdin)", e.to_string()))?;
-    if !crate::SUPPORTED_VERSIONS.contains(&r.cni_version.as_str()) {
-        return Err(Error::Version { requested: r.cni_version });
+}
+
+fn pci(k: Option<(String, &str)>) -> Result<Option<PciAddr>> {
+    match k {
+        None => Ok(None),
+        Some((key, s)) => s.parse::<PciAddr>().map(Some).map_err(|e| Error::config(key, e.to_string())),
     }
-    let dev_str = r.runtime_config.device_id.clone().or(r.device_id.clone()).or(r.pci_bus_id.clone());
-    let device = match dev_str {
-        Some(s) => Some(s.parse::<PciAddr>().map_err(|e| Error::config("deviceID", e.to_string()))?),
-        None => None,
+}
+
+/// Decodes the configuration for `cmd`. Malformed JSON was refused by
+/// [`decode`] (code 6); wrong values are code 7; an unknown `cniVersion` is 1
+/// (but not for DEL, which tears down whatever the version).
+pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
+    let s = Strictness { lenient: cmd == Command::Del };
+    let top = Keys::of(&raw, "");
+    let cni_version = match top.str("cniVersion") {
+        Ok(Some((_, v))) => v.to_string(),
+        Ok(None) if s.lenient => crate::LATEST.to_string(),
+        Ok(None) => return Err(Error::config("cniVersion", "missing")),
+        Err(e) if s.lenient => {
+            tracing::warn!(error = %e, "ignoring cniVersion for DEL");
+            crate::LATEST.to_string()
+        }
+        Err(e) => return Err(e),
+    };
+    if !crate::SUPPORTED_VERSIONS.contains(&cni_version.as_str()) {
+        if !s.lenient {
+            return Err(Error::Version { requested: cni_version });
+        }
+        tracing::warn!(version = %cni_version, "DEL with a cniVersion we do not speak; tearing down anyway");
+    }
+    let name = s.take("name", top.str("name"))?.map(|(_, n)| n.to_string()).unwrap_or_default();
+    if name.is_empty() && matches!(cmd, Command::Add | Command::Gc) {
+        return Err(Error::config(
+            "name",
+            "missing: the network name is required (CNI spec), and GC collects attachments per network",
+        ));
+    }
+    let state_dir = match s.take("stateDir", top.str("stateDir"))? {
+        None => PathBuf::from(DEFAULT_STATE_DIR),
+        Some((k, d)) => {
+            let p = PathBuf::from(d);
+            if p.is_absolute() {
+                p
+            } else if s.lenient {
+                tracing::warn!(key = %k, dir = d, "stateDir is not absolute; DEL looks in the default");
+                PathBuf::from(DEFAULT_STATE_DIR)
+            } else {
+                return Err(Error::config(k, "must be an absolute path"));
+            }
+        }
+    };
+    let ipam = s.take("ipam", parse_ipam(&top))?;
+    let rc = s.take("runtimeConfig", top.obj("runtimeConfig", "runtimeConfig."))?.map(|(_, o)| o);
+    let rc = rc.unwrap_or_else(|| Keys::empty("runtimeConfig."));
+    let device_info_file = s
+        .take("runtimeConfig.CNIDeviceInfoFile", rc.str("CNIDeviceInfoFile"))?
+        .map(|(_, f)| PathBuf::from(f));
+    let prev_result = s
+        .take("prevResult", top.obj("prevResult", "prevResult."))?
+        .map(|(_, o)| Value::Object(o.map.clone()));
+    let valid_attachments = if cmd == Command::Gc { parse_attachments(&top)? } else { None };
+
+    // The VF: runtimeConfig.deviceID (Multus), then deviceID, then pciBusID.
+    let device = match cmd {
+        Command::Add | Command::Check | Command::Del => {
+            let named = match rc.str("deviceID")? {
+                Some(d) => Some(d),
+                None => match top.str("deviceID")? {
+                    Some(d) => Some(d),
+                    None => top.str("pciBusID")?,
+                },
+            };
+            s.take("deviceID", pci(named))?
+        }
+        _ => None,
     };
     if device.is_none() && matches!(cmd, Command::Add | Command::Check) {
         return Err(Error::config(
@@ -285,46 +458,123 @@ pub fn parse(stdin: &[u8], env: &Env, cmd: Command) -> Result<NetConf> {
             "missing: set deviceID (Multus fills it from the device plugin), runtimeConfig.deviceID or pciBusID",
         ));
     }
-    let mut vf = VfSettings::default();
-    if let Some(id) = r.vlan {
-        if !(0..=4095).contains(&id) {
-            return Err(Error::config("vlan", format!("{id} is outside 0..4095")));
+    let attach = match cmd {
+        Command::Add | Command::Check => Some(parse_attach(&top, &rc, env)?),
+        // STATUS gets the same configuration as ADD: one that no ADD could take is
+        // invalid (7), whatever the node's state (50).
+        Command::Status => {
+            parse_attach(&top, &rc, env)?;
+            None
         }
-        let qos = r.vlan_qos.unwrap_or(0);
-        if !(0..=7).contains(&qos) {
-            return Err(Error::config("vlanQoS", format!("{qos} is outside 0..7")));
-        }
-        let ad = match r.vlan_proto.as_deref().map(str::to_ascii_lowercase).as_deref() {
-            None | Some("802.1q") => false,
-            Some("802.1ad") => true,
-            Some(o) => {
-                return Err(Error::config("vlanProto", format!("{o:?} is not \"802.1q\" or \"802.1ad\"")))
-            }
-        };
-        if id == 0 && (qos != 0 || ad) {
-            return Err(Error::config("vlan", "vlanQoS or vlanProto 802.1ad need a non-zero vlan"));
-        }
-        vf.vlan = Some(VfVlanSetting { id: id as u16, qos: qos as u8, ad });
-    } else if r.vlan_qos.is_some() || r.vlan_proto.is_some() {
-        return Err(Error::config("vlan", "vlanQoS/vlanProto given without vlan"));
-    }
-    vf.spoofchk = on_off("spoofchk", &r.spoofchk)?;
-    vf.trust = on_off("trust", &r.trust)?;
-    vf.link_state = match r.link_state.as_deref() {
-        None => None,
-        Some("auto") => Some(VfLink::Auto),
-        Some("enable") => Some(VfLink::Enable),
-        Some("disable") => Some(VfLink::Disable),
-        Some(o) => return Err(Error::config("link_state", format!("{o:?} is not auto, enable or disable"))),
+        _ => None,
     };
-    let rate = |f: &str, v: Option<i64>| -> Result<Option<u32>> {
+    Ok(NetConf {
+        cni_version,
+        name,
+        device,
+        attach,
+        ipam,
+        state_dir,
+        device_info_file,
+        prev_result,
+        valid_attachments,
+        raw,
+    })
+}
+
+fn parse_ipam(top: &Keys) -> Result<Option<Ipam>> {
+    let Some((k, ipam)) = top.obj("ipam", "ipam.")? else { return Ok(None) };
+    if ipam.map.is_empty() {
+        return Ok(None);
+    }
+    match ipam.str("type")? {
+        Some((_, t)) if !t.is_empty() && !t.contains('/') && t != "." && t != ".." => {
+            Ok(Some(Ipam { kind: t.to_string() }))
+        }
+        _ => Err(Error::config(format!("{k}.type"), "missing or not a plain plugin name")),
+    }
+}
+
+/// `cni.dev/valid-attachments` (spec 1.1.0 GC; `cni.dev/attachments` as
+/// early 1.1 drafts named it).
+fn parse_attachments(top: &Keys) -> Result<Option<Vec<Attachment>>> {
+    let found = match top.get("cni.dev/valid-attachments")? {
+        Some(f) => Some(f),
+        None => top.get("cni.dev/attachments")?,
+    };
+    let Some((k, v)) = found else { return Ok(None) };
+    let list = v.as_array().ok_or_else(|| Error::config(&k, "must be a list of {containerID, ifname}"))?;
+    list.iter()
+        .enumerate()
+        .map(|(i, a)| {
+            let o = Keys::of(a, "");
+            let cid = o.str("containerID")?.map(|(_, s)| s.to_string());
+            let ifname = o.str("ifname")?.map(|(_, s)| s.to_string());
+            match (cid, ifname) {
+                (Some(container_id), Some(ifname)) => Ok(Attachment { container_id, ifname }),
+                _ => Err(Error::config(format!("{k}[{i}]"), "needs containerID and ifname")),
+            }
+        })
+        .collect::<Result<Vec<_>>>()
+        .map(Some)
+}
+
+fn parse_attach(top: &Keys, rc: &Keys, env: &Env) -> Result<Attach> {
+    let mut vf = VfSettings::default();
+    let vlan = top.int("vlan")?;
+    let qos = top.int("vlanQoS")?;
+    let proto = top.str("vlanProto")?;
+    match vlan {
+        Some((k, id)) => {
+            // sriov-cni's range: 4095 is reserved by 802.1Q.
+            if !(0..=4094).contains(&id) {
+                return Err(Error::config(k, format!("{id} is outside 0..4094")));
+            }
+            let q = match &qos {
+                Some((qk, q)) if !(0..=7).contains(q) => {
+                    return Err(Error::config(qk, format!("{q} is outside 0..7")))
+                }
+                Some((_, q)) => *q,
+                None => 0,
+            };
+            let ad = match proto.as_ref().map(|(k, p)| (k, p.to_ascii_lowercase())) {
+                None => false,
+                Some((_, p)) if p == "802.1q" => false,
+                Some((_, p)) if p == "802.1ad" => true,
+                Some((pk, p)) => {
+                    return Err(Error::config(pk, format!("{p:?} is not \"802.1q\" or \"802.1ad\"")))
+                }
+            };
+            if id == 0 && (q != 0 || ad) {
+                return Err(Error::config(k, "vlanQoS or vlanProto 802.1ad need a non-zero vlan"));
+            }
+            vf.vlan = Some(VfVlanSetting { id: id as u16, qos: q as u8, ad });
+        }
+        None => {
+            if let Some((k, _)) =
+                qos.map(|(k, v)| (k, v.to_string())).or(proto.map(|(k, v)| (k, v.to_string())))
+            {
+                return Err(Error::config(k, "given without vlan"));
+            }
+        }
+    }
+    vf.spoofchk = on_off(top.str("spoofchk")?)?;
+    vf.trust = on_off(top.str("trust")?)?;
+    vf.link_state = match top.str("link_state")? {
+        None => None,
+        Some((_, "auto")) => Some(VfLink::Auto),
+        Some((_, "enable")) => Some(VfLink::Enable),
+        Some((_, "disable")) => Some(VfLink::Disable),
+        Some((k, o)) => return Err(Error::config(k, format!("{o:?} is not auto, enable or disable"))),
+    };
+    let rate = |v: Option<(String, i64)>| -> Result<Option<u32>> {
         match v {
             None => Ok(None),
-            Some(x) if (0..=u32::MAX as i64).contains(&x) => Ok(Some(x as u32)),
-            Some(x) => Err(Error::config(f, format!("{x} is not a rate in Mb/s"))),
+            Some((_, x)) if (0..=u32::MAX as i64).contains(&x) => Ok(Some(x as u32)),
+            Some((k, x)) => Err(Error::config(k, format!("{x} is not a rate in Mb/s"))),
         }
     };
-    let (min, max) = (rate("min_tx_rate", r.min_tx_rate)?, rate("max_tx_rate", r.max_tx_rate)?);
+    let (min, max) = (rate(top.int("min_tx_rate")?)?, rate(top.int("max_tx_rate")?)?);
     if min.is_some() || max.is_some() {
         let (mn, mx) = (min.unwrap_or(0), max.unwrap_or(0));
         if mx != 0 && mn > mx {
@@ -332,18 +582,19 @@ pub fn parse(stdin: &[u8], env: &Env, cmd: Command) -> Result<NetConf> {
         }
         vf.rate = Some((mn, mx));
     }
-    let mac_src = r
-        .runtime_config
-        .mac
-        .clone()
-        .map(|m| ("runtimeConfig.mac", m))
-        .or_else(|| env.args.get("MAC").map(|m| ("CNI_ARGS MAC", m.clone())))
-        .or_else(|| r.mac.clone().map(|m| ("mac", m)));
+    // sriov-cni's precedence: runtimeConfig.mac over CNI_ARGS MAC over mac.
+    let mac_src = match rc.str("mac")? {
+        Some((k, m)) => Some((k, m.to_string())),
+        None => match mac_from_args(env.args.as_deref())? {
+            Some(m) => Some(("CNI_ARGS MAC".to_string(), m)),
+            None => top.str("mac")?.map(|(k, m)| (k, m.to_string())),
+        },
+    };
     let mac = match mac_src {
         None => None,
         Some((field, m)) => {
             let mac =
-                parse_mac(&m).ok_or_else(|| Error::config(field, format!("{m:?} is not a MAC address")))?;
+                parse_mac(&m).ok_or_else(|| Error::config(&field, format!("{m:?} is not a MAC address")))?;
             if mac[0] & 1 == 1 {
                 return Err(Error::config(field, format!("{m} is a multicast address")));
             }
@@ -353,104 +604,86 @@ pub fn parse(stdin: &[u8], env: &Env, cmd: Command) -> Result<NetConf> {
             Some(mac)
         }
     };
-    let mtu = match r.mtu {
+    // sriov-cni sets the MAC twice: PF-side (the administrative MAC the
+    // switch enforces) and on the netdev in the pod.
+    vf.mac = mac;
+    let mtu = match top.int("mtu")? {
         None => None,
-        Some(m) if (68..=65535).contains(&m) => Some(m as u32),
-        Some(m) => return Err(Error::config("mtu", format!("{m} is outside 68..65535"))),
+        Some((_, m)) if (68..=65535).contains(&m) => Some(m as u32),
+        Some((k, m)) => return Err(Error::config(k, format!("{m} is outside 68..65535"))),
     };
-    let rdma = match r.rdma.as_deref() {
-        None | Some("auto") => RdmaMode::Auto,
-        Some("required") => RdmaMode::Required,
-        Some("disabled") => RdmaMode::Disabled,
-        Some(o) => return Err(Error::config("rdma", format!("{o:?} is not auto, required or disabled"))),
+    let rdma = match top.str("rdma")? {
+        None | Some((_, "auto")) => RdmaMode::Auto,
+        Some((_, "required")) => RdmaMode::Required,
+        Some((_, "disabled")) => RdmaMode::Disabled,
+        Some((k, o)) => return Err(Error::config(k, format!("{o:?} is not auto, required or disabled"))),
     };
-    let ipam_type = match &r.ipam {
-        None => None,
-        Some(Value::Object(m)) if m.is_empty() => None,
-        Some(Value::Object(m)) => match m.get("type").and_then(Value::as_str) {
-            Some(t) if !t.is_empty() && !t.contains('/') && t != "." && t != ".." => Some(t.to_string()),
-            _ => return Err(Error::config("ipam.type", "missing or not a plain plugin name")),
-        },
-        Some(_) => return Err(Error::config("ipam", "must be an object")),
-    };
-    let state_dir = PathBuf::from(r.state_dir.clone().unwrap_or_else(|| DEFAULT_STATE_DIR.into()));
-    if !state_dir.is_absolute() {
-        return Err(Error::config("stateDir", "must be an absolute path"));
-    }
-    if r.kind != "kube-rdma-cni" && !r.kind.is_empty() {
-        tracing::debug!(kind = %r.kind, "plugin invoked under another type name");
-    }
-    Ok(NetConf {
-        cni_version: r.cni_version,
-        name: r.name,
-        device,
-        vf,
-        mac,
-        mtu,
-        rdma,
-        ipam: r.ipam.filter(|v| v.as_object().is_some_and(|m| !m.is_empty())),
-        ipam_type,
-        state_dir,
-        log_level: r.log_level,
-        log_file: r.log_file,
-        device_info_file: r.runtime_config.cni_device_info_file.map(PathBuf::from),
-        prev_result: r.prev_result,
-        valid_attachments: r.valid_attachments.or(r.attachments),
-        raw,
-    })
+    Ok(Attach { vf, mac, mtu, rdma })
 }
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn env() -> Env {
         Env { container_id: "c".into(), ifname: "net1".into(), netns: "/x".into(), ..Env::default() }
     }
 
+    fn add(v: Value) -> Result<NetConf> {
+        parse(v, &env(), Command::Add)
+    }
+
+    fn base() -> Value {
+        json!({"cniVersion": "1.1.0", "name": "n", "deviceID": "0000:01:00.1"})
+    }
+
+    fn with(k: &str, v: Value) -> Value {
+        let mut b = base();
+        b[k] = v;
+        b
+    }
+
     #[test]
     fn device_id_precedence_runtime_config_then_top_level_then_pci_bus_id() {
-        let c = parse(
-            br#"{"cniVersion":"1.1.0","name":"n","type":"kube-rdma-cni","pciBusID":"0000:01:00.3","deviceID":"0000:01:00.2","runtimeConfig":{"deviceID":"0000:01:00.1"}}"#,
-            &env(),
-            Command::Add,
-        )
-        .unwrap();
+        let c = add(json!({"cniVersion":"1.1.0","name":"n","type":"kube-rdma-cni","pciBusID":"0000:01:00.3","deviceID":"0000:01:00.2","runtimeConfig":{"deviceID":"0000:01:00.1"}})).unwrap();
         assert_eq!(c.device.unwrap().to_string(), "0000:01:00.1");
-        let c = parse(br#"{"cniVersion":"1.1.0","pciBusID":"0000:01:00.3"}"#, &env(), Command::Add).unwrap();
+        let c = add(json!({"cniVersion":"1.1.0","name":"n","pciBusID":"0000:01:00.3"})).unwrap();
         assert_eq!(c.device.unwrap().to_string(), "0000:01:00.3");
     }
 
     #[test]
     fn mac_precedence_runtime_config_then_cni_args_then_config() {
         let mut e = env();
-        e.args.insert("MAC".into(), "02:00:00:00:00:02".into());
-        let c = parse(
-            br#"{"cniVersion":"1.1.0","deviceID":"0000:01:00.1","mac":"02:00:00:00:00:03"}"#,
-            &e,
-            Command::Add,
-        )
-        .unwrap();
-        assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 2]));
-        let c = parse(
-            br#"{"cniVersion":"1.1.0","deviceID":"0000:01:00.1","mac":"02:00:00:00:00:03","runtimeConfig":{"mac":"02:00:00:00:00:01"}}"#,
-            &e,
-            Command::Add,
-        )
-        .unwrap();
+        e.args = Some("IgnoreUnknown=1;MAC=02:00:00:00:00:02".into());
+        let c = parse(with("mac", json!("02:00:00:00:00:03")), &e, Command::Add).unwrap();
+        assert_eq!(c.attach.unwrap().mac, Some([2, 0, 0, 0, 0, 2]));
+        let mut v = with("mac", json!("02:00:00:00:00:03"));
+        v["runtimeConfig"] = json!({"mac": "02:00:00:00:00:01"});
+        let c = parse(v, &e, Command::Add).unwrap().attach.unwrap();
         assert_eq!(c.mac, Some([2, 0, 0, 0, 0, 1]));
+        assert_eq!(c.vf.mac, c.mac, "the MAC is also the VF's administrative MAC (sriov-cni)");
     }
 
     #[test]
     fn vf_attributes_only_when_asked() {
-        let c = parse(br#"{"cniVersion":"1.0.0","deviceID":"0000:01:00.1"}"#, &env(), Command::Add).unwrap();
+        let c = add(base()).unwrap().attach.unwrap();
         assert!(c.vf.is_empty(), "no PF-side attribute requested: the PF is never touched");
-        let c = parse(
-            br#"{"cniVersion":"1.0.0","deviceID":"0000:01:00.1","vlan":100,"vlanQoS":5,"vlanProto":"802.1ad","spoofchk":"off","trust":"on","link_state":"disable","min_tx_rate":10,"max_tx_rate":0}"#,
-            &env(),
-            Command::Add,
-        )
-        .unwrap();
+        let mut v = base();
+        for (k, x) in [
+            ("vlan", json!(100)),
+            ("vlanQoS", json!(5)),
+            ("vlanProto", json!("802.1ad")),
+            ("spoofchk", json!("off")),
+            ("trust", json!("on")),
+            ("link_state", json!("disable")),
+            ("min_tx_rate", json!(10)),
+            ("max_tx_rate", json!(0)),
+        ] {
+            v[k] = x;
+        }
+        let c = add(v).unwrap().attach.unwrap();
         assert_eq!(c.vf.vlan, Some(VfVlanSetting { id: 100, qos: 5, ad: true }));
         assert_eq!((c.vf.spoofchk, c.vf.trust), (Some(false), Some(true)));
         assert_eq!(c.vf.link_state, Some(VfLink::Disable));
@@ -458,15 +691,72 @@ mod tests {
     }
 
     #[test]
-    fn gc_accepts_both_attachment_keys() {
+    fn keys_match_regardless_of_case_as_sriov_cni_reads_them() {
+        let mut v = json!({"CNIVersion": "1.0.0", "Name": "n", "DeviceID": "0000:01:00.1"});
+        for (k, x) in [
+            ("MAC", json!("CA:FE:C0:FF:EE:00")),
+            ("Vlan", json!(7)),
+            ("SpoofChk", json!("off")),
+            ("MTU", json!(1400)),
+        ] {
+            v[k] = x;
+        }
+        let c = add(v).unwrap();
+        assert_eq!(c.cni_version, "1.0.0");
+        let a = c.attach.unwrap();
+        assert_eq!(a.mac, Some([0xca, 0xfe, 0xc0, 0xff, 0xee, 0x00]));
+        assert_eq!(a.vf.vlan.map(|v| v.id), Some(7));
+        assert_eq!((a.vf.spoofchk, a.mtu), (Some(false), Some(1400)));
+        let e = add(
+            json!({"cniVersion": "1.0.0", "name": "n", "deviceID": "0000:01:00.1", "vlan": 1, "VLAN": 2}),
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("\"VLAN\"") && e.to_string().contains("\"vlan\""), "{e}");
+    }
+
+    #[test]
+    fn del_ignores_values_only_add_uses() {
+        let mut e = env();
+        e.args = Some("MAC=zz;broken".into());
+        for (k, v) in [
+            ("vlan", json!(5000)),
+            ("mtu", json!(70000)),
+            ("trust", json!("yes")),
+            ("deviceID", json!("nope")),
+            ("cniVersion", json!("9.9.9")),
+            ("stateDir", json!("rel")),
+        ] {
+            let c =
+                parse(with(k, v.clone()), &e, Command::Del).unwrap_or_else(|err| panic!("{k}={v}: {err}"));
+            assert!(c.attach.is_none());
+        }
+        assert!(parse(with("vlan", json!(5000)), &env(), Command::Add).is_err());
+        assert!(parse(base(), &e, Command::Add).is_err(), "ADD refuses a malformed CNI_ARGS");
+    }
+
+    #[test]
+    fn gc_reads_both_attachment_keys_and_needs_a_name() {
         for key in ["cni.dev/valid-attachments", "cni.dev/attachments"] {
-            let s = format!(r#"{{"cniVersion":"1.1.0","{key}":[{{"containerID":"a","ifname":"net1"}}]}}"#);
-            let c = parse(s.as_bytes(), &Env::default(), Command::Gc).unwrap();
+            let v =
+                json!({"cniVersion": "1.1.0", "name": "n", key: [{"containerID": "a", "ifname": "net1"}]});
+            let c = parse(v, &Env::default(), Command::Gc).unwrap();
             assert_eq!(
                 c.valid_attachments.unwrap(),
                 vec![Attachment { container_id: "a".into(), ifname: "net1".into() }]
             );
         }
+        let c = parse(json!({"cniVersion": "1.1.0", "name": "n"}), &Env::default(), Command::Gc).unwrap();
+        assert_eq!(c.valid_attachments, None);
+        assert!(parse(json!({"cniVersion": "1.1.0"}), &Env::default(), Command::Gc).is_err());
+    }
+
+    #[test]
+    fn stdin_is_bounded() {
+        assert_eq!(read_stdin(&b"{}"[..]).unwrap(), b"{}");
+        let big = vec![b' '; STDIN_LIMIT + 1];
+        let e = read_stdin(&big[..]).unwrap_err();
+        assert!(e.to_string().contains("1048576"), "{e}");
+        assert_eq!(read_stdin(&big[..STDIN_LIMIT]).unwrap().len(), STDIN_LIMIT);
     }
 
     #[test]
@@ -479,5 +769,10 @@ mod tests {
         assert_eq!(parse_mac("02-AA-bb-cc-dd-ee"), Some([2, 0xaa, 0xbb, 0xcc, 0xdd, 0xee]));
         assert_eq!(parse_mac("02:aa:bb:cc:dd"), None);
         assert_eq!(fmt_mac(&[2, 0xaa, 0, 1, 2, 3]), "02:aa:00:01:02:03");
+        assert_eq!(
+            mac_from_args(Some("K8S_POD_NAME=x;MAC=02:00:00:00:00:01")).unwrap().as_deref(),
+            Some("02:00:00:00:00:01")
+        );
+        assert!(mac_from_args(Some("a=b=c")).is_err());
     }
 }

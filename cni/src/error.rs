@@ -29,6 +29,14 @@ pub enum Error {
     /// Stdin is not JSON.
     #[error("cannot decode the network configuration on stdin: {0}")]
     Decode(String),
+    /// Stdin is larger than we read.
+    #[error(
+        "the network configuration on stdin is larger than {limit} bytes; a CNI configuration is a few KiB"
+    )]
+    TooLarge {
+        /// The limit ([`crate::conf::STDIN_LIMIT`]).
+        limit: usize,
+    },
     /// The configuration is valid JSON but wrong.
     #[error("invalid network configuration: {field}: {why}")]
     Config {
@@ -49,9 +57,9 @@ pub enum Error {
     /// message starts with `device <pci>:`).
     #[error(transparent)]
     Vf(#[from] VfDevError),
-    /// The container's netns cannot be used.
-    #[error("container network namespace: {0}")]
-    Netns(#[source] NetnsError),
+    /// The container's netns cannot be used (the message names it).
+    #[error(transparent)]
+    Netns(NetnsError),
     /// A lock could not be taken in time.
     #[error("{what} is busy (another ADD/DEL held its lock for more than {ms} ms); try again")]
     Busy {
@@ -64,7 +72,7 @@ pub enum Error {
     #[error("plugin not available: {0}")]
     Unavailable(String),
     /// File I/O.
-    #[error("{path}: {source}")]
+    #[error("I/O error on {}", path.display())]
     Io {
         /// The file.
         path: PathBuf,
@@ -72,8 +80,16 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    /// A journal cannot be read (left in place for inspection).
+    #[error("journal {} is unreadable ({why}); left in place, remove it once its attachment is dealt with", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        why: String,
+    },
     /// A netlink request failed.
-    #[error("{step}: {source}")]
+    #[error("{step}")]
     Netlink {
         /// What we were doing.
         step: String,
@@ -107,17 +123,12 @@ impl Error {
         match self {
             Error::Version { .. } => 1,
             Error::Env { .. } => 4,
-            Error::Decode(_) => 6,
+            Error::Decode(_) | Error::TooLarge { .. } => 6,
             Error::Config { .. } | Error::Device { .. } | Error::Vf(_) => 7,
-            Error::Netns(NetnsError::Open { source, .. })
-                if source.kind() == std::io::ErrorKind::NotFound =>
-            {
-                3
-            }
             Error::Netns(_) => 3,
             Error::Busy { .. } => 11,
             Error::Unavailable(_) => 50,
-            Error::Io { .. } => 5,
+            Error::Io { .. } | Error::Corrupt { .. } => 5,
             Error::Netlink { .. } => 100,
             // Well-known codes the IPAM plugin gave (1-11; 50/51 from its STATUS).
             Error::Ipam { code: Some(c), .. } if (1..=11).contains(c) || *c == 50 || *c == 51 => *c,
@@ -132,13 +143,14 @@ impl Error {
         match self {
             Error::Version { .. } => "version",
             Error::Env { .. } => "env",
-            Error::Decode(_) => "decode",
+            Error::Decode(_) | Error::TooLarge { .. } => "decode",
             Error::Config { .. } => "config",
             Error::Device { .. } | Error::Vf(_) => "device",
             Error::Netns(_) => "netns",
             Error::Busy { .. } => "busy",
             Error::Unavailable(_) => "unavailable",
             Error::Io { .. } => "io",
+            Error::Corrupt { .. } => "journal",
             Error::Netlink { .. } => "netlink",
             Error::Ipam { .. } => "ipam",
             Error::Rdma(_) => "rdma",
@@ -164,6 +176,19 @@ impl Error {
             v["details"] = json!(details.join(": "));
         }
         v
+    }
+
+    /// The message and its causes, `: `-joined (for logs).
+    pub fn chain(&self) -> String {
+        use std::error::Error as _;
+        let mut s = self.to_string();
+        let mut src = self.source();
+        while let Some(e) = src {
+            s.push_str(": ");
+            s.push_str(&e.to_string());
+            src = e.source();
+        }
+        s
     }
 
     /// Shorthand for a config error.

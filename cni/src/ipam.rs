@@ -36,21 +36,28 @@ pub fn find_plugin(env: &Env, name: &str) -> Result<PathBuf> {
 }
 
 fn command(plugin: &Path, cmd: &str, env: &Env) -> Proc {
-    let path = env.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":");
-    let args = env.args.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(";");
     let mut c = Proc::new(plugin);
+    // CNI_ARGS and CNI_PATH exactly as we got them (spec: delegates see the
+    // runtime's values).
     c.env("CNI_COMMAND", cmd)
         .env("CNI_CONTAINERID", &env.container_id)
         .env("CNI_NETNS", &env.netns)
         .env("CNI_IFNAME", &env.ifname)
-        .env("CNI_ARGS", args)
-        .env("CNI_PATH", path)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    match &env.args {
+        Some(a) => c.env("CNI_ARGS", a),
+        None => c.env_remove("CNI_ARGS"),
+    };
+    match &env.path_raw {
+        Some(p) => c.env("CNI_PATH", p),
+        None => c.env_remove("CNI_PATH"),
+    };
     // If we die (crash, runtime timeout), the IPAM plugin dies with us rather
     // than finishing an allocation nobody will see; DEL then releases
-    // whatever it had written.
+    // whatever it had written. The signal follows the *thread* that forked,
+    // so the thread that starts a plugin also waits for it (see `start`).
     // SAFETY: prctl is async-signal-safe.
     unsafe {
         c.pre_exec(|| {
@@ -61,35 +68,44 @@ fn command(plugin: &Path, cmd: &str, env: &Env) -> Proc {
     c
 }
 
-/// A running IPAM plugin: started early so that its exec overlaps the
-/// kernel's netns move (which mostly waits for an RCU grace period).
+/// A running IPAM plugin. Started on its own thread, which forks, feeds
+/// stdin and waits: the fork and exec (about a millisecond here) then overlap
+/// the kernel's netns move instead of preceding it.
 #[derive(Debug)]
 pub struct Pending {
-    child: std::process::Child,
+    thread: std::thread::JoinHandle<std::io::Result<std::process::Output>>,
     name: String,
     cmd: &'static str,
 }
 
-/// Starts `plugin` with `cmd` and `stdin`.
-pub fn spawn(plugin: &Path, cmd: &'static str, env: &Env, stdin: &[u8]) -> Result<Pending> {
-    let mut child = command(plugin, cmd, env).spawn().map_err(|e| Error::io(plugin, e))?;
-    if let Some(mut i) = child.stdin.take() {
-        // The config is far below the pipe buffer: this does not block. A
-        // plugin that exits without reading is reported by wait() instead.
-        if let Err(e) = i.write_all(stdin) {
-            tracing::debug!(plugin = %plugin.display(), error = %e, "IPAM plugin did not read its stdin");
-        }
-    }
+/// Starts `plugin` with `cmd` and `conf` on stdin.
+pub fn start(plugin: &Path, cmd: &'static str, env: &Env, conf: &Value) -> Pending {
+    let mut c = command(plugin, cmd, env);
+    let stdin = serde_json::to_vec(conf).unwrap_or_default();
     let name = plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam").to_string();
-    Ok(Pending { child, name, cmd })
+    let thread = std::thread::spawn(move || {
+        let mut child = c.spawn()?;
+        if let Some(mut i) = child.stdin.take() {
+            // A plugin that exits without reading (VERSION) is reported by its
+            // status instead.
+            let _ = i.write_all(&stdin);
+        }
+        child.wait_with_output()
+    });
+    Pending { thread, name, cmd }
 }
 
 impl Pending {
-    /// Waits; returns stdout on success, the plugin's error otherwise.
+    /// Waits; returns stdout on success, the plugin's error otherwise. Its
+    /// stderr goes to our log at warn level.
     pub fn wait(self) -> Result<Vec<u8>> {
-        let out = self.child.wait_with_output().map_err(|e| Error::io(&self.name, e))?;
+        let out = self
+            .thread
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("IPAM thread panicked")))
+            .map_err(|e| Error::io(&self.name, e))?;
         if !out.stderr.is_empty() {
-            tracing::debug!(plugin = %self.name, cmd = self.cmd, stderr = %String::from_utf8_lossy(&out.stderr), "IPAM stderr");
+            tracing::warn!(plugin = %self.name, cmd = self.cmd, stderr = %String::from_utf8_lossy(&out.stderr).trim_end(), "IPAM stderr");
         }
         if !out.status.success() {
             let mut e = plugin_error(&self.name, self.cmd, &out.stdout);
@@ -124,7 +140,7 @@ fn exec(plugin: &Path, cmd: &'static str, env: &Env, stdin: &[u8]) -> std::io::R
     }
     let out = child.wait_with_output()?;
     if !out.stderr.is_empty() {
-        tracing::debug!(plugin = %plugin.display(), cmd, stderr = %String::from_utf8_lossy(&out.stderr), "IPAM stderr");
+        tracing::warn!(plugin = %plugin.display(), cmd, stderr = %String::from_utf8_lossy(&out.stderr).trim_end(), "IPAM stderr");
     }
     Ok((out.status.success(), out.stdout))
 }
@@ -196,15 +212,48 @@ pub fn negotiate(requested: &str, plugin: &[String]) -> Option<String> {
     ours.iter().max_by_key(|v| version_key(v)).map(|v| v.to_string())
 }
 
-/// The stdin for the IPAM plugin: our config with `cniVersion` replaced and
-/// fields the plugin must not see dropped.
+/// Our own keys: configuration of the VF and of this plugin, which an IPAM
+/// plugin has no use for (compared ASCII case-insensitively, as read).
+const OURS: &[&str] = &[
+    "deviceID",
+    "pciBusID",
+    "vlan",
+    "vlanQoS",
+    "vlanProto",
+    "mac",
+    "mtu",
+    "spoofchk",
+    "trust",
+    "link_state",
+    "min_tx_rate",
+    "max_tx_rate",
+    "rdma",
+    "stateDir",
+    "logLevel",
+    "logFile",
+    "logFormat",
+    "prevResult",
+    "cni.dev/valid-attachments",
+    "cni.dev/attachments",
+];
+
+/// The stdin for the IPAM plugin: the network configuration with
+/// `cniVersion` replaced, without our own keys and `prevResult`. Which other
+/// keys an IPAM plugin reads is its business (host-local reads `args` and
+/// `runtimeConfig`, whereabouts top-level keys), so those stay.
 pub fn delegate_conf(raw: &Value, version: &str) -> Value {
-    let mut c = raw.clone();
-    if let Some(m) = c.as_object_mut() {
-        m.insert("cniVersion".into(), json!(version));
-        m.remove("prevResult");
-    }
-    c
+    let mut m: serde_json::Map<String, Value> = raw
+        .as_object()
+        .map(|o| {
+            o.iter()
+                .filter(|(k, _)| !OURS.iter().any(|x| x.eq_ignore_ascii_case(k)))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    m.retain(|k, _| !k.eq_ignore_ascii_case("cniVersion"));
+    m.insert("cniVersion".into(), json!(version));
+    Value::Object(m)
 }
 
 /// Prepares the delegate config: finds the plugin and negotiates a version.
@@ -241,19 +290,13 @@ pub fn forward_v11(
         tracing::debug!(plugin = ipam_type, cmd, "IPAM plugin predates spec 1.1.0; not forwarded");
         return Ok(false);
     }
-    let conf = delegate_conf(raw, "1.1.0");
-    spawn(&plugin, cmd, env, &serde_json::to_vec(&conf).unwrap_or_default())?.wait()?;
+    let mut conf = raw.clone();
+    if let Some(m) = conf.as_object_mut() {
+        m.retain(|k, _| !k.eq_ignore_ascii_case("cniVersion"));
+        m.insert("cniVersion".into(), json!("1.1.0"));
+    }
+    start(&plugin, cmd, env, &conf).wait()?;
     Ok(true)
-}
-
-/// IPAM ADD; returns the plugin's result.
-pub fn add(plugin: &Path, conf: &Value, env: &Env) -> Result<Value> {
-    spawn(plugin, "ADD", env, &serde_json::to_vec(conf).unwrap_or_default())?.wait_add()
-}
-
-/// IPAM DEL.
-pub fn del(plugin: &Path, conf: &Value, env: &Env) -> Result<()> {
-    spawn(plugin, "DEL", env, &serde_json::to_vec(conf).unwrap_or_default())?.wait().map(|_| ())
 }
 
 /// An address from an IPAM result.
@@ -321,12 +364,18 @@ mod tests {
     }
 
     #[test]
-    fn delegate_conf_rewrites_the_version_and_drops_prev_result() {
+    fn delegate_conf_rewrites_the_version_and_keeps_only_what_is_not_ours() {
         let c = delegate_conf(
-            &json!({"cniVersion": "1.1.0", "prevResult": {}, "ipam": {"type": "static"}}),
+            &json!({"CNIVersion": "1.1.0", "name": "n", "prevResult": {}, "ipam": {"type": "static"}, "Vlan": 5,
+                    "deviceID": "0000:01:00.1", "args": {"cni": {"ips": ["10.0.0.9"]}}, "runtimeConfig": {"ips": []},
+                    "logFile": "/x"}),
             "1.0.0",
         );
-        assert_eq!(c, json!({"cniVersion": "1.0.0", "ipam": {"type": "static"}}));
+        assert_eq!(
+            c,
+            json!({"cniVersion": "1.0.0", "name": "n", "ipam": {"type": "static"},
+                   "args": {"cni": {"ips": ["10.0.0.9"]}}, "runtimeConfig": {"ips": []}})
+        );
     }
 
     #[test]

@@ -1,9 +1,22 @@
-//! The per-attachment journal (`<stateDir>/<containerID>-<ifname>.json`) and
-//! the lock files (`<stateDir>/locks/`).
+//! Per-attachment journals (`<stateDir>/attachments/`) and lock files
+//! (`<stateDir>/locks/`).
 //!
-//! The journal is written before each mutating step of ADD, so that a DEL
-//! after a crash at any point knows what may have been done and how to undo
-//! it. DEL removes it only once everything is undone.
+//! A journal lists the [`Step`]s of one ADD, each with what its undo needs,
+//! and is written once, before the first step runs: every undo is idempotent
+//! and harmless for a step that never ran, so DEL (or GC) after a crash at
+//! any point restores the host. DEL removes the journal once everything is
+//! undone. Journals record their network, so GC collects per network.
+//!
+//! File names are unambiguous and short: `<containerID>:<ifname>.json`
+//! (`:` is in neither alphabet), or `%<hash of the ID>:<ifname>.json` when
+//! that would pass 255 bytes (a container ID starts with an alphanumeric, so
+//! the two forms never meet). The journal repeats the ID and interface, so
+//! even a hash collision is detected, not followed.
+//!
+//! The previous release wrote `<containerID>-<ifname>.json` (ambiguous: `X` +
+//! `x-net1` and `X-x` + `net1` share a name) holding the whole stdin. DEL and
+//! GC still read those ([`Legacy`]), checking the IDs inside, and undo them
+//! like ours; their network is the `name` their saved IPAM config carries.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -15,46 +28,19 @@ use nic::PciAddr;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::txn::Step;
+use crate::step::{DeviceInfoFile, IpamLease, LinkState, NetdevMove, PfAttrs, RdmaMove, Step, VfAttrs};
 
-/// The link's host-side state before ADD, to restore on DEL.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Original {
-    /// Host name of the VF netdev.
-    pub name: String,
-    /// Its MAC.
-    pub mac: Option<String>,
-    /// Its MTU.
-    pub mtu: Option<u32>,
-    /// Whether it was up.
-    pub up: bool,
-}
-
-/// PF-side VF settings as they were (only the fields ADD changed).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct VfUndo {
-    /// PF netdev name.
-    pub pf_netdev: String,
-    /// VF index.
-    pub vf: u32,
-    /// MAC.
-    pub mac: Option<String>,
-    /// `(id, qos, 802.1ad)`.
-    pub vlan: Option<(u16, u8, bool)>,
-    /// Spoof check.
-    pub spoofchk: Option<bool>,
-    /// Trust.
-    pub trust: Option<bool>,
-    /// `(min, max)` Mb/s.
-    pub rate: Option<(u32, u32)>,
-    /// `auto|enable|disable`.
-    pub link_state: Option<String>,
-}
+/// The journal format we write.
+pub const VERSION: u32 = 2;
 
 /// One attachment's journal.
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Journal {
+    /// Format version ([`VERSION`]).
+    pub version: u32,
+    /// Network name (`None` only for a migrated journal that did not say).
+    pub network: Option<String>,
     /// `CNI_CONTAINERID`.
     pub container_id: String,
     /// `CNI_IFNAME`.
@@ -63,59 +49,127 @@ pub struct Journal {
     pub netns: String,
     /// The VF.
     pub pci: Option<PciAddr>,
-    /// Host-side link state before ADD.
-    pub original: Original,
-    /// PF-side values to restore.
-    pub vf_undo: Option<VfUndo>,
-    /// RDMA devices moved into the pod.
-    pub rdma: Vec<String>,
-    /// MAC set in the pod.
-    pub mac: Option<String>,
-    /// MTU set in the pod.
-    pub mtu: Option<u32>,
-    /// The IPAM config (stdin JSON with the negotiated version) for DEL/GC.
-    pub ipam_conf: Option<serde_json::Value>,
-    /// IPAM plugin type.
-    pub ipam_type: Option<String>,
-    /// Device-info file written.
-    pub device_info_file: Option<PathBuf>,
-    /// Steps started, in order (the last may not have finished).
+    /// The steps ADD planned, in order; any of them may have run.
     pub steps: Vec<Step>,
-    /// Whether ADD finished.
-    pub complete: bool,
-    /// The result returned by ADD.
-    pub result: Option<serde_json::Value>,
-}
-
-/// Path of an attachment's journal.
-pub fn path(state_dir: &Path, container_id: &str, ifname: &str) -> PathBuf {
-    state_dir.join(format!("{container_id}-{ifname}.json"))
 }
 
 impl Journal {
-    /// Reads a journal; `None` if absent.
-    pub fn load(p: &Path) -> Result<Option<Self>> {
-        match std::fs::read(p) {
-            Ok(b) => serde_json::from_slice(&b)
-                .map(Some)
-                .map_err(|e| Error::io(p, std::io::Error::new(std::io::ErrorKind::InvalidData, e))),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(Error::io(p, e)),
+    /// Whether this journal is the attachment `(container_id, ifname)`.
+    pub fn is(&self, container_id: &str, ifname: &str) -> bool {
+        self.container_id == container_id && self.ifname == ifname
+    }
+}
+
+/// FNV-1a, 128 bits (draft-eastlake-fnv): stable across builds and
+/// releases, unlike std's hasher, which journal names must be.
+fn fnv1a128(data: &[u8]) -> u128 {
+    const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
+    data.iter().fold(OFFSET, |h, b| (h ^ u128::from(*b)).wrapping_mul(PRIME))
+}
+
+/// The journal file name of `(container_id, ifname)`.
+pub fn file_name(container_id: &str, ifname: &str) -> String {
+    let plain = format!("{container_id}:{ifname}.json");
+    if plain.len() <= 255 {
+        plain
+    } else {
+        format!("%{:032x}:{ifname}.json", fnv1a128(container_id.as_bytes()))
+    }
+}
+
+/// The attachments directory of a state dir.
+pub fn dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("attachments")
+}
+
+/// A journal found on disk.
+#[derive(Debug)]
+pub struct Found {
+    /// Its file.
+    pub path: PathBuf,
+    /// Its content (migrated if it was a previous release's).
+    pub journal: Journal,
+}
+
+/// Reads one journal file of either format.
+pub fn read(p: &Path) -> Result<Option<Journal>> {
+    let bytes = match std::fs::read(p) {
+        Ok(b) => b,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io(p, e)),
+    };
+    let corrupt = |e: serde_json::Error| Error::Corrupt { path: p.to_path_buf(), why: e.to_string() };
+    let v: serde_json::Value = serde_json::from_slice(&bytes).map_err(corrupt)?;
+    if v.get("version").is_some() {
+        serde_json::from_value(v).map(Some).map_err(corrupt)
+    } else {
+        serde_json::from_value::<Legacy>(v).map(|l| Some(l.migrate())).map_err(corrupt)
+    }
+}
+
+/// The journal of `(container_id, ifname)`: ours, else the previous
+/// release's (only if it really is that attachment's).
+pub fn find(state_dir: &Path, container_id: &str, ifname: &str) -> Result<Option<Found>> {
+    let d = dir(state_dir);
+    let path = d.join(file_name(container_id, ifname));
+    if let Some(journal) = read(&path)? {
+        if !journal.is(container_id, ifname) {
+            return Err(Error::Corrupt {
+                path,
+                why: format!(
+                    "belongs to {}/{}, not {container_id}/{ifname} (hash collision?)",
+                    journal.container_id, journal.ifname
+                ),
+            });
+        }
+        return Ok(Some(Found { path, journal }));
+    }
+    let legacy = d.join(format!("{container_id}-{ifname}.json"));
+    match read(&legacy)? {
+        Some(journal) if journal.is(container_id, ifname) => Ok(Some(Found { path: legacy, journal })),
+        _ => Ok(None),
+    }
+}
+
+/// Every journal file in the state dir (for GC): each parsed, or the error
+/// that made it unreadable.
+pub fn list(state_dir: &Path) -> Result<Vec<(PathBuf, Result<Journal>)>> {
+    let d = dir(state_dir);
+    let rd = match std::fs::read_dir(&d) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io(&d, e)),
+    };
+    let mut out = Vec::new();
+    for e in rd.flatten() {
+        let p = e.path();
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if name.starts_with('.') || !name.ends_with(".json") {
+            continue;
+        }
+        match read(&p) {
+            Ok(Some(j)) => out.push((p, Ok(j))),
+            Ok(None) => {} // removed meanwhile
+            Err(err) => out.push((p, Err(err))),
         }
     }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(out)
+}
 
-    /// Writes atomically: temp file, rename. No fsync, on purpose: the journal
-    /// describes kernel state (netns membership, names, RDMA placement) that a
-    /// power loss resets anyway, while a crash of this process leaves the page
-    /// cache intact; an fsync per step cost ~10 ms each on a virtual disk.
-    pub fn save(&self, p: &Path) -> Result<()> {
-        let dir = p.parent().unwrap_or(Path::new("/"));
-        let tmp = dir.join(format!(".{}.tmp", p.file_name().and_then(|n| n.to_str()).unwrap_or("journal")));
-        let body = serde_json::to_vec(self).map_err(|e| Error::io(p, std::io::Error::other(e)))?;
-        let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        f.write_all(&body).map_err(|e| Error::io(&tmp, e))?;
-        std::fs::rename(&tmp, p).map_err(|e| Error::io(p, e))
-    }
+/// Writes a journal atomically (temp file, rename). No fsync, on purpose: the
+/// journal describes kernel state (netns membership, names, RDMA placement)
+/// that a power loss resets anyway, while a crash of this process leaves the
+/// page cache intact; an fsync cost ~10 ms on a virtual disk.
+pub fn save(p: &Path, j: &Journal) -> Result<()> {
+    let dir = p.parent().unwrap_or(Path::new("/"));
+    let tmp = dir.join(format!(".{}.tmp", p.file_name().and_then(|n| n.to_str()).unwrap_or("journal")));
+    let body = serde_json::to_vec(j).map_err(|e| Error::io(p, std::io::Error::other(e)))?;
+    let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
+    f.write_all(&body).map_err(|e| Error::io(&tmp, e))?;
+    std::fs::rename(&tmp, p).map_err(|e| Error::io(p, e))
 }
 
 /// Removes a file, ignoring "not found".
@@ -127,14 +181,24 @@ pub fn remove(p: &Path) -> Result<()> {
     }
 }
 
-/// Creates the state dir (0700) if needed.
-pub fn ensure_dir(dir: &Path) -> Result<()> {
+/// Creates the state dir with its `locks/` and `attachments/` (0700) if
+/// needed: one `mkdir` each when they exist (the usual case).
+pub fn ensure_dirs(state_dir: &Path) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir.join("locks"))
-        .map_err(|e| Error::io(dir, e))
+    for sub in ["locks", "attachments"] {
+        let d = state_dir.join(sub);
+        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && d.is_dir() => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&d)
+                .map_err(|e| Error::io(&d, e))?,
+            Err(e) => return Err(Error::io(&d, e)),
+        }
+    }
+    Ok(())
 }
 
 /// An exclusive `flock(2)`, released on drop.
@@ -172,5 +236,182 @@ impl Lock {
             std::thread::sleep(pause);
             pause = (pause * 2).min(Duration::from_millis(20));
         }
+    }
+}
+
+/// The previous release's journal (`<containerID>-<ifname>.json`), as it
+/// wrote it: step names, and the state to restore kept beside them.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Legacy {
+    container_id: String,
+    ifname: String,
+    #[serde(default)]
+    netns: String,
+    pci: Option<PciAddr>,
+    original: LegacyOriginal,
+    vf_undo: Option<LegacyVfUndo>,
+    #[serde(default)]
+    rdma: Vec<String>,
+    mac: Option<String>,
+    ipam_conf: Option<serde_json::Value>,
+    ipam_type: Option<String>,
+    device_info_file: Option<PathBuf>,
+    #[serde(default)]
+    steps: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct LegacyOriginal {
+    name: String,
+    mac: Option<String>,
+    mtu: Option<u32>,
+    up: bool,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "snake_case")]
+struct LegacyVfUndo {
+    pf_netdev: String,
+    vf: u32,
+    mac: Option<String>,
+    vlan: Option<(u16, u8, bool)>,
+    spoofchk: Option<bool>,
+    trust: Option<bool>,
+    rate: Option<(u32, u32)>,
+    link_state: Option<String>,
+}
+
+impl Legacy {
+    /// The same undo, as steps: `pf_attrs`, `ipam`, `move_netdev` (with
+    /// `link_config`), `move_rdma`, `device_info`; `addresses` needed none.
+    pub fn migrate(self) -> Journal {
+        let mut steps = Vec::new();
+        let network =
+            self.ipam_conf.as_ref().and_then(|c| c.get("name")).and_then(|n| n.as_str()).map(str::to_string);
+        for s in &self.steps {
+            match s.as_str() {
+                "pf_attrs" => {
+                    if let Some(u) = &self.vf_undo {
+                        steps.push(Step::PfAttrs(PfAttrs::restoring(
+                            &u.pf_netdev,
+                            u.vf,
+                            VfAttrs {
+                                mac: u.mac.clone(),
+                                vlan: u.vlan,
+                                spoofchk: u.spoofchk,
+                                trust: u.trust,
+                                rate: u.rate,
+                                link_state: u.link_state.clone(),
+                            },
+                        )));
+                    }
+                }
+                "ipam" => {
+                    if let (Some(t), Some(c)) = (&self.ipam_type, &self.ipam_conf) {
+                        steps.push(Step::Ipam(IpamLease::new(t.clone(), c.clone())));
+                    }
+                }
+                "move_netdev" => steps.push(Step::MoveNetdev(NetdevMove::restoring(
+                    &self.original.name,
+                    &self.ifname,
+                    // What it had in the pod: the MAC set, or the final one.
+                    self.mac.clone(),
+                    LinkState {
+                        // The old DEL restored the MAC only if ADD had set one.
+                        mac: self.mac.as_ref().and(self.original.mac.clone()),
+                        mtu: self.original.mtu,
+                        up: self.original.up,
+                    },
+                ))),
+                "move_rdma" => steps.push(Step::MoveRdma(RdmaMove { devices: self.rdma.clone() })),
+                "device_info" => {
+                    if let Some(f) = &self.device_info_file {
+                        steps.push(Step::DeviceInfo(DeviceInfoFile::removing(f.clone())));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Journal {
+            version: VERSION,
+            network,
+            container_id: self.container_id,
+            ifname: self.ifname,
+            netns: self.netns,
+            pci: self.pci,
+            steps,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unambiguous_and_short_for_any_container_id() {
+        // The previous release's "X"+"x-net1" and "X-x"+"net1" collided.
+        assert_ne!(file_name("X", "x-net1"), file_name("X-x", "net1"));
+        assert_eq!(file_name("abc", "net1"), "abc:net1.json");
+        let long = "a".repeat(1024);
+        let n = file_name(&long, "averyverylongif");
+        assert!(n.len() <= 255 && n.starts_with('%'), "{n}");
+        assert_ne!(n, file_name(&"a".repeat(1023), "averyverylongif"));
+        // Exactly at the limit stays plain; one more byte is hashed.
+        let at = "b".repeat(255 - ":net1.json".len());
+        assert_eq!(file_name(&at, "net1").len(), 255);
+        assert!(file_name(&format!("{at}b"), "net1").starts_with('%'));
+    }
+
+    #[test]
+    fn fnv_matches_the_reference_vector() {
+        // draft-eastlake-fnv, FNV-1a 128-bit of the empty string and "a".
+        assert_eq!(fnv1a128(b""), 0x6c62272e07bb014262b821756295c58d);
+        assert_eq!(fnv1a128(b"a"), 0xd228cb696f1a8caf78912b704e4a8964);
+    }
+
+    #[test]
+    fn a_previous_release_journal_migrates_into_the_same_undo() {
+        let old = serde_json::json!({
+            "containerId": "c1", "ifname": "net1", "netns": "/run/netns/p", "pci": "0000:3b:00.2",
+            "original": {"name": "ens1f0v2", "mac": "02:00:00:00:00:01", "mtu": 1500, "up": false},
+            "vfUndo": {"pf_netdev": "ens1f0", "vf": 2, "mac": null, "vlan": [0, 0, false], "spoofchk": null,
+                       "trust": true, "rate": null, "link_state": null},
+            "rdma": ["mlx5_2"], "mac": "02:11:22:33:44:55", "mtu": 9000,
+            "ipamConf": {"cniVersion": "1.0.0", "name": "rdma-a", "ipam": {"type": "host-local"}},
+            "ipamType": "host-local", "deviceInfoFile": "/run/devinfo.json",
+            "steps": ["pf_attrs", "ipam", "move_netdev", "link_config", "move_rdma", "addresses", "device_info"],
+            "complete": true, "result": {}
+        });
+        let j = serde_json::from_value::<Legacy>(old).unwrap().migrate();
+        assert_eq!(j.network.as_deref(), Some("rdma-a"));
+        assert!(j.is("c1", "net1"));
+        let kinds: Vec<&str> = j.steps.iter().map(Step::name).collect();
+        assert_eq!(kinds, ["pf_attrs", "ipam", "move_netdev", "move_rdma", "device_info"]);
+        match &j.steps[2] {
+            Step::MoveNetdev(m) => {
+                assert_eq!((m.host_name.as_str(), m.pod_name.as_str()), ("ens1f0v2", "net1"));
+                assert_eq!(m.original.mac.as_deref(), Some("02:00:00:00:00:01"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn find_reads_ours_and_the_previous_release_but_only_for_its_owner() {
+        let d = tempfile::tempdir().unwrap();
+        ensure_dirs(d.path()).unwrap();
+        let legacy = serde_json::json!({"containerId": "X", "ifname": "x-net1",
+            "original": {"name": "v0", "mac": null, "mtu": 1500, "up": false}, "steps": ["move_netdev"]});
+        std::fs::write(dir(d.path()).join("X-x-net1.json"), legacy.to_string()).unwrap();
+        assert!(find(d.path(), "X-x", "net1").unwrap().is_none(), "same legacy name, other attachment");
+        let f = find(d.path(), "X", "x-net1").unwrap().unwrap();
+        assert_eq!(f.journal.steps.len(), 1);
+        std::fs::write(dir(d.path()).join(file_name("Y", "net1")), b"{not json").unwrap();
+        assert!(matches!(find(d.path(), "Y", "net1"), Err(Error::Corrupt { .. })));
+        let all = list(d.path()).unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all.iter().filter(|(_, j)| j.is_err()).count(), 1);
     }
 }

@@ -1,28 +1,35 @@
 //! `kube-rdma-cni`: moves an SR-IOV VF netdev **and** its RDMA device into a
 //! pod's network namespace as one transaction (CNI spec 1.1.0).
 //!
-//! Data flow: env + stdin → [`conf`] (validated, nothing touched yet) →
-//! [`nic::vfdev`] (the VF's sysfs directory under `KUBE_RDMA_SYSFS_ROOT`) →
-//! [`txn`] (journaled steps: PF-side attributes, netdev move+rename, link
-//! config, RDMA move, IPAM via [`ipam`], addresses; link requests through
-//! [`nic::netlink::link`]) → result JSON on stdout.
-//! Any failure undoes the steps done; DEL undoes a journal whatever state it
-//! is in.
+//! Data flow: env + stdin (read once, bounded, decoded once: [`Input`]) →
+//! [`conf`] (validated for the command, nothing touched yet) → [`device`]
+//! (which VF) → a command of [`cmd`]: ADD plans [`step`]s (PF-side
+//! attributes, IPAM via [`ipam`], netdev move+rename+config in one request,
+//! RDMA move via [`rdma`], device-info file), journals them once
+//! ([`journal`]) and applies them; any failure, DEL and GC undo them
+//! ([`txn`]) → result JSON ([`result`]) on stdout. Link requests go through
+//! [`nic::netlink::link`] (rtnetlink). Logging settings: [`logging`].
 //!
 //! ```no_run
 //! let env = |k: &str| std::env::var(k).ok();
-//! let out = kube_rdma_cni::run(&env, br#"{"cniVersion":"1.1.0"}"#);
+//! let out = kube_rdma_cni::run(&env, kube_rdma_cni::Input::from_bytes(br#"{"cniVersion":"1.1.0"}"#));
 //! println!("{}", out.stdout);
 //! ```
 
+pub mod cmd;
 pub mod conf;
+pub mod device;
 pub mod error;
 pub mod ipam;
 pub mod journal;
+pub mod logging;
+pub mod rdma;
+pub mod result;
+pub mod step;
 pub mod txn;
 
 use nic::Roots;
-use serde_json::json;
+use serde_json::{json, Value};
 
 use crate::conf::Command;
 pub use crate::error::{Error, Result};
@@ -44,25 +51,58 @@ pub struct Outcome {
     pub error: Option<Error>,
 }
 
-fn version_of(stdin: &[u8]) -> String {
-    serde_json::from_slice::<serde_json::Value>(stdin)
-        .ok()
-        .and_then(|v| v.get("cniVersion").and_then(|s| s.as_str()).map(str::to_string))
+/// Stdin, read once (at most [`conf::STDIN_LIMIT`] bytes) and decoded once.
+#[derive(Debug)]
+pub struct Input {
+    decoded: Result<Value>,
+}
+
+impl Input {
+    /// Reads and decodes stdin.
+    pub fn read(r: impl std::io::Read) -> Self {
+        Input { decoded: conf::read_stdin(r).and_then(|b| conf::decode(&b)) }
+    }
+
+    /// Decodes bytes already read.
+    pub fn from_bytes(b: &[u8]) -> Self {
+        Input {
+            decoded: if b.len() > conf::STDIN_LIMIT {
+                Err(Error::TooLarge { limit: conf::STDIN_LIMIT })
+            } else {
+                conf::decode(b)
+            },
+        }
+    }
+
+    /// No stdin (VERSION from a terminal).
+    pub fn none() -> Self {
+        Input { decoded: Err(Error::Decode("no network configuration on stdin".into())) }
+    }
+
+    /// The decoded configuration, if it decoded.
+    pub fn config(&self) -> Option<&Value> {
+        self.decoded.as_ref().ok()
+    }
+}
+
+fn version_of(conf: Option<&Value>) -> String {
+    conf.and_then(|v| conf::Keys::of(v, "").str("cniVersion").ok().flatten())
+        .map(|(_, s)| s.to_string())
         .filter(|v| SUPPORTED_VERSIONS.contains(&v.as_str()))
         .unwrap_or_else(|| LATEST.to_string())
 }
 
 /// Runs one CNI invocation. `env` reads environment variables.
-pub fn run(env: &dyn Fn(&str) -> Option<String>, stdin: &[u8]) -> Outcome {
-    let version = version_of(stdin);
-    match dispatch(env, stdin) {
+pub fn run(env: &dyn Fn(&str) -> Option<String>, input: Input) -> Outcome {
+    let version = version_of(input.config());
+    match dispatch(env, input) {
         Ok(Some(v)) => Outcome { stdout: v.to_string(), status: 0, error: None },
         Ok(None) => Outcome { stdout: String::new(), status: 0, error: None },
         Err(e) => Outcome { stdout: e.to_json(&version).to_string(), status: 1, error: Some(e) },
     }
 }
 
-fn dispatch(env: &dyn Fn(&str) -> Option<String>, stdin: &[u8]) -> Result<Option<serde_json::Value>> {
+fn dispatch(env: &dyn Fn(&str) -> Option<String>, input: Input) -> Result<Option<Value>> {
     let cmd_s = env("CNI_COMMAND").filter(|s| !s.is_empty()).ok_or(Error::Env {
         var: "CNI_COMMAND",
         why: "missing; this is a CNI plugin: run it from a container runtime (or `kube-rdma-cni install --dest DIR`)".into(),
@@ -72,27 +112,41 @@ fn dispatch(env: &dyn Fn(&str) -> Option<String>, stdin: &[u8]) -> Result<Option
         why: format!("{cmd_s:?} is not ADD, DEL, CHECK, STATUS, GC or VERSION"),
     })?;
     if cmd == Command::Version {
-        return Ok(Some(json!({"cniVersion": version_of(stdin), "supportedVersions": SUPPORTED_VERSIONS})));
+        return Ok(Some(cmd::version::version(&version_of(input.config()))));
     }
     let e = conf::read_env(cmd, env)?;
-    let c = conf::parse(stdin, &e, cmd)?;
+    let _span =
+        tracing::info_span!("cni", command = cmd.name(), container = %e.container_id, ifname = %e.ifname)
+            .entered();
+    let raw = match input.decoded {
+        Ok(v) => v,
+        Err(err) if cmd == Command::Del => {
+            // DEL tears down from the journal; it must not keep a sandbox
+            // alive because its configuration is unreadable.
+            tracing::error!(error = %err.chain(), "DEL with an unreadable configuration: using the defaults");
+            json!({})
+        }
+        Err(err) => return Err(err),
+    };
+    let c = conf::parse(raw, &e, cmd)?;
+    tracing::debug!("parsed");
     let roots = Roots::resolve(
         env(nic::roots::SYSFS_ROOT_ENV).map(Into::into),
         env(nic::roots::DEV_ROOT_ENV).map(Into::into),
     );
     match cmd {
-        Command::Add => txn::add(&c, &e, &roots).map(Some),
-        Command::Del => txn::del(&c, &e, &roots).map(|_| None),
+        Command::Add => cmd::add::add(&c, &e, &roots).map(Some),
+        Command::Del => cmd::del::del(&c, &e, &roots).map(|_| None),
         Command::Check => {
             if ipam::version_key(&c.cni_version) < (0, 4, 0) {
                 return Err(Error::Version {
                     requested: format!("{} (CHECK needs 0.4.0 or later)", c.cni_version),
                 });
             }
-            txn::check(&c, &e).map(|_| None)
+            cmd::check::check(&c, &e).map(|_| None)
         }
-        Command::Status => txn::status(&c, &e, &roots).map(|_| None),
-        Command::Gc => txn::gc(&c, &roots, &e).map(|_| None),
+        Command::Status => cmd::status::status(&c, &e, &roots).map(|_| None),
+        Command::Gc => cmd::gc::gc(&c, &roots, &e).map(|_| None),
         Command::Version => unreachable!("handled above"),
     }
 }

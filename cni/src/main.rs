@@ -1,10 +1,10 @@
 //! `kube-rdma-cni`: CNI plugin entry point. Stdout carries only the CNI JSON;
 //! logs go to stderr or to `logFile`.
 
-use std::io::Read;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use kube_rdma_cni::logging::{Format, Settings};
 
 fn usage() -> &'static str {
     "kube-rdma-cni: CNI plugin (run by a container runtime with CNI_COMMAND set)\n\
@@ -24,32 +24,28 @@ fn install(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn init_logging(stdin: &[u8]) {
-    let v: serde_json::Value = serde_json::from_slice(stdin).unwrap_or_default();
-    let level = v
-        .get("logLevel")
-        .and_then(|l| l.as_str())
-        .map(str::to_string)
-        .or_else(|| std::env::var("KUBE_RDMA_CNI_LOG").ok())
-        .unwrap_or_else(|| "warn".into());
-    let filter = tracing_subscriber::EnvFilter::try_new(&level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"));
-    let file = v
-        .get("logFile")
-        .and_then(|f| f.as_str())
-        .and_then(|p| std::fs::OpenOptions::new().create(true).append(true).open(p).ok());
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_ansi(false);
-    match file {
-        Some(f) => {
-            let _ = b.with_writer(std::sync::Mutex::new(f)).try_init();
-        }
-        None => {
-            let _ = b.with_writer(std::io::stderr).try_init();
-        }
-    }
+/// Installs the subscriber: the level, file and format of `s`, no ANSI
+/// colours (the lines end up in files and runtime logs).
+fn init_logging(s: &mut Settings) {
+    let file =
+        s.file.as_ref().and_then(|p| match std::fs::OpenOptions::new().create(true).append(true).open(p) {
+            Ok(f) => Some(f),
+            Err(e) => {
+                s.problems.push(format!("logFile {}: {e}; logging to stderr", p.display()));
+                None
+            }
+        });
+    let b = tracing_subscriber::fmt().with_max_level(s.level).with_ansi(false);
+    let _ = match (s.format, file) {
+        (Format::Text, Some(f)) => b.with_writer(std::sync::Mutex::new(f)).try_init(),
+        (Format::Text, None) => b.with_writer(std::io::stderr).try_init(),
+        (Format::Json, Some(f)) => b.json().with_writer(std::sync::Mutex::new(f)).try_init(),
+        (Format::Json, None) => b.json().with_writer(std::io::stderr).try_init(),
+    };
 }
 
 fn main() -> ExitCode {
+    let t0 = std::time::Instant::now();
     let args: Vec<String> = std::env::args().collect();
     match args.get(1).map(String::as_str) {
         Some("install") => {
@@ -76,22 +72,31 @@ fn main() -> ExitCode {
         }
         _ => {}
     }
-    let mut stdin = Vec::new();
     let cmd = std::env::var("CNI_COMMAND").unwrap_or_default();
     // Without CNI_COMMAND there is nothing to read (and a user at a terminal
     // must get the error, not a hang); VERSION may come without stdin.
-    if !cmd.is_empty() && (cmd != "VERSION" || !atty_stdin()) {
-        let _ = std::io::stdin().read_to_end(&mut stdin);
+    let input = if !cmd.is_empty() && (cmd != "VERSION" || !atty_stdin()) {
+        kube_rdma_cni::Input::read(std::io::stdin().lock())
+    } else {
+        kube_rdma_cni::Input::none()
+    };
+    let mut settings =
+        Settings::from_config(input.config(), std::env::var("KUBE_RDMA_CNI_LOG").ok().as_deref());
+    init_logging(&mut settings);
+    for p in &settings.problems {
+        tracing::warn!("{p}");
     }
-    init_logging(&stdin);
+    tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "input read");
     let env = |k: &str| std::env::var(k).ok();
-    let out = kube_rdma_cni::run(&env, &stdin);
+    let out = kube_rdma_cni::run(&env, input);
+    tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "ran");
     if let Some(e) = &out.error {
-        tracing::error!(code = e.code(), kind = e.label(), command = %cmd, "{e}");
+        tracing::error!(code = e.code(), kind = e.label(), command = %cmd, "{}", e.chain());
     }
     if !out.stdout.is_empty() {
         println!("{}", out.stdout);
     }
+    tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "done");
     ExitCode::from(out.status as u8)
 }
 

@@ -157,6 +157,46 @@ fn bad_inputs_get_the_spec_code_and_a_useful_message_and_change_nothing() {
             vec![],
         ),
         (
+            Case {
+                name: "vlan 4095 (reserved; sriov-cni refuses it too)",
+                code: 7,
+                msg: "vlan: 4095 is outside 0..4094",
+            },
+            "ADD",
+            ser(&with("vlan", json!(4095))),
+            vec![],
+        ),
+        (
+            Case { name: "one key twice in different case", code: 7, msg: "set twice" },
+            "ADD",
+            ser(&{
+                let mut c = with("mtu", json!(1400));
+                c["MTU"] = json!(1500);
+                c
+            }),
+            vec![],
+        ),
+        (
+            Case { name: "no network name", code: 7, msg: "name: missing" },
+            "ADD",
+            ser(&{
+                let mut c = base.clone();
+                c.as_object_mut().unwrap().remove("name");
+                c
+            }),
+            vec![],
+        ),
+        (
+            Case { name: "stdin over 1 MiB", code: 6, msg: "larger than 1048576 bytes" },
+            "ADD",
+            {
+                let mut c = base.clone();
+                c["padding"] = json!("x".repeat(1 << 20));
+                ser(&c)
+            },
+            vec![],
+        ),
+        (
             Case { name: "vlanQoS out of range", code: 7, msg: "vlanQoS" },
             "ADD",
             ser(&{
@@ -212,7 +252,7 @@ fn bad_inputs_get_the_spec_code_and_a_useful_message_and_change_nothing() {
             vec![],
         ),
         (
-            Case { name: "wrong type for vlan", code: 7, msg: "invalid type" },
+            Case { name: "wrong type for vlan", code: 7, msg: "vlan: \"ten\" is not an integer" },
             "ADD",
             ser(&with("vlan", json!("ten"))),
             vec![],
@@ -381,6 +421,17 @@ fn status_reports_an_unwritable_state_dir() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["code"], 50, "{v}");
     assert!(v["msg"].as_str().unwrap().contains("state directory"));
+}
+
+#[test]
+fn status_refuses_a_configuration_no_add_could_take_before_looking_at_the_node() {
+    // The IPAM plugin is missing too (that alone is 50): the bad value wins with 7.
+    let empty = tempfile::tempdir().unwrap();
+    let conf = json!({"cniVersion": "1.1.0", "name": "n", "type": "kube-rdma-cni", "mtu": 99999,
+                      "ipam": {"type": "host-local"}});
+    let (code, out) = run_with_path("STATUS", &conf, empty.path());
+    assert_eq!(code, 7, "{out}");
+    assert!(out.contains("mtu") && out.contains("68..65535"), "{out}");
 }
 
 /// Runs the plugin with `cmd`, `stdin` and `CNI_PATH`; returns its error code (0: success) and stdout.

@@ -14,7 +14,6 @@ fn add_check_del_moves_the_vf_in_and_restores_it_exactly() {
     let before = link_info(lab.host.name(), &vfname);
     let pod = lab.pod(0);
     let mut conf = lab.conf("1.1.0", pci, "10.201.1.0/24");
-    conf["mac"] = json!("02:11:22:33:44:55");
     conf["mtu"] = json!(1400);
 
     let (code, res) = lab.cni("ADD", "c1", pod.path(), "net1", &conf);
@@ -22,7 +21,7 @@ fn add_check_del_moves_the_vf_in_and_restores_it_exactly() {
     assert_eq!(res["cniVersion"], "1.1.0");
     let iface = &res["interfaces"][0];
     assert_eq!(iface["name"], "net1");
-    assert_eq!(iface["mac"], "02:11:22:33:44:55");
+    assert_eq!(iface["mac"], before.0, "the VF's own MAC");
     assert_eq!(iface["mtu"], 1400);
     assert_eq!(iface["pciID"], pci.to_string());
     assert_eq!(iface["sandbox"], pod.path().display().to_string());
@@ -33,7 +32,7 @@ fn add_check_del_moves_the_vf_in_and_restores_it_exactly() {
     // Kernel state: gone from the host, present in the pod, configured.
     assert!(!lab.host_links().contains(&vfname));
     assert_eq!(links(pod.name()), ["net1".to_string()].into());
-    assert_eq!(link_info(pod.name(), "net1"), ("02:11:22:33:44:55".into(), 1400, true));
+    assert_eq!(link_info(pod.name(), "net1"), (before.0.clone(), 1400, true));
     assert_eq!(addrs(pod.name(), "net1"), vec!["10.201.1.2/24".to_string()]);
     assert!(ip(pod.name(), &["route", "show"]).contains("10.250.0.0/16 via 10.201.1.1 dev net1"));
     assert_eq!(lab.ipam_allocations().len(), 1);
@@ -44,11 +43,20 @@ fn add_check_del_moves_the_vf_in_and_restores_it_exactly() {
     let (code, out) = lab.cni("CHECK", "c1", pod.path(), "net1", &check);
     assert_eq!(code, 0, "{out}");
 
-    // CHECK notices drift.
+    // CHECK notices drift: MTU, a missing address, a missing route.
     ip(pod.name(), &["link", "set", "net1", "mtu", "1300"]);
     let (code, out) = lab.cni("CHECK", "c1", pod.path(), "net1", &check);
     assert_eq!(code, 102, "{out}");
     assert!(out["msg"].as_str().unwrap().contains("MTU"), "{out}");
+    ip(pod.name(), &["link", "set", "net1", "mtu", "1400"]);
+    ip(pod.name(), &["route", "del", "10.250.0.0/16"]);
+    let (code, out) = lab.cni("CHECK", "c1", pod.path(), "net1", &check);
+    assert_eq!(code, 102, "{out}");
+    assert!(out["msg"].as_str().unwrap().contains("10.250.0.0/16"), "{out}");
+    ip(pod.name(), &["route", "add", "10.250.0.0/16", "via", "10.201.1.1", "dev", "net1"]);
+    // CHECK without prevResult is refused (spec: CHECK compares against it).
+    let (code, out) = lab.cni("CHECK", "c1", pod.path(), "net1", &conf);
+    assert_eq!(code, 7, "{out}");
 
     // DEL restores name, MAC, MTU; releases IPAM; forgets the journal.
     let (code, out) = lab.cni("DEL", "c1", pod.path(), "net1", &conf);
@@ -95,22 +103,40 @@ fn static_ipam_with_a_1_0_0_config_gets_a_1_0_0_result() {
 }
 
 #[test]
-fn rename_falls_back_to_a_temporary_netns_when_the_combined_move_is_refused() {
+fn the_move_and_the_rename_are_one_request_so_a_pod_link_named_like_the_vf_cannot_clash() {
     let lab = Lab::new("e810-xxv", 1, "");
     let (pci, vfname) = lab.vfs[0].clone();
+    let before = link_info(lab.host.name(), &vfname);
     let pod = lab.pod(0);
-    // A pod link already named like the VF on the host: renaming inside the
-    // pod would clash; the temporary netns cannot.
+    // A pod link already named like the VF on the host: a move followed by a
+    // rename would clash; the kernel renames during the one request.
     ip(pod.name(), &["link", "add", &vfname, "type", "veth", "peer", "name", "clashp"]);
     let conf = lab.conf("1.1.0", pci, "10.211.0.0/24");
-    let fp = [("KUBE_RDMA_CNI_FAILPOINT", "refuse:combined_move")];
-    let (code, out) = lab.cni_env("ADD", "t1", pod.path(), "net1", &conf, &fp);
+    let (code, out) = lab.cni("ADD", "t1", pod.path(), "net1", &conf);
     assert_eq!(code, 0, "{out}");
     assert!(links(pod.name()).contains("net1"));
     assert_eq!(addrs(pod.name(), "net1"), vec!["10.211.0.2/24".to_string()]);
     let (code, out) = lab.cni("DEL", "t1", pod.path(), "net1", &conf);
     assert_eq!(code, 0, "{out}");
+    assert_eq!(link_info(lab.host.name(), &vfname), before);
+    assert!(links(pod.name()).contains(&vfname), "the pod's own link stays");
+}
+
+#[test]
+fn an_interface_name_taken_in_the_pod_is_refused_before_anything_moves() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pod = lab.pod(0);
+    ip(pod.name(), &["link", "add", "net1", "type", "veth", "peer", "name", "net1p"]);
+    let conf = lab.conf("1.1.0", pci, "10.213.0.0/24");
+    let (code, out) = lab.cni("ADD", "n1", pod.path(), "net1", &conf);
+    assert_eq!(code, 4, "{out}");
+    assert!(out["msg"].as_str().unwrap().contains("already exists in the container"), "{out}");
     assert!(lab.host_links().contains(&vfname));
+    assert!(lab.ipam_allocations().is_empty() && lab.state_files().is_empty());
+    let (code, out) = lab.cni("DEL", "n1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert!(links(pod.name()).contains("net1"), "DEL leaves a link that is not ours");
 }
 
 #[test]
@@ -160,7 +186,7 @@ fn del_repairs_a_vf_the_kernel_returned_to_the_host_under_its_pod_name() {
     let before = link_info(lab.host.name(), &vfname);
     let pod = lab.pod(0);
     let mut conf = lab.conf("1.1.0", pci, "10.212.0.0/24");
-    conf["mac"] = json!("02:00:00:00:12:34");
+    conf["mtu"] = json!(1280);
     let (code, out) = lab.cni("ADD", "k1", pod.path(), "net1", &conf);
     assert_eq!(code, 0, "{out}");
     ip(pod.name(), &["link", "set", "net1", "netns", lab.host.name()]);
@@ -299,11 +325,10 @@ fn a_crash_after_any_add_step_is_fully_undone_by_del() {
     let pod = lab.pod(0);
     let info = lab.state.path().join("devinfo.json");
     let mut conf = lab.conf("1.1.0", pci, "10.209.0.0/24");
-    conf["mac"] = json!("02:00:00:00:00:09");
     conf["mtu"] = json!(1450);
     conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": info});
     // pf_attrs and move_rdma cannot run without SR-IOV / RDMA hardware (kernel lab covers them).
-    for step in ["move_netdev", "link_config", "ipam", "addresses", "device_info"] {
+    for step in ["journal", "move_netdev", "ipam", "addresses", "device_info"] {
         let before = snapshot(&lab, pod.name());
         let fp = format!("after:{step}");
         let (code, out) =
@@ -347,4 +372,353 @@ fn thirty_two_parallel_add_del_cycles_leak_nothing() {
             assert!(links(p.name()).is_empty(), "leaked link in {}", p.name());
         }
     }
+}
+
+#[test]
+fn mac_is_also_the_vfs_administrative_mac_so_it_needs_the_pf() {
+    // sriov-cni sets `mac` PF-side too (the MAC the switch enforces). The
+    // simulated PF has no real netdev here; the kernel lab sets it on netdevsim.
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let before = link_info(lab.host.name(), &vfname);
+    let pod = lab.pod(0);
+    let mut conf = lab.conf("1.1.0", pci, "10.214.0.0/24");
+    conf["mac"] = json!("02:11:22:33:44:55");
+    let (code, out) = lab.cni("ADD", "m1", pod.path(), "net1", &conf);
+    assert_eq!(code, 7, "{out}");
+    let msg = out["msg"].as_str().unwrap();
+    assert!(msg.contains("PF netdev") && msg.contains("not found"), "{out}");
+    assert_eq!(link_info(lab.host.name(), &vfname), before);
+    assert!(lab.state_files().is_empty() && lab.ipam_allocations().is_empty());
+}
+
+/// Runs ADD then DEL on `conf` and checks the host is as before.
+fn refused_add_then_del(
+    lab: &Lab,
+    pod: &nic::netns::NamedNetns,
+    case: &str,
+    conf: &[u8],
+    env: &[(&str, &str)],
+    code: i32,
+) {
+    let before = snapshot(lab, pod.name());
+    let run = |cmd: &str| {
+        run_plugin(lab.host.path(), &lab.sim.roots().sysfs, cmd, "r1", pod.path(), "net1", conf, env)
+    };
+    let (c, out) = run("ADD");
+    assert_eq!(c, code, "{case}: ADD {out}");
+    // Runtimes repeat DEL with the same configuration until it succeeds.
+    for n in 0..2 {
+        let (c, out) = run("DEL");
+        assert_eq!(c, 0, "{case}: DEL #{n} {out}");
+    }
+    assert_eq!(snapshot(lab, pod.name()), before, "{case}: host changed");
+}
+
+#[test]
+fn del_after_each_refused_add_succeeds_and_leaves_the_host_as_before() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let base = lab.conf("1.1.0", pci, "10.215.0.0/24");
+    let with = |k: &str, v: Value| {
+        let mut c = base.clone();
+        c[k] = v;
+        serde_json::to_vec(&c).unwrap()
+    };
+    let ok = serde_json::to_vec(&base).unwrap();
+    refused_add_then_del(&lab, &pod, "vlan 5000", &with("vlan", json!(5000)), &[], 7);
+    refused_add_then_del(&lab, &pod, "mtu 70000", &with("mtu", json!(70000)), &[], 7);
+    refused_add_then_del(&lab, &pod, "trust yes", &with("trust", json!("yes")), &[], 7);
+    refused_add_then_del(&lab, &pod, "CNI_ARGS MAC=zz", &ok, &[("CNI_ARGS", "IgnoreUnknown=1;MAC=zz")], 7);
+    refused_add_then_del(&lab, &pod, "cniVersion 9.9.9", &with("cniVersion", json!("9.9.9")), &[], 1);
+    refused_add_then_del(&lab, &pod, "malformed JSON", b"{\"cniVersion\": ", &[], 6);
+    let mut big = base.clone();
+    big["padding"] = json!("x".repeat(1 << 20));
+    refused_add_then_del(&lab, &pod, "stdin over 1 MiB", &serde_json::to_vec(&big).unwrap(), &[], 6);
+}
+
+#[test]
+fn del_with_prev_result_and_no_journal_brings_the_vf_home() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.216.0.0/24");
+    let (code, res) = lab.cni("ADD", "p1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{res}");
+    // The state dir is lost (a node rebuilt /var/lib, an operator wiped it).
+    std::fs::remove_dir_all(lab.state.path().join("attachments")).unwrap();
+    let mut del = conf.clone();
+    del["prevResult"] = res;
+    let (code, out) = lab.cni("DEL", "p1", pod.path(), "net1", &del);
+    assert_eq!(code, 0, "{out}");
+    assert!(links(pod.name()).is_empty(), "the VF left the pod");
+    // Its host name went with the journal: it is home under its pod name, down.
+    assert!(lab.host_links().contains("net1"), "{:?}", lab.host_links());
+    assert!(!link_info(lab.host.name(), "net1").2, "down");
+    assert!(addrs(lab.host.name(), "net1").is_empty());
+    assert!(lab.ipam_allocations().is_empty(), "IPAM released from the stdin config");
+    assert!(!lab.host_links().contains(&vfname));
+    // Without prevResult, a DEL with no journal leaves other links alone.
+    let (code, out) = lab.cni("DEL", "p1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn a_chained_add_keeps_the_previous_interfaces_and_addresses() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let mut conf = lab.conf("1.0.0", pci, "10.217.0.0/24");
+    let prev = json!({"cniVersion": "1.0.0",
+        "interfaces": [{"name": "eth0", "sandbox": pod.path()}],
+        "ips": [{"address": "10.9.0.5/16", "interface": 0}],
+        "routes": [{"dst": "0.0.0.0/0", "gw": "10.9.0.1"}],
+        "dns": {"nameservers": ["10.96.0.10"]}});
+    conf["prevResult"] = prev.clone();
+    let (code, res) = lab.cni("ADD", "ch1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{res}");
+    assert_eq!(res["interfaces"][0], prev["interfaces"][0]);
+    assert_eq!(res["interfaces"][1]["name"], "net1");
+    assert_eq!(res["ips"][0], prev["ips"][0]);
+    assert_eq!(res["ips"][1]["address"], "10.217.0.2/24");
+    assert_eq!(res["ips"][1]["interface"], 1);
+    assert_eq!(res["routes"][0], prev["routes"][0]);
+    assert_eq!(res["dns"]["nameservers"][0], "10.96.0.10");
+    let (code, out) = lab.cni("DEL", "ch1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn check_delegates_to_the_ipam_plugins_check_and_its_stderr_reaches_our_log() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, calls) = ipam_stub(dir.path(), "logipam");
+    let log = dir.path().join("cni.log");
+    let mut conf = lab.conf("1.1.0", pci, "unused");
+    conf["ipam"] = json!({"type": "logipam"});
+    conf["logFile"] = json!(log);
+    let path = format!("{}:{CNI_PATH}", bin.display());
+    // Not in key order, as the previous release would have re-sorted them.
+    let args = "K8S_POD_NAMESPACE=ns;IgnoreUnknown=1;K8S_POD_NAME=pod-a";
+    let env = [("CNI_PATH", path.as_str()), ("CNI_ARGS", args)];
+    let (code, res) = lab.cni_env("ADD", "cd1", pod.path(), "net1", &conf, &env);
+    assert_eq!(code, 0, "{res}");
+    assert_eq!(addrs(pod.name(), "net1"), vec!["10.77.0.5/24".to_string()]);
+    let mut check = conf.clone();
+    check["prevResult"] = res;
+    let (code, out) = lab.cni_env("CHECK", "cd1", pod.path(), "net1", &check, &env);
+    assert_eq!(code, 0, "{out}");
+    let checks: Vec<String> = lines(&calls).into_iter().filter(|l| l.starts_with("CHECK ")).collect();
+    assert_eq!(checks.len(), 1, "{:?}", lines(&calls));
+    // It got CNI_ARGS exactly as the runtime gave them, and the result to check.
+    assert!(checks[0].starts_with(&format!("CHECK args={args} stdin=")), "{}", checks[0]);
+    let sent: Value = serde_json::from_str(checks[0].split_once(" stdin=").unwrap().1).unwrap();
+    assert_eq!(sent["prevResult"]["ips"][0]["address"], "10.77.0.5/24");
+    assert!(
+        sent.get("deviceID").is_none() && sent.get("logFile").is_none(),
+        "our own keys stay ours: {sent}"
+    );
+    // The plugin's CHECK failing fails ours, with its message.
+    std::fs::write(dir.path().join("logipam.fail"), "").unwrap();
+    let (code, out) = lab.cni_env("CHECK", "cd1", pod.path(), "net1", &check, &env);
+    assert_eq!(code, 7, "{out}");
+    assert!(out["msg"].as_str().unwrap().contains("lease of 10.77.0.5 is gone"), "{out}");
+    let (code, out) = lab.cni_env("DEL", "cd1", pod.path(), "net1", &conf, &env);
+    assert_eq!(code, 0, "{out}");
+    assert!(lines(&calls).iter().any(|l| l.starts_with(&format!("DEL args={args} "))));
+    // The plugin's stderr is in our log at warn level, with no colour codes.
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.lines().any(|l| l.contains("WARN") && l.contains("stub logipam: CHECK")), "{text}");
+    assert!(!text.contains('\u{1b}'), "ANSI escapes in the log file");
+}
+
+#[test]
+fn keys_in_any_case_and_sriov_cni_log_levels_work() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pod = lab.pod(0);
+    let dir = tempfile::tempdir().unwrap();
+    let base = lab.conf("1.1.0", pci, "10.218.0.0/24");
+    // Go-style keys, as sriov-cni configurations are written.
+    let conf = |level: &str, log: &std::path::Path, format: &str| {
+        json!({"CNIVersion": "1.1.0", "Name": base["name"], "Type": "kube-rdma-cni", "DeviceID": pci.to_string(),
+               "StateDir": lab.state.path(), "MTU": 1420, "IPAM": base["ipam"],
+               "LogLevel": level, "LogFile": log, "logFormat": format})
+    };
+    let run = |level: &str, format: &str| -> Vec<String> {
+        let log = dir.path().join(format!("{level}-{format}.log"));
+        let c = conf(level, &log, format);
+        let (code, out) = lab.cni("ADD", "lv1", pod.path(), "net1", &c);
+        assert_eq!(code, 0, "{level}: {out}");
+        assert_eq!(link_info(pod.name(), "net1").1, 1420, "MTU key in capitals");
+        let (code, out) = lab.cni("DEL", "lv1", pod.path(), "net1", &c);
+        assert_eq!(code, 0, "{level}: {out}");
+        assert!(lab.host_links().contains(&vfname));
+        lines(&log)
+    };
+    let debug = run("debug", "text");
+    for want in ["planned", "applied", "attached", "undone", "detached"] {
+        assert!(debug.iter().any(|l| l.contains(want)), "debug log lacks {want:?}: {debug:#?}");
+    }
+    assert!(debug.iter().any(|l| l.contains("DEBUG")));
+    let info = run("info", "text");
+    assert!(
+        info.iter().any(|l| l.contains("attached")) && !info.iter().any(|l| l.contains("DEBUG")),
+        "{info:#?}"
+    );
+    // "warning" is sriov-cni's name for warn: quiet for a clean ADD+DEL, but not off.
+    assert!(run("warning", "text").is_empty());
+    assert!(run("panic", "text").is_empty());
+    let json_lines = run("debug", "json");
+    assert!(!json_lines.is_empty());
+    for l in &json_lines {
+        let v: Value = serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}"));
+        assert!(v["level"].is_string() && v["fields"]["message"].is_string(), "{v}");
+    }
+    // A warning is logged at "warning": an unusable logFormat.
+    let w = run("warning", "xml");
+    assert!(w.iter().any(|l| l.contains("WARN") && l.contains("logFormat")), "{w:#?}");
+}
+
+#[test]
+fn a_vf_bound_to_vfio_pci_gets_the_ipam_result_without_moving_anything() {
+    // sriov-cni's "DPDK mode": no netdev to move; IPAM allocates, the result
+    // reports the addresses for the application to use.
+    let lab = Lab::new("e810-xxv", 2, "        vfsVfio: [0]\n");
+    let (pci, name) = lab.vfs[0].clone();
+    assert!(name.is_empty(), "VF 0 has no netdev");
+    let pod = lab.pod(0);
+    let host_before = lab.host_links();
+    let conf = lab.conf("1.1.0", pci, "10.219.0.0/24");
+    let (code, res) = lab.cni("ADD", "u1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{res}");
+    assert_eq!(res["interfaces"][0]["name"], "net1");
+    assert_eq!(res["interfaces"][0]["pciID"], pci.to_string());
+    assert_eq!(res["interfaces"][0]["sandbox"], pod.path().display().to_string());
+    assert_eq!(res["ips"][0]["address"], "10.219.0.2/24");
+    assert!(links(pod.name()).is_empty(), "nothing moved into the pod");
+    assert_eq!(lab.host_links(), host_before);
+    let mut req = conf.clone();
+    req["rdma"] = json!("required");
+    let (code, out) = lab.cni("ADD", "u2", pod.path(), "net2", &req);
+    assert_eq!(code, 103, "{out}");
+    let (code, out) = lab.cni("DEL", "u1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.ipam_allocations().is_empty() && lab.state_files().is_empty());
+}
+
+fn journal_files(lab: &Lab) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(lab.state.path().join("attachments")).unwrap().map(|e| e.unwrap().path()).collect()
+}
+
+#[test]
+fn gc_of_another_network_leaves_the_attachment_intact() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.220.0.0/24");
+    let (code, out) = lab.cni("ADD", "ga", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    let mut gc = conf.clone();
+    gc["name"] = json!("netB");
+    gc.as_object_mut().unwrap().remove("deviceID");
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let (code, out) = lab.cni("GC", "", std::path::Path::new(""), "", &gc);
+    assert_eq!(code, 0, "{out}");
+    assert!(links(pod.name()).contains("net1"), "netB's GC took netA's VF");
+    assert!(!lab.host_links().contains(&vfname));
+    assert_eq!(lab.ipam_allocations().len(), 1, "netB's GC released netA's IP");
+    // netA's own GC with nothing valid collects it.
+    gc["name"] = conf["name"].clone();
+    let (code, out) = lab.cni("GC", "", std::path::Path::new(""), "", &gc);
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.host_links().contains(&vfname));
+    assert!(lab.ipam_allocations().is_empty() && lab.state_files().is_empty());
+}
+
+#[test]
+fn gc_without_valid_attachments_changes_nothing() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.221.0.0/24");
+    let (code, out) = lab.cni("ADD", "gn", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    let before = snapshot(&lab, pod.name());
+    let (code, out) = lab.cni("GC", "", std::path::Path::new(""), "", &conf);
+    assert_eq!(code, 7, "{out}");
+    assert!(out["msg"].as_str().unwrap().contains("cni.dev/valid-attachments"), "{out}");
+    assert_eq!(snapshot(&lab, pod.name()), before);
+    let (code, out) = lab.cni("DEL", "gn", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+}
+
+#[test]
+fn gc_goes_past_a_corrupt_journal_and_reports_it() {
+    let lab = Lab::new("e810-xxv", 2, "");
+    let pods = [lab.pod(0), lab.pod(1)];
+    let conf = |i: usize| lab.conf("1.1.0", lab.vfs[i].0, "10.222.0.0/24");
+    for (i, p) in pods.iter().enumerate() {
+        let (code, out) = lab.cni("ADD", &format!("gx{i}"), p.path(), "net1", &conf(i));
+        assert_eq!(code, 0, "{out}");
+    }
+    let bad = lab.state.path().join("attachments/gx0:net1.json");
+    assert!(bad.exists(), "{:?}", journal_files(&lab));
+    std::fs::write(&bad, b"{\"version\": 2, \"truncated").unwrap();
+    let mut gc = conf(0);
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let (code, out) = lab.cni("GC", "", std::path::Path::new(""), "", &gc);
+    assert_eq!(code, 5, "{out}");
+    assert!(out["msg"].as_str().unwrap().contains("gx0:net1.json"), "{out}");
+    assert!(lab.host_links().contains(&lab.vfs[1].1), "the readable one was collected");
+    assert_eq!(journal_files(&lab), vec![bad.clone()], "the unreadable one is left for inspection");
+    // DEL of the broken one still tears down (here: IPAM; its VF is in the pod,
+    // found through prevResult-less DEL only by its journal, which is gone).
+    let (code, out) = lab.cni("DEL", "gx0", pods[0].path(), "net1", &conf(0));
+    assert_eq!(code, 0, "{out}");
+    assert!(!bad.exists(), "moved aside");
+    assert_eq!(lab.ipam_allocations().len(), 0);
+}
+
+#[test]
+fn a_previous_release_journal_is_undone_by_del_and_collected_by_gc() {
+    let lab = Lab::new("e810-xxv", 2, "");
+    let pods = [lab.pod(0), lab.pod(1)];
+    let conf = |i: usize| lab.conf("1.1.0", lab.vfs[i].0, "10.223.0.0/24");
+    for (i, p) in pods.iter().enumerate() {
+        let cid = format!("old{i}");
+        let (code, out) = lab.cni("ADD", &cid, p.path(), "net1", &conf(i));
+        assert_eq!(code, 0, "{out}");
+        // Rewrite the journal as the previous release wrote it.
+        let ours = lab.state.path().join(format!("attachments/{cid}:net1.json"));
+        let j: Value = serde_json::from_slice(&std::fs::read(&ours).unwrap()).unwrap();
+        let ipam = j["steps"].as_array().unwrap().iter().find_map(|s| s.get("ipam")).unwrap().clone();
+        let mv = j["steps"].as_array().unwrap().iter().find_map(|s| s.get("moveNetdev")).unwrap().clone();
+        let (mac, mtu, up) = link_info(p.name(), "net1");
+        let legacy = json!({
+            "containerId": cid, "ifname": "net1", "netns": p.path(), "pci": lab.vfs[i].0.to_string(),
+            "original": {"name": mv["hostName"], "mac": mac, "mtu": mtu, "up": !up},
+            "vfUndo": null, "rdma": [], "mac": mac, "mtu": null,
+            "ipamConf": ipam["conf"], "ipamType": ipam["plugin"], "deviceInfoFile": null,
+            "steps": ["ipam", "move_netdev", "link_config", "addresses"], "complete": true, "result": {}
+        });
+        std::fs::remove_file(&ours).unwrap();
+        std::fs::write(lab.state.path().join(format!("attachments/{cid}-net1.json")), legacy.to_string())
+            .unwrap();
+    }
+    let (code, out) = lab.cni("DEL", "old0", pods[0].path(), "net1", &conf(0));
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.host_links().contains(&lab.vfs[0].1));
+    assert!(!link_info(lab.host.name(), &lab.vfs[0].1).2, "state restored to down");
+    assert_eq!(lab.ipam_allocations().len(), 1);
+    // GC of its network (the name its saved IPAM config carries) takes the other.
+    let mut gc = conf(1);
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let (code, out) = lab.cni("GC", "", std::path::Path::new(""), "", &gc);
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.host_links().contains(&lab.vfs[1].1));
+    assert!(lab.ipam_allocations().is_empty() && lab.state_files().is_empty(), "{:?}", lab.state_files());
 }

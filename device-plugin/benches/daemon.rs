@@ -3,9 +3,14 @@
 //! - start → first ListAndWatch response (process spawn, discovery, pools,
 //!   socket served, first list received by a client);
 //! - Allocate latency p50/p99 over 10 000 calls on one connection;
-//! - resident memory (VmRSS) of the daemon after start and after the calls.
+//! - resident memory (VmRSS) of the daemon after start and after the calls;
+//! - SIGTERM → exit with 1, 4 and 16 pools, each with an open ListAndWatch
+//!   stream (as the kubelet keeps one), against the 1-pool stop of the same run;
+//! - the rescan a link event on one PF triggers (walk of that PF, merge, memory,
+//!   pools), against a walk of the whole node in the same run.
 //!
-//! Targets: < 100 ms, p99 < 1 ms, RSS < 20 MiB.
+//! Targets: first list < 100 ms, Allocate p99 < 1 ms, RSS < 20 MiB, stop < 1 s
+//! whatever the pool count, one-PF rescan < 5 ms.
 //! Run: `cargo bench -p kube-rdma-device-plugin --bench daemon`.
 
 #[path = "../tests/common/mod.rs"]
@@ -48,11 +53,155 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    rt.block_on(run());
+    let sim = nic::sim::Sim::materialise(&nic::sim::big_node(8, 128)).expect("materialise 1024-VF node");
+    rt.block_on(run(&sim));
+    rt.block_on(stop_times(&sim));
+    one_pf_rescan(&sim);
 }
 
-async fn run() {
-    let sim = nic::sim::Sim::materialise(&nic::sim::big_node(8, 128)).expect("materialise 1024-VF node");
+/// `n` pools over the 8 PFs of `big_node(8, 128)`: whole PFs, or VF halves for 16.
+fn pools_config(n: usize) -> String {
+    let mut s = String::from("pools:\n");
+    for i in 0..n {
+        let sel = if n <= 8 {
+            format!("{{rootDevices: [\"0000:{:02x}:00.0\"]}}", 0x10 + i * 0x10)
+        } else {
+            let (pf, half) = (i / 2, i % 2);
+            format!("{{pfNames: [\"ens{}f0np0#{}-{}\"]}}", pf + 1, half * 64, half * 64 + 63)
+        };
+        s.push_str(&format!("- name: p{i}\n  selectors: {sel}\n"));
+    }
+    s
+}
+
+/// SIGTERM → exit of the real daemon serving `n` pools, each with an open stream.
+async fn stop_times(sim: &nic::sim::Sim) {
+    let roots = sim.roots();
+    let mut results = Vec::new();
+    for n in [1usize, 4, 16] {
+        let mut times = Vec::new();
+        for _ in 0..3 {
+            let dirs = Dirs::new();
+            let k = FakeKubelet::start(&dirs.kubelet);
+            let cfg = dirs.write_config(&pools_config(n));
+            let mut child = dirs
+                .daemon_command()
+                .arg("--sysfs-root")
+                .arg(&roots.sysfs)
+                .arg("--dev-root")
+                .arg(&roots.dev)
+                .arg("--rescan-interval")
+                .arg("3600")
+                .arg("--config")
+                .arg(&cfg)
+                .spawn()
+                .expect("spawn daemon");
+            let mut streams = Vec::new();
+            for _ in 0..n {
+                let reg = k.next_registration(Duration::from_secs(10)).await;
+                let ch = kubelet::connect_unix(&dirs.kubelet.join(&reg.endpoint)).await.unwrap();
+                let mut c = DevicePluginClient::new(ch);
+                let mut s = c.list_and_watch(Empty {}).await.unwrap().into_inner();
+                s.message().await.unwrap().unwrap();
+                streams.push((c, s));
+            }
+            let t = Instant::now();
+            nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id().unwrap() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            )
+            .unwrap();
+            let st = child.wait().await.unwrap();
+            times.push(t.elapsed());
+            assert!(st.success());
+            drop(streams);
+        }
+        times.sort();
+        results.push((n, pct(&times, 0.5)));
+    }
+    let base = results[0].1.as_secs_f64();
+    for (n, t) in &results {
+        println!(
+            "SIGTERM -> exit with {n:>2} pools, one open ListAndWatch each: median {:.1} ms of 3 ({:.2}x the 1-pool stop; target < 1 s)",
+            t.as_secs_f64() * 1e3,
+            t.as_secs_f64() / base
+        );
+    }
+}
+
+/// CPU time of the calling thread (`RUSAGE_THREAD`).
+fn thread_cpu() -> Duration {
+    let mut u = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage writes a rusage into the pointer it is given.
+    let u = unsafe {
+        libc::getrusage(libc::RUSAGE_THREAD, u.as_mut_ptr());
+        u.assume_init()
+    };
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(u.ru_utime) + tv(u.ru_stime)
+}
+
+/// What a link event costs the daemon: re-read the function whose netdev
+/// changed (the PF here), fill in memory, plan every pool; and, when every VF
+/// of that PF changed too, the walk of the whole PF; against a walk of the node.
+fn one_pf_rescan(sim: &nic::sim::Sim) {
+    use kube_rdma_device_plugin::config::Config;
+    use kube_rdma_device_plugin::inuse::{Allocations, Memory};
+    let roots = sim.roots();
+    let scope = nic::discover::Scope { gid_tables: false, ..Default::default() };
+    let cfg = Config::default_pools();
+    let mut mem = Memory::default();
+    let mut inv = nic::discover::discover_scoped(&roots, scope);
+    mem.observe(&mut inv);
+    let pf: nic::PciAddr = "0000:30:00.0".parse().unwrap();
+    let (mut one, mut one_cpu, mut whole, mut full) = (vec![], vec![], vec![], vec![]);
+    for _ in 0..21 {
+        let (t, c) = (Instant::now(), thread_cpu());
+        assert!(nic::discover::rescan_function(&roots, scope, &mut inv, pf));
+        if let Some(p) = inv.pfs.iter_mut().find(|p| p.pci == pf) {
+            mem.observe_pf(p);
+        }
+        let plan = kube_rdma_device_plugin::pools::plan_with(&inv, &cfg, &Allocations::default());
+        one.push(t.elapsed());
+        one_cpu.push(thread_cpu() - c);
+        assert_eq!(plan.pools[0].devices.len(), 1024);
+        let t = Instant::now();
+        let mut part = nic::discover::discover_pf(&roots, scope, pf);
+        for p in &mut part.pfs {
+            mem.observe_pf(p);
+        }
+        inv.replace_pf(pf, part);
+        let plan = kube_rdma_device_plugin::pools::plan_with(&inv, &cfg, &Allocations::default());
+        whole.push(t.elapsed());
+        assert_eq!(plan.pools[0].devices.len(), 1024);
+        let t = Instant::now();
+        let mut all = nic::discover::discover_scoped(&roots, scope);
+        mem.observe(&mut all);
+        let plan = kube_rdma_device_plugin::pools::plan_with(&all, &cfg, &Allocations::default());
+        full.push(t.elapsed());
+        assert_eq!(plan.pools[0].devices.len(), 1024);
+    }
+    for v in [&mut one, &mut one_cpu, &mut whole, &mut full] {
+        v.sort();
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let base = ms(pct(&full, 0.5));
+    println!(
+        "rescan after a link event on one PF's netdev (that function, memory, every pool): median {:.2} ms wall, {:.2} ms CPU, p90 {:.2} ms ({:.3}x the node walk; target < 5 ms)",
+        ms(pct(&one, 0.5)),
+        ms(pct(&one_cpu, 0.5)),
+        ms(pct(&one, 0.9)),
+        ms(pct(&one, 0.5)) / base
+    );
+    println!(
+        "  the same PF with all its 128 VFs read again (each VF's netdev changed too): median {:.2} ms ({:.2}x); node walk {:.1} ms",
+        ms(pct(&whole, 0.5)),
+        ms(pct(&whole, 0.5)) / base,
+        base
+    );
+}
+
+async fn run(sim: &nic::sim::Sim) {
     let roots = sim.roots();
     let dirs = Dirs::new();
     let k = FakeKubelet::start(&dirs.kubelet);
@@ -191,7 +340,7 @@ async fn run() {
         lat[lat.len() - 1].as_secs_f64() * 1e6
     );
     println!(
-        "  daemon CPU time to first ListAndWatch (/proc stat, all threads): median {:.1} ms; in-process: discovery without GID tables (what the first list waits for) {:.1} ms, full discovery {:.1} ms, pools {:.2} ms (medians of 5)",
+        "  daemon CPU time to first ListAndWatch (/proc stat, all threads): median {:.1} ms; in-process: discovery without GID tables (all the daemon reads) {:.1} ms, with GID tables {:.1} ms, pools {:.2} ms (medians of 5)",
         pct(&start_cpu, 0.5).as_secs_f64() * 1e3,
         pct(&lean, 0.5).as_secs_f64() * 1e3,
         pct(&disc, 0.5).as_secs_f64() * 1e3,

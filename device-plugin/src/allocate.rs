@@ -3,23 +3,39 @@
 //! No I/O: discovery already resolved every VF's RDMA devices, so Allocate is
 //! a lookup (`server.rs` → here), not a sysfs walk.
 //!
-//! Environment handed to the container, for pool `kuberdma.io/rdma_vfs`:
-//! - `PCIDEVICE_KUBERDMA_IO_RDMA_VFS=0000:3d:00.2,0000:3d:00.3` and
-//!   `PCIDEVICE_KUBERDMA_IO_RDMA_VFS_INFO={"0000:3d:00.2":{"generic":{"deviceID":…},"rdma":{…}}}`,
-//!   as sriov-network-device-plugin writes them (prefix and name upper-cased,
-//!   every other character `_`);
-//! - `KUBERDMA_RDMA_VFS_RDMA_DEVICES=mlx5_2,mlx5_3`, `KUBERDMA_RDMA_VFS_GID_INDEXES=mlx5_2:3,mlx5_3:3`
-//!   per pool, and the ready-to-use `NCCL_IB_HCA`, `NCCL_IB_GID_INDEX` (when all
-//!   devices agree on one index) and `UCX_NET_DEVICES` (`mlx5_2:1,mlx5_3:1`).
-//!   With two pools in one container the per-pool variables stay distinct; the
-//!   NCCL/UCX ones are those of the last pool the kubelet merges.
+//! What a container gets from pool `kuberdma.io/rail0`:
+//! - device nodes: the RDMA char devices (uverbs, umad, issm) of its devices and
+//!   `/dev/infiniband/rdma_cm` — only when the pool hands out RDMA devices
+//!   (always in our format; with `isRdma: true` in sriov-network-device-plugin's)
+//!   and at least one of the devices has one; `/dev/vfio/vfio` and
+//!   `/dev/vfio/<group>` for VFs bound to vfio-pci;
+//! - `PCIDEVICE_KUBERDMA_IO_RAIL0=0000:3d:00.2,…` and `…_INFO` as
+//!   sriov-network-device-plugin writes them (VF pools);
+//! - `KUBERDMA_RAIL0_RDMA_DEVICES=mlx5_2,mlx5_3` and
+//!   `KUBERDMA_RAIL0_UCX_NET_DEVICES=mlx5_2:1,mlx5_3:1`: per pool, so that a
+//!   container taking one pool per rail sees every rail (the kubelet keeps the
+//!   first value of a variable two Allocate answers both set, so a global
+//!   `NCCL_IB_HCA` would silently lose rails);
+//! - `NCCL_IB_ROCE_VERSION_NUM=2` when every device is RoCE. No
+//!   `NCCL_IB_GID_INDEX`: Allocate runs before the CNI gives the VF its address,
+//!   so the index of the pod's IPv4 GID cannot be known here; NCCL picks it
+//!   itself from the version and the address family (its `NCCL_IB_ADDR_FAMILY`,
+//!   `AF_INET` unless the pod says otherwise).
+//!
+//! No variable is ever set to an empty value.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
+use nic::LinkLayer;
+
 use crate::api::{CdiDevice, ContainerAllocateResponse, DeviceSpec};
 use crate::config::{Mode, Policy};
+use crate::names;
 use crate::pools::{Device, Pool};
 use crate::RDMA_CM;
+
+/// `/dev/vfio/vfio`, the VFIO container device.
+pub const VFIO_CONTAINER: &str = "/dev/vfio/vfio";
 
 /// Why an allocation was refused. Every variant names the devices.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,23 +64,9 @@ pub enum AllocError {
     },
 }
 
-/// `PCIDEVICE_<PREFIX>_<NAME>` as sriov-network-device-plugin spells it.
-pub fn pcidevice_env(prefix: &str, name: &str) -> String {
-    format!("PCIDEVICE_{}_{}", env_part(prefix), env_part(name))
-}
-
-fn env_part(s: &str) -> String {
-    s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
-}
-
-/// CDI kind of a pool (`kuberdma.io/rdma_vfs`).
-pub fn cdi_kind(pool: &Pool) -> String {
-    pool.resource_name()
-}
-
 /// Fully qualified CDI device name (`kuberdma.io/rdma_vfs=0000:3d:00.2`).
 pub fn cdi_name(pool: &Pool, id: &str) -> String {
-    format!("{}={}", cdi_kind(pool), id)
+    format!("{}={}", pool.config.cdi_kind(), id)
 }
 
 /// Resolves `ids` in `pool`: every ID must be advertised and Healthy.
@@ -93,74 +95,107 @@ pub fn resolve<'p>(pool: &'p Pool, ids: &[String]) -> Result<Vec<&'p Device>, Al
     Ok(out)
 }
 
+/// Whether `pool` gives `d`'s RDMA char devices to containers.
+pub fn hands_out_rdma(pool: &Pool, d: &Device) -> bool {
+    pool.config.rdma_devices && !d.rdma.is_empty()
+}
+
+/// The node paths a container gets for `d` (without `rdma_cm`), in order:
+/// its RDMA char devices when the pool hands them out, the VFIO container and
+/// group devices of a vfio-pci VF. The CDI spec lists the same.
+pub fn node_paths(pool: &Pool, d: &Device) -> Vec<String> {
+    let mut out = Vec::new();
+    if hands_out_rdma(pool, d) {
+        out.extend(
+            d.rdma.iter().flat_map(|r| &r.char_devs).map(|c| c.node_path.to_string_lossy().into_owned()),
+        );
+    }
+    if let Some(g) = &d.vfio {
+        out.push(VFIO_CONTAINER.to_string());
+        out.push(g.node_path.to_string_lossy().into_owned());
+    }
+    out
+}
+
+/// `PCIDEVICE_<RES>_INFO` entry of one device, as sriov-network-device-plugin
+/// builds it from its info providers: `generic.deviceID`; `rdma` with the
+/// container paths of `uverbs`, `umad`, `issm` and `rdma_cm`; `vfio` with `mount`
+/// (the container device) and `dev-mount` (the group); `extra` from `additionalInfo`.
+fn info_entry(pool: &Pool, d: &Device, rdma_cm: bool) -> serde_json::Value {
+    let mut entry = serde_json::Map::new();
+    entry.insert("generic".into(), serde_json::json!({ "deviceID": d.id }));
+    if hands_out_rdma(pool, d) {
+        let mut rdma = serde_json::Map::new();
+        for c in d.rdma.iter().flat_map(|r| &r.char_devs) {
+            let key = ["uverbs", "umad", "issm"].into_iter().find(|k| c.name.starts_with(k));
+            if let Some(k) = key {
+                rdma.insert(k.into(), c.node_path.to_string_lossy().into_owned().into());
+            }
+        }
+        if rdma_cm {
+            rdma.insert("rdma_cm".into(), RDMA_CM.into());
+        }
+        entry.insert("rdma".into(), rdma.into());
+    }
+    if let Some(g) = &d.vfio {
+        entry.insert(
+            "vfio".into(),
+            serde_json::json!({ "mount": VFIO_CONTAINER, "dev-mount": g.node_path.to_string_lossy() }),
+        );
+    }
+    let extra = pool.config.extra_info(&d.id);
+    if !extra.is_empty() {
+        entry.insert("extra".into(), serde_json::to_value(extra).unwrap_or_default());
+    }
+    entry.into()
+}
+
 /// The response for one container. `ids` must resolve (see [`resolve`]).
 pub fn container_response(pool: &Pool, ids: &[String]) -> Result<ContainerAllocateResponse, AllocError> {
     let devs = resolve(pool, ids)?;
     let mut specs: Vec<DeviceSpec> = Vec::new();
     let mut seen = BTreeSet::new();
-    let mut push = |path: &str, specs: &mut Vec<DeviceSpec>| {
-        if seen.insert(path.to_string()) {
+    let mut push = |path: String, specs: &mut Vec<DeviceSpec>| {
+        if seen.insert(path.clone()) {
             specs.push(DeviceSpec {
-                container_path: path.to_string(),
-                host_path: path.to_string(),
+                container_path: path.clone(),
+                host_path: path,
                 permissions: "rw".into(),
             });
         }
     };
-    let mut names = Vec::new();
-    let mut gids = Vec::new();
-    let mut ucx = Vec::new();
-    let mut info = serde_json::Map::new();
     for d in &devs {
-        let mut rdma_info = serde_json::Map::new();
-        for r in &d.rdma {
-            for c in &r.char_devs {
-                push(&c.node_path.to_string_lossy(), &mut specs);
-            }
-            if !names.contains(&r.name) {
-                names.push(r.name.clone());
-                ucx.push(format!("{}:1", r.name));
-                if let Some(g) = r.gid_index {
-                    gids.push((r.name.clone(), g));
-                }
-            }
-            rdma_info.insert("rdma_dev".into(), r.name.clone().into());
-            if let Some(u) = r.char_devs.iter().find(|c| c.name.starts_with("uverbs")) {
-                rdma_info.insert("uverbs".into(), u.node_path.to_string_lossy().into_owned().into());
-            }
+        for p in node_paths(pool, d) {
+            push(p, &mut specs);
         }
-        if pool.rdma_cm {
-            rdma_info.insert("rdma_cm".into(), RDMA_CM.into());
-        }
-        let mut entry = serde_json::Map::new();
-        entry.insert("generic".into(), serde_json::json!({ "deviceID": d.id }));
-        if !rdma_info.is_empty() {
-            entry.insert("rdma".into(), rdma_info.into());
-        }
-        info.insert(d.id.clone(), entry.into());
     }
-    if pool.rdma_cm {
-        push(RDMA_CM, &mut specs);
+    let rdma_cm = pool.rdma_cm && devs.iter().any(|d| hands_out_rdma(pool, d));
+    if rdma_cm {
+        push(RDMA_CM.to_string(), &mut specs);
     }
+
     let c = &pool.config;
-    let base = pcidevice_env(&c.prefix, &c.name);
     let mut envs = HashMap::new();
     if c.mode == Mode::Vf {
+        let info: serde_json::Map<String, serde_json::Value> =
+            devs.iter().map(|d| (d.id.clone(), info_entry(pool, d, rdma_cm))).collect();
+        let base = names::pcidevice_env(&c.prefix, &c.name);
         envs.insert(base.clone(), devs.iter().map(|d| d.id.as_str()).collect::<Vec<_>>().join(","));
         envs.insert(format!("{base}_INFO"), serde_json::Value::Object(info).to_string());
     }
-    let ours = format!("KUBERDMA_{}", env_part(&c.name));
-    envs.insert(format!("{ours}_RDMA_DEVICES"), names.join(","));
-    envs.insert("NCCL_IB_HCA".into(), names.join(","));
-    envs.insert("UCX_NET_DEVICES".into(), ucx.join(","));
-    if !gids.is_empty() {
-        let joined: Vec<String> = gids.iter().map(|(n, g)| format!("{n}:{g}")).collect();
-        envs.insert(format!("{ours}_GID_INDEXES"), joined.join(","));
-        let distinct: BTreeSet<u32> = gids.iter().map(|(_, g)| *g).collect();
-        if distinct.len() == 1 && gids.len() == names.len() {
-            let g = distinct.into_iter().next().unwrap_or_default().to_string();
-            envs.insert("NCCL_IB_GID_INDEX".into(), g.clone());
-            envs.insert(format!("{ours}_GID_INDEX"), g);
+    let mut rdma: Vec<&crate::pools::RdmaInfo> = Vec::new();
+    for r in devs.iter().filter(|d| hands_out_rdma(pool, d)).flat_map(|d| &d.rdma) {
+        if !rdma.iter().any(|x| x.name == r.name) {
+            rdma.push(r);
+        }
+    }
+    if !rdma.is_empty() {
+        let stem = names::pool_env_stem(&c.name);
+        let list = |f: &dyn Fn(&str) -> String| rdma.iter().map(|r| f(&r.name)).collect::<Vec<_>>().join(",");
+        envs.insert(format!("{stem}_RDMA_DEVICES"), list(&|n| n.to_string()));
+        envs.insert(format!("{stem}_UCX_NET_DEVICES"), list(&|n| format!("{n}:1")));
+        if rdma.iter().all(|r| r.link_layer == Some(LinkLayer::Ethernet)) {
+            envs.insert("NCCL_IB_ROCE_VERSION_NUM".into(), "2".into());
         }
     }
     let cdi_devices = devs.iter().map(|d| CdiDevice { name: cdi_name(pool, &d.id) }).collect();
@@ -176,10 +211,13 @@ pub fn container_response(pool: &Pool, ids: &[String]) -> Result<ContainerAlloca
 /// Preferred allocation of `size` devices out of `available`, always
 /// including `must` (deterministic for the same input):
 /// 1. `must_include` first;
-/// 2. stay on one NUMA node when the request fits there (the NUMA node of the
+/// 2. devices that are really free before ones a pod still holds (the kubelet
+///    frees a device when the pod ends, possibly before the CNI has taken the VF
+///    back out of the pod's namespace);
+/// 3. stay on one NUMA node when the request fits there (the NUMA node of the
 ///    `must` devices, else the one that fits best for `pack`, most room for `spread`);
-/// 3. with `gpuAffinity`, prefer devices behind a PCIe switch that hosts a GPU;
-/// 4. `pack`: fill one PF (group) before the next, best fit first; `spread`:
+/// 4. with `gpuAffinity`, prefer devices behind a PCIe switch that hosts a GPU;
+/// 5. `pack`: fill one PF (group) before the next, best fit first; `spread`:
 ///    round-robin across PFs.
 ///
 /// Unknown and Unhealthy IDs in `available` are never chosen. If fewer than
@@ -194,17 +232,30 @@ pub fn preferred(pool: &Pool, available: &[String], must: &[String], size: usize
     if out.len() >= size {
         return out;
     }
-    let mut cands: Vec<&Device> = available
+    let mut usable: Vec<&Device> = available
         .iter()
         .filter(|id| !out.contains(id))
         .filter_map(|id| pool.device(id))
         .filter(|d| d.health.is_healthy())
         .collect();
-    cands.sort_by(|a, b| a.id.cmp(&b.id));
-    cands.dedup_by(|a, b| a.id == b.id);
-    let need = size - out.len();
+    usable.sort_by(|a, b| a.id.cmp(&b.id));
+    usable.dedup_by(|a, b| a.id == b.id);
+    let (free, held): (Vec<&Device>, Vec<&Device>) = usable.into_iter().partition(|d| !d.in_use);
     let must_devs: Vec<&Device> = must.iter().filter_map(|m| pool.device(m)).collect();
+    let need = size - out.len();
+    if free.len() >= need {
+        choose(pool, free, &must_devs, need, &mut out);
+    } else {
+        let rest = need - free.len();
+        out.extend(free.into_iter().map(|d| d.id.clone()));
+        choose(pool, held, &must_devs, rest, &mut out);
+    }
+    out
+}
 
+/// Picks `need` of `cands` into `out` by NUMA, GPU affinity and policy.
+fn choose(pool: &Pool, mut cands: Vec<&Device>, must_devs: &[&Device], need: usize, out: &mut Vec<String>) {
+    let size = out.len() + need;
     // NUMA: pick one node that can hold the rest of the request.
     let mut by_numa: BTreeMap<Option<u32>, usize> = BTreeMap::new();
     for d in &cands {
@@ -269,7 +320,7 @@ pub fn preferred(pool: &Pool, available: &[String], must: &[String], size: usize
             for (_, devs) in &order {
                 for d in devs {
                     if out.len() >= size {
-                        return out;
+                        return;
                     }
                     out.push(d.id.clone());
                 }
@@ -292,7 +343,7 @@ pub fn preferred(pool: &Pool, available: &[String], must: &[String], size: usize
                 for (_, devs) in &order {
                     if let Some(d) = devs.get(round) {
                         if out.len() >= size {
-                            return out;
+                            return;
                         }
                         out.push(d.id.clone());
                         took = true;
@@ -305,5 +356,4 @@ pub fn preferred(pool: &Pool, available: &[String], must: &[String], size: usize
             }
         }
     }
-    out
 }

@@ -1,27 +1,35 @@
 //! The daemon: one event loop owning every pool.
 //!
-//! Inputs: netlink link events (`RTNLGRP_LINK`) and a periodic rescan as the
-//! safety net; inotify on the kubelet dir (kubelet restart → re-serve and
-//! re-register, no polling); inotify on the config file's directory (reload;
-//! unchanged pools keep serving); a server task that dies (restarted); the
-//! shutdown signal (sockets, device-info files and CDI specs removed).
+//! Inputs: netlink link events (`RTNLGRP_LINK`: the function whose netdev
+//! changed is read again, not the node) and a periodic full rescan as the safety net; inotify
+//! on the kubelet dir (kubelet restart → re-serve and re-register, no
+//! polling); inotify on the config file's directory (reload; unchanged pools
+//! keep serving); the kubelet's PodResources list, polled by its own task; a
+//! server task that dies (restarted); the shutdown signal (open streams ended,
+//! every pool stopped at once; sockets, device-info files and CDI specs removed).
+//!
+//! Discovery never reads GID tables: nothing the plugin hands out depends on
+//! them (a GID index cannot be known before the CNI addresses the VF).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use nic::{Inventory, Roots};
+use nic::discover::Scope;
+use nic::netlink::events::RtnlEvent;
+use nic::{Inventory, PciAddr, Roots};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError, PoolConfig};
-use crate::devinfo;
+use crate::inuse::{Allocations, Memory};
 use crate::kubelet::{self, DirEvent, KUBELET_SOCKET};
 use crate::metrics::Metrics;
 use crate::pools::{self, Pool};
 use crate::server::{self, PoolService};
+use crate::{devinfo, names, podresources};
 
 /// Everything the daemon needs to know.
 #[derive(Debug, Clone)]
@@ -32,7 +40,7 @@ pub struct Options {
     pub roots: Roots,
     /// Kubelet device plugin dir.
     pub kubelet_dir: PathBuf,
-    /// Periodic rescan.
+    /// Periodic full rescan (a config's `periodicUpdateInterval` overrides it).
     pub rescan_interval: Duration,
     /// CDI spec dir.
     pub cdi_dir: PathBuf,
@@ -42,6 +50,10 @@ pub struct Options {
     pub metrics_addr: Option<SocketAddr>,
     /// Subscribe to netlink link events (rescan on link changes).
     pub link_events: bool,
+    /// The kubelet's PodResources socket; `None`: do not ask.
+    pub pod_resources: Option<PathBuf>,
+    /// How often PodResources is asked.
+    pub pod_resources_interval: Duration,
 }
 
 /// Why the daemon could not start.
@@ -50,15 +62,6 @@ pub enum DaemonError {
     /// The config file is bad at startup.
     #[error(transparent)]
     Config(#[from] ConfigError),
-    /// A socket could not be served.
-    #[error("cannot serve {path}")]
-    Bind {
-        /// Socket path.
-        path: PathBuf,
-        /// OS error.
-        #[source]
-        source: std::io::Error,
-    },
     /// The kubelet dir cannot be watched.
     #[error("cannot watch {path}")]
     Watch {
@@ -79,9 +82,28 @@ pub enum DaemonError {
     },
 }
 
+/// Why a pool could not be served.
+#[derive(Debug, thiserror::Error)]
+enum ServeError {
+    #[error("socket path for {resource} in {dir} exceeds sun_path (107 bytes) even with a hashed name")]
+    PathTooLong { resource: String, dir: PathBuf },
+    #[error("cannot serve {path}")]
+    Bind {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// How long stopping all pools may take before the rest are aborted.
+const STOP_DEADLINE: Duration = Duration::from_secs(1);
+/// How long link events are collected before one rescan handles them all.
+const COALESCE: Duration = Duration::from_millis(20);
+
 struct Running {
     config: PoolConfig,
     tx: watch::Sender<Arc<Pool>>,
+    closing: watch::Sender<bool>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
     socket: PathBuf,
@@ -93,6 +115,11 @@ struct Daemon {
     metrics: Arc<Metrics>,
     cfg: Config,
     cfg_text: Option<String>,
+    /// The node as last read, with what [`Memory`] knows filled in.
+    inv: Inventory,
+    memory: Memory,
+    /// What the kubelet has assigned (`None`: PodResources not answering).
+    alloc: Option<Allocations>,
     running: BTreeMap<String, Running>,
     /// Pools whose socket could not be bound (the kubelet dir was gone, say):
     /// served again on the next kubelet-dir event or rescan, never dropped.
@@ -101,31 +128,87 @@ struct Daemon {
     generation: u64,
 }
 
-async fn discover(roots: &Roots) -> Inventory {
-    discover_scoped(roots, nic::discover::Scope::default()).await
+/// What a rescan reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Scan {
+    /// Every function.
+    Node,
+    /// These functions (a PF's own directory, or a VF), as `(PF, function)`;
+    /// a PF whose VFs changed in number is walked whole.
+    Functions(BTreeSet<(PciAddr, PciAddr)>),
 }
 
-async fn discover_scoped(roots: &Roots, scope: nic::discover::Scope) -> Inventory {
+/// Every walk skips GID tables (see the module docs).
+fn scope() -> Scope {
+    Scope { gid_tables: false, ..Scope::default() }
+}
+
+async fn discover(roots: &Roots) -> Inventory {
     let roots = roots.clone();
-    tokio::task::spawn_blocking(move || nic::discover::discover_scoped(&roots, scope))
+    tokio::task::spawn_blocking(move || nic::discover::discover_scoped(&roots, scope()))
         .await
         .unwrap_or_default()
 }
 
-fn load_config(path: Option<&Path>) -> Result<(Config, Option<String>), ConfigError> {
-    match path {
-        None => Ok((Config::default_pools(), None)),
+/// Re-reads `fns` in `inv` (their PF whole when a function cannot be re-read
+/// alone); returns the inventory and the PFs that changed. `None`: the walk
+/// failed and the inventory is lost (the caller walks the node).
+async fn rescan_functions(
+    roots: &Roots,
+    mut inv: Inventory,
+    fns: BTreeSet<(PciAddr, PciAddr)>,
+) -> Option<(Inventory, BTreeSet<PciAddr>)> {
+    let roots = roots.clone();
+    tokio::task::spawn_blocking(move || {
+        let mut touched = BTreeSet::new();
+        let mut whole = BTreeSet::new();
+        for (pf, f) in fns {
+            touched.insert(pf);
+            if !nic::discover::rescan_function(&roots, scope(), &mut inv, f) {
+                whole.insert(pf);
+            }
+        }
+        for pf in whole {
+            let part = nic::discover::discover_pf(&roots, scope(), pf);
+            inv.replace_pf(pf, part);
+        }
+        (inv, touched)
+    })
+    .await
+    .ok()
+}
+
+/// The RDMA netns mode of the node, from the `ib_core` module parameter.
+fn netns_mode(roots: &Roots) -> Option<nic::NetnsMode> {
+    nic::vfdev::netns_mode_from_sysfs(roots)
+}
+
+fn load_config(path: Option<&Path>, roots: &Roots) -> Result<(Config, Option<String>), ConfigError> {
+    let (cfg, text) = match path {
+        None => (Config::default_pools(), None),
         Some(p) => {
             let text = std::fs::read_to_string(p)
                 .map_err(|source| ConfigError::Io { path: p.to_path_buf(), source })?;
-            Ok((Config::parse(&text, p)?, Some(text)))
+            (Config::parse(&text, p)?, Some(text))
         }
-    }
+    };
+    cfg.check_netns(netns_mode(roots))?;
+    Ok((cfg, text))
 }
 
 /// Runs until `shutdown` resolves, then cleans up and returns `Ok`.
-pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<(), DaemonError> {
-    let (cfg, cfg_text) = load_config(opts.config.as_deref())?;
+pub async fn run(
+    mut opts: Options,
+    shutdown: impl std::future::Future<Output = ()>,
+) -> Result<(), DaemonError> {
+    let (cfg, cfg_text) = load_config(opts.config.as_deref(), &opts.roots)?;
+    if let Some(root) = &cfg.kubelet_root {
+        opts.kubelet_dir = root.join("device-plugins");
+        if opts.pod_resources.is_some() {
+            opts.pod_resources = Some(root.join("pod-resources/kubelet.sock"));
+        }
+        tracing::info!(kubelet_dir = %opts.kubelet_dir.display(), "kubeletRootDir from the config");
+    }
     let metrics = Arc::new(Metrics::default());
     if let Some(addr) = opts.metrics_addr {
         let (local, fut) = crate::metrics::serve(addr, metrics.clone())
@@ -152,7 +235,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
         None => None,
     };
     let mut link_events = if opts.link_events {
-        match nic::netlink::events::subscribe(&[nic::netlink::events::Group::Link], 256) {
+        match nic::netlink::events::subscribe(&[nic::netlink::events::Group::Link], 1024) {
             Ok(rx) => Some(rx),
             Err(e) => {
                 tracing::warn!(error = %e, "no netlink link events; relying on the periodic rescan");
@@ -162,51 +245,58 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     } else {
         None
     };
+    let mut kubelet_alloc =
+        opts.pod_resources.clone().map(|p| poll_pod_resources(p, opts.pod_resources_interval));
     let (died_tx, mut died_rx) = mpsc::unbounded_channel();
     let mut d = Daemon {
         opts,
         metrics,
         cfg,
         cfg_text,
+        inv: Inventory::default(),
+        memory: Memory::default(),
+        alloc: None,
         running: BTreeMap::new(),
         unserved: BTreeMap::new(),
         died_tx,
         generation: 0,
     };
 
-    // Serve first from a walk without GID tables (the largest part of a walk,
-    // and nothing the kubelet sees); the full walk follows at once and only
-    // Allocate, which hands out GID indexes, waits for it.
-    let scope = nic::discover::Scope { gid_tables: false, ..Default::default() };
-    let inv = discover_scoped(&d.opts.roots, scope).await;
-    let plan = pools::plan(&inv, &d.cfg);
+    d.inv = discover(&d.opts.roots).await;
+    d.memory.observe(&mut d.inv);
+    let plan = pools::plan_with(&d.inv, &d.cfg, &Allocations::default());
     for pool in plan.pools {
-        d.start_pool(pool)?;
+        d.start_or_keep(pool);
     }
     d.register_all();
-    d.rescan("GID tables").await;
 
-    let mut tick = tokio::time::interval(d.opts.rescan_interval.max(Duration::from_millis(50)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await; // the first tick is immediate; we just scanned
+    let mut tick = d.ticker();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = tick.tick() => d.rescan("timer").await,
+            _ = tick_opt(&mut tick) => d.rescan(Scan::Node, "timer").await,
             Some(ev) = recv_opt(&mut link_events) => {
-                tracing::debug!(?ev, "link event");
+                let mut evs = vec![ev];
                 // Coalesce a burst (numvfs changes create many links at once).
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                if let Some(rx) = link_events.as_mut() { while rx.try_recv().is_ok() {} }
-                d.rescan("link event").await;
+                tokio::time::sleep(COALESCE).await;
+                if let Some(rx) = link_events.as_mut() {
+                    while let Ok(e) = rx.try_recv() {
+                        evs.push(e);
+                    }
+                }
+                let scan = d.scan_for(&evs);
+                d.rescan(scan, "link event").await;
             }
             Some(ev) = kubelet_events.recv() => d.on_kubelet_dir(ev),
             Some(_) = recv_opt(&mut config_events) => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
+                tokio::time::sleep(COALESCE).await;
                 if let Some(rx) = config_events.as_mut() { while rx.try_recv().is_ok() {} }
-                d.maybe_reload().await;
+                if d.maybe_reload().await {
+                    tick = d.ticker();
+                }
             }
+            Some(a) = recv_opt(&mut kubelet_alloc) => d.on_allocations(a),
             Some((name, generation)) = died_rx.recv() => d.on_died(name, generation),
         }
     }
@@ -221,19 +311,91 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     }
 }
 
+async fn tick_opt(t: &mut Option<tokio::time::Interval>) {
+    match t {
+        Some(t) => {
+            t.tick().await;
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Asks PodResources every `every` on its own task (a kubelet that hangs
+/// never stalls the event loop); sends `None` when it does not answer.
+fn poll_pod_resources(socket: PathBuf, every: Duration) -> mpsc::Receiver<Option<Allocations>> {
+    let (tx, rx) = mpsc::channel(1);
+    tokio::spawn(async move {
+        let mut last_err: Option<String> = None;
+        loop {
+            let r = podresources::list(&socket, Duration::from_secs(5)).await;
+            let sent = match r {
+                Ok(a) => {
+                    if last_err.take().is_some() {
+                        tracing::info!(socket = %socket.display(), "PodResources answers again");
+                    }
+                    tx.send(Some(a)).await
+                }
+                Err(e) => {
+                    let msg = format!("{e:#}");
+                    if last_err.as_deref() != Some(msg.as_str()) {
+                        tracing::warn!(error = %msg, "PodResources unavailable: allocated devices counted from what the host shows");
+                    }
+                    last_err = Some(msg);
+                    tx.send(None).await
+                }
+            };
+            if sent.is_err() {
+                return;
+            }
+            tokio::time::sleep(every).await;
+        }
+    });
+    rx
+}
+
 impl Daemon {
-    fn socket_path(&self, c: &PoolConfig) -> PathBuf {
-        self.opts.kubelet_dir.join(pools::socket_name(c))
+    fn ticker(&self) -> Option<tokio::time::Interval> {
+        let period = self.cfg.rescan_interval.unwrap_or(self.opts.rescan_interval);
+        if period.is_zero() {
+            return None;
+        }
+        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
+        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        Some(t)
+    }
+
+    /// Which functions the link events concern (a PF's link state is read
+    /// from the PF, a VF's from the VF); the whole node when one names a
+    /// netdev the last walk did not see (new VFs, a VF back from a pod) or
+    /// events were lost.
+    fn scan_for(&self, evs: &[RtnlEvent]) -> Scan {
+        let mut fns = BTreeSet::new();
+        for e in evs {
+            let RtnlEvent::Link(l) = e else { return Scan::Node };
+            match l.name.as_deref().and_then(|n| self.inv.function_of_netdev(n)) {
+                Some(f) => {
+                    fns.insert(f);
+                }
+                None => return Scan::Node,
+            }
+        }
+        Scan::Functions(fns)
     }
 
     /// Binds and serves a pool, writes its CDI spec. Registration is separate.
-    fn start_pool(&mut self, pool: Pool) -> Result<(), DaemonError> {
+    fn start_pool(&mut self, pool: Pool) -> Result<(), ServeError> {
         let name = pool.resource_name();
-        let socket = self.socket_path(&pool.config);
-        let (tx, rx) = watch::channel(Arc::new(pool.clone()));
+        let c = &pool.config;
+        let sock = names::socket_name(&self.opts.kubelet_dir, &c.prefix, &c.name).ok_or_else(|| {
+            ServeError::PathTooLong { resource: name.clone(), dir: self.opts.kubelet_dir.clone() }
+        })?;
+        let socket = self.opts.kubelet_dir.join(sock);
         let listener =
-            server::bind(&socket).map_err(|source| DaemonError::Bind { path: socket.clone(), source })?;
-        let svc = PoolService::new(rx, self.opts.devinfo_dir.clone(), self.metrics.clone());
+            server::bind(&socket).map_err(|source| ServeError::Bind { path: socket.clone(), source })?;
+        let (tx, rx) = watch::channel(Arc::new(pool.clone()));
+        let (closing, closing_rx) = watch::channel(false);
+        let svc = PoolService::new(rx, closing_rx, self.opts.devinfo_dir.clone(), self.metrics.clone());
+        self.metrics.set_served(&name, Some(svc.streams()));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         self.generation += 1;
         let generation = self.generation;
@@ -253,13 +415,25 @@ impl Daemon {
         tracing::info!(pool = %name, socket = %socket.display(), devices = pool.devices.len(), "serving");
         // After binding, before registering: the kubelet cannot Allocate before it
         // knows us, so the CDI spec is in place by the first Allocate.
-        if let Err(e) = devinfo::write_cdi(&self.opts.cdi_dir, &pool) {
-            tracing::warn!(pool = %name, error = %e, "cannot write CDI spec");
-        }
+        self.write_cdi(&pool);
         self.metrics.set_pool(&pool);
-        self.running
-            .insert(name, Running { config: pool.config, tx, stop: Some(stop_tx), task, socket, generation });
+        self.running.insert(
+            name,
+            Running { config: pool.config, tx, closing, stop: Some(stop_tx), task, socket, generation },
+        );
         Ok(())
+    }
+
+    fn write_cdi(&self, pool: &Pool) {
+        let name = pool.resource_name();
+        if pool.devices.is_empty() {
+            // A spec without devices defines nothing a runtime could inject.
+            let _ = std::fs::remove_file(devinfo::cdi_path(&self.opts.cdi_dir, pool));
+            return;
+        }
+        if let Err(e) = devinfo::write_cdi(&self.opts.cdi_dir, pool) {
+            tracing::warn!(pool = %name, error = %format!("{e:#}"), "cannot write CDI spec");
+        }
     }
 
     fn register(&self, name: &str) {
@@ -267,9 +441,11 @@ impl Daemon {
         let dir = self.opts.kubelet_dir.clone();
         let endpoint = r.socket.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
         let resource = name.to_string();
+        let metrics = self.metrics.clone();
         tokio::spawn(async move {
             if !dir.join(KUBELET_SOCKET).exists() {
                 tracing::info!(pool = %resource, "kubelet.sock absent; will register when it appears");
+                metrics.set_registered(&resource, false);
                 return;
             }
             // The kubelet creates its socket just before it listens: retry briefly.
@@ -277,13 +453,17 @@ impl Daemon {
                 match kubelet::register(&dir, &endpoint, &resource).await {
                     Ok(()) => {
                         tracing::info!(pool = %resource, endpoint, "registered with the kubelet");
+                        metrics.set_registered(&resource, true);
                         return;
                     }
                     Err(e) if attempt < 4 => {
                         tracing::debug!(pool = %resource, error = %e, "register failed, retrying");
                         tokio::time::sleep(Duration::from_millis(50 * (attempt + 1))).await;
                     }
-                    Err(e) => tracing::warn!(pool = %resource, error = %e, "register failed"),
+                    Err(e) => {
+                        tracing::warn!(pool = %resource, error = %format!("{e:#}"), "register failed");
+                        metrics.set_registered(&resource, false);
+                    }
                 }
             }
         });
@@ -295,24 +475,37 @@ impl Daemon {
         }
     }
 
-    async fn stop_pool(&mut self, name: &str) {
-        let Some(mut r) = self.running.remove(name) else { return };
-        if let Some(s) = r.stop.take() {
-            let _ = s.send(());
+    /// Stops the pools `names` together: their streams end, their servers
+    /// stop; whatever has not stopped by [`STOP_DEADLINE`] is aborted. Then
+    /// sockets, device-info files and CDI specs go.
+    async fn stop_pools(&mut self, names: &[String]) {
+        let mut stopping = Vec::new();
+        for n in names {
+            let Some(mut r) = self.running.remove(n) else { continue };
+            let _ = r.closing.send(true);
+            if let Some(s) = r.stop.take() {
+                let _ = s.send(());
+            }
+            stopping.push((n.clone(), r));
         }
-        if tokio::time::timeout(Duration::from_secs(2), &mut r.task).await.is_err() {
-            r.task.abort();
+        let deadline = tokio::time::Instant::now() + STOP_DEADLINE;
+        for (_, r) in &mut stopping {
+            if tokio::time::timeout_at(deadline, &mut r.task).await.is_err() {
+                r.task.abort();
+            }
         }
-        let _ = std::fs::remove_file(&r.socket);
-        let pool = r.tx.borrow().clone();
-        self.remove_pool_files(name, &pool);
-        tracing::info!(pool = %name, "stopped");
+        for (name, r) in stopping {
+            let _ = std::fs::remove_file(&r.socket);
+            let pool = r.tx.borrow().clone();
+            self.remove_pool_files(&name, &pool);
+            tracing::info!(pool = %name, "stopped");
+        }
     }
 
     /// Device-info files, CDI spec and metrics of a pool that is going away.
     fn remove_pool_files(&self, name: &str, pool: &Pool) {
         if let Err(e) = devinfo::remove_devinfo(&self.opts.devinfo_dir, name) {
-            tracing::warn!(pool = %name, error = %e, "cannot remove device-info files");
+            tracing::warn!(pool = %name, error = %format!("{e:#}"), "cannot remove device-info files");
         }
         let _ = std::fs::remove_file(devinfo::cdi_path(&self.opts.cdi_dir, pool));
         self.metrics.remove_pool(name);
@@ -320,15 +513,13 @@ impl Daemon {
 
     async fn stop_all(&mut self) {
         let names: Vec<String> = self.running.keys().cloned().collect();
-        for n in names {
-            self.stop_pool(&n).await;
-        }
+        self.stop_pools(&names).await;
         for (n, pool) in std::mem::take(&mut self.unserved) {
             self.remove_pool_files(&n, &pool);
         }
     }
 
-    /// Starts a pool; if its socket cannot be bound, keeps it for [`Self::retry_unserved`].
+    /// Starts a pool; if it cannot be served, keeps it for [`Self::retry_unserved`].
     fn start_or_keep(&mut self, pool: Pool) -> bool {
         let name = pool.resource_name();
         match self.start_pool(pool.clone()) {
@@ -338,15 +529,17 @@ impl Daemon {
             }
             Err(e) => {
                 if !self.unserved.contains_key(&name) {
-                    tracing::error!(pool = %name, error = %e, "cannot serve pool; will retry");
+                    tracing::error!(pool = %name, error = %format!("{e:#}"), "cannot serve pool; will retry");
                 }
+                self.metrics.set_pool(&pool);
+                self.metrics.set_served(&name, None);
                 self.unserved.insert(name, pool);
                 false
             }
         }
     }
 
-    /// Serves the pools that could not be bound before; returns the ones now served.
+    /// Serves the pools that could not be served before; returns the ones now served.
     fn retry_unserved(&mut self) -> Vec<String> {
         let mut started = vec![];
         for (name, pool) in std::mem::take(&mut self.unserved) {
@@ -361,6 +554,7 @@ impl Daemon {
     /// Re-serves a pool on a fresh socket (it was deleted, or its server died).
     fn restart_pool(&mut self, name: &str) {
         let Some(mut r) = self.running.remove(name) else { return };
+        let _ = r.closing.send(true);
         if let Some(s) = r.stop.take() {
             let _ = s.send(());
         }
@@ -394,6 +588,9 @@ impl Daemon {
                 }
             }
             DirEvent::Deleted(f) => {
+                if f == KUBELET_SOCKET {
+                    self.metrics.unregister_all();
+                }
                 let hit: Vec<String> = self
                     .running
                     .iter()
@@ -408,6 +605,9 @@ impl Daemon {
                 }
             }
             DirEvent::Rescan => {
+                if !self.opts.kubelet_dir.join(KUBELET_SOCKET).exists() {
+                    self.metrics.unregister_all();
+                }
                 let missing: Vec<String> =
                     self.running.iter().filter(|(_, r)| !r.socket.exists()).map(|(n, _)| n.clone()).collect();
                 for n in missing {
@@ -426,9 +626,47 @@ impl Daemon {
         }
     }
 
-    async fn rescan(&mut self, why: &str) {
-        let inv = discover(&self.opts.roots).await;
-        let plan = pools::plan(&inv, &self.cfg);
+    fn on_allocations(&mut self, a: Option<Allocations>) {
+        self.metrics.set_allocations(a.as_ref());
+        if a != self.alloc {
+            self.alloc = a;
+            self.update_pools("kubelet allocations");
+        }
+    }
+
+    async fn rescan(&mut self, scan: Scan, why: &str) {
+        match scan {
+            Scan::Node => {
+                self.inv = discover(&self.opts.roots).await;
+                self.memory.observe(&mut self.inv);
+            }
+            Scan::Functions(fns) => {
+                let inv = std::mem::take(&mut self.inv);
+                match rescan_functions(&self.opts.roots, inv, fns).await {
+                    Some((inv, touched)) => {
+                        self.inv = inv;
+                        for p in self.inv.pfs.iter_mut().filter(|p| touched.contains(&p.pci)) {
+                            self.memory.observe_pf(p);
+                        }
+                    }
+                    None => {
+                        self.inv = discover(&self.opts.roots).await;
+                        self.memory.observe(&mut self.inv);
+                    }
+                }
+            }
+        }
+        self.update_pools(why);
+        for n in self.retry_unserved() {
+            self.register(&n);
+        }
+    }
+
+    /// Plans the pools from the current inventory and allocations and hands
+    /// every change to its server.
+    fn update_pools(&mut self, why: &str) {
+        let empty = Allocations::default();
+        let plan = pools::plan_with(&self.inv, &self.cfg, self.alloc.as_ref().unwrap_or(&empty));
         for mut pool in plan.pools {
             let name = pool.resource_name();
             if let Some(u) = self.unserved.get_mut(&name) {
@@ -437,35 +675,43 @@ impl Daemon {
             }
             let Some(r) = self.running.get(&name) else { continue };
             let prev = r.tx.borrow().clone();
-            pools::carry_missing(&prev, &mut pool, &inv);
+            pools::carry_missing(&prev, &mut pool, &self.inv);
             if *prev == pool {
                 continue;
             }
             log_changes(&prev, &pool, why);
-            if let Err(e) = devinfo::write_cdi(&self.opts.cdi_dir, &pool) {
-                tracing::warn!(pool = %name, error = %e, "cannot write CDI spec");
+            if devinfo::cdi_differs(&prev, &pool) {
+                self.write_cdi(&pool);
             }
             self.metrics.set_pool(&pool);
             r.tx.send_replace(Arc::new(pool));
         }
-        for n in self.retry_unserved() {
-            self.register(&n);
-        }
+        self.metrics.set_allocations(self.alloc.as_ref());
     }
 
-    async fn maybe_reload(&mut self) {
+    /// Reloads a changed config; true when it took effect.
+    async fn maybe_reload(&mut self) -> bool {
         let path = self.opts.config.clone();
         let text = path.as_deref().and_then(|p| std::fs::read_to_string(p).ok());
         if text.is_none() || text == self.cfg_text {
-            return;
+            return false;
         }
-        let (cfg, text) = match load_config(path.as_deref()) {
+        let (cfg, text) = match load_config(path.as_deref(), &self.opts.roots) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "config changed but is invalid; keeping the running pools");
-                return;
+                return false;
             }
         };
+        let wanted = cfg.kubelet_root.as_ref().map(|r| r.join("device-plugins"));
+        if wanted.as_ref().is_some_and(|w| *w != self.opts.kubelet_dir) {
+            tracing::error!(
+                now = %self.opts.kubelet_dir.display(),
+                wanted = ?wanted,
+                "kubeletRootDir changed: restart the daemon to serve another kubelet; keeping the running pools"
+            );
+            return false;
+        }
         tracing::info!("config changed: reloading pools");
         self.cfg = cfg;
         self.cfg_text = text;
@@ -477,17 +723,17 @@ impl Daemon {
             .filter(|(n, r)| wanted.get(*n) != Some(&r.config))
             .map(|(n, _)| n.clone())
             .collect();
-        for n in &stale {
-            self.stop_pool(n).await;
-        }
+        self.stop_pools(&stale).await;
         let gone: Vec<String> = self.unserved.keys().filter(|n| !wanted.contains_key(*n)).cloned().collect();
         for n in gone {
             if let Some(pool) = self.unserved.remove(&n) {
                 self.remove_pool_files(&n, &pool);
             }
         }
-        let inv = discover(&self.opts.roots).await;
-        let plan = pools::plan(&inv, &self.cfg);
+        self.inv = discover(&self.opts.roots).await;
+        self.memory.observe(&mut self.inv);
+        let empty = Allocations::default();
+        let plan = pools::plan_with(&self.inv, &self.cfg, self.alloc.as_ref().unwrap_or(&empty));
         for pool in plan.pools {
             let name = pool.resource_name();
             if self.running.contains_key(&name) {
@@ -497,7 +743,8 @@ impl Daemon {
                 self.register(&name);
             }
         }
-        self.rescan("config reload").await;
+        self.update_pools("config reload");
+        true
     }
 }
 
@@ -514,6 +761,9 @@ fn log_changes(prev: &Pool, next: &Pool, why: &str) {
                     tracing::warn!(pool = %name, device = %d.id, reason = %r, why, "device unhealthy");
                 }
             },
+            Some(p) if p.in_use != d.in_use => {
+                tracing::info!(pool = %name, device = %d.id, in_use = d.in_use, why, "device use changed");
+            }
             Some(_) => {}
         }
     }

@@ -1,13 +1,19 @@
 //! `kube-rdma-device-plugin`: serves SR-IOV VFs (and, in shared mode, whole
 //! HCAs) with their RDMA devices to the kubelet as pools.
 //!
-//! Data flow: **sysfs → [`nic::discover`] → [`nic::Inventory`] →
-//! [`pools::plan`] (config × inventory → pools and a decision per device) →
-//! [`server`] (kubelet v1beta1 gRPC, one unix socket per pool) →
-//! [`allocate`] (pure: DeviceSpecs, env, CDI names; preferred allocation)**.
-//! [`daemon`] ties it together: registration and re-registration
-//! ([`kubelet`]), rescans on netlink link events and on a timer, config
-//! reloads, device-info and CDI files ([`devinfo`]), metrics ([`metrics`]).
+//! Data flow: **sysfs → [`nic::discover`] → [`nic::Inventory`] (+ [`inuse`]:
+//! what was learned of VFs now in pods, and the kubelet's allocations from
+//! [`podresources`]) → [`pools::plan_with`] (config × inventory → pools and a
+//! decision per device) → [`server`] (kubelet v1beta1 gRPC, one unix socket per
+//! pool) → [`allocate`] (pure: DeviceSpecs, env, CDI names; preferred
+//! allocation)**. [`daemon`] ties it together: registration and
+//! re-registration ([`kubelet`]), rescans of one PF on its netlink link events
+//! and of the node on a timer, config reloads, device-info and CDI files
+//! ([`devinfo`]), metrics and health ([`metrics`]). [`config`] reads our
+//! format and, with their meaning, those of sriov-network-device-plugin and
+//! k8s-rdma-shared-dev-plugin; [`names`] derives socket, CDI and variable names.
+//!
+//! [`dra`] is the same inventory and pools in DRA mode (`kube-rdma-device-plugin dra`).
 //!
 //! ```no_run
 //! use kube_rdma_device_plugin::{config::Config, pools};
@@ -22,9 +28,13 @@ pub mod allocate;
 pub mod config;
 pub mod daemon;
 pub mod devinfo;
+pub mod dra;
 pub mod health;
+pub mod inuse;
 pub mod kubelet;
 pub mod metrics;
+pub mod names;
+pub mod podresources;
 pub mod pools;
 pub mod report;
 pub mod server;
@@ -33,6 +43,12 @@ pub mod server;
 #[allow(missing_docs, clippy::all)]
 pub mod api {
     tonic::include_proto!("v1beta1");
+}
+
+/// Kubelet PodResources API `v1`, generated from `proto/podresources.proto`.
+#[allow(missing_docs, clippy::all)]
+pub mod api_podresources {
+    tonic::include_proto!("v1");
 }
 
 /// API version string sent in `RegisterRequest.version`.

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use kube_rdma_device_plugin::{config::Config, daemon, pools, report};
+use kube_rdma_device_plugin::{config::Config, daemon, dra, podresources, pools, report};
 use nic::Roots;
 
 #[derive(Parser, Debug)]
@@ -33,7 +33,7 @@ struct Cli {
     #[arg(long, global = true, conflicts_with_all = ["sysfs_root", "dev_root"])]
     sim: Option<PathBuf>,
     /// Kubelet device plugin directory.
-    #[arg(long, default_value = "/var/lib/kubelet/device-plugins")]
+    #[arg(long, global = true, default_value = "/var/lib/kubelet/device-plugins")]
     kubelet_dir: PathBuf,
     /// Periodic rescan, seconds (netlink link events trigger rescans in between).
     #[arg(long, default_value_t = 30.0)]
@@ -50,6 +50,15 @@ struct Cli {
     /// Do not subscribe to netlink link events.
     #[arg(long)]
     no_link_events: bool,
+    /// The kubelet's PodResources socket (what is in use now).
+    #[arg(long, default_value = podresources::DEFAULT_SOCKET)]
+    pod_resources_socket: PathBuf,
+    /// Do not ask the kubelet's PodResources API.
+    #[arg(long)]
+    no_pod_resources: bool,
+    /// How often PodResources is asked, seconds.
+    #[arg(long, default_value_t = 10.0)]
+    pod_resources_interval: f64,
     /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
     #[arg(long, global = true, value_enum, env = "KUBE_RDMA_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
@@ -90,6 +99,8 @@ enum Cmd {
         #[arg(long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// DRA mode: publish the pools as ResourceSlices and prepare claims for the kubelet.
+    Dra(dra::driver::Args),
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug)]
@@ -128,6 +139,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(p) => Config::load(p)?,
                 None => Config::default_pools(),
             };
+            cfg.check_netns(nic::vfdev::netns_mode_from_sysfs(&roots))?;
             let inv = nic::discover(&roots);
             let plan = pools::plan(&inv, &cfg);
             let origin = match &cli.sim {
@@ -137,16 +149,35 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 None => format!("sysfs {}, dev {}", roots.sysfs.display(), roots.dev.display()),
             };
             match output {
-                Output::Table => print!("{}", report::render_table(&inv, &cfg, &plan, &origin)),
+                Output::Table => {
+                    print!("{}", report::render_table(&inv, &cfg, &plan, &origin, &cli.kubelet_dir));
+                }
                 Output::Json => {
-                    println!("{}", serde_json::to_string_pretty(&report::render_json(&inv, &cfg, &plan))?);
+                    let v = report::render_json(&inv, &cfg, &plan, &cli.kubelet_dir);
+                    println!("{}", serde_json::to_string_pretty(&v)?);
                 }
             }
             Ok(())
         }
+        Some(Cmd::Dra(ref args)) => {
+            let misplaced = device_plugin_flags(&cli);
+            if !misplaced.is_empty() {
+                anyhow::bail!("{} set before `dra`: device plugin mode flags mean nothing in DRA mode (DRA's own flags go after `dra`, see `dra --help`)", misplaced.join(", "));
+            }
+            let opts = args.clone().options(cli.config.clone(), roots)?;
+            let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
+            rt.block_on(dra::driver::run_until_signal(opts))?;
+            drop(sim);
+            Ok(())
+        }
         None => {
-            if !(cli.rescan_interval > 0.0 && cli.rescan_interval.is_finite()) {
-                anyhow::bail!("--rescan-interval must be a positive number of seconds");
+            for (flag, v) in [
+                ("--rescan-interval", cli.rescan_interval),
+                ("--pod-resources-interval", cli.pod_resources_interval),
+            ] {
+                if !(v > 0.0 && v.is_finite()) {
+                    anyhow::bail!("{flag} must be a positive number of seconds");
+                }
             }
             let opts = daemon::Options {
                 config: cli.config,
@@ -157,6 +188,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 devinfo_dir: cli.devinfo_dir,
                 metrics_addr: cli.metrics_addr,
                 link_events: !cli.no_link_events,
+                pod_resources: (!cli.no_pod_resources).then_some(cli.pod_resources_socket),
+                pod_resources_interval: Duration::from_secs_f64(cli.pod_resources_interval),
             };
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             rt.block_on(async {
@@ -177,4 +210,29 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// Device plugin mode flags given with `dra` (they would be ignored there).
+fn device_plugin_flags(cli: &Cli) -> Vec<&'static str> {
+    let mut set = Vec::new();
+    let d = Cli::parse_from(["kube-rdma-device-plugin"]);
+    if cli.kubelet_dir != d.kubelet_dir {
+        set.push("--kubelet-dir");
+    }
+    if cli.rescan_interval != d.rescan_interval {
+        set.push("--rescan-interval");
+    }
+    if cli.cdi_dir != d.cdi_dir {
+        set.push("--cdi-dir");
+    }
+    if cli.devinfo_dir != d.devinfo_dir {
+        set.push("--devinfo-dir");
+    }
+    if cli.metrics_addr.is_some() {
+        set.push("--metrics-addr");
+    }
+    if cli.no_link_events {
+        set.push("--no-link-events");
+    }
+    set
 }

@@ -1,18 +1,28 @@
-//! `/metrics` (Prometheus text format 0.0.4) and `/healthz` on a tiny HTTP/1.1
-//! server on tokio. Per pool: capacity, healthy, allocated (distinct device IDs
-//! handed out since start that are still advertised; the device plugin API
-//! never tells a plugin when a pod releases a device), Allocate failures and an
-//! Allocate latency histogram.
+//! `/metrics` (Prometheus text format 0.0.4), `/healthz` and `/livez` on a
+//! tiny HTTP/1.1 server on tokio.
+//!
+//! Per pool: capacity, healthy, allocated (in use now: the devices the
+//! kubelet's PodResources API lists as assigned to containers; without that
+//! socket, the devices a pod visibly holds on the host), Allocate failures and
+//! an Allocate latency histogram. No `node` label: Prometheus adds it from the
+//! scrape target.
+//!
+//! `/healthz` is 200 only when every pool is served on its socket, registered
+//! with the kubelet and has a ListAndWatch stream open (the kubelet opens one
+//! right after registering); otherwise 503, and the body says which pool lacks
+//! what. `/livez` is 200 while the daemon answers at all.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::inuse::Allocations;
 use crate::pools::Pool;
 
 /// Histogram bucket upper bounds, seconds.
@@ -22,15 +32,21 @@ const BUCKETS: [f64; 9] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 
 struct PoolMetrics {
     capacity: usize,
     healthy: usize,
-    ids: BTreeSet<String>,
-    allocated: BTreeSet<String>,
+    /// Devices a pod visibly holds on the host.
+    held: usize,
+    ids: std::collections::BTreeSet<String>,
+    /// Devices the kubelet lists as assigned (None: PodResources unavailable).
+    assigned: Option<usize>,
     failures: u64,
     buckets: [u64; BUCKETS.len()],
     count: u64,
     sum: f64,
+    /// Open ListAndWatch streams of the served socket (None: not served).
+    streams: Option<Arc<AtomicUsize>>,
+    registered: bool,
 }
 
-/// Shared metrics registry.
+/// Shared metrics and health registry.
 #[derive(Debug, Default)]
 pub struct Metrics {
     pools: Mutex<BTreeMap<String, PoolMetrics>>,
@@ -47,10 +63,36 @@ impl Metrics {
         self.with(&pool.resource_name(), |m| {
             m.capacity = pool.devices.len();
             m.healthy = pool.devices.iter().filter(|d| d.health.is_healthy()).count();
+            m.held = pool.devices.iter().filter(|d| d.in_use).count();
             m.ids = pool.devices.iter().map(|d| d.id.clone()).collect();
-            let ids = m.ids.clone();
-            m.allocated.retain(|i| ids.contains(i));
         });
+    }
+
+    /// Records what the kubelet has assigned (`None`: PodResources unavailable).
+    pub fn set_allocations(&self, alloc: Option<&Allocations>) {
+        let mut g = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        for (name, m) in g.iter_mut() {
+            m.assigned = alloc
+                .map(|a| a.of(name).map(|s| s.iter().filter(|i| m.ids.contains(*i)).count()).unwrap_or(0));
+        }
+    }
+
+    /// The pool is served on its socket, with this stream counter (`None`: not served).
+    pub fn set_served(&self, pool: &str, streams: Option<Arc<AtomicUsize>>) {
+        self.with(pool, |m| m.streams = streams);
+    }
+
+    /// The pool's last registration with the kubelet succeeded (or the kubelet went away).
+    pub fn set_registered(&self, pool: &str, registered: bool) {
+        self.with(pool, |m| m.registered = registered);
+    }
+
+    /// Forgets every registration (the kubelet's socket went away).
+    pub fn unregister_all(&self) {
+        let mut g = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        for m in g.values_mut() {
+            m.registered = false;
+        }
     }
 
     /// Forgets a removed pool.
@@ -59,13 +101,8 @@ impl Metrics {
     }
 
     /// Records a successful Allocate.
-    pub fn allocated(&self, pool: &str, ids: &[String], took: Duration) {
+    pub fn allocated(&self, pool: &str, took: Duration) {
         self.with(pool, |m| {
-            for id in ids {
-                if m.ids.contains(id) {
-                    m.allocated.insert(id.clone());
-                }
-            }
             let s = took.as_secs_f64();
             for (i, b) in BUCKETS.iter().enumerate() {
                 if s <= *b {
@@ -80,6 +117,31 @@ impl Metrics {
     /// Records a refused Allocate.
     pub fn allocate_failed(&self, pool: &str) {
         self.with(pool, |m| m.failures += 1);
+    }
+
+    /// `/healthz`: whether every pool is served, registered and watched, and a
+    /// line per pool saying so.
+    pub fn health(&self) -> (bool, String) {
+        let g = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        let mut ok = !g.is_empty();
+        let mut body = String::new();
+        if g.is_empty() {
+            body.push_str("no pool\n");
+        }
+        for (name, m) in g.iter() {
+            let streams = m.streams.as_ref().map(|s| s.load(Ordering::Relaxed));
+            let good = streams.is_some_and(|n| n > 0) && m.registered;
+            ok &= good;
+            let _ = writeln!(
+                body,
+                "{name}: {} served={} registered={} streams={}",
+                if good { "ok" } else { "not ready" },
+                streams.is_some(),
+                m.registered,
+                streams.unwrap_or(0)
+            );
+        }
+        (ok, body)
     }
 
     /// Renders the Prometheus text exposition.
@@ -99,8 +161,8 @@ impl Metrics {
         gauge(
             &mut s,
             "kuberdma_pool_allocated",
-            "Distinct advertised devices handed out by Allocate since start.",
-            &|m| m.allocated.len().to_string(),
+            "Devices of the pool in use now (kubelet PodResources; without it, devices a pod holds on the host).",
+            &|m| m.assigned.unwrap_or(m.held).to_string(),
         );
         let _ = writeln!(s, "# HELP kuberdma_allocate_failures_total Allocate calls refused.\n# TYPE kuberdma_allocate_failures_total counter");
         for (p, m) in g.iter() {
@@ -159,9 +221,69 @@ pub async fn serve(
                 let path = head.split_whitespace().nth(1).unwrap_or("");
                 let (status, ctype, body) = match path {
                     "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
-                    "/healthz" => ("200 OK", "text/plain", "ok\n".to_string()),
+                    "/healthz" => match metrics.health() {
+                        (true, body) => ("200 OK", "text/plain", body),
+                        (false, body) => ("503 Service Unavailable", "text/plain", body),
+                    },
+                    "/livez" => ("200 OK", "text/plain", "ok\n".to_string()),
                     _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
                 };
+                let resp = format!(
+                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = sock.write_all(resp.as_bytes()).await;
+                let _ = sock.shutdown().await;
+            });
+        }
+    };
+    Ok((local, fut))
+}
+
+/// What one HTTP route answers: status line, content type, body.
+pub type Answer = (&'static str, &'static str, String);
+
+/// A path → answer function ([`serve_routes`]).
+pub type Routes = Arc<dyn Fn(&str) -> Option<Answer> + Send + Sync>;
+
+/// Serves GET routes over the same tiny HTTP/1.1 responder as [`serve`]:
+/// `route(path)` answers, `None` is 404. DRA mode's `/metrics` and `/healthz`.
+pub async fn serve_routes(
+    addr: SocketAddr,
+    route: Routes,
+) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
+    let listener = TcpListener::bind(addr).await?;
+    let local = listener.local_addr()?;
+    let fut = async move {
+        loop {
+            let mut sock = match listener.accept().await {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "metrics accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            };
+            let route = route.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 2048];
+                let mut n = 0;
+                let read = async {
+                    while n < buf.len() {
+                        match sock.read(&mut buf[n..]).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(k) => n += k,
+                        }
+                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                            break;
+                        }
+                    }
+                };
+                let _ = tokio::time::timeout(Duration::from_secs(2), read).await;
+                let head = String::from_utf8_lossy(&buf[..n]);
+                let path = head.split_whitespace().nth(1).unwrap_or("");
+                let (status, ctype, body) =
+                    route(path).unwrap_or(("404 Not Found", "text/plain", "not found\n".to_string()));
                 let resp = format!(
                     "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
                     body.len()

@@ -1,16 +1,21 @@
-//! Pure pool planning: inventory × config → pools, plus one decision per
-//! device saying which pool took it, or which selector rejected it and why.
+//! Pure pool planning: inventory × config (× the kubelet's allocations) →
+//! pools, plus one decision per device saying which pool took it, or which
+//! selector rejected it and why.
 //!
 //! Rules: a device two pools select goes to the first pool in the file;
-//! VF-mode pools consider every VF; shared-mode pools consider every RDMA
-//! device of a PF or of a non-SR-IOV HCA and expose it `rdmaHcaMax` times.
+//! VF-mode pools consider every VF; our shared mode considers every RDMA device
+//! of a PF or of a non-SR-IOV HCA and exposes it `rdmaHcaMax` times;
+//! k8s-rdma-shared-dev-plugin's pools consider every PCI function with an RDMA
+//! device (PFs, VFs, HCAs) and expose `rdmaHcaMax` IDs that each hand out all of
+//! the selected devices.
 
 use std::collections::BTreeSet;
 
 use nic::{CharDev, Inventory, LinkLayer, Netdev, PciAddr, Pf, RdmaDev, Vf};
 
 use crate::config::{Config, Mode, PoolConfig, Selector};
-use crate::health::{self, Health};
+use crate::health::{self, Health, VfContext};
+use crate::inuse::Allocations;
 
 /// One RDMA device of an allocatable device, as Allocate needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,14 +24,18 @@ pub struct RdmaInfo {
     pub name: String,
     /// Char devices: uverbs first, then umad and issm; node paths are the node's `/dev/...`.
     pub char_devs: Vec<CharDev>,
-    /// RoCE v2 GID index for the device's netdev (what `NCCL_IB_GID_INDEX` wants).
-    pub gid_index: Option<u32>,
+    /// Link layer of its port 1 (of the PF when the device is in a pod and was
+    /// never seen on the host).
+    pub link_layer: Option<LinkLayer>,
+    /// In a pod's network namespace right now.
+    pub in_other_netns: bool,
 }
 
 /// One allocatable device of a pool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Device {
-    /// Device ID given to the kubelet (VF PCI address; shared: `<pci>-<slot>`).
+    /// Device ID given to the kubelet (VF PCI address; shared: `<pci>-<slot>`;
+    /// k8s-rdma-shared-dev-plugin pools: `0` … `N-1`).
     pub id: String,
     /// PCI address of the function behind the device (VF, PF or HCA).
     pub pci: Option<PciAddr>,
@@ -42,10 +51,15 @@ pub struct Device {
     pub netdev: Option<String>,
     /// RDMA devices.
     pub rdma: Vec<RdmaInfo>,
+    /// VFIO group device of a VF bound to vfio-pci (`/dev/vfio/<group>`).
+    pub vfio: Option<CharDev>,
     /// Behind a PCIe switch that also hosts a GPU.
     pub near_gpu: bool,
     /// Health.
     pub health: Health,
+    /// A pod holds it now (its netdev is in a pod's namespace, or the kubelet
+    /// says it assigned it).
+    pub in_use: bool,
 }
 
 /// A pool with its devices, sorted by ID.
@@ -55,11 +69,10 @@ pub struct Pool {
     pub config: PoolConfig,
     /// Devices, sorted by ID.
     pub devices: Vec<Device>,
-    /// `/dev/infiniband/rdma_cm` exists on the node.
+    /// `/dev/infiniband/rdma_cm` is a character device on the node.
     pub rdma_cm: bool,
-    /// The devices' `gid_index` values come from read GID tables. `false` only
-    /// between the daemon's first, GID-less walk and the full one after it.
-    pub gid_tables: bool,
+    /// `/dev/vfio/vfio` is a character device on the node.
+    pub vfio_container: bool,
 }
 
 impl Pool {
@@ -72,16 +85,6 @@ impl Pool {
     pub fn device(&self, id: &str) -> Option<&Device> {
         self.devices.binary_search_by(|d| d.id.as_str().cmp(id)).ok().map(|i| &self.devices[i])
     }
-
-    /// Socket file name in the kubelet dir.
-    pub fn socket_name(&self) -> String {
-        socket_name(&self.config)
-    }
-}
-
-/// Socket file name of a pool: `kuberdma-<prefix>-<name>.sock`.
-pub fn socket_name(c: &PoolConfig) -> String {
-    format!("kuberdma-{}-{}.sock", c.prefix, c.name)
 }
 
 /// What happened to one device.
@@ -112,12 +115,14 @@ struct Facts<'a> {
     vendor: Option<u16>,
     device: Option<u16>,
     driver: Option<&'a str>,
-    pf_netdevs: Vec<&'a str>,
+    /// Netdevs of the PF (of the function itself for PFs and HCAs).
+    pf_netdevs: &'a [Netdev],
     vf_index: Option<u32>,
     root: Option<PciAddr>,
     link_layer: Option<LinkLayer>,
     is_rdma: bool,
-    if_names: Vec<&'a str>,
+    /// The function's own netdevs.
+    if_names: &'a [Netdev],
     speed: Option<u32>,
     numa: Option<u32>,
 }
@@ -152,23 +157,37 @@ fn check(s: &Selector, f: &Facts) -> Result<(), String> {
     if !s.pci_addresses.is_empty() && !f.pci.is_some_and(|p| s.pci_addresses.contains(&p)) {
         return Err(format!("pciAddresses: {} is not listed", opt(f.pci)));
     }
+    let vf_ok = |covers: &dyn Fn(u32) -> bool| f.vf_index.is_none_or(covers);
     if !s.pf_names.is_empty() {
         let hit = s
             .pf_names
             .iter()
-            .any(|p| f.pf_netdevs.contains(&p.name.as_str()) && f.vf_index.is_none_or(|i| p.covers(i)));
+            .any(|p| f.pf_netdevs.iter().any(|n| n.name == p.name) && vf_ok(&|i| p.covers(i)));
         if !hit {
             let names: Vec<String> = s.pf_names.iter().map(|p| p.to_string()).collect();
             return Err(format!(
                 "pfNames [{}]: PF is {}{}",
                 names.join(","),
-                if f.pf_netdevs.is_empty() { "without netdev".to_string() } else { f.pf_netdevs.join("/") },
+                if f.pf_netdevs.is_empty() {
+                    "without netdev".to_string()
+                } else {
+                    netdev_names(f.pf_netdevs)
+                },
                 f.vf_index.map(|i| format!(", VF index {i}")).unwrap_or_default()
             ));
         }
     }
-    if !s.root_devices.is_empty() && !f.root.is_some_and(|r| s.root_devices.contains(&r)) {
-        return Err(format!("rootDevices: PF is {}", opt(f.root)));
+    if !s.root_devices.is_empty() {
+        let hit = s.root_devices.iter().any(|r| f.root == Some(r.pci) && vf_ok(&|i| r.covers(i)));
+        if !hit {
+            let roots: Vec<String> = s.root_devices.iter().map(|r| r.to_string()).collect();
+            return Err(format!(
+                "rootDevices [{}]: PF is {}{}",
+                roots.join(","),
+                opt(f.root),
+                f.vf_index.map(|i| format!(", VF index {i}")).unwrap_or_default()
+            ));
+        }
     }
     if !s.link_types.is_empty() && !f.link_layer.is_some_and(|l| s.link_types.contains(&l)) {
         return Err(format!("linkTypes: link layer is {}", opt(f.link_layer.map(|l| format!("{l:?}")))));
@@ -182,11 +201,11 @@ fn check(s: &Selector, f: &Facts) -> Result<(), String> {
             });
         }
     }
-    if !s.if_names.is_empty() && !f.if_names.iter().any(|n| s.if_names.iter().any(|x| x == n)) {
+    if !s.if_names.is_empty() && !f.if_names.iter().any(|n| s.if_names.contains(&n.name)) {
         return Err(format!(
             "ifNames [{}]: netdev is {}",
             s.if_names.join(","),
-            if f.if_names.is_empty() { "none".to_string() } else { f.if_names.join("/") }
+            if f.if_names.is_empty() { "none".to_string() } else { netdev_names(f.if_names) }
         ));
     }
     if !s.link_speeds.is_empty() && !f.speed.is_some_and(|v| s.link_speeds.contains(&v)) {
@@ -211,8 +230,12 @@ fn pool_matches(p: &PoolConfig, f: &Facts) -> Result<(), String> {
     Err(whys.join("; "))
 }
 
-fn link_layer(n: &[&Netdev]) -> Option<LinkLayer> {
-    n.iter().find_map(|n| n.link_layer)
+fn link_layer<'a>(mut n: impl Iterator<Item = &'a Netdev>) -> Option<LinkLayer> {
+    n.find_map(|n| n.link_layer)
+}
+
+fn netdev_names(n: &[Netdev]) -> String {
+    n.iter().map(|n| n.name.as_str()).collect::<Vec<_>>().join("/")
 }
 
 fn speed(n: &[Netdev]) -> Option<u32> {
@@ -229,28 +252,33 @@ fn near_gpu(inv: &Inventory, upstream: &[PciAddr]) -> bool {
     !mine.is_empty() && inv.gpus.iter().any(|g| switch_bridges(&g.upstream).iter().any(|b| mine.contains(b)))
 }
 
-fn rdma_info(r: &RdmaDev, netdev: Option<&str>) -> RdmaInfo {
+/// `fallback`: the link layer of the function's (or its PF's) netdevs, for a
+/// device whose ports are unknown (in a pod since before this daemon started).
+fn rdma_info(r: &RdmaDev, fallback: Option<LinkLayer>) -> RdmaInfo {
     let mut char_devs = Vec::new();
     char_devs.extend(r.uverbs.iter().cloned());
     char_devs.extend(r.umad.iter().cloned());
     char_devs.extend(r.issm.iter().cloned());
-    RdmaInfo { name: r.name.clone(), char_devs, gid_index: netdev.and_then(|n| r.roce_v2_gid_index(n)) }
+    RdmaInfo {
+        name: r.name.clone(),
+        char_devs,
+        link_layer: r.ports.iter().find_map(|p| p.link_layer).or(fallback),
+        in_other_netns: r.in_other_netns,
+    }
 }
 
 fn vf_facts<'a>(pf: &'a Pf, vf: &'a Vf) -> Facts<'a> {
-    let mut nets: Vec<&Netdev> = vf.netdev.iter().collect();
-    nets.extend(pf.netdevs.iter());
     Facts {
         pci: Some(vf.pci),
         vendor: vf.vendor,
         device: vf.device,
         driver: vf.driver.as_deref(),
-        pf_netdevs: pf.netdevs.iter().map(|n| n.name.as_str()).collect(),
+        pf_netdevs: &pf.netdevs,
         vf_index: Some(vf.index),
         root: Some(pf.pci),
-        link_layer: link_layer(&nets),
+        link_layer: link_layer(vf.netdev.iter().chain(&pf.netdevs)),
         is_rdma: !vf.rdma.is_empty(),
-        if_names: vf.netdev.iter().map(|n| n.name.as_str()).collect(),
+        if_names: vf.netdev.as_slice(),
         speed: speed(&pf.netdevs),
         numa: vf.numa_node.or(pf.numa_node),
     }
@@ -261,23 +289,48 @@ fn requires_rdma(c: &PoolConfig) -> bool {
     !c.selectors.is_empty() && c.selectors.iter().all(|s| s.is_rdma == Some(true))
 }
 
-fn vf_device(inv: &Inventory, pf: &Pf, vf: &Vf, require_rdma: bool) -> Device {
+/// What the VFs of one PF share, worked out once per PF.
+struct PfFacts {
+    group: String,
+    near_gpu: bool,
+    link_layer: Option<LinkLayer>,
+}
+
+/// What the devices of one pool share, worked out once per pool.
+struct PoolFacts {
+    resource: String,
+    require_rdma: bool,
+}
+
+fn vf_device(
+    inv: &Inventory,
+    pf: &Pf,
+    p: &PfFacts,
+    vf: &Vf,
+    pool: &PoolFacts,
+    alloc: &Allocations,
+) -> Device {
     let netdev = vf.netdev.as_ref().map(|n| n.name.clone());
+    let id = vf.pci.to_string();
+    let allocated = alloc.contains(&pool.resource, &id);
+    let cx = VfContext { require_rdma: pool.require_rdma, allocated, vfio_container: inv.vfio_container };
     Device {
-        id: vf.pci.to_string(),
         pci: Some(vf.pci),
         pf: Some(pf.pci),
-        group: pf.pci.to_string(),
+        group: p.group.clone(),
         vf_index: Some(vf.index),
         numa: vf.numa_node.or(pf.numa_node),
-        rdma: vf.rdma.iter().map(|r| rdma_info(r, netdev.as_deref())).collect(),
+        rdma: vf.rdma.iter().map(|r| rdma_info(r, p.link_layer)).collect(),
+        vfio: vf.vfio.clone(),
         netdev,
-        near_gpu: near_gpu(inv, &pf.upstream),
-        health: health::vf_health(pf, vf, require_rdma),
+        near_gpu: p.near_gpu,
+        health: health::vf_health(pf, vf, cx),
+        in_use: health::vf_in_use(vf, allocated),
+        id,
     }
 }
 
-/// A shared-mode candidate: an RDMA device of a PF or of an HCA.
+/// A shared-mode candidate: an RDMA device of a PF, a VF or an HCA.
 struct SharedCand<'a> {
     facts: Facts<'a>,
     label: String,
@@ -287,23 +340,22 @@ struct SharedCand<'a> {
     upstream: &'a [PciAddr],
 }
 
-fn shared_candidates(inv: &Inventory) -> Vec<SharedCand<'_>> {
+fn shared_candidates(inv: &Inventory, with_vfs: bool) -> Vec<SharedCand<'_>> {
     let mut out = Vec::new();
     for pf in &inv.pfs {
         for r in &pf.rdma {
-            let nets: Vec<&Netdev> = pf.netdevs.iter().collect();
             out.push(SharedCand {
                 facts: Facts {
                     pci: Some(pf.pci),
                     vendor: pf.vendor,
                     device: pf.device,
                     driver: pf.driver.as_deref(),
-                    pf_netdevs: pf.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                    pf_netdevs: &pf.netdevs,
                     vf_index: None,
                     root: Some(pf.pci),
-                    link_layer: link_layer(&nets),
+                    link_layer: link_layer(pf.netdevs.iter()),
                     is_rdma: true,
-                    if_names: pf.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                    if_names: &pf.netdevs,
                     speed: speed(&pf.netdevs),
                     numa: pf.numa_node,
                 },
@@ -314,21 +366,43 @@ fn shared_candidates(inv: &Inventory) -> Vec<SharedCand<'_>> {
                 upstream: &pf.upstream,
             });
         }
+        if !with_vfs {
+            continue;
+        }
+        for vf in &pf.vfs {
+            for r in &vf.rdma {
+                let mut facts = vf_facts(pf, vf);
+                // k8s-rdma-shared-dev-plugin reads a function's own netdev only.
+                facts.link_layer = vf.netdev.as_ref().and_then(|n| n.link_layer);
+                facts.vf_index = None;
+                out.push(SharedCand {
+                    facts,
+                    label: format!("{} ({})", vf.pci, r.name),
+                    kind: "VF",
+                    netdevs: vf.netdev.as_slice(),
+                    rdma: r,
+                    upstream: &pf.upstream,
+                });
+            }
+        }
     }
     for h in &inv.hcas {
-        let nets: Vec<&Netdev> = h.netdevs.iter().collect();
+        // k8s-rdma-shared-dev-plugin sees PCI functions only: no Soft-RoCE.
+        if with_vfs && h.pci.is_none() {
+            continue;
+        }
         out.push(SharedCand {
             facts: Facts {
                 pci: h.pci,
                 vendor: h.vendor,
                 device: h.device,
                 driver: h.driver.as_deref(),
-                pf_netdevs: h.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                pf_netdevs: &h.netdevs,
                 vf_index: None,
                 root: h.pci,
-                link_layer: link_layer(&nets),
+                link_layer: link_layer(h.netdevs.iter()),
                 is_rdma: true,
-                if_names: h.netdevs.iter().map(|n| n.name.as_str()).collect(),
+                if_names: &h.netdevs,
                 speed: speed(&h.netdevs),
                 numa: h.numa_node,
             },
@@ -345,44 +419,60 @@ fn shared_candidates(inv: &Inventory) -> Vec<SharedCand<'_>> {
     out
 }
 
-/// Assigns `facts` to the first matching pool of `mode`; returns the pool
-/// index and the decision.
+/// Assigns `facts` to the first matching pool among those `eligible` (to
+/// every matching one for k8s-rdma-shared-dev-plugin's pools, which share a
+/// device between all resources that select it); returns the pool indexes and
+/// the decision.
 fn decide(
     cfg: &Config,
-    mode: Mode,
+    names: &[String],
+    eligible: impl Fn(&PoolConfig) -> bool,
     device: String,
     kind: &'static str,
     f: &Facts,
-) -> (Option<usize>, Decision) {
+) -> (Vec<usize>, Decision) {
     let mut d = Decision { device, kind, pool: None, notes: Vec::new() };
-    let mut taken = None;
+    let mut taken = vec![];
     for (i, p) in cfg.pools.iter().enumerate() {
-        if p.mode != mode {
+        if !eligible(p) {
             continue;
         }
-        match (pool_matches(p, f), taken) {
-            (Ok(()), None) => {
-                taken = Some(i);
-                d.pool = Some(p.resource_name());
+        let shares = p.mode == Mode::SharedResource;
+        match (pool_matches(p, f), taken.is_empty()) {
+            (Ok(()), true) => {
+                taken.push(i);
+                d.pool = Some(names[i].clone());
             }
-            (Ok(()), Some(_)) => d
+            (Ok(()), false) if shares => {
+                taken.push(i);
+                d.notes.push(format!(
+                    "also in {} (a shared device is in every resource that selects it)",
+                    p.resource_name()
+                ));
+            }
+            (Ok(()), false) => d
                 .notes
                 .push(format!("also selected by {}; the first pool in the config wins", p.resource_name())),
-            (Err(why), None) => d.notes.push(format!("{}: rejected by {why}", p.resource_name())),
-            (Err(_), Some(_)) => {}
+            (Err(why), true) => d.notes.push(format!("{}: rejected by {why}", p.resource_name())),
+            (Err(_), false) => {}
         }
     }
-    if taken.is_none() && !cfg.pools.iter().any(|p| p.mode == mode) {
-        d.notes.push(match mode {
-            Mode::Vf => "no pool in vf mode".into(),
-            Mode::Shared => "no pool in shared mode".into(),
+    if taken.is_empty() && !cfg.pools.iter().any(eligible) {
+        d.notes.push(match kind {
+            "VF" => "no pool in vf mode".into(),
+            _ => "no pool in shared mode".into(),
         });
     }
     (taken, d)
 }
 
-/// Builds the pools and the decisions.
+/// Builds the pools and the decisions, without the kubelet's allocations.
 pub fn plan(inv: &Inventory, cfg: &Config) -> Plan {
+    plan_with(inv, cfg, &Allocations::default())
+}
+
+/// Builds the pools and the decisions; `alloc` is what the kubelet has assigned.
+pub fn plan_with(inv: &Inventory, cfg: &Config, alloc: &Allocations) -> Plan {
     let mut pools: Vec<Pool> = cfg
         .pools
         .iter()
@@ -390,49 +480,104 @@ pub fn plan(inv: &Inventory, cfg: &Config) -> Plan {
             config: c.clone(),
             devices: Vec::new(),
             rdma_cm: inv.rdma_cm,
-            gid_tables: !inv.gid_tables_skipped,
+            vfio_container: inv.vfio_container,
         })
         .collect();
     let mut decisions = Vec::new();
-    for pf in &inv.pfs {
-        for vf in &pf.vfs {
-            let (taken, d) = decide(cfg, Mode::Vf, vf.pci.to_string(), "VF", &vf_facts(pf, vf));
-            if let Some(i) = taken {
-                let require = requires_rdma(&pools[i].config);
-                pools[i].devices.push(vf_device(inv, pf, vf, require));
+    let any = |m: Mode| cfg.pools.iter().any(|p| p.mode == m);
+    let pool_facts: Vec<PoolFacts> = cfg
+        .pools
+        .iter()
+        .map(|c| PoolFacts { resource: c.resource_name(), require_rdma: requires_rdma(c) })
+        .collect();
+    let resources: Vec<String> = pool_facts.iter().map(|p| p.resource.clone()).collect();
+    if any(Mode::Vf) || !any(Mode::SharedResource) {
+        for pf in &inv.pfs {
+            let pf_facts = PfFacts {
+                group: pf.pci.to_string(),
+                near_gpu: near_gpu(inv, &pf.upstream),
+                link_layer: pf.netdevs.iter().find_map(|n| n.link_layer),
+            };
+            for vf in &pf.vfs {
+                let mut facts = vf_facts(pf, vf);
+                // A VF in a pod whose RDMA device left no trace on the host: the
+                // kubelet's word that it is assigned keeps it in its pool.
+                if vf.netdev.is_none() && alloc.assigned_anywhere(&vf.pci.to_string()) {
+                    facts.is_rdma = true;
+                }
+                let (taken, d) =
+                    decide(cfg, &resources, |p| p.mode == Mode::Vf, vf.pci.to_string(), "VF", &facts);
+                if let Some(&i) = taken.first() {
+                    let dev = vf_device(inv, pf, &pf_facts, vf, &pool_facts[i], alloc);
+                    pools[i].devices.push(dev);
+                }
+                decisions.push(d);
             }
-            decisions.push(d);
         }
     }
-    let any_shared = cfg.pools.iter().any(|p| p.mode == Mode::Shared);
-    for c in shared_candidates(inv) {
-        if !any_shared && c.kind == "PF" {
+    let resource_mode = any(Mode::SharedResource);
+    let eligible = |p: &PoolConfig| p.is_shared();
+    // Per-resource pools: every ID hands out every selected device.
+    let mut selected: Vec<Vec<RdmaInfo>> = vec![vec![]; pools.len()];
+    for c in shared_candidates(inv, resource_mode) {
+        if !any(Mode::Shared) && !resource_mode && c.kind == "PF" {
             continue; // PFs are only candidates of shared pools; VFs carry the story otherwise.
         }
-        let (taken, d) = decide(cfg, Mode::Shared, c.label.clone(), c.kind, &c.facts);
-        if let Some(i) = taken {
-            let pool = &mut pools[i];
-            let health = health::hca_health(c.netdevs, c.rdma);
+        let (taken, d) = decide(cfg, &resources, eligible, c.label.clone(), c.kind, &c.facts);
+        for i in taken {
             let netdev = c.netdevs.first().map(|n| n.name.clone());
-            let base = c.facts.pci.map(|p| p.to_string()).unwrap_or_else(|| c.rdma.name.clone());
-            let info = rdma_info(c.rdma, netdev.as_deref());
-            let near = near_gpu(inv, c.upstream);
-            for slot in 0..pool.config.rdma_hca_max {
-                pool.devices.push(Device {
-                    id: format!("{base}-{slot:04}"),
-                    pci: c.facts.pci,
-                    pf: None,
-                    group: base.clone(),
-                    vf_index: None,
-                    numa: c.facts.numa,
-                    netdev: netdev.clone(),
-                    rdma: vec![info.clone()],
-                    near_gpu: near,
-                    health: health.clone(),
-                });
+            let info = rdma_info(c.rdma, c.facts.link_layer);
+            let pool = &mut pools[i];
+            if pool.config.mode == Mode::SharedResource {
+                selected[i].push(info);
+            } else {
+                let health = health::hca_health(c.netdevs, c.rdma);
+                let base = c.facts.pci.map(|p| p.to_string()).unwrap_or_else(|| c.rdma.name.clone());
+                let near = near_gpu(inv, c.upstream);
+                for slot in 0..pool.config.rdma_hca_max {
+                    pool.devices.push(Device {
+                        id: format!("{base}-{slot:04}"),
+                        pci: c.facts.pci,
+                        pf: None,
+                        group: base.clone(),
+                        vf_index: None,
+                        numa: c.facts.numa,
+                        netdev: netdev.clone(),
+                        rdma: vec![info.clone()],
+                        vfio: None,
+                        near_gpu: near,
+                        health: health.clone(),
+                        in_use: false,
+                    });
+                }
             }
         }
         decisions.push(d);
+    }
+    for (i, devs) in selected.into_iter().enumerate() {
+        let pool = &mut pools[i];
+        // As there: no RDMA device selected, no IDs; every ID is Healthy.
+        if pool.config.mode != Mode::SharedResource || devs.is_empty() {
+            continue;
+        }
+        let resource = pool.resource_name();
+        for slot in 0..pool.config.rdma_hca_max {
+            let id = slot.to_string();
+            pool.devices.push(Device {
+                in_use: alloc.contains(&resource, &id),
+                id,
+                pci: None,
+                pf: None,
+                group: resource.clone(),
+                vf_index: None,
+                numa: None,
+                netdev: None,
+                rdma: devs.clone(),
+                vfio: None,
+                near_gpu: false,
+                health: Health::Healthy,
+            });
+        }
     }
     for p in &mut pools {
         p.devices.sort_by(|a, b| a.id.cmp(&b.id));
@@ -461,14 +606,22 @@ pub fn carry_missing(prev: &Pool, next: &mut Pool, inv: &Inventory) {
             continue;
         }
         let why = match d.pci.and_then(|p| inv.vf(p)) {
-            Some((pf, vf)) => match health::vf_health(pf, vf, !d.rdma.is_empty()) {
-                Health::Unhealthy(w) => w,
-                Health::Healthy => format!("VF {} no longer matches the pool's selectors", d.id),
-            },
+            Some((pf, vf)) => {
+                let cx = VfContext {
+                    require_rdma: !d.rdma.is_empty(),
+                    allocated: false,
+                    vfio_container: inv.vfio_container,
+                };
+                match health::vf_health(pf, vf, cx) {
+                    Health::Unhealthy(w) => w,
+                    Health::Healthy => format!("VF {} no longer matches the pool's selectors", d.id),
+                }
+            }
             None => format!("VF {} (index {index} of PF {pf_pci}) is gone from sysfs", d.id),
         };
         let mut gone = d.clone();
         gone.health = Health::Unhealthy(why);
+        gone.in_use = false;
         // Collected first: `next.device` needs `next.devices` sorted while we look.
         gone_list.push(gone);
     }

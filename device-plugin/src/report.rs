@@ -1,11 +1,13 @@
 //! `discover`: what would be advertised and why, as an aligned table or JSON.
 
 use std::fmt::Write as _;
+use std::path::Path;
 
 use nic::{Inventory, LinkLayer, Netdev, RdmaDev};
 use serde_json::json;
 
 use crate::config::{Config, Format, Mode, Policy};
+use crate::names;
 use crate::pools::{Decision, Plan};
 
 /// Renders rows under headers with columns padded to the widest cell; the
@@ -129,8 +131,22 @@ fn describe_config(cfg: &Config) -> String {
     format!("config: {src}")
 }
 
-/// The human-readable report.
-pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str) -> String {
+/// The socket file a pool is served on in `kubelet_dir`.
+fn socket(kubelet_dir: &Path, p: &crate::pools::Pool) -> String {
+    names::socket_name(kubelet_dir, &p.config.prefix, &p.config.name)
+        .unwrap_or_else(|| "(kubelet dir too long for a socket)".into())
+}
+
+fn mode(p: &crate::pools::Pool) -> String {
+    match p.config.mode {
+        Mode::Vf => "vf".into(),
+        Mode::Shared => format!("shared x{} per HCA", p.config.rdma_hca_max),
+        Mode::SharedResource => format!("shared x{} per resource", p.config.rdma_hca_max),
+    }
+}
+
+/// The human-readable report; sockets are named as in `kubelet_dir`.
+pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str, kubelet_dir: &Path) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "node: {origin}");
     let _ = writeln!(s, "{}", describe_config(cfg));
@@ -163,11 +179,17 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str) ->
         &rows,
     ));
 
-    let find = |dev: &str| plan.decisions.iter().find(|d| d.device == dev);
+    // A VF is its own candidate (`0000:3d:00.2`), or with its RDMA device in the
+    // shared pools of k8s-rdma-shared-dev-plugin (`0000:3d:00.2 (mlx5_3)`).
+    let find = |dev: &str| {
+        let labelled = format!("{dev} (");
+        plan.decisions.iter().find(|d| d.device == dev || d.device.starts_with(&labelled))
+    };
     let health_of = |id: &str| {
-        plan.pools.iter().find_map(|p| p.device(id)).map(|d| match &d.health {
-            crate::health::Health::Healthy => "Healthy".to_string(),
-            crate::health::Health::Unhealthy(w) => format!("Unhealthy: {w}"),
+        plan.pools.iter().find_map(|p| p.device(id)).map(|d| match (&d.health, d.in_use) {
+            (crate::health::Health::Healthy, false) => "Healthy".to_string(),
+            (crate::health::Health::Healthy, true) => "Healthy, in use by a pod".to_string(),
+            (crate::health::Health::Unhealthy(w), _) => format!("Unhealthy: {w}"),
         })
     };
     let vf_count: usize = inv.pfs.iter().map(|p| p.vfs.len()).sum();
@@ -291,10 +313,7 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str) ->
             let near = p.devices.iter().filter(|d| d.near_gpu).count();
             vec![
                 p.resource_name(),
-                match p.config.mode {
-                    Mode::Vf => "vf".into(),
-                    Mode::Shared => format!("shared x{}", p.config.rdma_hca_max),
-                },
+                mode(p),
                 match p.config.policy {
                     Policy::Pack => "pack".into(),
                     Policy::Spread => "spread".into(),
@@ -303,7 +322,7 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str) ->
                 p.devices.len().to_string(),
                 healthy.to_string(),
                 near.to_string(),
-                p.socket_name(),
+                socket(kubelet_dir, p),
             ]
         })
         .collect();
@@ -333,18 +352,18 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str) ->
     s
 }
 
-/// The machine-readable report.
-pub fn render_json(inv: &Inventory, cfg: &Config, plan: &Plan) -> serde_json::Value {
+/// The machine-readable report; sockets are named as in `kubelet_dir`.
+pub fn render_json(inv: &Inventory, cfg: &Config, plan: &Plan, kubelet_dir: &Path) -> serde_json::Value {
     let pools: Vec<serde_json::Value> = plan
         .pools
         .iter()
         .map(|p| {
             json!({
                 "resource": p.resource_name(),
-                "mode": match p.config.mode { Mode::Vf => "vf", Mode::Shared => "shared" },
+                "mode": match p.config.mode { Mode::Vf => "vf", Mode::Shared => "shared", Mode::SharedResource => "shared-resource" },
                 "policy": match p.config.policy { Policy::Pack => "pack", Policy::Spread => "spread" },
                 "gpuAffinity": p.config.gpu_affinity,
-                "socket": p.socket_name(),
+                "socket": socket(kubelet_dir, p),
                 "devices": p.devices.iter().map(|d| json!({
                     "id": d.id,
                     "health": d.health.as_kubelet(),
@@ -353,6 +372,7 @@ pub fn render_json(inv: &Inventory, cfg: &Config, plan: &Plan) -> serde_json::Va
                     "pf": d.pf.map(|p| p.to_string()),
                     "rdma": d.rdma.iter().map(|r| r.name.clone()).collect::<Vec<_>>(),
                     "nearGpu": d.near_gpu,
+                    "inUse": d.in_use,
                 })).collect::<Vec<_>>(),
             })
         })

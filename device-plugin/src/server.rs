@@ -3,13 +3,17 @@
 //! The pool lives in a `tokio::sync::watch` channel owned by the daemon:
 //! ListAndWatch sends the current full list first and a new full list on
 //! every change the kubelet can see (IDs, health, topology); Allocate reads the
-//! current value, so a rescan is visible to the next call without a restart. A client that drops its stream only ends
-//! that stream; the server keeps serving.
+//! current value, so a rescan is visible to the next call without a restart.
+//! A client that drops its stream only ends that stream; the server keeps
+//! serving. When the pool is stopped, its open streams end at once (the
+//! server's graceful shutdown waits for open streams, and a kubelet never ends
+//! its ListAndWatch), so stopping takes milliseconds, not a timeout.
 
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use futures::{Stream, StreamExt};
 use tokio::net::UnixListener;
@@ -24,6 +28,7 @@ use crate::api::{
     DevicePluginOptions, Empty, ListAndWatchResponse, NumaNode, PreStartContainerRequest,
     PreStartContainerResponse, PreferredAllocationRequest, PreferredAllocationResponse, TopologyInfo,
 };
+use crate::config::Mode;
 use crate::devinfo;
 use crate::metrics::Metrics;
 use crate::pools::Pool;
@@ -32,41 +37,27 @@ use crate::pools::Pool;
 #[derive(Clone)]
 pub struct PoolService {
     pool: watch::Receiver<Arc<Pool>>,
+    closing: watch::Receiver<bool>,
+    streams: Arc<AtomicUsize>,
     devinfo_dir: PathBuf,
     metrics: Arc<Metrics>,
 }
 
 impl PoolService {
-    /// A service reading its pool from `pool`.
-    pub fn new(pool: watch::Receiver<Arc<Pool>>, devinfo_dir: PathBuf, metrics: Arc<Metrics>) -> Self {
-        Self { pool, devinfo_dir, metrics }
+    /// A service reading its pool from `pool`; its ListAndWatch streams end
+    /// when `closing` turns true.
+    pub fn new(
+        pool: watch::Receiver<Arc<Pool>>,
+        closing: watch::Receiver<bool>,
+        devinfo_dir: PathBuf,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self { pool, closing, streams: Arc::new(AtomicUsize::new(0)), devinfo_dir, metrics }
     }
-}
 
-/// How long Allocate waits for the daemon's first full walk (GID tables) to
-/// land. It follows the first, GID-less walk within a fraction of a second;
-/// past this bound Allocate answers without GID variables rather than fail.
-const GID_TABLES_WAIT: Duration = Duration::from_secs(5);
-
-impl PoolService {
-    /// The current pool, once its GID indexes are known (see [`GID_TABLES_WAIT`]).
-    async fn pool_with_gid_tables(&self) -> Arc<Pool> {
-        let pool = self.pool.borrow().clone();
-        if pool.gid_tables {
-            return pool;
-        }
-        let mut rx = self.pool.clone();
-        let waited = tokio::time::timeout(GID_TABLES_WAIT, async {
-            rx.wait_for(|p| p.gid_tables).await.ok().map(|p| p.clone())
-        })
-        .await;
-        match waited {
-            Ok(Some(p)) => p,
-            _ => {
-                tracing::warn!(pool = %pool.resource_name(), "GID tables not read yet: answering without GID indexes");
-                self.pool.borrow().clone()
-            }
-        }
+    /// Open ListAndWatch streams right now.
+    pub fn streams(&self) -> Arc<AtomicUsize> {
+        self.streams.clone()
     }
 }
 
@@ -89,6 +80,22 @@ pub fn list_response(pool: &Pool) -> ListAndWatchResponse {
 
 type ListStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send + 'static>>;
 
+/// Counts a stream while it lives.
+struct Open(Arc<AtomicUsize>);
+
+impl Open {
+    fn new(n: Arc<AtomicUsize>) -> Self {
+        n.fetch_add(1, Ordering::Relaxed);
+        Open(n)
+    }
+}
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 #[tonic::async_trait]
 impl DevicePlugin for PoolService {
     async fn get_device_plugin_options(
@@ -104,16 +111,24 @@ impl DevicePlugin for PoolService {
     type ListAndWatchStream = ListStream;
 
     async fn list_and_watch(&self, _: Request<Empty>) -> Result<Response<Self::ListAndWatchStream>, Status> {
-        // A pool change the kubelet cannot see (GID indexes, char devices) sends nothing.
+        // A pool change the kubelet cannot see (char devices, in-use state) sends nothing.
         let mut last: Option<ListAndWatchResponse> = None;
-        let stream = WatchStream::new(self.pool.clone()).filter_map(move |p| {
-            let r = list_response(&p);
-            let new = last.as_ref() != Some(&r);
-            if new {
-                last = Some(r.clone());
-            }
-            std::future::ready(new.then_some(Ok(r)))
-        });
+        let open = Open::new(self.streams.clone());
+        let mut closing = self.closing.clone();
+        let until_closing = async move {
+            let _ = closing.wait_for(|c| *c).await;
+        };
+        let stream = WatchStream::new(self.pool.clone())
+            .filter_map(move |p| {
+                let _ = &open;
+                let r = list_response(&p);
+                let new = last.as_ref() != Some(&r);
+                if new {
+                    last = Some(r.clone());
+                }
+                std::future::ready(new.then_some(Ok(r)))
+            })
+            .take_until(until_closing);
         Ok(Response::new(Box::pin(stream)))
     }
 
@@ -143,7 +158,7 @@ impl DevicePlugin for PoolService {
 
     async fn allocate(&self, req: Request<AllocateRequest>) -> Result<Response<AllocateResponse>, Status> {
         let start = Instant::now();
-        let pool = self.pool_with_gid_tables().await;
+        let pool = self.pool.borrow().clone();
         let mut container_responses = Vec::new();
         let mut all_ids = Vec::new();
         for c in req.into_inner().container_requests {
@@ -158,16 +173,18 @@ impl DevicePlugin for PoolService {
                     });
                 }
             };
-            let devs = allocate::resolve(&pool, &c.devices_ids).unwrap_or_default();
-            if let Err(e) = devinfo::write_devinfo(&self.devinfo_dir, &pool, &devs) {
-                tracing::error!(pool = %pool.resource_name(), error = %e, "cannot write device-info file");
-                return Err(Status::internal(format!("device-info file: {e}")));
+            if pool.config.mode == Mode::Vf || pool.config.mode == Mode::Shared {
+                let devs = allocate::resolve(&pool, &c.devices_ids).unwrap_or_default();
+                if let Err(e) = devinfo::write_devinfo(&self.devinfo_dir, &pool, &devs) {
+                    tracing::error!(pool = %pool.resource_name(), error = %e, "cannot write device-info file");
+                    return Err(Status::internal(format!("device-info file: {e:#}")));
+                }
             }
             all_ids.extend(c.devices_ids);
             container_responses.push(resp);
         }
         tracing::info!(pool = %pool.resource_name(), devices = ?all_ids, "allocated");
-        self.metrics.allocated(&pool.resource_name(), &all_ids, start.elapsed());
+        self.metrics.allocated(&pool.resource_name(), start.elapsed());
         Ok(Response::new(AllocateResponse { container_responses }))
     }
 

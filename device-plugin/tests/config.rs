@@ -37,9 +37,9 @@ const BAD: &[(&str, &[&str])] = &[
     ("bad-resource-name.yaml", &["pool \"#0\"", "`name`", "\"rdma/a\" is not a valid resource name"]),
     ("bad-pci-address.yaml", &["pool \"rdma_a\"", "`selectors.pciAddresses[1]`", "is not a PCI address"]),
     ("sndp-missing-name.json", &["sndp-missing-name.json", "pool \"#0\"", "`resourceName`", "missing"]),
-    ("sndp-vdpa.json", &["pool \"vdpa\"", "`selectors.vdpaType`", "not supported"]),
+    ("sndp-vdpa.json", &["pool \"vdpa\"", "`selectors.vdpaType`", "not served"]),
     ("sndp-accelerator.json", &["pool \"fec\"", "`deviceType`", "\"accelerator\" is not supported"]),
-    ("rsdp-hca-max-zero.json", &["pool \"hca_shared\"", "`rdmaHcaMax`", "from 1 to 1000"]),
+    ("rsdp-hca-max-negative.json", &["pool \"hca_shared\"", "`rdmaHcaMax`", "from 0 to 10000"]),
     ("bad-link-type.yaml", &["pool \"rdma_a\"", "`selectors[1].linkTypes[0]`", "\"token-ring\""]),
     ("no-selectors.yaml", &["pool \"rdma_a\"", "`selectors`", "missing"]),
     ("bad-numa.yaml", &["pool \"rdma_a\"", "`selectors.numaNodes[0]`", "expected a whole number"]),
@@ -119,28 +119,40 @@ fn sndp_config_json_is_read_unchanged_and_pooled_first_pool_wins() {
 }
 
 #[test]
-fn rsdp_config_list_is_read_unchanged_as_shared_pools() {
+fn rsdp_config_list_is_read_unchanged_as_shared_resources() {
     let cfg = Config::load(&cfg_dir().join("rsdp-config.json")).unwrap();
     assert_eq!(cfg.format, Format::Rsdp);
-    assert!(cfg.pools.iter().all(|p| p.mode == Mode::Shared));
+    assert!(cfg.pools.iter().all(|p| p.mode == Mode::SharedResource));
     assert_eq!(cfg.pools[0].resource_name(), "rdma/hca_shared_devices_a");
     assert_eq!(cfg.pools[0].rdma_hca_max, 1000);
+    assert_eq!(cfg.rescan_interval, Some(std::time::Duration::from_secs(300)), "periodicUpdateInterval");
     let node = sim("mixed.yaml");
     let inv = nic::discover(&node.roots());
     let plan = pools::plan(&inv, &cfg);
-    // Pool a: the non-SR-IOV ConnectX-6 Dx by interface name, 1000 times.
-    assert_eq!(plan.pools[0].devices.len(), 1000);
-    assert!(plan.pools[0].devices.iter().all(|d| d.rdma[0].name == "mlx5_1"));
-    // Pool b: every other mlx5 Ethernet RDMA function (the ConnectX-7 PF), 500 times;
-    // the HCA went to pool a first and discover says pool b wanted it too.
-    assert_eq!(plan.pools[1].devices.len(), 500);
-    assert!(plan.pools[1].devices.iter().all(|d| d.rdma[0].name == "mlx5_0"));
+    // rdmaHcaMax counts IDs of the resource ("0" … "999"); each hands out every selected device.
+    let a = &plan.pools[0];
+    assert_eq!(a.devices.len(), 1000);
+    assert!(a.device("0").is_some() && a.device("999").is_some() && a.device("1000").is_none());
+    let names = |d: &pools::Device| d.rdma.iter().map(|r| r.name.clone()).collect::<Vec<_>>();
+    assert!(a.devices.iter().all(|d| names(d) == ["mlx5_1"]), "pool a: the HCA by ifNames");
+    // Pool b: every mlx5 Ethernet function with an RDMA device — the ConnectX-7 PF, its
+    // VFs, and the HCA pool a also took: a shared device is in every resource that selects it.
+    let b = &plan.pools[1];
+    assert_eq!(b.devices.len(), 500);
+    let mut got = names(&b.devices[0]);
+    got.sort();
+    assert_eq!(got, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"]);
     let hca = plan.decisions.iter().find(|d| d.kind == "HCA").unwrap();
     assert_eq!(hca.pool.as_deref(), Some("rdma/hca_shared_devices_a"));
-    assert!(hca.notes.iter().any(|n| n.contains("also selected by rdma/hca_shared_devices_b")));
+    assert!(hca.notes.iter().any(|n| n.contains("also in rdma/hca_shared_devices_b")), "{hca:?}");
     // E810 PF: rejected by vendor in both pools.
     let e810 = plan.decisions.iter().find(|d| d.device.starts_with("0000:5e:00.0")).unwrap();
     assert_eq!(e810.pool, None);
+    // Allocate of one ID: every selected device's char devices and rdma_cm; no PCIDEVICE_ variable.
+    let r = allocate::container_response(b, &["7".to_string()]).unwrap();
+    assert_eq!(r.devices.iter().filter(|s| s.host_path.contains("uverbs")).count(), 6);
+    assert!(r.devices.iter().any(|s| s.host_path == "/dev/infiniband/rdma_cm"));
+    assert!(!r.envs.keys().any(|k| k.starts_with("PCIDEVICE_")), "{:?}", r.envs);
 }
 
 #[test]

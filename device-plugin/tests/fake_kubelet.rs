@@ -95,21 +95,43 @@ async fn allocate_gives_device_specs_env_cdi_and_device_info() {
     assert_eq!(cr.envs["PCIDEVICE_KUBERDMA_IO_RDMA_VFS"], "0000:3d:00.1,0000:3d:00.2");
     let info: serde_json::Value =
         serde_json::from_str(&cr.envs["PCIDEVICE_KUBERDMA_IO_RDMA_VFS_INFO"]).unwrap();
-    assert_eq!(info["0000:3d:00.1"]["generic"]["deviceID"], "0000:3d:00.1");
-    assert_eq!(info["0000:3d:00.1"]["rdma"]["rdma_dev"], "mlx5_2");
-    assert_eq!(cr.envs["NCCL_IB_HCA"], "mlx5_2,mlx5_3");
-    assert_eq!(cr.envs["UCX_NET_DEVICES"], "mlx5_2:1,mlx5_3:1");
+    // As sriov-network-device-plugin's info providers write it.
+    assert_eq!(
+        info["0000:3d:00.1"],
+        serde_json::json!({"generic": {"deviceID": "0000:3d:00.1"}, "rdma": {
+            "uverbs": "/dev/infiniband/uverbs2", "umad": "/dev/infiniband/umad2",
+            "issm": "/dev/infiniband/issm2", "rdma_cm": "/dev/infiniband/rdma_cm"}})
+    );
+    // Per-pool hints, nothing global that a second pool would overwrite, no GID index.
     assert_eq!(cr.envs["KUBERDMA_RDMA_VFS_RDMA_DEVICES"], "mlx5_2,mlx5_3");
-    assert_eq!(cr.envs["NCCL_IB_GID_INDEX"], "3");
-    assert_eq!(cr.envs["KUBERDMA_RDMA_VFS_GID_INDEXES"], "mlx5_2:3,mlx5_3:3");
+    assert_eq!(cr.envs["KUBERDMA_RDMA_VFS_UCX_NET_DEVICES"], "mlx5_2:1,mlx5_3:1");
+    assert_eq!(cr.envs["NCCL_IB_ROCE_VERSION_NUM"], "2");
+    for gone in ["NCCL_IB_HCA", "UCX_NET_DEVICES", "NCCL_IB_GID_INDEX"] {
+        assert!(!cr.envs.contains_key(gone), "{gone} set: {:?}", cr.envs);
+    }
     let cdi: Vec<&str> = cr.cdi_devices.iter().map(|d| d.name.as_str()).collect();
     assert_eq!(cdi, vec!["kuberdma.io/rdma_vfs=0000:3d:00.1", "kuberdma.io/rdma_vfs=0000:3d:00.2"]);
     // The CDI spec on disk defines those names.
     let spec: serde_json::Value =
         serde_json::from_slice(&std::fs::read(dirs.cdi.join("kuberdma.io-rdma_vfs.json")).unwrap()).unwrap();
     let dev = spec["devices"].as_array().unwrap().iter().find(|d| d["name"] == "0000:3d:00.1").unwrap();
-    assert_eq!(dev["containerEdits"]["deviceNodes"][0]["path"], "/dev/infiniband/uverbs2");
-    assert_eq!(spec["containerEdits"]["deviceNodes"][0]["path"], "/dev/infiniband/rdma_cm");
+    let nodes: Vec<&str> = dev["containerEdits"]["deviceNodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| n["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        nodes,
+        [
+            "/dev/infiniband/uverbs2",
+            "/dev/infiniband/umad2",
+            "/dev/infiniband/issm2",
+            "/dev/infiniband/rdma_cm"
+        ]
+    );
+    // Device names are PCI addresses, which start with a digit: CDI 0.5.0, not newer.
+    assert_eq!(spec["cdiVersion"], "0.5.0");
     // Device-info file for Multus.
     let di: serde_json::Value = serde_json::from_slice(
         &std::fs::read(dirs.devinfo.join("kuberdma.io-rdma_vfs-0000:3d:00.1-device.json")).unwrap(),
@@ -394,7 +416,7 @@ async fn shared_mode_exposes_n_ids_per_hca() {
         .into_inner();
     let cr = &r.container_responses[0];
     assert_eq!(cr.devices[0].host_path, "/dev/infiniband/uverbs2");
-    assert_eq!(cr.envs["NCCL_IB_HCA"], "mlx5_1");
+    assert_eq!(cr.envs["KUBERDMA_HCA_RDMA_DEVICES"], "mlx5_1");
     d.stop().await;
 }
 
@@ -464,18 +486,14 @@ async fn sigterm_cleans_up_and_exits_zero() {
 async fn metrics_and_healthz_are_served() {
     let sim = sim("cx6dx-dual.yaml");
     let dirs = Dirs::new();
-    let _k = FakeKubelet::start(&dirs.kubelet);
+    let k = FakeKubelet::start(&dirs.kubelet);
     // Pick a free port, then hand it to the daemon.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let mut opts = dirs.options(sim.roots(), None, Duration::from_secs(3600));
     opts.metrics_addr = Some(port);
     let d = InProc::spawn(opts);
-    let mut c = plugin(&dirs.kubelet, SOCK).await;
-    c.allocate(AllocateRequest {
-        container_requests: vec![ContainerAllocateRequest { devices_ids: vec!["0000:3d:00.1".into()] }],
-    })
-    .await
-    .unwrap();
+    // Metrics listen before the pools register.
+    k.next_registration(T).await;
     let get = |path: &'static str| async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let mut s = tokio::net::TcpStream::connect(port).await.unwrap();
@@ -484,11 +502,40 @@ async fn metrics_and_healthz_are_served() {
         s.read_to_string(&mut out).await.unwrap();
         out
     };
-    assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
+    // Registered but nobody watches yet: not ready, and the body says why.
+    let deadline = Instant::now() + T;
+    loop {
+        let h = get("/healthz").await;
+        assert!(h.starts_with("HTTP/1.1 503"), "{h}");
+        if h.contains("kuberdma.io/rdma_vfs: not ready served=true registered=true streams=0") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never registered: {h}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(get("/livez").await.starts_with("HTTP/1.1 200"));
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    let _s = list_and_watch(&mut c).await;
+    let deadline = Instant::now() + T;
+    loop {
+        let h = get("/healthz").await;
+        if h.starts_with("HTTP/1.1 200") {
+            assert!(h.contains("kuberdma.io/rdma_vfs: ok served=true registered=true streams=1"), "{h}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "never healthy: {h}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    c.allocate(AllocateRequest {
+        container_requests: vec![ContainerAllocateRequest { devices_ids: vec!["0000:3d:00.1".into()] }],
+    })
+    .await
+    .unwrap();
     let m = get("/metrics").await;
     assert!(m.contains("kuberdma_pool_capacity{resource=\"kuberdma.io/rdma_vfs\"} 16"), "{m}");
     assert!(m.contains("kuberdma_pool_healthy{resource=\"kuberdma.io/rdma_vfs\"} 16"), "{m}");
-    assert!(m.contains("kuberdma_pool_allocated{resource=\"kuberdma.io/rdma_vfs\"} 1"), "{m}");
+    // In use now, not "ever allocated": no pod holds the VF yet (no PodResources here).
+    assert!(m.contains("kuberdma_pool_allocated{resource=\"kuberdma.io/rdma_vfs\"} 0"), "{m}");
     assert!(
         m.contains("kuberdma_allocate_duration_seconds_count{resource=\"kuberdma.io/rdma_vfs\"} 1"),
         "{m}"

@@ -10,8 +10,9 @@ use crate::check_eq;
 use crate::harness::{Lab, Test};
 use crate::util::{ifindex, iproute2};
 use anyhow::Context;
+use nic::netlink::link::RouteSocket;
 use nic::netlink::nldev;
-use nic::netlink::transport::{Client, SocketTransport, NETLINK_RDMA, NETLINK_ROUTE};
+use nic::netlink::transport::{Client, SocketTransport, NETLINK_RDMA};
 use nic::netlink::vf::{self, VfLink, VfState, VfVlanSetting};
 use nic::netns::NamedNetns;
 use nic::NetnsMode;
@@ -26,6 +27,7 @@ pub fn tests() -> Vec<Test> {
         Test { name: "cni-add-check-del-pf-attrs-rdma-auto-shared", run: add_check_del },
         Test { name: "cni-rdma-required-shared-mode-clear-error", run: required_shared },
         Test { name: "cni-rdma-required-eopnotsupp-rolls-back", run: required_exclusive_rollback },
+        Test { name: "cni-userspace-vf-pf-attrs-no-move", run: userspace_vf },
     ]
 }
 
@@ -36,17 +38,32 @@ const VF_PCI: &str = "0000:3b:01.2";
 const VF_NETDEV: &str = "labvf2";
 const POD_IF: &str = "net1";
 
+/// The VF a userspace-driver test uses (netdevsim VF 1, "bound to vfio-pci").
+const USERSPACE_VF: u32 = 1;
+
 /// Everything one CNI test sets up; removed on drop.
 struct Fixture {
     root: PathBuf,
     state: PathBuf,
     pod: Option<NamedNetns>,
     pf_index: u32,
+    /// The VF under test and its simulated PCI address.
+    vf: u32,
+    vf_pci: String,
     before: VfState,
 }
 
 impl Fixture {
     fn new(lab: &Lab, tag: &str, with_rdma: bool) -> anyhow::Result<Fixture> {
+        Self::build(lab, tag, with_rdma, false)
+    }
+
+    /// VF 1 without a netdev, its driver link naming vfio-pci (sriov-cni's "DPDK mode").
+    fn userspace(lab: &Lab, tag: &str) -> anyhow::Result<Fixture> {
+        Self::build(lab, tag, false, true)
+    }
+
+    fn build(lab: &Lab, tag: &str, with_rdma: bool, userspace: bool) -> anyhow::Result<Fixture> {
         let root = PathBuf::from(format!("/tmp/lab-cni-{tag}/sys"));
         let state = PathBuf::from(format!("/tmp/lab-cni-{tag}/state"));
         let _ = std::fs::remove_dir_all(root.parent().unwrap_or(&root));
@@ -66,15 +83,22 @@ impl Fixture {
         if with_rdma {
             std::fs::create_dir_all(vfdir.join("infiniband").join(&lab.rxe))?;
         }
+        let (vf_n, vf_pci) = if userspace {
+            let pci = format!("0000:3b:01.{USERSPACE_VF}");
+            std::os::unix::fs::symlink("../../../bus/pci/drivers/vfio-pci", devs.join(&pci).join("driver"))?;
+            (USERSPACE_VF, pci)
+        } else {
+            (VF, VF_PCI.to_string())
+        };
         // The RDMA netns mode as the kernel exposes it (module parameter of ib_core).
         std::os::unix::fs::symlink("/sys/module", root.join("module"))?;
         let _ = iproute2("ip", &["link", "del", VF_NETDEV]);
         iproute2("ip", &["link", "add", VF_NETDEV, "type", "veth", "peer", "name", "labvf2p"])?;
         iproute2("ip", &["link", "set", "labvf2p", "up"])?;
         let pf_index = ifindex(&lab.pf)?;
-        let mut c = Client::new(SocketTransport::open(NETLINK_ROUTE)?);
-        let before = vf::read(&mut c, pf_index, VF)?.context("PF reports no VF 2")?;
-        Ok(Fixture { root, state, pod: None, pf_index, before })
+        let mut c = RouteSocket::open_here()?;
+        let before = vf::read(&mut c, pf_index, vf_n)?.with_context(|| format!("PF reports no VF {vf_n}"))?;
+        Ok(Fixture { root, state, pod: None, pf_index, vf: vf_n, vf_pci, before })
     }
 
     fn pod(&mut self, name: &str) -> anyhow::Result<PathBuf> {
@@ -85,8 +109,8 @@ impl Fixture {
     }
 
     fn vf_now(&self) -> anyhow::Result<VfState> {
-        let mut c = Client::new(SocketTransport::open(NETLINK_ROUTE)?);
-        vf::read(&mut c, self.pf_index, VF)?.context("PF reports no VF 2")
+        let mut c = RouteSocket::open_here()?;
+        vf::read(&mut c, self.pf_index, self.vf)?.with_context(|| format!("PF reports no VF {}", self.vf))
     }
 
     /// Runs the plugin; returns (exit status, stdout JSON or Null, stderr).
@@ -121,7 +145,7 @@ impl Fixture {
             "cniVersion": "1.1.0",
             "name": "lab-rdma",
             "type": "kube-rdma-cni",
-            "deviceID": VF_PCI,
+            "deviceID": self.vf_pci,
             "vlan": 3001,
             "vlanQoS": 4,
             "vlanProto": "802.1ad",
@@ -142,8 +166,8 @@ impl Drop for Fixture {
         let _ = iproute2("ip", &["link", "del", VF_NETDEV]);
         let _ = iproute2("ip", &["link", "del", "labvf2p"]);
         self.pod.take();
-        if let Ok(mut c) = SocketTransport::open(NETLINK_ROUTE).map(Client::new) {
-            let _ = vf::apply(&mut c, self.pf_index, VF, &self.want_undo());
+        if let Ok(mut c) = RouteSocket::open_here() {
+            let _ = vf::apply(&mut c, self.pf_index, self.vf, &self.want_undo());
         }
         if let Some(p) = self.root.parent() {
             let _ = std::fs::remove_dir_all(p);
@@ -212,10 +236,13 @@ fn add_check_del(lab: &Lab) -> anyhow::Result<String> {
     check_eq!("result sandbox", iface["sandbox"].as_str().map(PathBuf::from), Some(netns.clone()));
     anyhow::ensure!(links_in(Some("lab-cni-auto"))?.contains(&POD_IF.to_string()), "{POD_IF} not in the pod");
     anyhow::ensure!(!links_in(None)?.contains(&VF_NETDEV.to_string()), "{VF_NETDEV} still on the host");
+    // `mac` is the VF's administrative MAC too (sriov-cni), and the netdev's in the pod.
+    let pod_mac = iproute2("ip", &["-n", "lab-cni-auto", "-j", "link", "show", "dev", POD_IF])?;
+    anyhow::ensure!(pod_mac.contains("02:00:00:aa:bb:02"), "netdev MAC in the pod: {pod_mac}");
     let got = f.vf_now()?;
     let want = VfState {
         vf: VF,
-        mac: f.before.mac,
+        mac: [0x02, 0, 0, 0xaa, 0xbb, 0x02],
         vlan: VfVlanSetting { id: 3001, qos: 4, ad: true },
         spoofchk: Some(false),
         trust: Some(true),
@@ -226,7 +253,9 @@ fn add_check_del(lab: &Lab) -> anyhow::Result<String> {
     check_eq!("VF 2 after ADD (kernel)", got, want);
     anyhow::ensure!(rxe_in_init_net(lab)?, "{} left init_net in shared mode", lab.rxe);
 
-    let (rc, out, err) = f.cni(lab, "CHECK", &netns, &conf)?;
+    let mut check = conf.clone();
+    check["prevResult"] = out.clone();
+    let (rc, out, err) = f.cni(lab, "CHECK", &netns, &check)?;
     anyhow::ensure!(rc == 0, "CHECK exit {rc}: {out} {}", err.trim());
 
     let (rc, out, err) = f.cni(lab, "DEL", &netns, &conf)?;
@@ -242,7 +271,7 @@ fn add_check_del(lab: &Lab) -> anyhow::Result<String> {
     check_eq!("VF 2 after DEL (kernel)", f.vf_now()?, f.before);
     let (rc, out, err) = f.cni(lab, "DEL", &netns, &conf)?;
     anyhow::ensure!(rc == 0, "second DEL exit {rc}: {out} {}", err.trim());
-    Ok(format!("ADD: vlan 3001 qos 4 802.1ad spoofchk off trust on rate 100/4000 enable on {} VF {VF}, {VF_NETDEV} -> pod {POD_IF}, rxe stays (shared); CHECK ok; DEL restored", lab.pf))
+    Ok(format!("ADD: mac 02:00:00:aa:bb:02 vlan 3001 qos 4 802.1ad spoofchk off trust on rate 100/4000 enable on {} VF {VF}, {VF_NETDEV} -> pod {POD_IF}, rxe stays (shared); CHECK ok; DEL restored", lab.pf))
 }
 
 /// `rdma: required` while the subsystem is shared: a clear error before anything is touched.
@@ -311,4 +340,40 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
         }
     }
     out
+}
+
+/// A VF bound to a userspace driver (vfio-pci): ADD sets the PF-side attributes on the real netdevsim VF,
+/// moves nothing, and reports the interface with the configured MAC (sriov-cni's "DPDK mode"); CHECK
+/// verifies the attributes; DEL restores them.
+fn userspace_vf(lab: &Lab) -> anyhow::Result<String> {
+    let mut f = Fixture::userspace(lab, "dpdk")?;
+    let netns = f.pod("lab-cni-dpdk")?;
+    let host_before = links_in(None)?;
+    let conf = f.conf("auto");
+    let (rc, out, err) = f.cni(lab, "ADD", &netns, &conf)?;
+    anyhow::ensure!(rc == 0, "ADD exit {rc}: {out} {}", err.trim());
+    let iface = &out["interfaces"][0];
+    check_eq!("result name", iface["name"].as_str(), Some(POD_IF));
+    check_eq!("result pciID", iface["pciID"].as_str(), Some(f.vf_pci.as_str()));
+    check_eq!("result mac", iface["mac"].as_str(), Some("02:00:00:aa:bb:02"));
+    check_eq!(
+        "links in the pod",
+        links_in(Some("lab-cni-dpdk"))?.into_iter().filter(|l| l != "lo").count(),
+        0
+    );
+    check_eq!("host links", links_in(None)?, host_before);
+    let got = f.vf_now()?;
+    check_eq!("VF 1 vlan", got.vlan, VfVlanSetting { id: 3001, qos: 4, ad: true });
+    check_eq!("VF 1 admin MAC", got.mac, [0x02, 0, 0, 0xaa, 0xbb, 0x02]);
+    check_eq!("VF 1 trust", got.trust, Some(true));
+    let mut check = conf.clone();
+    check["prevResult"] = out.clone();
+    let (rc, out2, err) = f.cni(lab, "CHECK", &netns, &check)?;
+    anyhow::ensure!(rc == 0, "CHECK exit {rc}: {out2} {}", err.trim());
+    let (rc, out2, err) = f.cni(lab, "DEL", &netns, &conf)?;
+    anyhow::ensure!(rc == 0, "DEL exit {rc}: {out2} {}", err.trim());
+    check_eq!("VF 1 after DEL (kernel)", f.vf_now()?, f.before);
+    Ok(format!(
+        "VF {USERSPACE_VF} (vfio-pci): PF-side attributes set and restored, nothing moved, mac in the result"
+    ))
 }

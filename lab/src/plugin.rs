@@ -99,6 +99,9 @@ fn health(lab: &Lab) -> anyhow::Result<String> {
             devinfo_dir: devinfo.clone(),
             metrics_addr: None,
             link_events: true,
+            // No kubelet in the lab VM: nothing to ask.
+            pod_resources: None,
+            pod_resources_interval: Duration::from_secs(10),
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let d = tokio::spawn(daemon::run(opts, async {

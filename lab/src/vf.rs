@@ -6,7 +6,7 @@ use crate::check_eq;
 use crate::harness::{Lab, Test};
 use crate::util::{ifindex, iproute2, mac_str};
 use anyhow::Context;
-use nic::netlink::transport::{Client, SocketTransport, NETLINK_ROUTE};
+use nic::netlink::link::RouteSocket;
 use nic::netlink::vf::{self, VfLink, VfSettings, VfState, VfVlanSetting};
 
 pub fn tests() -> Vec<Test> {
@@ -17,11 +17,11 @@ pub fn tests() -> Vec<Test> {
     ]
 }
 
-fn client() -> anyhow::Result<Client<SocketTransport>> {
-    Ok(Client::new(SocketTransport::open(NETLINK_ROUTE).context("open NETLINK_ROUTE socket")?))
+fn client() -> anyhow::Result<RouteSocket> {
+    RouteSocket::open_here().context("open NETLINK_ROUTE socket")
 }
 
-fn read_vf(c: &mut Client<SocketTransport>, pf: u32, n: u32) -> anyhow::Result<VfState> {
+fn read_vf(c: &mut RouteSocket, pf: u32, n: u32) -> anyhow::Result<VfState> {
     vf::read(c, pf, n)?.with_context(|| format!("PF ifindex {pf} reports no VF {n}"))
 }
 

@@ -77,6 +77,55 @@ pub fn discover_scoped(roots: &Roots, scope: Scope) -> Inventory {
     Walk::new(roots, scope.gid_tables).run(scope.threads)
 }
 
+/// Reads PF `pf` and the VFs its `virtfnN` links name, nothing else: an
+/// [`Inventory`] holding at most that PF, what was skipped among those
+/// functions, and the node-wide `/dev` facts. Meant for
+/// [`Inventory::replace_pf`] after an event on one PF (a link change of the PF
+/// or of one of its VFs); a function the PF does not list (a new PF, VFs of a
+/// changed `sriov_numvfs` the PF has not linked yet) needs a full [`discover`].
+pub fn discover_pf(roots: &Roots, scope: Scope, pf: PciAddr) -> Inventory {
+    Walk::new(roots, scope.gid_tables).run_pf(scope.threads, pf)
+}
+
+/// Re-reads one function of `inv` in place, after a link event on its netdev:
+/// a PF's own directory (attributes, netdevs, RDMA devices; its VFs stay as
+/// they were, since a PF's link state is read from the PF), or one VF.
+/// Returns `false`, changing nothing, when that cannot be done in place: the
+/// function is not in `inv` or is gone, or its PF now has another number of
+/// VFs. Then [`discover_pf`] (or [`discover`]) is needed.
+pub fn rescan_function(roots: &Roots, scope: Scope, inv: &mut Inventory, pci: PciAddr) -> bool {
+    let walk = Walk::new(roots, scope.gid_tables);
+    let Ok(bus) = Dir::open(roots.sys("bus/pci/devices")) else { return false };
+    let Listing::Read(_, _, read) = walk.list_and_read(&bus, &pci.to_string()) else { return false };
+    match *read {
+        Read::Pf(mut new, links) => {
+            let Some(old) = inv.pfs.iter_mut().find(|p| p.pci == pci) else { return false };
+            if links.len() != old.vfs.len() || new.num_vfs != old.num_vfs {
+                return false;
+            }
+            // What only the assembly of the VFs finds stays as it was found.
+            let kept =
+                old.problems.iter().filter(|p| p.field.starts_with("virtfn") || p.field == "sriov_numvfs");
+            new.problems.extend(kept.cloned());
+            new.vfs = std::mem::take(&mut old.vfs);
+            *old = new;
+        }
+        Read::Vf(mut new, _) => {
+            let Some(old) = inv.pfs.iter_mut().flat_map(|p| p.vfs.iter_mut()).find(|v| v.pci == pci) else {
+                return false;
+            };
+            new.index = old.index;
+            new.pf = old.pf;
+            new.problems.extend(old.problems.iter().filter(|p| p.field == "physfn").cloned());
+            *old = new;
+        }
+        _ => return false,
+    }
+    inv.rdma_cm = walk.dev_nodes.contains("rdma_cm");
+    inv.vfio_container = walk.vfio_nodes.contains("vfio");
+    true
+}
+
 /// One PCI function as listed in `bus/pci/devices`, while it is being read.
 struct Entry<'b> {
     /// `<sysfs>/bus/pci/devices`.
@@ -117,8 +166,10 @@ struct Walk<'a> {
     bus: Option<Dir>,
     /// Listed functions: `bus/pci/devices/<bdf>` as reached (for messages).
     entries: BTreeMap<PciAddr, PathBuf>,
-    /// Names in `<dev>/infiniband/`, listed once.
+    /// Character devices in `<dev>/infiniband/`, listed once.
     dev_nodes: BTreeSet<String>,
+    /// Character devices in `<dev>/vfio/`, listed once.
+    vfio_nodes: BTreeSet<String>,
     /// `/sys/class/infiniband_verbs/*/ibdev`, read on first need.
     verbs_index: OnceLock<HashMap<String, (String, PathBuf)>>,
     /// [`Scope::gid_tables`].
@@ -256,12 +307,14 @@ fn private_fd_table() {
 
 impl<'a> Walk<'a> {
     fn new(roots: &'a Roots, gid_tables: bool) -> Self {
-        let dev_nodes = sysfs::list_dir(&roots.dev("infiniband")).unwrap_or_default().into_iter().collect();
+        let dev_nodes = char_devices(&roots.dev("infiniband"));
+        let vfio_nodes = char_devices(&roots.dev("vfio"));
         Walk {
             roots,
             bus: None,
             entries: BTreeMap::new(),
             dev_nodes,
+            vfio_nodes,
             verbs_index: OnceLock::new(),
             gid_tables,
         }
@@ -270,10 +323,45 @@ impl<'a> Walk<'a> {
     fn run(mut self, threads: usize) -> Inventory {
         let mut inv = Inventory { gid_tables_skipped: !self.gid_tables, ..Inventory::default() };
         let names = self.list_bus(&mut inv);
+        self.assemble(inv, &names, threads, true)
+    }
+
+    /// One PF and the functions its `virtfnN` links name.
+    fn run_pf(mut self, threads: usize, pf: PciAddr) -> Inventory {
+        let mut inv = Inventory { gid_tables_skipped: !self.gid_tables, ..Inventory::default() };
+        let bus = match Dir::open(self.roots.sys("bus/pci/devices")) {
+            Ok(b) => b,
+            Err(e) if e.is_not_found() => return self.assemble(inv, &[], threads, false),
+            Err(e) => {
+                inv.skipped.push(Skipped { device: "bus/pci/devices".into(), reason: e.to_string() });
+                return self.assemble(inv, &[], threads, false);
+            }
+        };
+        let name = pf.to_string();
+        let mut names = vec![name.clone()];
+        if let Ok(dir) = bus.open_at(&name) {
+            for l in dir.list().unwrap_or_default().iter().filter(|n| n.starts_with("virtfn")) {
+                if let Ok(t) = dir.read_link(l) {
+                    if let Some(vf) = t.file_name().and_then(|n| n.to_str()) {
+                        names.push(vf.to_string());
+                    }
+                }
+            }
+        }
+        names.sort();
+        names.dedup();
+        self.bus = Some(bus);
+        self.assemble(inv, &names, threads, false)
+    }
+
+    /// Reads the functions `names` of `bus/pci/devices` and assembles them;
+    /// `full`: the walk saw every function, so RDMA devices nobody claimed are
+    /// read from the class directory too.
+    fn assemble(mut self, mut inv: Inventory, names: &[String], threads: usize, full: bool) -> Inventory {
         // Each function is listed and read on a worker; the results are merged
         // below in name order, as a serial walk would have met them.
         let listings = match &self.bus {
-            Some(bus) => parallel_map(&names, threads, |name| self.list_and_read(bus, name)),
+            Some(bus) => parallel_map(names, threads, |name| self.list_and_read(bus, name)),
             None => vec![],
         };
         let mut reads: BTreeMap<PciAddr, Read> = BTreeMap::new();
@@ -384,9 +472,12 @@ impl<'a> Walk<'a> {
             seen.extend(pf.rdma.iter().chain(pf.vfs.iter().flat_map(|v| &v.rdma)).map(|r| r.name.clone()));
         }
         seen.extend(inv.hcas.iter().map(|h| h.rdma.name.clone()));
-        self.read_unattached_rdma(&seen, &mut inv);
+        if full {
+            self.read_unattached_rdma(&seen, &mut inv);
+        }
         inv.rdma_cm = self.dev_nodes.contains("rdma_cm");
         inv.irdma_roce_ena = self.irdma_roce_ena(&mut inv);
+        inv.vfio_container = self.vfio_nodes.contains("vfio");
         inv
     }
 
@@ -579,10 +670,39 @@ impl<'a> Walk<'a> {
         let rdma = self.rdma_of(e, &netdevs);
         let netdev = if netdevs.is_empty() { None } else { Some(netdevs.swap_remove(0)) };
         let pf = physfn.as_ref().ok().and_then(|t| pci_of(t)).unwrap_or(a);
+        let vfio = if driver.as_deref() == Some(VFIO_PCI) { self.vfio_group(e, &mut problems) } else { None };
         Read::Vf(
-            Vf { index: 0, pci: a, pf, vendor, device, driver, numa_node, netdev, rdma, problems },
+            Vf { index: 0, pci: a, pf, vendor, device, driver, numa_node, netdev, rdma, vfio, problems },
             physfn,
         )
+    }
+
+    /// `/dev/vfio/<N>` of a function whose `iommu_group` link points at
+    /// `…/kernel/iommu_groups/<N>` (Documentation/ABI/testing/sysfs-kernel-iommu_groups,
+    /// Documentation/driver-api/vfio.rst).
+    fn vfio_group(&self, e: &Entry<'_>, problems: &mut Vec<Problem>) -> Option<CharDev> {
+        let group = match e.dir.link_name("iommu_group") {
+            Ok(g) => g,
+            Err(err) => {
+                problems.push(problem(
+                    "iommu_group",
+                    format!("bound to {VFIO_PCI} without an IOMMU group: {err}"),
+                ));
+                return None;
+            }
+        };
+        if group.is_empty() || !group.bytes().all(|b| b.is_ascii_digit()) {
+            let p = e.dir.join("iommu_group");
+            problems.push(problem("iommu_group", format!("{p:?} -> {group:?}: not an IOMMU group number")));
+            return None;
+        }
+        let present = self.vfio_nodes.contains(&group);
+        Some(CharDev {
+            node_path: Path::new("/dev/vfio").join(&group),
+            name: group,
+            major_minor: None,
+            present,
+        })
     }
 
     /// Functions that are neither PF nor VF: GPUs and RDMA HCAs without SR-IOV.
@@ -652,7 +772,7 @@ impl<'a> Walk<'a> {
     fn rdma_of(&self, e: &Entry<'_>, netdevs: &[Netdev]) -> Vec<RdmaDev> {
         // Where the RDMA devices hang, relative to the function's directory.
         let mut bases: Vec<(&Path, RdmaVia)> = vec![];
-        if e.has("infiniband") {
+        if e.has("infiniband") || e.has("infiniband_verbs") {
             bases.push((Path::new(""), RdmaVia::Direct));
         }
         for n in e.names.iter().filter(|n| is_rdma_aux(n)) {
@@ -660,21 +780,41 @@ impl<'a> Walk<'a> {
         }
         let mut out = vec![];
         for (base, via) in bases {
-            let (names, ibdir) = match e.dir.open_at(base.join("infiniband")).and_then(|d| Ok((d.list()?, d)))
-            {
-                Ok(n) => n,
-                Err(err) if err.is_not_found() => continue, // aux device without RDMA registered
+            // The `infiniband` class is namespace-tagged: a device moved into
+            // another netns leaves this directory empty (or absent) while its
+            // `infiniband_verbs/uverbsN` sibling stays and names it in `ibdev`.
+            let visible = match e.dir.open_at(base.join("infiniband")).and_then(|d| Ok((d.list()?, d))) {
+                Ok(n) => Some(n),
+                Err(err) if err.is_not_found() => None,
                 Err(err) => {
                     tracing::debug!(error = %err, "infiniband directory unreadable");
                     continue;
                 }
             };
-            if names.is_empty() {
-                continue;
-            }
             let chars = CharDevs::scan(&e.dir, base, &self.dev_nodes);
-            for name in names {
-                out.push(self.read_rdma(&ibdir, name, via.clone(), &chars, netdevs));
+            let mut shown = BTreeSet::new();
+            if let Some((names, ibdir)) = visible {
+                for name in names {
+                    shown.insert(name.clone());
+                    out.push(self.read_rdma(&ibdir, name, via.clone(), &chars, netdevs));
+                }
+            }
+            let mut hidden: Vec<&String> = chars.verbs.keys().filter(|n| !shown.contains(*n)).collect();
+            hidden.sort();
+            for name in hidden {
+                out.push(RdmaDev {
+                    name: name.clone(),
+                    via: via.clone(),
+                    node_guid: None,
+                    uverbs: chars.verbs.get(name).cloned(),
+                    umad: chars.umad.get(name).cloned().unwrap_or_default(),
+                    issm: chars.issm.get(name).cloned().unwrap_or_default(),
+                    ports: vec![],
+                    // node_type is hidden with the device; the pod's side knows.
+                    protocol: None,
+                    in_other_netns: true,
+                    problems: chars.problems.clone(),
+                });
             }
         }
         out
@@ -720,7 +860,7 @@ impl<'a> Walk<'a> {
         }
         .ok()
         .flatten();
-        RdmaDev { name, via, node_guid, uverbs, umad, issm, ports, protocol, problems }
+        RdmaDev { name, via, node_guid, uverbs, umad, issm, ports, protocol, in_other_netns: false, problems }
     }
 
     /// `/sys/class/infiniband_verbs/*/ibdev`, for kernels or layouts where the
@@ -802,6 +942,20 @@ impl<'a> Walk<'a> {
             });
         }
     }
+}
+
+/// The driver that hands a function to userspace through VFIO.
+const VFIO_PCI: &str = "vfio-pci";
+
+/// Names of the character devices in `dir` (a missing directory has none). A
+/// regular file or a directory of that name is not a device a container could use.
+fn char_devices(dir: &Path) -> BTreeSet<String> {
+    use std::os::unix::fs::FileTypeExt;
+    let Ok(rd) = std::fs::read_dir(dir) else { return BTreeSet::new() };
+    rd.flatten()
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_char_device()))
+        .filter_map(|e| e.file_name().into_string().ok())
+        .collect()
 }
 
 /// Char devices next to the RDMA devices of one parent (PCI function or aux device).

@@ -20,8 +20,12 @@ pub struct Inventory {
     pub hcas: Vec<Hca>,
     /// GPUs (PCI class 0x0302 / 0x0300 from vendor 10de), for GPU affinity.
     pub gpus: Vec<Gpu>,
-    /// `/dev/infiniband/rdma_cm` exists under the dev root.
+    /// `/dev/infiniband/rdma_cm` exists under the dev root (as a character device).
     pub rdma_cm: bool,
+    /// `/dev/vfio/vfio`, the VFIO container device, exists under the dev root
+    /// (as a character device).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub vfio_container: bool,
     /// Devices that were seen but could not be modelled at all, with the reason.
     pub skipped: Vec<Skipped>,
     /// GID tables were not read ([`crate::discover::Scope::gid_tables`]): every
@@ -145,10 +149,29 @@ pub struct Vf {
     pub numa_node: Option<u32>,
     /// The VF netdev on the host; `None` when moved into a pod or bound to a userspace driver.
     pub netdev: Option<Netdev>,
-    /// RDMA devices of the VF.
+    /// RDMA devices of the VF, including ones moved into another network
+    /// namespace ([`RdmaDev::in_other_netns`]).
     pub rdma: Vec<RdmaDev>,
+    /// For a VF bound to `vfio-pci`: its VFIO group device, `/dev/vfio/<N>` for
+    /// the IOMMU group `N` its `iommu_group` link names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vfio: Option<CharDev>,
     /// Fields that could not be read.
     pub problems: Vec<Problem>,
+}
+
+impl Vf {
+    /// The VF's netdev and RDMA devices are not on the host but its function,
+    /// driver and RDMA char devices are: the CNI moved them into a pod's network
+    /// namespace. (The `net` and `infiniband` sysfs classes are
+    /// namespace-tagged; `infiniband_verbs` and `/dev/infiniband` are not.) In
+    /// shared RDMA netns mode only the netdev moves; the RDMA device stays visible.
+    pub fn moved_into_netns(&self) -> bool {
+        self.netdev.is_none()
+            && self.driver.is_some()
+            && !self.rdma.is_empty()
+            && self.rdma.iter().all(|r| r.uverbs.as_ref().is_some_and(|u| u.present))
+    }
 }
 
 /// How an RDMA device hangs off its PCI function.
@@ -185,6 +208,13 @@ pub struct RdmaDev {
     /// `None`: unreadable, with a problem.
     #[serde(default)]
     pub protocol: Option<RdmaProtocol>,
+    /// The device is not in this network namespace: in exclusive RDMA netns
+    /// mode it was moved into another one (a pod's), so the namespace-tagged
+    /// `infiniband` class hides it. It is known only from its char devices
+    /// (`infiniband_verbs/uverbsN/ibdev` names it): `node_guid` is `None` and
+    /// `ports` is empty.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub in_other_netns: bool,
     /// Fields that could not be read.
     pub problems: Vec<Problem>,
 }
@@ -245,7 +275,8 @@ pub struct CharDev {
     pub node_path: PathBuf,
     /// `major:minor` from sysfs `dev`, when readable.
     pub major_minor: Option<(u32, u32)>,
-    /// The node exists under the dev root we were pointed at.
+    /// The node exists under the dev root we were pointed at, as a character
+    /// device (a regular file of that name does not count).
     pub present: bool,
 }
 
@@ -345,6 +376,54 @@ impl Inventory {
     /// The PF at `pci`.
     pub fn pf(&self, pci: PciAddr) -> Option<&Pf> {
         self.pfs.iter().find(|pf| pf.pci == pci)
+    }
+
+    /// The PF a netdev belongs to: its own netdev or one of its VFs'.
+    pub fn pf_of_netdev(&self, name: &str) -> Option<PciAddr> {
+        self.pfs
+            .iter()
+            .find(|pf| {
+                pf.netdevs.iter().any(|n| n.name == name)
+                    || pf.vfs.iter().any(|v| v.netdev.as_ref().is_some_and(|n| n.name == name))
+            })
+            .map(|pf| pf.pci)
+    }
+
+    /// The PF or VF whose netdev `name` is, as `(its PF, the function)`.
+    pub fn function_of_netdev(&self, name: &str) -> Option<(PciAddr, PciAddr)> {
+        self.pfs.iter().find_map(|pf| {
+            if pf.netdevs.iter().any(|n| n.name == name) {
+                return Some((pf.pci, pf.pci));
+            }
+            let vf = pf.vfs.iter().find(|v| v.netdev.as_ref().is_some_and(|n| n.name == name))?;
+            Some((pf.pci, vf.pci))
+        })
+    }
+
+    /// Replaces what this inventory says about PF `pci` with `part`, a walk of
+    /// that PF alone ([`crate::discover::discover_pf`]): the PF (removed when
+    /// `part` no longer has it), and the skipped entries of its functions.
+    /// Everything else stays as it was.
+    pub fn replace_pf(&mut self, pci: PciAddr, part: Inventory) {
+        let old_vfs: Vec<String> =
+            self.pf(pci).map(|p| p.vfs.iter().map(|v| v.pci.to_string()).collect()).unwrap_or_default();
+        let new_pf = part.pfs.into_iter().find(|p| p.pci == pci);
+        let mine = |d: &str| d == pci.to_string() || old_vfs.iter().any(|v| v == d);
+        self.skipped.retain(|s| !mine(&s.device));
+        self.skipped.extend(part.skipped);
+        match (self.pfs.iter().position(|p| p.pci == pci), new_pf) {
+            (Some(i), Some(p)) => self.pfs[i] = p,
+            (Some(i), None) => {
+                self.pfs.remove(i);
+            }
+            (None, Some(p)) => {
+                let at = self.pfs.partition_point(|q| q.pci < p.pci);
+                self.pfs.insert(at, p);
+            }
+            (None, None) => {}
+        }
+        self.rdma_cm = part.rdma_cm;
+        self.vfio_container = part.vfio_container;
     }
 }
 

@@ -13,6 +13,7 @@ pub mod inventory;
 pub mod netlink;
 pub mod netns;
 pub mod pci;
+pub mod prepared;
 pub mod roce;
 pub mod roots;
 pub mod sim;

@@ -37,7 +37,7 @@ pub mod write;
 
 pub use ethtool::{set_pause, set_priv_flag, EthtoolExchange};
 pub use read::observe;
-pub use remedy::{remediation, Remedy};
+pub use remedy::{command_rank, in_execution_order, remediation, Remedy};
 
 /// A value read from the node, or why there is none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -256,6 +256,9 @@ pub struct InterfaceRoce {
     /// Trust mode: the legacy OFED `qos/trust` file where it exists, else DSCP when
     /// the APP table holds DSCP entries and PCP otherwise.
     pub trust: Observed<Trust>,
+    /// NVIDIA OFED's `qos/trust` file exists: trust is set there (`mlnx_qos
+    /// --trust`), and DSCP APP entries alone do not switch mlx5 to DSCP trust.
+    pub trust_file: bool,
     /// DSCP → priority APP entries (selector 5).
     pub dscp_to_priority: Observed<BTreeMap<u8, u8>>,
     /// PFC (`struct ieee_pfc`).

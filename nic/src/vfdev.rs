@@ -100,7 +100,14 @@ pub struct VfDev {
     pub netdev: Option<String>,
     /// Its RDMA devices.
     pub rdma: Vec<String>,
+    /// The driver it is bound to (`<vf>/driver`), if any.
+    pub driver: Option<String>,
 }
+
+/// Userspace (DPDK) drivers a VF can be bound to instead of its netdev
+/// driver: it then has no netdev and is used from the pod through
+/// `/dev/vfio` or UIO (the list sriov-cni checks).
+pub const USERSPACE_DRIVERS: &[&str] = &["vfio-pci", "igb_uio", "uio_pci_generic"];
 
 /// Entry names of `path`, sorted; a missing directory has none (a VF without
 /// a netdev has no `net/`).
@@ -146,7 +153,13 @@ impl VfDev {
                 rdma.extend(names(pci, &dir.join(&e).join("infiniband"))?);
             }
         }
-        Ok(Self { pci, dir, pf, pf_dir, index, netdev, rdma })
+        let driver = sysfs::link_name(&dir.join("driver")).ok();
+        Ok(Self { pci, dir, pf, pf_dir, index, netdev, rdma, driver })
+    }
+
+    /// Whether it is bound to a userspace driver ([`USERSPACE_DRIVERS`]).
+    pub fn userspace(&self) -> bool {
+        self.driver.as_deref().is_some_and(|d| USERSPACE_DRIVERS.contains(&d))
     }
 
     /// The PF's netdev name (needed only for PF-side VF attributes).
@@ -200,6 +213,19 @@ mod tests {
         let e = VfDev::lookup(&sim.roots(), none).unwrap_err();
         assert!(e.to_string().starts_with("device 0000:ee:00.1: no such PCI device"), "{e}");
         assert_eq!(e.pci(), none);
+    }
+
+    #[test]
+    fn a_vfio_vf_has_no_netdev_and_a_userspace_driver() {
+        let mut desc = big_node(1, 4);
+        desc.adapters[0].pfs[0].vfs_vfio = vec![1];
+        let sim = Sim::materialise(&desc).unwrap();
+        let inv = crate::discover(&sim.roots());
+        let (vfio, kernel) = (&inv.pfs[0].vfs[1], &inv.pfs[0].vfs[2]);
+        let v = VfDev::lookup(&sim.roots(), vfio.pci).unwrap();
+        assert_eq!((v.netdev.as_deref(), v.driver.as_deref(), v.userspace()), (None, Some("vfio-pci"), true));
+        let k = VfDev::lookup(&sim.roots(), kernel.pci).unwrap();
+        assert!(!k.userspace() && k.driver.is_some(), "{:?}", k.driver);
     }
 
     #[test]

@@ -2,9 +2,9 @@
 //! observe + checks + status. Target: < 50 ms. Run: `cargo bench -p kube-rdma-operator --bench agent`.
 use std::time::{Duration, Instant};
 
-use kube_rdma_operator::agent::evaluate;
 use kube_rdma_operator::checks::default_profile;
 use kube_rdma_operator::fixtures::SimNode;
+use kube_rdma_operator::status::evaluate;
 
 const TARGET: Duration = Duration::from_millis(50);
 

@@ -1,550 +1,49 @@
-//! The node agent: observe → checks → fingerprint → publish.
+//! The node agent's loop: watches in, passes, writes out.
 //!
-//! One pass ([`evaluate`]) is pure given the observed [`NodeRoce`]; the loop around
-//! it ([`Agent::run`]) reads the node on a poll (default 30 s) and whenever the
-//! kernel reports a link or DCB change, then publishes through [`Publisher`]:
-//! server-side apply of the `RdmaNodeState` status only when the fingerprint
-//! changed, the `kuberdma.io/roce-ready` node label when readiness flips, and a
-//! Kubernetes Event when new checks start failing. API errors that can pass
-//! (409 conflict, 429, 5xx, transport) are retried with exponential backoff.
+//! Inputs: three watches (its own `Node`, metadata only; its own `RdmaNodeState`;
+//! the `RoceProfile`s, each decoded on its own so one bad profile is skipped), the
+//! kernel's link/DCB notifications for the interfaces it checks, and a local poll
+//! (default 30 s ± 10 %) that re-reads the node without any API request.
+//!
+//! A pass reads the node when it may have changed, evaluates it against the
+//! profile that applies ([`crate::status::evaluate`], pure), enforces in `Enforce`
+//! mode, and hands the result to the [`Publisher`], which writes only what the
+//! server does not already show. An idle node costs one request per heartbeat
+//! (default every 10 min, + up to 10 % jitter) beyond its open watches.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
-use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
-use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
-use kube::{Client, Resource, ResourceExt};
-use nic::roce::{observe, DcbSource, InterfaceRoce, NodeRoce, ObserveOpts, Observed};
-use nic::Roots;
-use serde_json::json;
+use kube::api::{Api, DynamicObject};
+use kube::core::PartialObjectMeta;
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use kube::{Client, ResourceExt};
+use nic::netlink::events::RtnlEvent;
+use nic::roce::NodeRoce;
 use tokio::sync::mpsc;
 
-use crate::checks::{self, check_node, is_ready, map_str, prio_str};
-use crate::crd::{
-    Check, CheckResult, Condition, DscpMapping, InterfaceState, RdmaNodeState, RdmaNodeStateSpec,
-    RdmaNodeStateStatus, RoceProfile, Summary, Unavailable, AGENT_MANAGER, READY_LABEL,
-};
-use crate::enforce;
-use crate::metrics;
+use crate::api::{chain, watch_error_kind, ApiError, Backoff};
+use crate::crd::{Mode, RdmaNodeState, RdmaNodeStateStatus, RoceProfile, RoceProfileSpec};
+use crate::health::Health;
+use crate::profiles::{decode, profile_resource, select_profile, BadProfile, ProfileSet};
+use crate::publish::{Published, Publisher, Seen};
+use crate::source::NodeSource;
+use crate::status::{evaluate, fingerprint, now_rfc3339};
+use crate::{enforce, jitter, metrics};
 
-/// Errors of the agent loop.
+/// Errors of one agent pass.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// A Kubernetes API call failed (after retries where it could pass).
-    #[error("{op}: {source}")]
-    Api {
-        /// What was being done, e.g. `apply rdmanodestates/node-a status`.
-        op: String,
-        /// The client error.
-        #[source]
-        source: kube::Error,
-    },
+    #[error(transparent)]
+    Api(#[from] ApiError),
     /// Reading the node panicked or the blocking task was cancelled.
     #[error("reading the node failed: {0}")]
     Observe(String),
-}
-
-/// Where the node is read from.
-#[derive(Debug, Clone)]
-pub struct NodeSource {
-    /// sysfs and dev roots.
-    pub roots: Roots,
-    /// DCB netlink, or the simulated node's description.
-    pub dcb: DcbSource,
-    /// Reader options.
-    pub opts: ObserveOpts,
-}
-
-impl NodeSource {
-    /// Discover and observe the node (blocking sysfs / netlink I/O).
-    pub fn read(&self) -> NodeRoce {
-        let inv = nic::discover(&self.roots);
-        observe(&self.roots, &inv, &self.dcb, &self.opts)
-    }
-}
-
-/// One agent pass, without the API server: checks of `node` against `profile`, the
-/// summary, conditions and the fingerprint. `observedAt` and condition times are left
-/// for the caller, so equal inputs give equal outputs.
-pub fn evaluate(profile: &RoceProfile, node: &NodeRoce) -> RdmaNodeStateStatus {
-    let spec = &profile.spec;
-    let checks = check_node(spec, node);
-    let interfaces: Vec<InterfaceState> = node
-        .interfaces
-        .iter()
-        .filter(|i| checks::interface_selected(spec.interface_selector.as_ref(), i))
-        .map(interface_state)
-        .collect();
-    let summary = summarize(&interfaces, &checks);
-    let conditions = conditions(&checks);
-    let mut status = RdmaNodeStateStatus {
-        observed_at: None,
-        fingerprint: String::new(),
-        profile: profile.name_any(),
-        mode: spec.mode,
-        summary,
-        interfaces,
-        checks,
-        conditions,
-        enforcement: Vec::new(),
-    };
-    status.fingerprint = fingerprint(&status);
-    status
-}
-
-/// FNV-1a 64 of everything but time and the fingerprint itself: stable across
-/// processes and Rust versions (unlike `DefaultHasher`).
-pub fn fingerprint(status: &RdmaNodeStateStatus) -> String {
-    let mut s = status.clone();
-    s.observed_at = None;
-    s.fingerprint.clear();
-    for c in &mut s.conditions {
-        c.last_transition_time = None;
-    }
-    let bytes = serde_json::to_vec(&s).unwrap_or_default();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
-}
-
-/// The CRD view of one observed interface (counters stay in metrics, so the status
-/// changes only when a setting does).
-pub fn interface_state(i: &InterfaceRoce) -> InterfaceState {
-    let mut un = Vec::new();
-    fn take<T: Clone>(un: &mut Vec<Unavailable>, field: &str, o: &Observed<T>) -> Option<T> {
-        match o {
-            Observed::Value(v) => Some(v.clone()),
-            Observed::Unsupported(r) => {
-                un.push(Unavailable {
-                    field: field.into(),
-                    state: CheckResult::Unsupported,
-                    reason: r.clone(),
-                });
-                None
-            }
-            Observed::Unknown(r) => {
-                un.push(Unavailable { field: field.into(), state: CheckResult::Unknown, reason: r.clone() });
-                None
-            }
-        }
-    }
-    let dcbx = take(&mut un, "dcbx", &i.dcbx).map(|d| match d {
-        nic::roce::DcbxMode::Os => "os".to_string(),
-        nic::roce::DcbxMode::Firmware => "firmware".to_string(),
-    });
-    let dscp = take(&mut un, "dscpToPriority", &i.dscp_to_priority)
-        .map(|m| m.into_iter().map(|(dscp, priority)| DscpMapping { dscp, priority }).collect());
-    let cnp = take(&mut un, "cnp", &i.cnp);
-    InterfaceState {
-        name: i.netdev.clone(),
-        pci: i.pci.map(|p| p.to_string()),
-        driver: i.driver.clone(),
-        rdma_device: i.rdma_dev.clone(),
-        speed_mbps: take(&mut un, "speedMbps", &i.speed_mbps),
-        mtu: take(&mut un, "mtu", &i.mtu),
-        active_mtu: take(&mut un, "activeMtu", &i.active_mtu),
-        operstate: take(&mut un, "operstate", &i.operstate),
-        dcbx,
-        trust: take(&mut un, "trust", &i.trust).map(|t| t.as_str().to_string()),
-        dscp_to_priority: dscp,
-        pfc_priorities: take(&mut un, "pfcPriorities", &i.pfc).map(|p| p.enabled_priorities()),
-        ets_bandwidth: take(&mut un, "etsBandwidth", &i.ets).map(|e| e.tc_tx_bw.to_vec()),
-        global_pause: take(&mut un, "globalPause", &i.global_pause),
-        ecn_priorities: take(&mut un, "ecnPriorities", &i.ecn),
-        cnp_dscp: cnp.map(|c| c.dscp),
-        cnp_priority: cnp.map(|c| c.priority),
-        roce_mode: take(&mut un, "roceMode", &i.roce_mode),
-        tos: take(&mut un, "tos", &i.tos),
-        gid_index: take(&mut un, "gidIndex", &i.gid_index),
-        port_state: take(&mut un, "portState", &i.port_state),
-        num_vfs: take(&mut un, "numVfs", &i.num_vfs),
-        total_vfs: take(&mut un, "totalVfs", &i.total_vfs),
-        fw_lldp_agent: match &i.fw_lldp_agent {
-            // Not an E810: nothing to report, and not a problem.
-            Observed::Unsupported(_) => None,
-            o => take(&mut un, "fwLldpAgent", o),
-        },
-        unavailable: un,
-    }
-}
-
-fn joined<T>(
-    ifs: &[InterfaceState],
-    f: impl Fn(&InterfaceState) -> Option<T>,
-    show: impl Fn(T) -> String,
-) -> String {
-    let vals: BTreeSet<String> = ifs.iter().map(|i| f(i).map(&show).unwrap_or_else(|| "?".into())).collect();
-    if vals.is_empty() {
-        return "-".into();
-    }
-    vals.into_iter().collect::<Vec<_>>().join(",")
-}
-
-/// Printer-column summary.
-pub fn summarize(ifs: &[InterfaceState], checks: &[Check]) -> Summary {
-    let pass = checks.iter().filter(|c| c.result == CheckResult::Pass).count();
-    let counted = checks.iter().filter(|c| c.result != CheckResult::NotApplicable).count();
-    Summary {
-        ready: if node_ready(checks) { "True" } else { "False" }.into(),
-        pass_total: format!("{pass}/{counted}"),
-        pfc: joined(ifs, |i| i.pfc_priorities.clone(), |v| prio_str(&v)),
-        trust: joined(ifs, |i| i.trust.clone(), |t| t),
-        ecn: joined(ifs, |i| i.ecn_priorities.clone(), |v| prio_str(&v)),
-        mtu: joined(ifs, |i| i.mtu, |m| m.to_string()),
-        roce: joined(
-            ifs,
-            |i| i.roce_mode.clone(),
-            |m| {
-                if m.contains("v2") {
-                    "v2".into()
-                } else if m.contains("v1") {
-                    "v1".into()
-                } else {
-                    m
-                }
-            },
-        ),
-    }
-}
-
-/// Ready: at least one interface checked and nothing fails.
-pub fn node_ready(checks: &[Check]) -> bool {
-    !checks.is_empty() && is_ready(checks)
-}
-
-/// RoceReady, Drifted, Degraded.
-pub fn conditions(checks: &[Check]) -> Vec<Condition> {
-    let failing: Vec<String> = checks
-        .iter()
-        .filter(|c| c.result == CheckResult::Fail)
-        .map(|c| format!("{}/{}", c.interface, c.name))
-        .collect();
-    let unknown: Vec<String> = checks
-        .iter()
-        .filter(|c| c.result == CheckResult::Unknown)
-        .map(|c| format!("{}/{}", c.interface, c.name))
-        .collect();
-    let ready = node_ready(checks);
-    let cond = |t: &str, on: bool, reason: &str, message: String| Condition {
-        type_: t.into(),
-        status: if on { "True" } else { "False" }.into(),
-        reason: reason.into(),
-        message,
-        last_transition_time: None,
-    };
-    vec![
-        cond(
-            "RoceReady",
-            ready,
-            if ready {
-                "AllChecksPass"
-            } else if checks.is_empty() {
-                "NoRoceInterfaces"
-            } else {
-                "ChecksFailing"
-            },
-            if ready { String::new() } else { failing.join(", ") },
-        ),
-        cond(
-            "Drifted",
-            !failing.is_empty(),
-            if failing.is_empty() { "InProfile" } else { "SettingsDrifted" },
-            failing.join(", "),
-        ),
-        cond(
-            "Degraded",
-            !unknown.is_empty(),
-            if unknown.is_empty() { "AllReadable" } else { "UnreadableSettings" },
-            unknown.join(", "),
-        ),
-    ]
-}
-
-/// Keeps `lastTransitionTime` of conditions whose status did not change; stamps `now` on the others.
-pub fn carry_transition_times(new: &mut [Condition], old: &[Condition], now: &str) {
-    for c in new.iter_mut() {
-        let prev = old.iter().find(|o| o.type_ == c.type_);
-        c.last_transition_time = match prev {
-            Some(p) if p.status == c.status => p.last_transition_time.clone().or_else(|| Some(now.into())),
-            _ => Some(now.into()),
-        };
-    }
-}
-
-/// The profile for a node: the first (by name) whose `nodeSelector` matches the
-/// node's labels, else [`checks::default_profile`].
-pub fn select_profile(
-    profiles: &[RoceProfile],
-    labels: &std::collections::BTreeMap<String, String>,
-) -> RoceProfile {
-    let mut matching: Vec<&RoceProfile> =
-        profiles.iter().filter(|p| selector_matches(&p.spec.node_selector, labels)).collect();
-    matching.sort_by_key(|p| p.name_any());
-    if matching.len() > 1 {
-        tracing::warn!(
-            chosen = %matching[0].name_any(),
-            others = ?matching[1..].iter().map(|p| p.name_any()).collect::<Vec<_>>(),
-            "several RoceProfiles match this node; using the first by name"
-        );
-    }
-    matching.first().map(|p| (*p).clone()).unwrap_or_else(checks::default_profile)
-}
-
-/// Every selector label must be present with the same value.
-pub fn selector_matches(
-    sel: &std::collections::BTreeMap<String, String>,
-    labels: &std::collections::BTreeMap<String, String>,
-) -> bool {
-    sel.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
-/// Retry policy for API calls.
-#[derive(Debug, Clone, Copy)]
-pub struct Backoff {
-    /// First delay.
-    pub initial: Duration,
-    /// Upper bound of one delay.
-    pub max: Duration,
-    /// Attempts in all (≥ 1).
-    pub attempts: u32,
-}
-
-impl Default for Backoff {
-    fn default() -> Self {
-        Self { initial: Duration::from_millis(500), max: Duration::from_secs(8), attempts: 5 }
-    }
-}
-
-/// Whether an API error can pass on its own: conflict, throttling, server errors, transport.
-pub fn is_retriable(e: &kube::Error) -> bool {
-    match e {
-        kube::Error::Api(s) => s.code == 409 || s.code == 429 || s.code >= 500,
-        kube::Error::HyperError(_) | kube::Error::Service(_) => true,
-        _ => false,
-    }
-}
-
-/// Runs `f` until it succeeds, fails for good, or the attempts run out; waits
-/// `initial · 2ⁿ` (capped at `max`) between attempts.
-pub async fn with_backoff<T, F, Fut>(b: Backoff, op: &str, mut f: F) -> Result<T, AgentError>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, kube::Error>>,
-{
-    let mut delay = b.initial;
-    let mut attempt = 1;
-    loop {
-        match f().await {
-            Ok(v) => return Ok(v),
-            Err(e) if attempt < b.attempts.max(1) && is_retriable(&e) => {
-                tracing::warn!(op, attempt, delay_ms = delay.as_millis() as u64, error = %e, "API call failed; retrying");
-                tokio::time::sleep(delay).await;
-                delay = (delay * 2).min(b.max);
-                attempt += 1;
-            }
-            Err(e) => return Err(AgentError::Api { op: op.into(), source: e }),
-        }
-    }
-}
-
-/// What [`Publisher::publish`] did.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Published {
-    /// The status was applied (its fingerprint changed).
-    pub status_applied: bool,
-    /// The node label was patched.
-    pub label_patched: bool,
-    /// A drift Event was posted.
-    pub event_posted: bool,
-}
-
-/// Writes the agent's results to the API server, remembering what it wrote so an
-/// unchanged node costs no requests.
-pub struct Publisher {
-    client: Client,
-    node: String,
-    node_uid: Option<String>,
-    backoff: Backoff,
-    object_applied: bool,
-    last_fingerprint: Option<String>,
-    last_ready: Option<bool>,
-    last_failing: BTreeSet<(String, String)>,
-    last_conditions: Vec<Condition>,
-}
-
-impl Publisher {
-    /// A publisher for `node`.
-    pub fn new(client: Client, node: impl Into<String>) -> Self {
-        Self {
-            client,
-            node: node.into(),
-            node_uid: None,
-            backoff: Backoff::default(),
-            object_applied: false,
-            last_fingerprint: None,
-            last_ready: None,
-            last_failing: BTreeSet::new(),
-            last_conditions: Vec::new(),
-        }
-    }
-
-    /// Replaces the retry policy.
-    pub fn with_backoff(mut self, b: Backoff) -> Self {
-        self.backoff = b;
-        self
-    }
-
-    /// The Node's uid, so the `RdmaNodeState` is owned by (and garbage-collected with) its Node.
-    pub fn set_node_uid(&mut self, uid: Option<String>) {
-        self.node_uid = uid;
-    }
-
-    /// Publishes `status` (from [`evaluate`]); `now` is RFC 3339.
-    pub async fn publish(
-        &mut self,
-        mut status: RdmaNodeStateStatus,
-        now: &str,
-    ) -> Result<Published, AgentError> {
-        let mut done = Published::default();
-        let api: Api<RdmaNodeState> = Api::all(self.client.clone());
-        let pp = PatchParams::apply(AGENT_MANAGER).force();
-        if self.last_fingerprint.as_deref() != Some(status.fingerprint.as_str()) {
-            if !self.object_applied {
-                let mut obj =
-                    RdmaNodeState::new(&self.node, RdmaNodeStateSpec { node_name: self.node.clone() });
-                if let Some(uid) = &self.node_uid {
-                    obj.meta_mut().owner_references = Some(vec![OwnerReference {
-                        api_version: "v1".into(),
-                        kind: "Node".into(),
-                        name: self.node.clone(),
-                        uid: uid.clone(),
-                        ..Default::default()
-                    }]);
-                }
-                let body = serde_json::to_value(&obj).map_err(|e| AgentError::Api {
-                    op: "serialise RdmaNodeState".into(),
-                    source: kube::Error::SerdeError(e),
-                })?;
-                let op = format!("apply rdmanodestates/{}", self.node);
-                let patch = Patch::Apply(body);
-                with_backoff(self.backoff, &op, || api.patch(&self.node, &pp, &patch)).await?;
-                self.object_applied = true;
-            }
-            status.observed_at = Some(now.to_string());
-            carry_transition_times(&mut status.conditions, &self.last_conditions, now);
-            let body = json!({
-                "apiVersion": RdmaNodeState::api_version(&()),
-                "kind": RdmaNodeState::kind(&()),
-                "status": status,
-            });
-            let op = format!("apply rdmanodestates/{} status", self.node);
-            let patch = Patch::Apply(body);
-            let r = with_backoff(self.backoff, &op, || api.patch_status(&self.node, &pp, &patch)).await;
-            if let Err(AgentError::Api { source: kube::Error::Api(s), .. }) = &r {
-                // The object was deleted under us (by hand, or by the controller): recreate it next pass.
-                if s.code == 404 {
-                    self.object_applied = false;
-                }
-            }
-            r?;
-            self.last_fingerprint = Some(status.fingerprint.clone());
-            self.last_conditions = status.conditions.clone();
-            done.status_applied = true;
-        }
-
-        let ready = status.summary.ready == "True";
-        if self.last_ready != Some(ready) {
-            let nodes: Api<Node> = Api::all(self.client.clone());
-            let body = json!({"metadata": {"labels": {READY_LABEL: ready.to_string()}}});
-            let op = format!("label nodes/{}", self.node);
-            let (patch, mp) = (Patch::Merge(body), PatchParams::default());
-            with_backoff(self.backoff, &op, || nodes.patch(&self.node, &mp, &patch)).await?;
-            self.last_ready = Some(ready);
-            done.label_patched = true;
-        }
-
-        let failing: BTreeSet<(String, String)> = status
-            .checks
-            .iter()
-            .filter(|c| c.result == CheckResult::Fail)
-            .map(|c| (c.interface.clone(), c.name.clone()))
-            .collect();
-        let new: Vec<&Check> = status
-            .checks
-            .iter()
-            .filter(|c| {
-                c.result == CheckResult::Fail
-                    && !self.last_failing.contains(&(c.interface.clone(), c.name.clone()))
-            })
-            .collect();
-        if !new.is_empty() {
-            let ev = drift_event(&self.node, self.node_uid.as_deref(), &new, now);
-            let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
-            let op = format!("post drift event for {}", self.node);
-            let pp = PostParams::default();
-            with_backoff(self.backoff, &op, || events.create(&pp, &ev)).await?;
-            done.event_posted = true;
-        }
-        self.last_failing = failing;
-        Ok(done)
-    }
-}
-
-/// An `events.k8s.io/v1` Warning about the Node: which checks started failing and how to fix them.
-pub fn drift_event(node: &str, uid: Option<&str>, new: &[&Check], now: &str) -> Event {
-    let mut note = new
-        .iter()
-        .map(|c| format!("{}/{}: want {}, have {}", c.interface, c.name, c.expected, c.actual))
-        .collect::<Vec<_>>()
-        .join("; ");
-    // The API server rejects notes over 1 kB.
-    if note.len() > 1000 {
-        let mut cut = 997;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-        note.push_str("...");
-    }
-    let time = now.parse::<Timestamp>().unwrap_or_else(|_| Timestamp::now());
-    Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{node}.roce-drift.")),
-            namespace: Some("default".into()),
-            ..Default::default()
-        },
-        event_time: Some(MicroTime(time)),
-        action: Some("CheckRoce".into()),
-        reason: Some("RoceDrift".into()),
-        note: Some(note),
-        type_: Some("Warning".into()),
-        reporting_controller: Some("kuberdma.io/agent".into()),
-        reporting_instance: Some(format!("kube-rdma-agent-{node}")),
-        regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.into()),
-            uid: uid.map(String::from),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
-}
-
-/// Current time, RFC 3339 with seconds.
-pub fn now_rfc3339() -> String {
-    Timestamp::now().round(jiff_unit_second()).unwrap_or_else(|_| Timestamp::now()).to_string()
-}
-
-fn jiff_unit_second() -> k8s_openapi::jiff::Unit {
-    k8s_openapi::jiff::Unit::Second
 }
 
 /// Agent settings.
@@ -554,64 +53,222 @@ pub struct AgentConfig {
     pub node_name: String,
     /// Where to read it.
     pub source: NodeSource,
-    /// Poll interval.
+    /// Local re-read interval (no API requests unless something changed).
     pub poll: Duration,
     /// A fixed profile (from `--profile`); otherwise profiles come from the cluster.
     pub profile: Option<RoceProfile>,
     /// Wait after a kernel event before reading, so a burst of events costs one pass.
     pub debounce: Duration,
+    /// Longest time without a status write before `lastHeartbeatTime` is refreshed.
+    pub heartbeat: Duration,
+    /// Server-side timeout of each watch request (the watch is then re-opened from
+    /// where it was, without a re-list).
+    pub watch_timeout: Duration,
 }
 
-/// The agent: one node, one publisher, the latest metrics text.
+impl AgentConfig {
+    /// Defaults for `node_name` reading `source`: poll 30 s, debounce 500 ms,
+    /// heartbeat 10 min, watch timeout 10 min.
+    pub fn new(node_name: impl Into<String>, source: NodeSource) -> Self {
+        Self {
+            node_name: node_name.into(),
+            source,
+            poll: Duration::from_secs(30),
+            profile: None,
+            debounce: Duration::from_millis(500),
+            heartbeat: HEARTBEAT,
+            watch_timeout: Duration::from_secs(600),
+        }
+    }
+}
+
+/// How often an idle agent confirms it is alive (`status.lastHeartbeatTime`).
+/// One write per node per 10 minutes is the fleet's idle API budget.
+pub const HEARTBEAT: Duration = Duration::from_secs(600);
+
+/// A pass failing on the API is retried after this, doubling up to [`RETRY_MAX`].
+const RETRY_FIRST: Duration = Duration::from_secs(5);
+const RETRY_MAX: Duration = Duration::from_secs(300);
+
+/// The agent: one node, its watches' view, the last reading, the publisher.
 pub struct Agent {
     cfg: AgentConfig,
     client: Client,
     publisher: Publisher,
     metrics: Arc<RwLock<String>>,
+    health: Health,
+    profiles: ProfileSet,
+    profiles_synced: bool,
+    reported_bad: BTreeSet<(String, Option<i64>)>,
+    observed: Option<NodeRoce>,
+    last_profile: Option<RoceProfile>,
+    failures: u32,
+}
+
+/// Kernel notifications that concern an interface the agent checks (or that
+/// notifications were lost). Other links (VF netdevs moving into pods, veths)
+/// do not start a pass.
+pub fn concerns(ev: &RtnlEvent, watched: &BTreeSet<String>) -> bool {
+    match ev {
+        RtnlEvent::Link(l) => l.name.as_ref().is_some_and(|n| watched.contains(n)),
+        RtnlEvent::Dcb(d) => d.ifname.as_ref().is_none_or(|n| watched.contains(n)),
+        RtnlEvent::Overrun => true,
+        RtnlEvent::Other { .. } => false,
+    }
+}
+
+/// One watch stream's update, as the loop consumes it.
+enum Update {
+    Node(Seen<kube::api::ObjectMeta>),
+    State(Box<Seen<RdmaNodeState>>),
+    Profiles(Seen<DynamicObject>, Option<Vec<DynamicObject>>),
+    Failed(&'static str, String),
+}
+
+/// A watch update and, for lists and deletions, the objects concerned.
+type Folded<K> = (Seen<K>, Option<Vec<K>>);
+
+/// Folds `Init`/`InitApply`/`InitDone` into one `Listed` and maps the rest.
+fn fold<K: Clone>(
+    buf: &mut Option<Vec<K>>,
+    ev: Result<Event<K>, watcher::Error>,
+) -> Option<Result<Folded<K>, watcher::Error>> {
+    match ev {
+        Err(e) => Some(Err(e)),
+        Ok(Event::Init) => {
+            *buf = Some(Vec::new());
+            None
+        }
+        Ok(Event::InitApply(o)) => {
+            buf.get_or_insert_with(Vec::new).push(o);
+            None
+        }
+        Ok(Event::InitDone) => {
+            let all = buf.take().unwrap_or_default();
+            Some(Ok((Seen::Listed(all.first().cloned()), Some(all))))
+        }
+        Ok(Event::Apply(o)) => Some(Ok((Seen::Applied(o), None))),
+        // The deleted object rides along: profiles need its name.
+        Ok(Event::Delete(o)) => Some(Ok((Seen::Deleted, Some(vec![o])))),
+    }
+}
+
+fn watch_config(field_selector: Option<&str>, timeout: Duration) -> watcher::Config {
+    let mut c = watcher::Config::default().timeout(timeout.as_secs().clamp(1, u64::from(u32::MAX)) as u32);
+    if let Some(f) = field_selector {
+        c = c.fields(f);
+    }
+    c
 }
 
 impl Agent {
     /// An agent writing through `client`.
     pub fn new(cfg: AgentConfig, client: Client) -> Self {
-        let publisher = Publisher::new(client.clone(), cfg.node_name.clone());
-        Self { cfg, client, publisher, metrics: Arc::new(RwLock::new(String::new())) }
+        // "No successful pass for N intervals": N = 3.
+        let health = Health::new("agent", (cfg.poll * 3).max(Duration::from_secs(3)));
+        let publisher = Publisher::new(client.clone(), cfg.node_name.clone(), health.api.clone());
+        Self {
+            cfg,
+            client,
+            publisher,
+            metrics: Arc::new(RwLock::new(String::new())),
+            health,
+            profiles: ProfileSet::new(),
+            profiles_synced: false,
+            reported_bad: BTreeSet::new(),
+            observed: None,
+            last_profile: None,
+            failures: 0,
+        }
     }
 
-    /// Replaces the retry policy.
+    /// Replaces the retry policy of single API calls.
     pub fn with_backoff(mut self, b: Backoff) -> Self {
         self.publisher = self.publisher.with_backoff(b);
         self
     }
 
-    /// The metrics text the agent keeps up to date (serve it with [`metrics::serve`]).
+    /// The node's RoCE metrics text, updated every pass.
     pub fn metrics(&self) -> Arc<RwLock<String>> {
         self.metrics.clone()
     }
 
-    /// One pass: node labels and profiles from the API, read, check, enforce when the
-    /// profile says so, publish.
-    pub async fn tick(&mut self) -> Result<(RdmaNodeStateStatus, Published), AgentError> {
-        let b = self.publisher.backoff;
-        let nodes: Api<Node> = Api::all(self.client.clone());
-        let name = self.cfg.node_name.clone();
-        let node = with_backoff(b, &format!("get nodes/{name}"), || nodes.get(&name)).await?;
-        self.publisher.set_node_uid(node.metadata.uid.clone());
-        let profile = match &self.cfg.profile {
+    /// Liveness and self-metrics.
+    pub fn health(&self) -> Health {
+        self.health.clone()
+    }
+
+    /// The `/metrics` and `/healthz` endpoints of this agent.
+    pub fn endpoints(&self) -> crate::health::Endpoints {
+        let (text, health) = (self.metrics.clone(), self.health.clone());
+        let h = health.clone();
+        crate::health::Endpoints {
+            metrics: Arc::new(move || {
+                let mut t = text.read().map(|t| t.clone()).unwrap_or_default();
+                t.push_str(&h.render());
+                t
+            }),
+            health,
+        }
+    }
+
+    /// Interfaces whose kernel notifications start a pass: those last read.
+    pub fn watched_interfaces(&self) -> BTreeSet<String> {
+        self.observed.iter().flat_map(|n| n.interfaces.iter().map(|i| i.netdev.clone())).collect()
+    }
+
+    /// The profile for this node now.
+    fn profile(&self) -> RoceProfile {
+        match &self.cfg.profile {
             Some(p) => p.clone(),
             None => {
-                let api: Api<RoceProfile> = Api::all(self.client.clone());
-                let lp = ListParams::default();
-                let list = with_backoff(b, "list roceprofiles", || api.list(&lp)).await?;
-                select_profile(&list.items, node.labels())
+                let empty = Default::default();
+                let labels = self.publisher.node_labels().unwrap_or(&empty);
+                select_profile(self.profiles.values().filter_map(|r| r.as_ref().ok()), labels)
             }
-        };
+        }
+    }
+
+    /// Whether the watches have listed what a pass needs.
+    pub fn ready_to_publish(&self) -> bool {
+        self.publisher.synced() && (self.cfg.profile.is_some() || self.profiles_synced)
+    }
+
+    async fn read(&self) -> Result<NodeRoce, AgentError> {
         let src = self.cfg.source.clone();
-        let observed = tokio::task::spawn_blocking(move || src.read())
-            .await
-            .map_err(|e| AgentError::Observe(e.to_string()))?;
-        let (observed, records) = if profile.spec.mode == crate::crd::Mode::Enforce {
-            let src = self.cfg.source.clone();
-            let spec = profile.spec.clone();
+        tokio::task::spawn_blocking(move || src.read()).await.map_err(|e| AgentError::Observe(e.to_string()))
+    }
+
+    /// One pass: read the node if `reread` (or never read), check against the
+    /// profile that applies, enforce in `Enforce` mode, publish what the server
+    /// does not show yet.
+    pub async fn pass(&mut self, reread: bool) -> Result<(RdmaNodeStateStatus, Published), AgentError> {
+        let t0 = Instant::now();
+        let r = self.pass_inner(reread).await;
+        match &r {
+            // Before the watches have listed, a pass publishes nothing: not a success yet.
+            Ok(_) if !self.ready_to_publish() => {}
+            Ok(_) => {
+                self.health.pass_ok(t0.elapsed());
+                self.failures = 0;
+            }
+            Err(_) => {
+                self.health.pass_failed(t0.elapsed());
+                self.failures += 1;
+            }
+        }
+        r
+    }
+
+    async fn pass_inner(&mut self, reread: bool) -> Result<(RdmaNodeStateStatus, Published), AgentError> {
+        let profile = self.profile();
+        let enforcing = profile.spec.mode == Mode::Enforce;
+        let observed = match (&self.observed, reread || enforcing) {
+            (Some(o), false) => o.clone(),
+            _ => self.read().await?,
+        };
+        let (observed, records) = if enforcing {
+            let (src, spec) = (self.cfg.source.clone(), profile.spec.clone());
             tokio::task::spawn_blocking(move || enforce::enforce(&src, &spec, observed))
                 .await
                 .map_err(|e| AgentError::Observe(e.to_string()))?
@@ -626,74 +283,314 @@ impl Agent {
         if let Ok(mut m) = self.metrics.write() {
             *m = metrics::render(&observed, &status.checks);
         }
+        self.observed = Some(observed);
+        self.last_profile = Some(profile);
+        if !self.ready_to_publish() {
+            return Ok((status, Published::default()));
+        }
         let published = self.publisher.publish(status.clone(), &now_rfc3339()).await?;
         Ok((status, published))
     }
 
-    /// Runs until `shutdown` resolves: a pass now, then on every poll tick and after
-    /// every kernel event on `triggers` (debounced). A failed pass is logged and
-    /// retried at the next tick.
+    fn note_bad_profile(&mut self, bad: &BadProfile) {
+        if self.reported_bad.insert((bad.name.clone(), bad.generation)) {
+            tracing::warn!(profile = %bad.name, error = %bad.error, "skipping a RoceProfile this agent cannot use");
+        }
+    }
+
+    fn profiles_updated(&mut self, seen: Seen<DynamicObject>, objs: Option<Vec<DynamicObject>>) {
+        match seen {
+            Seen::Listed(_) => {
+                self.profiles.clear();
+                for o in objs.unwrap_or_default() {
+                    self.profiles.insert(o.name_any(), decode(&o));
+                }
+                self.profiles_synced = true;
+            }
+            Seen::Applied(o) => {
+                self.profiles.insert(o.name_any(), decode(&o));
+            }
+            Seen::Deleted => {
+                for o in objs.unwrap_or_default() {
+                    self.profiles.remove(&o.name_any());
+                }
+            }
+        }
+        let bad: Vec<BadProfile> = self.profiles.values().filter_map(|r| r.as_ref().err().cloned()).collect();
+        for b in &bad {
+            self.note_bad_profile(b);
+        }
+    }
+
+    fn streams(&self) -> impl Stream<Item = Update> + Send + 'static {
+        let name = &self.cfg.node_name;
+        let sel = format!("metadata.name={name}");
+        let t = self.cfg.watch_timeout;
+        let nodes: Api<PartialObjectMeta<Node>> = Api::all(self.client.clone());
+        let node_w =
+            watcher::watcher(nodes, watch_config(Some(&sel), t)).default_backoff().scan(None, |buf, ev| {
+                let out = match fold(buf, ev) {
+                    None => None,
+                    Some(Ok((s, _))) => Some(Update::Node(match s {
+                        Seen::Applied(o) => Seen::Applied(o.metadata),
+                        Seen::Deleted => Seen::Deleted,
+                        Seen::Listed(o) => Seen::Listed(o.map(|o| o.metadata)),
+                    })),
+                    Some(Err(e)) => {
+                        Some(Update::Failed(watch_error_kind(&e), format!("watch nodes: {}", chain(&e))))
+                    }
+                };
+                futures::future::ready(Some(out))
+            });
+        let states: Api<RdmaNodeState> = Api::all(self.client.clone());
+        let state_w =
+            watcher::watcher(states, watch_config(Some(&sel), t)).default_backoff().scan(None, |buf, ev| {
+                let out = match fold(buf, ev) {
+                    None => None,
+                    Some(Ok((s, _))) => Some(Update::State(Box::new(s))),
+                    Some(Err(e)) => Some(Update::Failed(
+                        watch_error_kind(&e),
+                        format!("watch rdmanodestates: {}", chain(&e)),
+                    )),
+                };
+                futures::future::ready(Some(out))
+            });
+        let profile_w = if self.cfg.profile.is_some() {
+            futures::stream::pending().boxed()
+        } else {
+            let ar = profile_resource();
+            let api: Api<DynamicObject> = Api::all_with(self.client.clone(), &ar);
+            watcher::watcher(api, watch_config(None, t))
+                .default_backoff()
+                .scan(None, |buf, ev| {
+                    let out = match fold(buf, ev) {
+                        None => None,
+                        Some(Ok((s, all))) => Some(Update::Profiles(s, all)),
+                        Some(Err(e)) => Some(Update::Failed(
+                            watch_error_kind(&e),
+                            format!("watch roceprofiles: {}", chain(&e)),
+                        )),
+                    };
+                    futures::future::ready(Some(out))
+                })
+                .boxed()
+        };
+        futures::stream::select(futures::stream::select(node_w.boxed(), state_w.boxed()), profile_w)
+            .filter_map(futures::future::ready)
+    }
+
+    /// Runs until `shutdown` resolves. `kernel` carries link/DCB notifications
+    /// (those for interfaces the agent does not check are ignored).
     pub async fn run(
         mut self,
-        mut triggers: Option<mpsc::Receiver<()>>,
+        mut kernel: Option<mpsc::Receiver<RtnlEvent>>,
         shutdown: impl std::future::Future<Output = ()>,
     ) {
         tokio::pin!(shutdown);
+        let updates = self.streams();
+        tokio::pin!(updates);
+        let mut due: Option<Instant> = Some(Instant::now()); // a pass now: read the node
+        let mut reread = true;
+        let mut next_poll = Instant::now() + jitter::spread(self.cfg.poll, 0.1);
+        let mut kernel_at: Option<Instant> = None;
+        let mut probe_at: Option<Instant> = None;
+        let mut heartbeat_not_before = Instant::now();
         loop {
-            match self.tick().await {
-                Ok((s, p)) => tracing::info!(
-                    ready = %s.summary.ready, pass_total = %s.summary.pass_total,
-                    applied = p.status_applied, labelled = p.label_patched, event = p.event_posted,
-                    "checked node"
-                ),
-                Err(e) => tracing::error!(error = %e, "agent pass failed"),
-            }
-            let event = async {
-                match triggers.as_mut() {
+            // Never written by this process (restarted onto an unchanged state): confirm now.
+            let heartbeat_at = self.ready_to_publish().then(|| {
+                let at = self
+                    .publisher
+                    .last_write()
+                    .map_or_else(Instant::now, |w| w + self.cfg.heartbeat + self.heartbeat_jitter());
+                at.max(heartbeat_not_before)
+            });
+            let wake = [Some(next_poll), due, kernel_at, heartbeat_at, probe_at].into_iter().flatten().min();
+            let sleep =
+                tokio::time::sleep_until(wake.unwrap_or_else(|| Instant::now() + self.cfg.poll).into());
+            let kernel_ev = async {
+                match kernel.as_mut() {
                     Some(rx) => rx.recv().await,
                     None => std::future::pending().await,
                 }
             };
             tokio::select! {
                 _ = &mut shutdown => return,
-                _ = tokio::time::sleep(self.cfg.poll) => {}
-                got = event => {
-                    if got.is_none() {
+                u = updates.next() => {
+                    let Some(u) = u else { return };
+                    if self.on_update(u) {
+                        due.get_or_insert_with(Instant::now);
+                    }
+                    if self.health.api.failing().is_some() {
+                        probe_at.get_or_insert_with(|| Instant::now() + Duration::from_secs(10));
+                    }
+                }
+                ev = kernel_ev => match ev {
+                    None => {
                         tracing::warn!("kernel event stream ended; polling only");
-                        triggers = None;
-                    } else {
-                        tokio::time::sleep(self.cfg.debounce).await;
-                        if let Some(rx) = triggers.as_mut() {
+                        kernel = None;
+                    }
+                    Some(ev) if concerns(&ev, &self.watched_interfaces()) => {
+                        kernel_at.get_or_insert_with(|| Instant::now() + self.cfg.debounce);
+                    }
+                    Some(_) => {}
+                },
+                _ = sleep => {
+                    let now = Instant::now();
+                    if kernel_at.is_some_and(|t| t <= now) {
+                        kernel_at = None;
+                        if let Some(rx) = kernel.as_mut() {
                             while rx.try_recv().is_ok() {}
+                        }
+                        reread = true;
+                        // A pass backing off after API errors keeps its time.
+                        if self.failures == 0 {
+                            due = Some(now);
+                        }
+                    }
+                    if next_poll <= now {
+                        next_poll = now + jitter::spread(self.cfg.poll, 0.1);
+                        reread = true;
+                        due.get_or_insert(now);
+                    }
+                    if probe_at.is_some_and(|t| t <= now) {
+                        probe_at = None;
+                        self.probe().await;
+                        if self.health.api.failing().is_some() {
+                            probe_at = Some(Instant::now() + Duration::from_secs(10));
+                        } else {
+                            due.get_or_insert(now);
+                        }
+                    }
+                    if due.is_some_and(|t| t <= now) {
+                        due = None;
+                        match self.pass(reread).await {
+                            Ok((s, p)) => {
+                                reread = false;
+                                if p != Published::default() {
+                                    tracing::info!(
+                                        ready = %s.summary.ready, pass_total = %s.summary.pass_total, profile = %s.profile,
+                                        object = p.object_applied, status = p.status_applied,
+                                        labelled = p.label_patched, event = p.event_posted, "published node state"
+                                    );
+                                }
+                            }
+                            Err(e) => {
+                                let wait = jitter::shorten(
+                                    RETRY_FIRST.saturating_mul(1 << self.failures.min(6)).min(RETRY_MAX),
+                                    0.5,
+                                );
+                                tracing::error!(error = %chain(&e), retry_in_s = wait.as_secs(), "agent pass failed");
+                                due = Some(Instant::now() + wait);
+                            }
+                        }
+                    } else if heartbeat_at.is_some_and(|t| t <= now) {
+                        if let Err(e) = self.publisher.heartbeat(&now_rfc3339()).await {
+                            tracing::warn!(error = %chain(&e), "heartbeat failed");
+                            heartbeat_not_before = Instant::now() + jitter::shorten(RETRY_MAX / 10, 0.5);
+                            // Recreate a deleted object, or retry, through a pass.
+                            due = Some(Instant::now() + RETRY_FIRST);
                         }
                     }
                 }
             }
         }
     }
+
+    /// A fixed per-agent lengthening of the heartbeat (0..10 %), so agents
+    /// started together spread their heartbeats.
+    fn heartbeat_jitter(&self) -> Duration {
+        let h =
+            self.cfg.node_name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
+            });
+        self.cfg.heartbeat.mul_f64((h % 1000) as f64 / 10_000.0)
+    }
+
+    /// While the API looks down: one cheap read to learn when it is back.
+    async fn probe(&self) {
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        match nodes.get_metadata_opt(&self.cfg.node_name).await {
+            Ok(_) => self.health.api.ok(),
+            Err(e) => self.health.api.failed(
+                crate::api::error_kind(&e),
+                format!("get nodes/{}: {}", self.cfg.node_name, chain(&e)),
+            ),
+        }
+    }
+
+    /// Applies a watch update; `true` when a pass should follow.
+    fn on_update(&mut self, u: Update) -> bool {
+        match u {
+            Update::Failed(kind, why) => {
+                tracing::warn!(error = %why, "watch failed; retrying with backoff");
+                self.health.api.failed(kind, why);
+                false
+            }
+            Update::Node(s) => {
+                self.health.api.ok();
+                let before = self.profile_key();
+                let fresh = self.publisher.node_seen(s);
+                fresh && (before != self.profile_key() || self.ready_to_publish())
+            }
+            Update::State(s) => {
+                self.health.api.ok();
+                self.publisher.state_seen(*s) && self.ready_to_publish()
+            }
+            Update::Profiles(s, objs) => {
+                self.health.api.ok();
+                let before = self.profile_key();
+                self.profiles_updated(s, objs);
+                before != self.profile_key() || !self.profiles_synced || self.last_profile.is_none()
+            }
+        }
+    }
+
+    /// The profile that applies now, as far as a change matters.
+    /// Only name and spec count: a profile's status changes with every controller
+    /// pass and must not start a pass on every node.
+    fn profile_key(&self) -> Option<(String, RoceProfileSpec)> {
+        self.ready_to_publish().then(|| {
+            let p = self.profile();
+            (p.name_any(), p.spec)
+        })
+    }
 }
 
-/// The one-line-per-interface view of observed settings (for `--once` tables).
-pub fn describe_interface(i: &InterfaceState) -> String {
-    let opt = |v: Option<String>| v.unwrap_or_else(|| "?".into());
-    format!(
-        "{} ({}{}): speed {} mtu {} (active {}) trust {} map {} pfc {} ecn {} cnp {} roce {} tos {} gid {}",
-        i.name,
-        opt(i.driver.clone()),
-        i.rdma_device.as_ref().map(|d| format!(", {d}")).unwrap_or_default(),
-        opt(i.speed_mbps.map(|s| format!("{s}Mb/s"))),
-        opt(i.mtu.map(|m| m.to_string())),
-        opt(i.active_mtu.map(|m| m.to_string())),
-        opt(i.trust.clone()),
-        opt(i.dscp_to_priority.as_ref().map(|m| map_str(&m.iter().map(|e| (e.dscp, e.priority)).collect()))),
-        opt(i.pfc_priorities.as_ref().map(|p| prio_str(p))),
-        opt(i.ecn_priorities.as_ref().map(|p| prio_str(p))),
-        match (i.cnp_dscp, i.cnp_priority) {
-            (Some(d), Some(p)) => format!("{d}/{p}"),
-            _ => "?".into(),
-        },
-        opt(i.roce_mode.clone()),
-        opt(i.tos.map(|t| t.to_string())),
-        opt(i.gid_index.map(|g| g.to_string())),
-    )
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent").field("node", &self.cfg.node_name).finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use nic::netlink::events::{DcbEvent, LinkEvent, LinkEventKind};
+
+    fn link(name: &str) -> RtnlEvent {
+        RtnlEvent::Link(LinkEvent {
+            kind: LinkEventKind::New,
+            ifindex: 7,
+            name: Some(name.into()),
+            operstate: Some("up".into()),
+            admin_up: true,
+            lower_up: true,
+        })
+    }
+
+    #[test]
+    fn only_events_of_checked_interfaces_start_a_pass() {
+        let watched: BTreeSet<String> = ["ens1f0np0".to_string()].into();
+        assert!(concerns(&link("ens1f0np0"), &watched));
+        // A VF netdev moving into a pod, a veth: not ours.
+        assert!(!concerns(&link("ens1f0v3"), &watched));
+        assert!(!concerns(&link("veth12ab"), &watched));
+        let dcb =
+            |n: Option<&str>| RtnlEvent::Dcb(DcbEvent { msg_type: 78, cmd: 21, ifname: n.map(String::from) });
+        assert!(concerns(&dcb(Some("ens1f0np0")), &watched));
+        assert!(!concerns(&dcb(Some("ens2f0")), &watched));
+        assert!(concerns(&dcb(None), &watched), "unknown interface: read to be safe");
+        assert!(concerns(&RtnlEvent::Overrun, &watched), "lost events: read again");
+        assert!(!concerns(&RtnlEvent::Other { msg_type: 20 }, &watched));
+    }
 }

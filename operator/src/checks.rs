@@ -17,7 +17,7 @@ use nic::roce::{
 };
 
 use crate::crd::{
-    Check, CheckResult, CnpSpec, DscpMapping, EcnSpec, InterfaceSelector, Mode, PfcSpec, RdmaCmSpec,
+    Check, CheckResult, CnpSpec, DscpMapping, EcnSpec, EtsSpec, InterfaceSelector, Mode, PfcSpec, RdmaCmSpec,
     RoceMode, RoceProfile, RoceProfileSpec, TrustMode,
 };
 
@@ -45,6 +45,8 @@ pub fn default_profile_spec() -> RoceProfileSpec {
         rdma_cm: Some(RdmaCmSpec { roce_mode: Some(RoceMode::V2), tos: Some(106) }),
         min_mtu: Some(4200),
         min_link_speed_mbps: None,
+        dcbx: None,
+        ets: None,
         allow_link_flap: false,
     }
 }
@@ -123,7 +125,7 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
             &i.trust,
             |t| t.as_str().into(),
             |o| *o == t.trust(),
-            || trust_fix(&i.netdev, t, &p.dscp_to_priority),
+            || trust_fix(i, t, &p.dscp_to_priority),
         ));
     }
     if !p.dscp_to_priority.is_empty() {
@@ -152,6 +154,19 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
             |o| o.enabled_priorities() == want,
             || remediation(&i.netdev, &Remedy::Pfc { priorities: want.clone() }),
         ));
+    }
+    if let Some(d) = p.dcbx {
+        out.push(c.observed(
+            "dcbx",
+            d.as_str(),
+            &i.dcbx,
+            |m| dcbx_str(*m).into(),
+            |m| *m == d.mode(),
+            || remediation(&i.netdev, &Remedy::Dcbx(d.mode())),
+        ));
+    }
+    if let Some(ets) = &p.ets {
+        out.push(ets_check(&c, i, ets));
     }
     if let Some(gp) = p.global_pause {
         out.push(c.observed(
@@ -278,6 +293,20 @@ pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
     // ToS → DSCP → priority: prefer the node's rdma_cm ToS; fall back to the profile's.
     let tos = i.tos.value().copied().or(p.rdma_cm.as_ref().and_then(|cm| cm.tos));
     match tos {
+        // A PCP fabric classifies by the VLAN priority: the ToS carries nothing.
+        _ if p.trust == Some(TrustMode::Pcp) => {
+            for (name, what) in
+                [("chain-tos-pfc", "ToS priority lossless"), ("chain-tos-ecn", "ToS priority has ECN")]
+            {
+                out.push(c.make(
+                    name,
+                    what,
+                    "trust pcp: priority from the VLAN PCP",
+                    CheckResult::NotApplicable,
+                    String::new(),
+                ));
+            }
+        }
         None => {
             out.push(c.make(
                 "chain-tos-pfc",
@@ -304,8 +333,9 @@ pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
                 }
                 Ok((prio, via)) => {
                     let path = format!("tos {tos} → dscp {dscp} → prio {prio}{via}");
-                    out.push(chain_pfc(&c, i, p, prio, &path));
-                    out.push(chain_ecn(&c, i, prio, &path));
+                    let chain = Chain { p, i, dscp, prio };
+                    out.push(chain_pfc(&c, &chain, &path));
+                    out.push(chain_ecn(&c, &chain, &path));
                 }
             }
         }
@@ -427,30 +457,97 @@ fn tos_priority(i: &InterfaceRoce, dscp: u8) -> Result<(u8, String), (CheckResul
     }
 }
 
-fn chain_pfc(c: &Ctx, i: &InterfaceRoce, p: &RoceProfileSpec, prio: u8, path: &str) -> Check {
+/// Where RoCE traffic lands: DSCP `dscp` (from the rdma_cm ToS) on priority `prio`.
+struct Chain<'a> {
+    p: &'a RoceProfileSpec,
+    i: &'a InterfaceRoce,
+    dscp: u8,
+    prio: u8,
+}
+
+impl Chain<'_> {
+    /// The priority this DSCP should land on: the profile's own map entry for it,
+    /// else the profile's (or the port's) first lossless priority.
+    fn intended(&self) -> Option<u8> {
+        let mapped = self.p.dscp_to_priority.iter().find(|m| m.dscp == self.dscp).map(|m| m.priority);
+        let lossless = self.p.pfc.as_ref().and_then(|x| sorted(&x.priorities).first().copied());
+        let observed = self.i.pfc.value().and_then(|x| x.enabled_priorities().first().copied());
+        mapped.or(lossless).or(observed)
+    }
+
+    /// The fixes for traffic that lands on the wrong priority, or `None` when it
+    /// lands where it should (then the priority itself needs PFC/ECN).
+    ///
+    /// DSCP 0 is what unmarked traffic carries: making it lossless would pause
+    /// every flow on the port, so the fix is the ToS (and RoCE v2, since RoCE v1
+    /// frames carry no IP header and so no DSCP), never the map.
+    fn steering_fix(&self) -> Option<String> {
+        let iface = &self.i.netdev;
+        let dev = self.i.rdma_dev.clone().unwrap_or_else(|| "<rdma-dev>".into());
+        let v1 = self.i.roce_mode.value().is_some_and(|m| m == RoceMode::V1.configfs());
+        let mut fixes = Vec::new();
+        if v1 {
+            fixes.push(remediation(iface, &Remedy::RoceMode { rdma_dev: dev.clone(), port: 1, v2: true }));
+        }
+        if self.dscp == 0 {
+            if let Some(tos) = self.lossless_tos() {
+                fixes.push(remediation(iface, &Remedy::Tos { rdma_dev: dev, port: 1, tos }));
+            }
+            return Some(fixes.join(" && "));
+        }
+        match self.intended() {
+            Some(want) if want != self.prio => {
+                fixes.push(remediation(iface, &Remedy::DscpAdd(BTreeMap::from([(self.dscp, want)]))));
+                Some(fixes.join(" && "))
+            }
+            // Unmapped traffic falls to priority 0 with all unmarked traffic; with
+            // no lossless priority known there is no safe target.
+            None if self.prio == 0 => Some(fixes.join(" && ")),
+            _ if v1 => Some(fixes.join(" && ")),
+            _ => None,
+        }
+    }
+
+    /// A ToS whose DSCP lands on a lossless priority: the profile's, else the first
+    /// DSCP the map (profile's, else the port's) sends to the intended lossless
+    /// priority, with ECT(0) set as RoCE senders do (`tos = dscp << 2 | 2`).
+    fn lossless_tos(&self) -> Option<u8> {
+        if let Some(t) = self.p.rdma_cm.as_ref().and_then(|cm| cm.tos).filter(|t| t >> 2 != 0) {
+            return Some(t);
+        }
+        let lossless = self
+            .p
+            .pfc
+            .as_ref()
+            .and_then(|x| sorted(&x.priorities).first().copied())
+            .or_else(|| self.i.pfc.value().and_then(|x| x.enabled_priorities().first().copied()))?;
+        let profile_map = self.p.dscp_to_priority.iter().map(|m| (m.dscp, m.priority));
+        let port_map = self.i.dscp_to_priority.value().into_iter().flatten().map(|(d, p)| (*d, *p));
+        profile_map.chain(port_map).find(|&(d, p)| d != 0 && p == lossless).map(|(d, _)| d << 2 | 2)
+    }
+}
+
+fn chain_pfc(c: &Ctx, ch: &Chain, path: &str) -> Check {
+    let i = ch.i;
     match &i.pfc {
         Observed::Value(pfc) => {
-            let ok = pfc.pfc_en.contains(prio & 7);
+            let ok = pfc.pfc_en.contains(ch.prio & 7) && ch.dscp != 0;
             let fix = if ok {
                 String::new()
             } else {
-                // Either steer the DSCP to the lossless priority the profile names, or make this one lossless.
-                let mut want = pfc.enabled_priorities();
-                want.push(prio);
-                let want = sorted(&want);
-                let lossless = p.pfc.as_ref().map(|x| sorted(&x.priorities)).unwrap_or_default();
-                if let Some(&lp) = lossless.first() {
-                    if lp != prio {
-                        let dscp =
-                            i.tos.value().copied().or(p.rdma_cm.as_ref().and_then(|cm| cm.tos)).unwrap_or(0)
-                                >> 2;
-                        remediation(&i.netdev, &Remedy::DscpAdd(BTreeMap::from([(dscp, lp)])))
-                    } else {
-                        remediation(&i.netdev, &Remedy::Pfc { priorities: want })
-                    }
-                } else {
+                ch.steering_fix().unwrap_or_else(|| {
+                    // The DSCP lands where it should: that priority needs PFC. The
+                    // same command as the `pfc` check when the profile names the set.
+                    let want = match &ch.p.pfc {
+                        Some(x) if x.priorities.contains(&ch.prio) => sorted(&x.priorities),
+                        _ => {
+                            let mut v = pfc.enabled_priorities();
+                            v.push(ch.prio);
+                            sorted(&v)
+                        }
+                    };
                     remediation(&i.netdev, &Remedy::Pfc { priorities: want })
-                }
+                })
             };
             c.make(
                 "chain-tos-pfc",
@@ -470,20 +567,24 @@ fn chain_pfc(c: &Ctx, i: &InterfaceRoce, p: &RoceProfileSpec, prio: u8, path: &s
     }
 }
 
-fn chain_ecn(c: &Ctx, i: &InterfaceRoce, prio: u8, path: &str) -> Check {
+fn chain_ecn(c: &Ctx, ch: &Chain, path: &str) -> Check {
+    let i = ch.i;
     match &i.ecn {
         Observed::Value(ecn) => {
-            let ok = ecn.contains(&prio);
+            let ok = ecn.contains(&ch.prio) && ch.dscp != 0;
+            let fix = if ok {
+                String::new()
+            } else {
+                // Traffic on the wrong priority: fix the steering, not ECN there.
+                ch.steering_fix()
+                    .unwrap_or_else(|| remediation(&i.netdev, &Remedy::Ecn { priority: ch.prio, on: true }))
+            };
             c.make(
                 "chain-tos-ecn",
                 "ToS priority has ECN",
                 &format!("{path}, ecn {}", prio_str(ecn)),
                 if ok { CheckResult::Pass } else { CheckResult::Fail },
-                if ok {
-                    String::new()
-                } else {
-                    remediation(&i.netdev, &Remedy::Ecn { priority: prio, on: true })
-                },
+                fix,
             )
         }
         o => c.make(
@@ -493,6 +594,39 @@ fn chain_ecn(c: &Ctx, i: &InterfaceRoce, prio: u8, path: &str) -> Check {
             result_of(o),
             String::new(),
         ),
+    }
+}
+
+/// ETS: every traffic class ETS with the profile's shares, and its priority map.
+fn ets_check(c: &Ctx, i: &InterfaceRoce, want: &EtsSpec) -> Check {
+    let bw: [u8; 8] = std::array::from_fn(|k| want.bandwidth.get(k).copied().unwrap_or(0));
+    let map: Option<[u8; 8]> =
+        want.priority_to_tc.as_ref().map(|m| std::array::from_fn(|k| m.get(k).copied().unwrap_or(0)));
+    let show = |bw: &[u8; 8], tsa_ets: bool, map: Option<&[u8; 8]>| {
+        let mut s = format!("tc-bw {}", bw.iter().map(u8::to_string).collect::<Vec<_>>().join(","));
+        if !tsa_ets {
+            s.push_str(" (not all ets)");
+        }
+        if let Some(m) = map {
+            s.push_str(&format!(" prio-tc {}", m.iter().map(u8::to_string).collect::<Vec<_>>().join(",")));
+        }
+        s
+    };
+    // IEEE_8021QAZ_TSA_ETS = 2 (include/uapi/linux/dcbnl.h).
+    c.observed(
+        "ets",
+        &show(&bw, true, map.as_ref()),
+        &i.ets,
+        |e| show(&e.tc_tx_bw, e.tc_tsa.iter().all(|&t| t == 2), map.map(|_| &e.prio_tc)),
+        |e| e.tc_tx_bw == bw && e.tc_tsa.iter().all(|&t| t == 2) && map.is_none_or(|m| e.prio_tc == m),
+        || remediation(&i.netdev, &Remedy::Ets { bandwidth: bw, priority_to_tc: map }),
+    )
+}
+
+fn dcbx_str(m: nic::roce::DcbxMode) -> &'static str {
+    match m {
+        nic::roce::DcbxMode::Os => "os",
+        nic::roce::DcbxMode::Firmware => "firmware",
     }
 }
 
@@ -560,13 +694,23 @@ fn reason_label<T>(o: &Observed<T>) -> String {
     }
 }
 
-fn trust_fix(iface: &str, t: TrustMode, map: &[DscpMapping]) -> String {
+/// The trust fix. With NVIDIA OFED's `qos/trust` file, mlx5 takes trust from that
+/// file only and ignores DSCP APP entries for it: `mlnx_qos --trust`. Upstream mlx5
+/// and ice trust DSCP exactly while the APP table holds DSCP entries (dcb-app(8)):
+/// add the profile's map for DSCP, delete the DSCP entries for PCP.
+fn trust_fix(i: &InterfaceRoce, t: TrustMode, map: &[DscpMapping]) -> String {
+    let iface = &i.netdev;
+    if i.trust_file {
+        return remediation(iface, &Remedy::Trust(t.trust()));
+    }
     match t {
-        // Upstream mlx5 and ice switch to DSCP trust when the APP table has DSCP entries
-        // (dcb-app(8)); that works with and without OFED.
         TrustMode::Dscp if !map.is_empty() => {
             remediation(iface, &Remedy::DscpAdd(map.iter().map(|m| (m.dscp, m.priority)).collect()))
         }
+        TrustMode::Pcp => match i.dscp_to_priority.value().filter(|m| !m.is_empty()) {
+            Some(have) => remediation(iface, &Remedy::DscpDel(have.clone())),
+            None => String::new(),
+        },
         t => remediation(iface, &Remedy::Trust(t.trust())),
     }
 }

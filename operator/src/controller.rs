@@ -1,79 +1,406 @@
-//! The controller: for each `RoceProfile`, how many nodes its selector matches and
-//! how many of those comply or drifted (from the agents' `RdmaNodeState`s), into
-//! the profile's status; and removal of `RdmaNodeState`s whose node is gone.
+//! The controller: for each `RoceProfile`, how many nodes it covers and how many
+//! of those comply, drifted or went stale (from the agents' `RdmaNodeState`s),
+//! into the profile's status; staleness of agents that stopped reporting; removal
+//! of `RdmaNodeState`s whose node is gone; profiles this version cannot decode,
+//! reported on the profile (condition `Valid=False`) and as an Event.
 //!
-//! A pass lists nodes, profiles and states, computes everything with the pure
-//! [`profile_status`] and [`orphans`], and writes only what changed: status by
-//! server-side apply (field manager `kube-rdma-controller`, force), orphans by
-//! DELETE (404 counts as done). Retriable errors back off as in the agent.
+//! It watches profiles, node states and nodes (metadata only), keeps them in
+//! memory, and after a change (coalesced over [`Controller::with_debounce`])
+//! computes everything with the pure [`plan`], then writes only what differs:
+//! profile status and the `Stale` condition by server-side apply (field manager
+//! `kube-rdma-controller`), the node label to `unknown` for a stale agent, orphans
+//! by DELETE (404 counts as done). Staleness is re-checked every minute from the
+//! heartbeats in memory, without requests.
+//!
+//! A node counts for exactly one profile: the one its agent checked it against
+//! (`status.profile`), else the one the agent would choose (the first matching by
+//! name), so overlapping selectors are not double-counted.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::time::Duration;
+use std::fmt::Write as _;
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
+use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
 use kube::{Client, Resource, ResourceExt};
+use serde::Deserialize;
 use serde_json::json;
 
-use crate::agent::{selector_matches, with_backoff, AgentError, Backoff};
-use crate::crd::{CheckResult, RdmaNodeState, RoceProfile, RoceProfileStatus, CONTROLLER_MANAGER};
+use crate::api::{chain, watch_error_kind, with_backoff, ApiError, Backoff};
+use crate::crd::{
+    CheckResult, Condition, RdmaNodeState, RoceProfile, RoceProfileStatus, CONTROLLER_MANAGER, READY_LABEL,
+};
+use crate::health::{Endpoints, Health};
+use crate::jitter;
+use crate::profiles::{decode, profile_resource, selector_matches, BadProfile, ProfileSet};
 
-/// Most drifted node names kept in a profile's status.
-const MAX_DRIFTED_NAMES: usize = 50;
+/// An agent that has not confirmed its state for this long is stale: more than two
+/// missed heartbeats ([`crate::agent::HEARTBEAT`] is 10 min + up to 10 %).
+pub const STALE_AFTER: Duration = Duration::from_secs(25 * 60);
 
-/// Status of `profile` given all nodes and node states.
-pub fn profile_status(profile: &RoceProfile, nodes: &[Node], states: &[RdmaNodeState]) -> RoceProfileStatus {
-    let by_name: BTreeMap<String, &RdmaNodeState> = states.iter().map(|s| (s.name_any(), s)).collect();
-    let mut st = RoceProfileStatus::default();
-    let mut names: Vec<String> = nodes
+/// What the controller knows of one node.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NodeInfo {
+    /// Name.
+    pub name: String,
+    /// Labels.
+    pub labels: BTreeMap<String, String>,
+}
+
+impl NodeInfo {
+    /// From a Node's metadata.
+    pub fn of(m: &ObjectMeta) -> Self {
+        Self { name: m.name.clone().unwrap_or_default(), labels: m.labels.clone().unwrap_or_default() }
+    }
+}
+
+/// What the controller keeps of one `RdmaNodeState`: enough to count it, judge
+/// its staleness and see the `Stale` mark, without holding the whole object.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StateInfo {
+    /// The agent published a status.
+    pub reported: bool,
+    /// `status.profile`.
+    pub profile: String,
+    /// A check fails, or there is none (no RoCE interface).
+    pub drifted: bool,
+    /// `lastHeartbeatTime`, else `observedAt`, else the object's creation.
+    pub heartbeat: Option<Timestamp>,
+    /// The `Stale` condition is `True`.
+    pub marked_stale: bool,
+}
+
+/// The parts of an `RdmaNodeState` the controller reads, decoded straight from
+/// the watch: a thousand agents rewriting their states after a profile change
+/// cost the controller a partial decode each, not a full object. Values are kept
+/// as strings, so a state written by a newer agent (a new check result) still decodes.
+#[derive(Deserialize, Clone, Debug, Default)]
+pub struct StateObject {
+    /// Metadata.
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    /// The agent's report.
+    #[serde(default)]
+    pub status: Option<StateStatus>,
+}
+
+/// See [`StateObject`].
+#[derive(Deserialize, Clone, Debug, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct StateStatus {
+    /// Profile checked against.
+    #[serde(default)]
+    pub profile: String,
+    /// Check results.
+    #[serde(default)]
+    pub checks: Vec<StateCheck>,
+    /// Conditions (type and status).
+    #[serde(default)]
+    pub conditions: Vec<StateCondition>,
+    /// Heartbeat.
+    #[serde(default)]
+    pub last_heartbeat_time: Option<String>,
+    /// When the checks last changed.
+    #[serde(default)]
+    pub observed_at: Option<String>,
+}
+
+/// See [`StateObject`].
+#[derive(Deserialize, Clone, Debug, Default)]
+pub struct StateCheck {
+    /// `Pass`, `Fail`, ...
+    #[serde(default)]
+    pub result: String,
+}
+
+/// See [`StateObject`].
+#[derive(Deserialize, Clone, Debug, Default)]
+pub struct StateCondition {
+    /// Condition type.
+    #[serde(rename = "type", default)]
+    pub type_: String,
+    /// `True`, `False`, `Unknown`.
+    #[serde(default)]
+    pub status: String,
+}
+
+impl Resource for StateObject {
+    type DynamicType = ();
+    type Scope = kube::core::ClusterResourceScope;
+
+    fn kind(_: &()) -> std::borrow::Cow<'_, str> {
+        RdmaNodeState::kind(&())
+    }
+    fn group(_: &()) -> std::borrow::Cow<'_, str> {
+        RdmaNodeState::group(&())
+    }
+    fn version(_: &()) -> std::borrow::Cow<'_, str> {
+        RdmaNodeState::version(&())
+    }
+    fn plural(_: &()) -> std::borrow::Cow<'_, str> {
+        RdmaNodeState::plural(&())
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl StateInfo {
+    /// From a full object (tests, [`Controller::load`]).
+    pub fn of(s: &RdmaNodeState) -> Self {
+        let o: StateObject = serde_json::to_value(s).and_then(serde_json::from_value).unwrap_or_default();
+        Self::from_object(&o)
+    }
+
+    /// From what the watch decoded.
+    pub fn from_object(s: &StateObject) -> Self {
+        let st = s.status.as_ref();
+        let heartbeat = st
+            .and_then(|x| x.last_heartbeat_time.as_deref())
+            .or(st.and_then(|x| x.observed_at.as_deref()))
+            .and_then(|t| t.parse().ok())
+            .or_else(|| s.metadata.creation_timestamp.as_ref().map(|t| t.0));
+        Self {
+            reported: st.is_some(),
+            profile: st.map(|x| x.profile.clone()).unwrap_or_default(),
+            drifted: st.is_some_and(|x| {
+                x.checks.is_empty() || x.checks.iter().any(|c| c.result == CheckResult::Fail.as_str())
+            }),
+            heartbeat,
+            marked_stale: st
+                .is_some_and(|x| x.conditions.iter().any(|c| c.type_ == "Stale" && c.status == "True")),
+        }
+    }
+
+    /// Whether its agent stopped reporting, at `now`.
+    pub fn is_stale(&self, now: Timestamp, after: Duration) -> bool {
+        self.reported
+            && self.heartbeat.is_some_and(|t| {
+                now.duration_since(t).as_secs() >= i64::try_from(after.as_secs()).unwrap_or(i64::MAX)
+            })
+    }
+}
+
+/// The profile (by name) each node counts for: its agent's `status.profile`
+/// when that profile exists, else the first valid profile (by name) whose selector
+/// matches the node's labels; nodes under the built-in default count for none.
+pub fn assign(
+    profiles: &ProfileSet,
+    nodes: &[NodeInfo],
+    states: &BTreeMap<String, StateInfo>,
+) -> BTreeMap<String, String> {
+    let valid: Vec<&RoceProfile> = profiles.values().filter_map(|r| r.as_ref().ok()).collect();
+    let mut out = BTreeMap::new();
+    for n in nodes {
+        let reported = states
+            .get(&n.name)
+            .filter(|s| s.reported)
+            .map(|s| s.profile.clone())
+            .filter(|p| profiles.get(p).is_some_and(|r| r.is_ok()));
+        let chosen = reported.or_else(|| {
+            valid
+                .iter()
+                .filter(|p| selector_matches(&p.spec.node_selector, &n.labels))
+                .map(|p| p.name_any())
+                .min()
+        });
+        if let Some(p) = chosen {
+            out.insert(n.name.clone(), p);
+        }
+    }
+    out
+}
+
+/// The `Valid` condition of a profile.
+fn valid_condition(bad: Option<&BadProfile>, previous: &[Condition], now: &str) -> Condition {
+    let (status, reason, message) = match bad {
+        None => ("True", "Decoded", String::new()),
+        Some(b) => ("False", "CannotDecode", b.error.clone()),
+    };
+    let since = previous
         .iter()
-        .filter(|n| selector_matches(&profile.spec.node_selector, n.labels()))
-        .map(|n| n.name_any())
-        .collect();
-    names.sort();
-    for n in names {
+        .find(|c| c.type_ == "Valid" && c.status == status)
+        .and_then(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.to_string());
+    Condition {
+        type_: "Valid".into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        last_transition_time: Some(since),
+    }
+}
+
+/// Everything a pass should write, computed from what is in memory.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Plan {
+    /// New status per profile (only those that differ from what the profile has).
+    pub statuses: BTreeMap<String, RoceProfileStatus>,
+    /// Nodes whose `Stale` condition must change, and to what.
+    pub stale: BTreeMap<String, bool>,
+    /// Node states whose node no longer exists.
+    pub orphans: Vec<String>,
+    /// Every node with a state, and whether it is stale now (for metrics).
+    pub staleness: BTreeMap<String, bool>,
+    /// Per profile: matched, passing, drifted (for metrics).
+    pub counts: BTreeMap<String, RoceProfileStatus>,
+}
+
+/// The pure part of a pass. `current` holds each profile's status as the server
+/// has it; `marks` the `Stale` marks written but maybe not yet seen on the watch.
+pub fn plan(
+    profiles: &ProfileSet,
+    current: &BTreeMap<String, Option<RoceProfileStatus>>,
+    nodes: &[NodeInfo],
+    states: &BTreeMap<String, StateInfo>,
+    marks: &BTreeMap<String, bool>,
+    now: Timestamp,
+    stale_after: Duration,
+) -> Plan {
+    let now_s = now.round(k8s_openapi::jiff::Unit::Second).unwrap_or(now).to_string();
+    let mut p = Plan::default();
+    for (name, s) in states {
+        let stale = s.is_stale(now, stale_after);
+        p.staleness.insert(name.clone(), stale);
+        if stale != marks.get(name).copied().unwrap_or(s.marked_stale) {
+            p.stale.insert(name.clone(), stale);
+        }
+    }
+    let live: BTreeSet<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+    p.orphans = states.keys().filter(|n| !live.contains(n.as_str())).cloned().collect();
+
+    let assigned = assign(profiles, nodes, states);
+    let mut status: BTreeMap<String, RoceProfileStatus> =
+        profiles.keys().map(|k| (k.clone(), RoceProfileStatus::default())).collect();
+    for n in nodes {
+        let Some(st) = assigned.get(&n.name).and_then(|pn| status.get_mut(pn)) else { continue };
         st.nodes_matched += 1;
-        match by_name.get(&n).and_then(|s| s.status.as_ref()) {
+        match states.get(&n.name).filter(|s| s.reported) {
             None => st.nodes_unreported += 1,
-            Some(s) if s.checks.iter().any(|c| c.result == CheckResult::Fail) => {
+            Some(_) if p.staleness.get(&n.name) == Some(&true) => st.nodes_stale += 1,
+            // No check at all (no RoCE interface) counts as drifted too.
+            Some(s) if s.drifted => {
                 st.nodes_drifted += 1;
-                if st.drifted.len() < MAX_DRIFTED_NAMES {
-                    st.drifted.push(n);
-                }
+                st.drifted.push(n.name.clone());
             }
-            // A state with no checks at all has no RoCE interface: not compliant.
-            Some(s) if s.checks.is_empty() => st.nodes_drifted += 1,
             Some(_) => st.nodes_compliant += 1,
         }
     }
-    st
+    for (name, st) in &mut status {
+        let bad = profiles.get(name).and_then(|r| r.as_ref().err());
+        let prev = current.get(name).cloned().flatten().unwrap_or_default();
+        st.conditions = vec![valid_condition(bad, &prev.conditions, &now_s)];
+        if current.get(name).cloned().flatten().as_ref() != Some(st) {
+            p.statuses.insert(name.clone(), st.clone());
+        }
+    }
+    p.counts = status;
+    p
 }
 
-/// Names of node states whose node no longer exists.
-pub fn orphans(nodes: &[Node], states: &[RdmaNodeState]) -> Vec<String> {
-    let live: BTreeSet<String> = nodes.iter().map(|n| n.name_any()).collect();
-    states.iter().map(|s| s.name_any()).filter(|n| !live.contains(n)).collect()
+/// The controller's own metrics: `kuberdma_node_stale{node}` and
+/// `kuberdma_profile_nodes{profile,state}`.
+pub fn render_metrics(p: &Plan) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "# HELP kuberdma_node_stale 1 when the node's agent stopped reporting (no heartbeat for {} min).\n# TYPE kuberdma_node_stale gauge",
+        STALE_AFTER.as_secs() / 60
+    );
+    for (n, s) in &p.staleness {
+        let _ = writeln!(o, "kuberdma_node_stale{{node=\"{}\"}} {}", esc(n), u8::from(*s));
+    }
+    let _ = writeln!(
+        o,
+        "# HELP kuberdma_profile_nodes Nodes a RoceProfile covers (matched), of which pass every check (passing) or fail one (drifted).\n# TYPE kuberdma_profile_nodes gauge"
+    );
+    for (name, st) in &p.counts {
+        for (state, v) in
+            [("matched", st.nodes_matched), ("passing", st.nodes_compliant), ("drifted", st.nodes_drifted)]
+        {
+            let _ = writeln!(o, "kuberdma_profile_nodes{{profile=\"{}\",state=\"{state}\"}} {v}", esc(name));
+        }
+    }
+    o
 }
 
-/// What one pass changed.
+fn esc(v: &str) -> String {
+    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+}
+
+/// What one pass wrote.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Pass {
     /// Profiles whose status was written.
     pub statuses_written: Vec<String>,
+    /// Node states marked stale (`true`) or fresh again (`false`).
+    pub stale_marked: Vec<(String, bool)>,
     /// Node states deleted.
     pub deleted: Vec<String>,
+    /// Events posted about profiles that cannot be decoded.
+    pub events: Vec<String>,
 }
 
-/// The controller loop.
+/// The controller: watches in memory, a pass on change.
 pub struct Controller {
     client: Client,
     backoff: Backoff,
+    health: Health,
+    debounce: Duration,
+    debounce_max: Duration,
+    stale_after: Duration,
+    check_every: Duration,
+    watch_timeout: Duration,
+    metrics: Arc<RwLock<String>>,
+    profiles: ProfileSet,
+    profile_status: BTreeMap<String, Option<RoceProfileStatus>>,
+    nodes: BTreeMap<String, NodeInfo>,
+    states: BTreeMap<String, StateInfo>,
+    synced: [bool; 3],
+    reported: BTreeSet<(String, Option<i64>)>,
+    /// Writes made by this process that the watches may not show yet.
+    written_status: BTreeMap<String, RoceProfileStatus>,
+    written_stale: BTreeMap<String, bool>,
+}
+
+enum Update {
+    Profiles(Result<Event<DynamicObject>, watcher::Error>),
+    States(Result<Event<StateObject>, watcher::Error>),
+    Nodes(Result<Event<kube::core::PartialObjectMeta<Node>>, watcher::Error>),
 }
 
 impl Controller {
     /// A controller writing through `client`.
     pub fn new(client: Client) -> Self {
-        Self { client, backoff: Backoff::default() }
+        Self {
+            client,
+            backoff: Backoff::default(),
+            health: Health::new("controller", Duration::from_secs(180)),
+            debounce: Duration::from_millis(200),
+            debounce_max: Duration::from_secs(1),
+            stale_after: STALE_AFTER,
+            check_every: Duration::from_secs(60),
+            watch_timeout: Duration::from_secs(600),
+            metrics: Arc::new(RwLock::new(String::new())),
+            profiles: ProfileSet::new(),
+            profile_status: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            states: BTreeMap::new(),
+            synced: [false; 3],
+            reported: BTreeSet::new(),
+            written_status: BTreeMap::new(),
+            written_stale: BTreeMap::new(),
+        }
     }
 
     /// Replaces the retry policy.
@@ -82,68 +409,427 @@ impl Controller {
         self
     }
 
-    /// One pass over everything.
-    pub async fn reconcile(&self) -> Result<Pass, AgentError> {
-        let b = self.backoff;
-        let lp = ListParams::default();
-        let nodes_api: Api<Node> = Api::all(self.client.clone());
-        let profiles_api: Api<RoceProfile> = Api::all(self.client.clone());
-        let states_api: Api<RdmaNodeState> = Api::all(self.client.clone());
-        let nodes = with_backoff(b, "list nodes", || nodes_api.list(&lp)).await?.items;
-        let profiles = with_backoff(b, "list roceprofiles", || profiles_api.list(&lp)).await?.items;
-        let states = with_backoff(b, "list rdmanodestates", || states_api.list(&lp)).await?.items;
+    /// A pass follows changes once none came for `quiet`, or `max` after the first:
+    /// during a rollout (a thousand agents writing) the profile status, which every
+    /// agent's watch receives, is written about once per `max` rather than per change.
+    pub fn with_debounce(mut self, quiet: Duration, max: Duration) -> Self {
+        self.debounce = quiet;
+        self.debounce_max = max;
+        self
+    }
 
-        let mut pass = Pass::default();
-        for p in &profiles {
-            let st = profile_status(p, &nodes, &states);
-            if p.status.as_ref() == Some(&st) {
-                continue;
+    /// The heartbeat age after which an agent is stale.
+    pub fn with_stale_after(mut self, d: Duration) -> Self {
+        self.stale_after = d;
+        self
+    }
+
+    /// How often staleness is re-checked from memory (also a full pass; no requests
+    /// unless something changed).
+    pub fn with_check_interval(mut self, d: Duration) -> Self {
+        self.check_every = d;
+        self
+    }
+
+    /// The `/metrics` and `/healthz` endpoints.
+    pub fn endpoints(&self) -> Endpoints {
+        let (text, health) = (self.metrics.clone(), self.health.clone());
+        let h = health.clone();
+        Endpoints {
+            metrics: Arc::new(move || {
+                let mut t = text.read().map(|t| t.clone()).unwrap_or_default();
+                t.push_str(&h.render());
+                t
+            }),
+            health,
+        }
+    }
+
+    /// Replaces what the watches hold, as after a re-list of all three.
+    pub fn load(&mut self, profiles: Vec<DynamicObject>, states: Vec<RdmaNodeState>, nodes: Vec<NodeInfo>) {
+        self.profiles.clear();
+        self.profile_status.clear();
+        for o in profiles {
+            let st = o.data.get("status").and_then(|v| serde_json::from_value(v.clone()).ok());
+            self.profile_status.insert(o.name_any(), st);
+            self.profiles.insert(o.name_any(), decode(&o));
+        }
+        self.states = states.iter().map(|s| (s.name_any(), StateInfo::of(s))).collect();
+        self.nodes = nodes.into_iter().map(|n| (n.name.clone(), n)).collect();
+        self.synced = [true; 3];
+    }
+
+    fn synced(&self) -> bool {
+        self.synced.iter().all(|s| *s)
+    }
+
+    fn streams(&self) -> impl Stream<Item = Update> + Send + 'static {
+        let cfg = watcher::Config::default().timeout(self.watch_timeout.as_secs().clamp(1, 3600) as u32);
+        let profiles: Api<DynamicObject> = Api::all_with(self.client.clone(), &profile_resource());
+        let states: Api<StateObject> = Api::all(self.client.clone());
+        let nodes: Api<kube::core::PartialObjectMeta<Node>> = Api::all(self.client.clone());
+        let p = watcher::watcher(profiles, cfg.clone()).default_backoff().map(Update::Profiles);
+        let s = watcher::watcher(states, cfg.clone()).default_backoff().map(Update::States);
+        let n = watcher::watcher(nodes, cfg).default_backoff().map(Update::Nodes);
+        futures::stream::select(futures::stream::select(p.boxed(), s.boxed()), n.boxed())
+    }
+
+    /// Applies a watch event to memory; `true` when a pass should follow.
+    fn on_update(&mut self, u: Update, init: &mut [Option<BTreeSet<String>>; 3]) -> bool {
+        /// What an event does to one map: put an object, delete a name, or (after a
+        /// re-list) keep only the listed names.
+        enum Step<K> {
+            Put(K),
+            Del(String),
+            Keep(BTreeSet<String>),
+            Nothing,
+        }
+        fn step<K: ResourceExt>(
+            ev: Event<K>,
+            init: &mut Option<BTreeSet<String>>,
+            synced: &mut bool,
+        ) -> Step<K> {
+            match ev {
+                Event::Init => {
+                    *init = Some(BTreeSet::new());
+                    Step::Nothing
+                }
+                Event::InitApply(o) => {
+                    init.get_or_insert_with(BTreeSet::new).insert(o.name_any());
+                    Step::Put(o)
+                }
+                Event::InitDone => {
+                    *synced = true;
+                    Step::Keep(init.take().unwrap_or_default())
+                }
+                Event::Apply(o) => Step::Put(o),
+                Event::Delete(o) => Step::Del(o.name_any()),
             }
-            let name = p.name_any();
+        }
+        let err = match u {
+            Update::Profiles(Ok(ev)) => {
+                match step(ev, &mut init[0], &mut self.synced[0]) {
+                    Step::Put(o) => {
+                        let st: Option<RoceProfileStatus> =
+                            o.data.get("status").and_then(|v| serde_json::from_value(v.clone()).ok());
+                        // The watch now shows what this process wrote.
+                        if st.is_some() && self.written_status.get(&o.name_any()) == st.as_ref() {
+                            self.written_status.remove(&o.name_any());
+                        }
+                        self.profile_status.insert(o.name_any(), st);
+                        self.profiles.insert(o.name_any(), decode(&o));
+                    }
+                    Step::Del(k) => {
+                        self.profiles.remove(&k);
+                        self.profile_status.remove(&k);
+                        self.written_status.remove(&k);
+                    }
+                    Step::Keep(listed) => {
+                        self.profiles.retain(|k, _| listed.contains(k));
+                        self.profile_status.retain(|k, _| listed.contains(k));
+                        self.written_status.retain(|k, _| listed.contains(k));
+                    }
+                    Step::Nothing => {}
+                }
+                None
+            }
+            Update::States(Ok(ev)) => {
+                match step(ev, &mut init[1], &mut self.synced[1]) {
+                    Step::Put(o) => {
+                        let info = StateInfo::from_object(&o);
+                        // The watch now shows the mark this process wrote.
+                        if self.written_stale.get(&o.name_any()) == Some(&info.marked_stale) {
+                            self.written_stale.remove(&o.name_any());
+                        }
+                        self.states.insert(o.name_any(), info);
+                    }
+                    Step::Del(k) => {
+                        self.states.remove(&k);
+                        self.written_stale.remove(&k);
+                    }
+                    Step::Keep(listed) => {
+                        self.states.retain(|k, _| listed.contains(k));
+                        self.written_stale.retain(|k, _| listed.contains(k));
+                    }
+                    Step::Nothing => {}
+                }
+                None
+            }
+            Update::Nodes(Ok(ev)) => {
+                match step(ev, &mut init[2], &mut self.synced[2]) {
+                    Step::Put(o) => {
+                        self.nodes.insert(o.name_any(), NodeInfo::of(&o.metadata));
+                    }
+                    Step::Del(k) => {
+                        self.nodes.remove(&k);
+                    }
+                    Step::Keep(listed) => self.nodes.retain(|k, _| listed.contains(k)),
+                    Step::Nothing => {}
+                }
+                None
+            }
+            Update::Profiles(Err(e)) | Update::States(Err(e)) | Update::Nodes(Err(e)) => Some(e),
+        };
+        match err {
+            Some(e) => {
+                tracing::warn!(error = %chain(&e), "watch failed; retrying with backoff");
+                self.health.api.failed(watch_error_kind(&e), chain(&e));
+                false
+            }
+            None => {
+                self.health.api.ok();
+                true
+            }
+        }
+    }
+
+    /// One pass over what is in memory: plan, then write what differs.
+    pub async fn reconcile(&mut self) -> Result<Pass, ApiError> {
+        let nodes: Vec<NodeInfo> = self.nodes.values().cloned().collect();
+        // What this process wrote counts as current until the watch shows it.
+        let mut current = self.profile_status.clone();
+        for (k, v) in &self.written_status {
+            current.insert(k.clone(), Some(v.clone()));
+        }
+        let p = plan(
+            &self.profiles,
+            &current,
+            &nodes,
+            &self.states,
+            &self.written_stale,
+            Timestamp::now(),
+            self.stale_after,
+        );
+        if let Ok(mut m) = self.metrics.write() {
+            *m = render_metrics(&p);
+        }
+        let mut pass = Pass::default();
+        let b = self.backoff;
+        let errors = self.health.api.clone();
+        let now = crate::status::now_rfc3339();
+
+        // Dynamic objects: the answer to a write about a profile this version cannot
+        // decode must not turn a successful write into an error.
+        let profiles_api: Api<DynamicObject> = Api::all_with(self.client.clone(), &profile_resource());
+        for (name, st) in &p.statuses {
             let body = json!({
                 "apiVersion": RoceProfile::api_version(&()),
                 "kind": RoceProfile::kind(&()),
+                "metadata": {"name": name},
                 "status": st,
             });
             let pp = PatchParams::apply(CONTROLLER_MANAGER).force();
             let patch = Patch::Apply(body);
-            with_backoff(b, &format!("apply roceprofiles/{name} status"), || {
-                profiles_api.patch_status(&name, &pp, &patch)
+            let r = with_backoff(b, &errors, &format!("apply roceprofiles/{name} status"), || {
+                profiles_api.patch_status(name, &pp, &patch)
             })
-            .await?;
-            pass.statuses_written.push(name);
-        }
-        let dp = DeleteParams::default();
-        for name in orphans(&nodes, &states) {
-            let r =
-                with_backoff(b, &format!("delete rdmanodestates/{name}"), || states_api.delete(&name, &dp))
-                    .await;
+            .await;
             match r {
                 Ok(_) => {}
-                // Already gone (the Node owner reference may have garbage-collected it).
-                Err(AgentError::Api { source: kube::Error::Api(s), .. }) if s.code == 404 => {}
+                Err(e) if e.code() == Some(404) => continue, // deleted meanwhile
                 Err(e) => return Err(e),
             }
-            tracing::info!(node = %name, "deleted RdmaNodeState of a deleted node");
-            pass.deleted.push(name);
+            self.written_status.insert(name.clone(), st.clone());
+            pass.statuses_written.push(name.clone());
+        }
+
+        for (name, r) in &self.profiles {
+            let Err(bad) = r else { continue };
+            if !self.reported.insert((bad.name.clone(), bad.generation)) {
+                continue;
+            }
+            let ev = bad_profile_event(bad, &now);
+            let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), "default");
+            let pp = PostParams::default();
+            if let Err(e) = with_backoff(b, &errors, &format!("post event about roceprofiles/{name}"), || {
+                events.create(&pp, &ev)
+            })
+            .await
+            {
+                self.reported.remove(&(bad.name.clone(), bad.generation));
+                return Err(e);
+            }
+            tracing::warn!(profile = %name, error = %bad.error, "RoceProfile cannot be decoded; agents skip it");
+            pass.events.push(name.clone());
+        }
+
+        let states_api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &kube::api::ApiResource::erase::<RdmaNodeState>(&()));
+        let nodes_api: Api<Node> = Api::all(self.client.clone());
+        for (node, stale) in &p.stale {
+            let msg = if *stale {
+                format!("no heartbeat from the agent for {} min or more", self.stale_after.as_secs() / 60)
+            } else {
+                String::new()
+            };
+            let mut status = json!({"conditions": [stale_condition(*stale, msg)]});
+            if *stale {
+                status["summary"] = json!({"ready": "Unknown"});
+            }
+            let body = json!({
+                "apiVersion": RdmaNodeState::api_version(&()),
+                "kind": RdmaNodeState::kind(&()),
+                "metadata": {"name": node},
+                "status": status,
+            });
+            let pp = PatchParams::apply(CONTROLLER_MANAGER).force();
+            let patch = Patch::Apply(body);
+            let r = with_backoff(b, &errors, &format!("apply rdmanodestates/{node} status (Stale)"), || {
+                states_api.patch_status(node, &pp, &patch)
+            })
+            .await;
+            match r {
+                Ok(_) => {}
+                Err(e) if e.code() == Some(404) => continue,
+                Err(e) => return Err(e),
+            }
+            self.written_stale.insert(node.clone(), *stale);
+            // A dead agent must not leave the node looking ready to the scheduler.
+            let labelled_true = self
+                .nodes
+                .get(node)
+                .is_some_and(|n| n.labels.get(READY_LABEL).map(String::as_str) == Some("true"));
+            if *stale && labelled_true {
+                let body = json!({"metadata": {"labels": {READY_LABEL: "unknown"}}});
+                let (patch, mp) = (Patch::Merge(body), PatchParams::default());
+                let op = format!("label nodes/{node}");
+                match with_backoff(b, &errors, &op, || nodes_api.patch(node, &mp, &patch)).await {
+                    Ok(_) => {}
+                    Err(e) if e.code() == Some(404) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            tracing::info!(node = %node, stale, "agent staleness changed");
+            pass.stale_marked.push((node.clone(), *stale));
+        }
+
+        if self.synced[2] {
+            let dp = DeleteParams::default();
+            for name in &p.orphans {
+                let r = with_backoff(b, &errors, &format!("delete rdmanodestates/{name}"), || {
+                    states_api.delete(name, &dp)
+                })
+                .await;
+                match r {
+                    Ok(_) => {}
+                    // Already gone (the Node owner reference may have garbage-collected it).
+                    Err(e) if e.code() == Some(404) => {}
+                    Err(e) => return Err(e),
+                }
+                tracing::info!(node = %name, "deleted RdmaNodeState of a deleted node");
+                pass.deleted.push(name.clone());
+            }
         }
         Ok(pass)
     }
 
-    /// Reconciles every `interval` until `shutdown` resolves; errors are logged.
-    pub async fn run(self, interval: Duration, shutdown: impl std::future::Future<Output = ()>) {
+    /// Runs until `shutdown` resolves: watches, a pass after changes (coalesced),
+    /// a staleness check every minute, retries with backoff after errors.
+    pub async fn run(mut self, shutdown: impl std::future::Future<Output = ()>) {
         tokio::pin!(shutdown);
+        let updates = self.streams();
+        tokio::pin!(updates);
+        let mut init: [Option<BTreeSet<String>>; 3] = [None, None, None];
+        let mut due: Option<Instant> = None;
+        let mut failures = 0u32;
+        let mut seen = 0u64;
+        let mut batch: Option<Instant> = None;
+        let check_every = self.check_every.min(self.stale_after / 4).max(Duration::from_millis(100));
+        let mut next_check = Instant::now() + check_every;
         loop {
-            match self.reconcile().await {
-                Ok(p) => {
-                    tracing::info!(written = ?p.statuses_written, deleted = ?p.deleted, "controller pass");
-                }
-                Err(e) => tracing::error!(error = %e, "controller pass failed"),
-            }
+            let wake = due.map_or(next_check, |d| d.min(next_check));
             tokio::select! {
                 _ = &mut shutdown => return,
-                _ = tokio::time::sleep(interval) => {}
+                u = updates.next() => {
+                    let Some(u) = u else { return };
+                    seen += 1;
+                    if self.on_update(u, &mut init) && self.synced() && failures == 0 {
+                        let now = Instant::now();
+                        let first = *batch.get_or_insert(now);
+                        due = Some((now + self.debounce).min(first + self.debounce_max));
+                    }
+                }
+                _ = tokio::time::sleep_until(wake.into()) => {
+                    let now = Instant::now();
+                    if next_check <= now {
+                        next_check = now + check_every;
+                        if self.synced() {
+                            due.get_or_insert(now);
+                        }
+                    }
+                    if due.is_none_or(|d| d > now) || !self.synced() {
+                        continue;
+                    }
+                    due = None;
+                    batch = None;
+                    let t0 = Instant::now();
+                    let r = self.reconcile().await;
+                    tracing::debug!(took_ms = t0.elapsed().as_millis() as u64, updates = seen, states = self.states.len(), "pass");
+                    seen = 0;
+                    match r {
+                        Ok(p) => {
+                            failures = 0;
+                            self.health.pass_ok(t0.elapsed());
+                            if p != Pass::default() {
+                                tracing::info!(written = ?p.statuses_written, stale = ?p.stale_marked, deleted = ?p.deleted, events = ?p.events, "controller pass");
+                            }
+                        }
+                        Err(e) => {
+                            failures += 1;
+                            self.health.pass_failed(t0.elapsed());
+                            let wait = jitter::shorten(Duration::from_secs(2).saturating_mul(1 << failures.min(7)), 0.5);
+                            tracing::error!(error = %chain(&e), retry_in_s = wait.as_secs(), "controller pass failed");
+                            due = Some(Instant::now() + wait);
+                        }
+                    }
+                }
             }
         }
+    }
+}
+
+fn stale_condition(stale: bool, message: String) -> Condition {
+    Condition {
+        type_: "Stale".into(),
+        status: if stale { "True" } else { "False" }.into(),
+        reason: if stale { "NoHeartbeat" } else { "Reporting" }.into(),
+        message,
+        last_transition_time: Some(crate::status::now_rfc3339()),
+    }
+}
+
+/// A Warning Event about a profile this version cannot decode.
+pub fn bad_profile_event(bad: &BadProfile, now: &str) -> K8sEvent {
+    let time = now.parse::<Timestamp>().unwrap_or_else(|_| Timestamp::now());
+    let mut note = format!("RoceProfile {} cannot be used and is skipped: {}", bad.name, bad.error);
+    if note.len() > 1000 {
+        let mut cut = 997;
+        while !note.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        note.truncate(cut);
+        note.push_str("...");
+    }
+    K8sEvent {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.invalid-profile.", bad.name)),
+            namespace: Some("default".into()),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(time)),
+        action: Some("DecodeProfile".into()),
+        reason: Some("InvalidProfile".into()),
+        note: Some(note),
+        type_: Some("Warning".into()),
+        reporting_controller: Some("kuberdma.io/controller".into()),
+        reporting_instance: Some("kube-rdma-controller".into()),
+        regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some("kuberdma.io/v1alpha1".into()),
+            kind: Some("RoceProfile".into()),
+            name: Some(bad.name.clone()),
+            uid: bad.uid.clone(),
+            ..Default::default()
+        }),
+        ..Default::default()
     }
 }

@@ -42,9 +42,15 @@ pub const CONTROLLER_MANAGER: &str = "kube-rdma-controller";
     printcolumn(name = "NODES", type_ = "integer", json_path = ".status.nodesMatched"),
     printcolumn(name = "COMPLIANT", type_ = "integer", json_path = ".status.nodesCompliant"),
     printcolumn(name = "DRIFTED", type_ = "integer", json_path = ".status.nodesDrifted"),
+    printcolumn(name = "STALE", type_ = "integer", json_path = ".status.nodesStale"),
     printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": crate::validate::RULE_CNP_NOT_LOSSLESS.cel, "message": crate::validate::RULE_CNP_NOT_LOSSLESS.message},
+    {"rule": crate::validate::RULE_DSCP_UNIQUE.cel, "message": crate::validate::RULE_DSCP_UNIQUE.message},
+    {"rule": crate::validate::RULE_PCP_NO_DSCP_MAP.cel, "message": crate::validate::RULE_PCP_NO_DSCP_MAP.message},
+]))]
 pub struct RoceProfileSpec {
     /// Nodes this profile applies to: every label must match (empty: all nodes).
     #[serde(default)]
@@ -84,9 +90,61 @@ pub struct RoceProfileSpec {
     /// Minimum link speed in Mb/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub min_link_speed_mbps: Option<u32>,
-    /// Allow writes that bounce the link (MTU changes) in `Enforce` mode.
+    /// DCBX mode: `os` (the host's DCB settings count; what Enforce needs) or
+    /// `firmware` (an LLDP agent in the NIC negotiates them). Absent: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dcbx: Option<DcbxSpec>,
+    /// ETS (bandwidth per traffic class). Absent: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ets: Option<EtsSpec>,
+    /// Allow writes that bounce the link in `Enforce` mode: MTU, link-level pause,
+    /// the E810 firmware LLDP agent, and PFC/ETS on E810 (ice resets the port for them).
     #[serde(default)]
     pub allow_link_flap: bool,
+}
+
+/// DCBX mode a profile asks for.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum DcbxSpec {
+    /// Host (OS) managed, IEEE: the settings the host writes are the ones used.
+    Os,
+    /// Managed by the NIC's firmware LLDP agent.
+    Firmware,
+}
+
+impl DcbxSpec {
+    /// The node model's mode.
+    pub fn mode(self) -> nic::roce::DcbxMode {
+        match self {
+            DcbxSpec::Os => nic::roce::DcbxMode::Os,
+            DcbxSpec::Firmware => nic::roce::DcbxMode::Firmware,
+        }
+    }
+
+    /// As `InterfaceState.dcbx` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DcbxSpec::Os => "os",
+            DcbxSpec::Firmware => "firmware",
+        }
+    }
+}
+
+/// ETS settings (`dcb ets`): every traffic class uses ETS with these shares.
+#[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": crate::validate::RULE_ETS_SUM.cel, "message": crate::validate::RULE_ETS_SUM.message},
+]))]
+pub struct EtsSpec {
+    /// Transmit bandwidth of traffic classes 0..7, percent (eight values adding up to 100).
+    #[schemars(length(min = 8, max = 8), inner(range(min = 0, max = 100)))]
+    pub bandwidth: Vec<u8>,
+    /// Traffic class of priorities 0..7 (eight values). Absent: not checked.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 8, max = 8), inner(range(min = 0, max = 7)))]
+    pub priority_to_tc: Option<Vec<u8>>,
 }
 
 /// Which PF netdevs a profile covers.
@@ -151,7 +209,7 @@ pub struct DscpMapping {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct PfcSpec {
     /// Priorities with PFC on; every other priority must be off.
-    #[schemars(length(max = 8), inner(range(min = 0, max = 7)))]
+    #[schemars(length(max = 8), inner(range(min = 0, max = 7)), extend("x-kubernetes-list-type" = "set"))]
     pub priorities: Vec<u8>,
 }
 
@@ -159,7 +217,7 @@ pub struct PfcSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 pub struct EcnSpec {
     /// Priorities with ECN on (both reaction and notification point).
-    #[schemars(length(max = 8), inner(range(min = 0, max = 7)))]
+    #[schemars(length(max = 8), inner(range(min = 0, max = 7)), extend("x-kubernetes-list-type" = "set"))]
     pub priorities: Vec<u8>,
 }
 
@@ -218,9 +276,16 @@ pub struct RoceProfileStatus {
     /// Matched nodes without an `RdmaNodeState` yet.
     #[serde(default)]
     pub nodes_unreported: u32,
-    /// Names of drifted nodes (first 50).
+    /// Matched nodes whose agent stopped reporting (see the `Stale` condition of their state).
+    #[serde(default)]
+    pub nodes_stale: u32,
+    /// Names of every drifted node counted in `nodesDrifted`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drifted: Vec<String>,
+    /// `Valid`: whether this version of the operator can use the profile.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
 }
 
 /// One node's observed RoCE settings and checks; the agent writes it.
@@ -234,12 +299,19 @@ pub struct RoceProfileStatus {
     status = "RdmaNodeStateStatus",
     derive = "PartialEq",
     printcolumn(name = "READY", type_ = "string", json_path = ".status.summary.ready"),
+    printcolumn(
+        name = "STALE",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Stale\")].status"
+    ),
     printcolumn(name = "PASS/TOTAL", type_ = "string", json_path = ".status.summary.passTotal"),
     printcolumn(name = "PFC", type_ = "string", json_path = ".status.summary.pfc"),
     printcolumn(name = "TRUST", type_ = "string", json_path = ".status.summary.trust"),
     printcolumn(name = "ECN", type_ = "string", json_path = ".status.summary.ecn"),
     printcolumn(name = "MTU", type_ = "string", json_path = ".status.summary.mtu"),
     printcolumn(name = "ROCE", type_ = "string", json_path = ".status.summary.roce"),
+    printcolumn(name = "NETNS", type_ = "string", json_path = ".status.netnsMode", priority = 1),
+    printcolumn(name = "HEARTBEAT", type_ = "date", json_path = ".status.lastHeartbeatTime"),
     printcolumn(name = "AGE", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -252,9 +324,18 @@ pub struct RdmaNodeStateSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct RdmaNodeStateStatus {
-    /// When the node was last read (RFC 3339).
+    /// When the checks last changed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_at: Option<String>,
+    /// When the agent last confirmed this status (RFC 3339): at every status write,
+    /// and at least every 10 minutes without one. The controller marks the node
+    /// `Stale` when it is older than 25 minutes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_heartbeat_time: Option<String>,
+    /// RDMA subsystem network namespace mode (`rdma system show`): `exclusive`
+    /// gives each pod its own RDMA device; `shared` shows every device everywhere.
+    #[serde(default)]
+    pub netns_mode: NetnsModeState,
     /// Hash of interfaces and checks (not of counters or time): changes only on real change.
     #[serde(default)]
     pub fingerprint: String,
@@ -273,19 +354,44 @@ pub struct RdmaNodeStateStatus {
     /// Checks, in a stable order.
     #[serde(default)]
     pub checks: Vec<Check>,
-    /// RoceReady, Drifted, Degraded.
+    /// RoceReady, Drifted, Degraded (the agent's); Stale (the controller's).
     #[serde(default)]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
     /// What `Enforce` mode wrote or refused, last run.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub enforcement: Vec<EnforceRecord>,
 }
 
+/// RDMA netns mode of a node.
+#[derive(Deserialize, Serialize, Clone, Copy, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum NetnsModeState {
+    /// `ib_core netns_mode=0`: an RDMA device lives in one network namespace.
+    Exclusive,
+    /// `ib_core netns_mode=1` (kernel default): every namespace sees every RDMA device.
+    Shared,
+    /// Could not be read.
+    #[default]
+    Unknown,
+}
+
+impl NetnsModeState {
+    /// As printed.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetnsModeState::Exclusive => "exclusive",
+            NetnsModeState::Shared => "shared",
+            NetnsModeState::Unknown => "unknown",
+        }
+    }
+}
+
 /// Printer-column summary; values of several interfaces are joined with `,`.
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
-    /// `True` or `False`.
+    /// `True` or `False`; `Unknown` when the controller found the agent stale.
     pub ready: String,
     /// `passed/total`.
     pub pass_total: String,
@@ -343,6 +449,9 @@ pub struct InterfaceState {
     /// ETS bandwidth per traffic class, percent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ets_bandwidth: Option<Vec<u8>>,
+    /// ETS traffic class of each priority.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ets_priority_to_tc: Option<Vec<u8>>,
     /// Link-level pause on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_pause: Option<bool>,
@@ -443,7 +552,7 @@ pub struct Check {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// `RoceReady`, `Drifted` or `Degraded`.
+    /// `RoceReady`, `Drifted`, `Degraded`, `Stale` (node states); `Valid` (profiles).
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.

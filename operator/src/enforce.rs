@@ -1,24 +1,28 @@
 //! `Enforce` mode: the smallest set of writes that brings an interface to its
-//! profile, in a safe order, refusing writes that bounce the link unless the
-//! profile sets `allowLinkFlap`; then a re-read, so the status records what the
-//! node really has afterwards.
+//! profile, in the order they must run, refusing writes that bounce the link
+//! unless the profile sets `allowLinkFlap`; then a re-read, so the status records
+//! what the node really has afterwards.
 //!
-//! Order (why): the firmware LLDP agent off first (on E810 it overwrites host DCB);
-//! link-level pause off before PFC (802.3x pause and PFC are exclusive); PFC on the
-//! lossless priority *before* steering DSCP to it (never send RoCE to a priority
-//! that drops); then the APP table, ECN, CNP; MTU last (it flaps the link).
+//! Order ([`Remedy::rank`], the same order `kubectl rdma` prints remediations in):
+//! the E810 firmware LLDP agent off first (ice refuses host DCB changes while it
+//! runs, and overwrites them); DCBX; link-level pause off before PFC (802.3x pause
+//! and PFC are exclusive); PFC and ETS on the lossless priority *before* steering
+//! DSCP to it (never send RoCE to a priority that drops); then the APP table,
+//! trust, ECN, CNP, rdma_cm defaults; MTU last (it flaps the link).
+//!
+//! Files go through [`nic::roce::write`], DCB through the netlink client of
+//! [`nic::netlink::dcb`]; this module touches no files itself.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 
-use nic::netlink::dcb::{DcbApp, IeeePfc, Priorities};
+use nic::netlink::dcb::{DcbError, IeeeEts, IeeePfc, Priorities};
 use nic::netlink::transport::{Client, SocketTransport};
-use nic::roce::write::RdmaCmDefault;
+use nic::roce::write::{self as w, RdmaCmDefault};
 use nic::roce::{remediation, DcbSource, InterfaceRoce, NodeRoce, Observed, Remedy, Trust};
 
-use crate::agent::NodeSource;
 use crate::checks::interface_selected;
 use crate::crd::{EnforceRecord, RoceMode, RoceProfileSpec};
+use crate::source::NodeSource;
 
 /// One write to make.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,44 +31,43 @@ pub struct Write {
     pub interface: String,
     /// The change.
     pub remedy: Remedy,
-    /// Why it will not be made (link flap not allowed), if so.
+    /// Why it will not be made (link flap not allowed, or a write before it
+    /// that it depends on is refused), if so.
     pub refused: Option<String>,
 }
 
-fn rank(r: &Remedy) -> u8 {
-    match r {
-        Remedy::FwLldpAgent(_) => 0,
-        Remedy::Dcbx(_) => 1,
-        Remedy::GlobalPause(_) => 2,
-        Remedy::Pfc { .. } | Remedy::PfcDelay(_) => 3,
-        Remedy::Trust(_) => 4,
-        Remedy::DscpDel(_) => 5,
-        Remedy::DscpAdd(_) => 6,
-        Remedy::Ecn { .. } => 7,
-        Remedy::CnpDscp(_) | Remedy::CnpPriority(_) => 8,
-        Remedy::RoceMode { .. } | Remedy::Tos { .. } => 9,
-        Remedy::Mtu(_) => 10,
-    }
+/// Whether a remedy is a DCB netlink write (which ice refuses while its firmware
+/// LLDP agent runs).
+fn is_dcb(r: &Remedy) -> bool {
+    matches!(
+        r,
+        Remedy::Pfc { .. }
+            | Remedy::PfcDelay(_)
+            | Remedy::Ets { .. }
+            | Remedy::DscpAdd(_)
+            | Remedy::DscpDel(_)
+            | Remedy::Dcbx(_)
+            | Remedy::Trust(_)
+    )
 }
 
 /// The minimal, ordered writes for one interface. Settings that cannot be read are
 /// left alone (no blind writes).
 pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
-    let mut out = Vec::new();
-    let mut push = |remedy: Remedy| {
-        let refused = (remedy.flaps_link() && !p.allow_link_flap).then(|| {
-            format!("would bounce the link; set allowLinkFlap or run: {}", remediation(&i.netdev, &remedy))
-        });
-        out.push(Write { interface: i.netdev.clone(), remedy, refused });
-    };
+    let mut wanted: Vec<Remedy> = Vec::new();
     if let Observed::Value(true) = i.fw_lldp_agent {
-        push(Remedy::FwLldpAgent(false));
+        wanted.push(Remedy::FwLldpAgent(false));
+    }
+    if let (Some(d), Observed::Value(have)) = (p.dcbx, &i.dcbx) {
+        if *have != d.mode() {
+            wanted.push(Remedy::Dcbx(d.mode()));
+        }
     }
     let pfc_wanted = p.pfc.as_ref().is_some_and(|x| !x.priorities.is_empty());
     if let Observed::Value(gp) = i.global_pause {
         let want = p.global_pause.unwrap_or(gp && !pfc_wanted);
         if gp != want {
-            push(Remedy::GlobalPause(want));
+            wanted.push(Remedy::GlobalPause(want));
         }
     }
     if let (Some(pfc), Observed::Value(have)) = (&p.pfc, &i.pfc) {
@@ -72,7 +75,19 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
         want.sort_unstable();
         want.dedup();
         if have.enabled_priorities() != want {
-            push(Remedy::Pfc { priorities: want });
+            wanted.push(Remedy::Pfc { priorities: want });
+        }
+    }
+    if let (Some(ets), Observed::Value(have)) = (&p.ets, &i.ets) {
+        let bw: [u8; 8] = std::array::from_fn(|k| ets.bandwidth.get(k).copied().unwrap_or(0));
+        let map: Option<[u8; 8]> =
+            ets.priority_to_tc.as_ref().map(|m| std::array::from_fn(|k| m.get(k).copied().unwrap_or(0)));
+        // IEEE_8021QAZ_TSA_ETS = 2 (include/uapi/linux/dcbnl.h).
+        let ok = have.tc_tx_bw == bw
+            && have.tc_tsa.iter().all(|&t| t == 2)
+            && map.is_none_or(|m| have.prio_tc == m);
+        if !ok {
+            wanted.push(Remedy::Ets { bandwidth: bw, priority_to_tc: map });
         }
     }
     if let Observed::Value(have) = &i.dscp_to_priority {
@@ -83,51 +98,70 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
             .map(|m| (m.dscp, m.priority))
             .collect();
         if !add.is_empty() {
-            push(Remedy::DscpAdd(add));
+            wanted.push(Remedy::DscpAdd(add));
         }
     }
-    // Trust: DSCP trust with a map comes from the APP entries above; the rest
-    // (PCP, or DSCP without a map) is a trust write of its own.
+    // Trust: upstream drivers trust DSCP exactly while the APP table has DSCP
+    // entries, so a DSCP profile with a map gets trust from the entries above. With
+    // NVIDIA OFED's qos/trust file, mlx5 ignores the entries for trust: write it.
     if let (Some(t), Observed::Value(have)) = (p.trust, &i.trust) {
         let want = t.trust();
-        let by_map = want == Trust::Dscp && !p.dscp_to_priority.is_empty();
+        let by_map = want == Trust::Dscp && !p.dscp_to_priority.is_empty() && !i.trust_file;
         if *have != want && !by_map {
-            push(Remedy::Trust(want));
+            wanted.push(Remedy::Trust(want));
         }
     }
     if let (Some(ecn), Observed::Value(have)) = (&p.ecn, &i.ecn) {
         for &prio in &ecn.priorities {
             if !have.contains(&prio) {
-                push(Remedy::Ecn { priority: prio, on: true });
+                wanted.push(Remedy::Ecn { priority: prio, on: true });
             }
         }
     }
     if let (Some(cnp), Observed::Value(have)) = (p.cnp, &i.cnp) {
         if have.dscp != cnp.dscp {
-            push(Remedy::CnpDscp(cnp.dscp));
+            wanted.push(Remedy::CnpDscp(cnp.dscp));
         }
         if have.priority != cnp.priority {
-            push(Remedy::CnpPriority(cnp.priority));
+            wanted.push(Remedy::CnpPriority(cnp.priority));
         }
     }
     if let (Some(cm), Some(dev)) = (&p.rdma_cm, &i.rdma_dev) {
         if let (Some(mode), Observed::Value(have)) = (cm.roce_mode, &i.roce_mode) {
             if have != mode.configfs() {
-                push(Remedy::RoceMode { rdma_dev: dev.clone(), port: 1, v2: mode == RoceMode::V2 });
+                wanted.push(Remedy::RoceMode { rdma_dev: dev.clone(), port: 1, v2: mode == RoceMode::V2 });
             }
         }
         if let (Some(tos), Observed::Value(have)) = (cm.tos, &i.tos) {
             if *have != tos {
-                push(Remedy::Tos { rdma_dev: dev.clone(), port: 1, tos });
+                wanted.push(Remedy::Tos { rdma_dev: dev.clone(), port: 1, tos });
             }
         }
     }
     if let (Some(min), Observed::Value(mtu)) = (p.min_mtu, &i.mtu) {
         if *mtu < min {
-            push(Remedy::Mtu(min));
+            wanted.push(Remedy::Mtu(min));
         }
     }
-    out.sort_by_key(|w| rank(&w.remedy));
+    wanted.sort_by_key(|r| r.rank(&i.netdev));
+
+    let driver = i.driver.as_deref();
+    let mut lldp_stays_on = false;
+    let mut out = Vec::new();
+    for remedy in wanted {
+        let mut refused = (remedy.flaps_link(driver) && !p.allow_link_flap).then(|| {
+            format!("would bounce the link; set allowLinkFlap or run: {}", remediation(&i.netdev, &remedy))
+        });
+        if matches!(remedy, Remedy::FwLldpAgent(false)) && refused.is_some() {
+            lldp_stays_on = true;
+        } else if lldp_stays_on && refused.is_none() && is_dcb(&remedy) {
+            refused = Some(format!(
+                "the firmware LLDP agent is on, so the driver refuses DCB changes; turn it off first (allowLinkFlap), then: {}",
+                remediation(&i.netdev, &remedy)
+            ));
+        }
+        out.push(Write { interface: i.netdev.clone(), remedy, refused });
+    }
     out
 }
 
@@ -135,28 +169,19 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
 #[derive(Debug, thiserror::Error)]
 pub enum EnforceError {
     /// A DCB netlink request failed.
-    #[error("{op} on {iface}: {source}")]
+    #[error("{op} on {iface}")]
     Dcb {
-        /// Operation.
+        /// What was being set, as the `dcb` command says it.
         op: &'static str,
         /// Interface.
         iface: String,
         /// The netlink error.
         #[source]
-        source: nic::netlink::dcb::DcbError,
+        source: DcbError,
     },
-    /// A sysfs write failed.
-    #[error("write {path}: {source}")]
-    Sysfs {
-        /// File.
-        path: PathBuf,
-        /// The I/O error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A configfs or sysfs write through [`nic::roce::write`] failed.
+    /// A configfs or sysfs write failed.
     #[error(transparent)]
-    File(#[from] nic::roce::write::WriteError),
+    File(#[from] w::WriteError),
     /// An ethtool ioctl failed (the error names the request and interface).
     #[error("{0}")]
     Ethtool(std::io::Error),
@@ -165,108 +190,84 @@ pub enum EnforceError {
     Manual(String),
 }
 
-/// Makes one write. DCB goes over netlink (only on a real node), ECN/CNP/MTU through
-/// sysfs under the node's sysfs root (so a simulated node can be enforced too).
+/// Makes one write. DCB and ethtool go to this host's kernel (a simulated node's
+/// come from its description, so those are reported, not faked); files go under
+/// the node's sysfs root, so a simulated node is written too.
 pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), EnforceError> {
-    let net = src.roots.sys(format!("class/net/{}", i.netdev));
-    let write = |rel: String, v: String| {
-        let path = net.join(rel);
-        std::fs::write(&path, v).map_err(|source| EnforceError::Sysfs { path, source })
+    let roots = &src.roots;
+    let iface = i.netdev.as_str();
+    let simulated = |what: &str| {
+        EnforceError::Manual(format!(
+            "simulated node: {what} come from its description; run: {}",
+            remediation(iface, r)
+        ))
     };
-    let dcb =
-        |op: &'static str,
-         f: &dyn Fn(&mut Client<SocketTransport>) -> Result<(), nic::netlink::dcb::DcbError>| {
-            if let DcbSource::Recorded(_) = src.dcb {
-                return Err(EnforceError::Manual(format!(
-                    "simulated node: DCB comes from its description; run: {}",
-                    remediation(&i.netdev, r)
-                )));
-            }
-            let mut s = nic::netlink::dcb::open().map_err(|source| EnforceError::Dcb {
-                op: "open",
-                iface: i.netdev.clone(),
-                source,
-            })?;
-            f(&mut s).map_err(|source| EnforceError::Dcb { op, iface: i.netdev.clone(), source })
-        };
-    // Pause and private flags of a simulated node come from its description too.
+    let dcb = |op: &'static str, f: &dyn Fn(&mut Client<SocketTransport>) -> Result<(), DcbError>| {
+        if let DcbSource::Recorded(_) = src.dcb {
+            return Err(simulated("DCB settings"));
+        }
+        let err = |op, source| EnforceError::Dcb { op, iface: iface.to_string(), source };
+        let mut client = nic::netlink::dcb::open().map_err(|e| err("open NETLINK_ROUTE", e))?;
+        f(&mut client).map_err(|e| err(op, e))
+    };
     let ethtool = |f: &dyn Fn() -> std::io::Result<()>| {
         if let DcbSource::Recorded(_) = src.dcb {
-            return Err(EnforceError::Manual(format!(
-                "simulated node: ethtool settings come from its description; run: {}",
-                remediation(&i.netdev, r)
-            )));
+            return Err(simulated("ethtool settings"));
         }
         f().map_err(EnforceError::Ethtool)
     };
+    let pfc = i.pfc.value().cloned().unwrap_or_default();
+    let map = i.dscp_to_priority.value().cloned().unwrap_or_default();
     match r {
         Remedy::Pfc { priorities } => {
-            let have = i.pfc.value().cloned().unwrap_or_default();
-            let pfc_en =
-                Priorities::from_list(&priorities.iter().copied().filter(|&p| p < 8).collect::<Vec<_>>())
-                    .unwrap_or_default();
-            let pfc = IeeePfc { pfc_en, ..have };
-            dcb("DCB_ATTR_IEEE_PFC set", &|s| s.dcb_set_pfc(&i.netdev, &pfc))
+            // The kernel takes the whole struct: what is not changed is written back as it was.
+            let on: Vec<u8> = priorities.iter().copied().filter(|&p| p < 8).collect();
+            let pfc = IeeePfc { pfc_en: Priorities::from_list(&on).unwrap_or_default(), ..pfc };
+            dcb("dcb pfc set prio-pfc", &|c| c.dcb_set_pfc(iface, &pfc))
         }
-        Remedy::DscpAdd(m) => {
-            let have = i.dscp_to_priority.value().cloned().unwrap_or_default();
-            // Drop the old priority of each DSCP first: the APP table may hold several.
-            let stale: Vec<DcbApp> =
-                m.keys().filter_map(|d| have.get(d).map(|p| DcbApp::dscp(*d, *p))).collect();
-            let add: Vec<DcbApp> = m.iter().map(|(d, p)| DcbApp::dscp(*d, *p)).collect();
-            dcb("DCB_ATTR_IEEE_APP_TABLE set", &|s| {
-                if !stale.is_empty() {
-                    s.dcb_del_apps(&i.netdev, &stale)?;
-                }
-                s.dcb_add_apps(&i.netdev, &add)
-            })
-        }
-        Remedy::DscpDel(m) => {
-            let del: Vec<DcbApp> = m.iter().map(|(d, p)| DcbApp::dscp(*d, *p)).collect();
-            dcb("DCB_ATTR_IEEE_APP_TABLE del", &|s| s.dcb_del_apps(&i.netdev, &del))
-        }
-        Remedy::Ecn { priority, on } => {
-            let v = u8::from(*on).to_string();
-            write(format!("ecn/roce_np/enable/{priority}"), v.clone())?;
-            write(format!("ecn/roce_rp/enable/{priority}"), v)
-        }
-        Remedy::CnpDscp(d) => write("ecn/roce_np/cnp_dscp".into(), d.to_string()),
-        Remedy::CnpPriority(p) => write("ecn/roce_np/cnp_802p_prio".into(), p.to_string()),
-        Remedy::Mtu(m) => write("mtu".into(), m.to_string()),
         Remedy::PfcDelay(delay) => {
-            let have = i.pfc.value().cloned().unwrap_or_default();
-            let pfc = IeeePfc { delay: *delay, ..have };
-            dcb("DCB_ATTR_IEEE_PFC set", &|s| s.dcb_set_pfc(&i.netdev, &pfc))
+            let pfc = IeeePfc { delay: *delay, ..pfc };
+            dcb("dcb pfc set delay", &|c| c.dcb_set_pfc(iface, &pfc))
         }
-        Remedy::Dcbx(mode) => dcb("DCB_CMD_SDCBX", &|s| s.dcb_set_dcbx(&i.netdev, *mode)),
-        Remedy::GlobalPause(on) => ethtool(&|| nic::roce::set_pause(&i.netdev, *on)),
-        Remedy::FwLldpAgent(on) => ethtool(&|| nic::roce::set_priv_flag(&i.netdev, "fw-lldp-agent", *on)),
+        Remedy::Ets { bandwidth, priority_to_tc } => {
+            let have = i.ets.value().cloned().unwrap_or_default();
+            // IEEE_8021QAZ_TSA_ETS = 2 on every TC (include/uapi/linux/dcbnl.h).
+            let ets = IeeeEts {
+                tc_tx_bw: *bandwidth,
+                tc_tsa: [2; 8],
+                prio_tc: priority_to_tc.unwrap_or(have.prio_tc),
+                ..have
+            };
+            dcb("dcb ets set", &|c| c.dcb_set_ets(iface, &ets))
+        }
+        Remedy::DscpAdd(want) => dcb("dcb app replace dscp-prio", &|c| c.dcb_replace_dscp(iface, &map, want)),
+        Remedy::DscpDel(del) => dcb("dcb app del dscp-prio", &|c| c.dcb_del_dscp(iface, del)),
+        Remedy::Dcbx(mode) => dcb("dcb dcbx set", &|c| c.dcb_set_dcbx(iface, *mode)),
+        Remedy::Ecn { priority, on } => Ok(w::set_ecn(roots, iface, *priority, *on)?),
+        Remedy::CnpDscp(d) => Ok(w::set_cnp_dscp(roots, iface, *d)?),
+        Remedy::CnpPriority(p) => Ok(w::set_cnp_priority(roots, iface, *p)?),
+        Remedy::Mtu(m) => Ok(w::set_mtu(roots, iface, *m)?),
+        Remedy::GlobalPause(on) => ethtool(&|| nic::roce::set_pause(iface, *on)),
+        Remedy::FwLldpAgent(on) => ethtool(&|| nic::roce::set_priv_flag(iface, "fw-lldp-agent", *on)),
         Remedy::Trust(t) => {
-            if nic::roce::write::set_legacy_trust(&src.roots, &i.netdev, *t)? {
+            if w::set_legacy_trust(roots, iface, *t)? {
                 return Ok(());
             }
             // Upstream drivers trust DSCP exactly while the APP table has DSCP entries.
-            let have = i.dscp_to_priority.value().cloned().unwrap_or_default();
             match t {
-                Trust::Pcp if !have.is_empty() => {
-                    let del: Vec<DcbApp> = have.iter().map(|(d, p)| DcbApp::dscp(*d, *p)).collect();
-                    dcb("DCB_ATTR_IEEE_APP_TABLE del", &|s| s.dcb_del_apps(&i.netdev, &del))
-                }
+                Trust::Pcp if !map.is_empty() => dcb("dcb app del dscp-prio", &|c| c.dcb_del_dscp(iface, &map)),
                 Trust::Pcp => Ok(()),
                 Trust::Dscp => Err(EnforceError::Manual(format!(
                     "DSCP trust on this driver comes from DSCP APP entries: give the profile a dscpToPriority map, or run: {}",
-                    remediation(&i.netdev, r)
+                    remediation(iface, r)
                 ))),
             }
         }
-        Remedy::RoceMode { rdma_dev, port, v2 } => Ok(nic::roce::write::set_rdma_cm_default(
-            &src.roots,
-            rdma_dev,
-            *port,
-            RdmaCmDefault::RoceMode { v2: *v2 },
-        )?),
+        Remedy::RoceMode { rdma_dev, port, v2 } => {
+            Ok(w::set_rdma_cm_default(roots, rdma_dev, *port, RdmaCmDefault::RoceMode { v2: *v2 })?)
+        }
         Remedy::Tos { rdma_dev, port, tos } => {
-            Ok(nic::roce::write::set_rdma_cm_default(&src.roots, rdma_dev, *port, RdmaCmDefault::Tos(*tos))?)
+            Ok(w::set_rdma_cm_default(roots, rdma_dev, *port, RdmaCmDefault::Tos(*tos))?)
         }
     }
 }
@@ -297,8 +298,8 @@ pub fn enforce(src: &NodeSource, p: &RoceProfileSpec, node: NodeRoce) -> (NodeRo
                     records.push(rec("Applied", detail));
                 }
                 Err(e) => {
-                    tracing::warn!(iface = %w.interface, setting, error = %e, "enforce: write failed");
-                    records.push(rec("Failed", e.to_string()));
+                    tracing::warn!(iface = %w.interface, setting, error = %crate::api::chain(&e), "enforce: write failed");
+                    records.push(rec("Failed", crate::api::chain(&e)));
                 }
             }
         }
@@ -321,5 +322,6 @@ fn setting_name(r: &Remedy) -> &'static str {
         Remedy::GlobalPause(_) => "global-pause",
         Remedy::FwLldpAgent(_) => "fw-lldp-agent",
         Remedy::Dcbx(_) => "dcbx",
+        Remedy::Ets { .. } => "ets",
     }
 }

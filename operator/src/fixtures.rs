@@ -1,4 +1,4 @@
-//! Test and benchmark helpers: simulated nodes built from the bundled examples,
+//! Test and benchmark helpers (feature `test-fixtures`, never in release builds): simulated nodes built from the bundled examples,
 //! with fields changed in code.
 
 use std::path::PathBuf;
@@ -7,7 +7,7 @@ use nic::roce::{DcbSource, NodeRoce, ObserveOpts};
 use nic::sim::Sim;
 use nic::simdesc::{NodeDesc, RoceDesc};
 
-use crate::agent::NodeSource;
+use crate::source::NodeSource;
 
 /// `examples/nodes/<name>.yaml` of this workspace.
 pub fn example_path(name: &str) -> PathBuf {

@@ -1,13 +1,13 @@
 //! kube-rdma operator: the node agent, the controller, the CRDs and the kubectl view.
 //!
 //! Data flows one way: **sysfs / netlink (`nic`) → [`nic::roce::NodeRoce`] →
-//! [`checks`] against a [`crd::RoceProfile`] → `RdmaNodeState` status, node label,
-//! Events and [`metrics`]**. The checks are pure functions; the agent and
-//! controller are thin loops around them that tests drive against a mocked API
-//! server.
+//! [`checks`] against a [`crd::RoceProfile`] ([`status::evaluate`]) → `RdmaNodeState`
+//! status, node label, Events ([`publish`]) and [`metrics`]**. The checks and the
+//! status are pure functions; the [`agent`] and the [`controller`] are loops around
+//! them driven by watches, which tests run against an API server over TLS.
 //!
 //! ```no_run
-//! use kube_rdma_operator::{agent::NodeSource, check_once, checks::default_profile};
+//! use kube_rdma_operator::{source::NodeSource, check_once, checks::default_profile};
 //! use nic::roce::{DcbSource, ObserveOpts};
 //! let src = NodeSource { roots: nic::Roots::from_env(), dcb: DcbSource::Netlink, opts: ObserveOpts::default() };
 //! let state = check_once(&src, &default_profile());
@@ -15,27 +15,38 @@
 //!     state.status.as_ref().unwrap(), kube_rdma_operator::view::Detail::All));
 //! ```
 pub mod agent;
+pub mod api;
 pub mod checks;
+pub mod client;
 pub mod controller;
 pub mod crd;
 pub mod crd_apply;
 pub mod enforce;
+#[cfg(feature = "test-fixtures")]
 pub mod fixtures;
+pub mod health;
+pub mod jitter;
 pub mod metrics;
+pub mod profiles;
+pub mod publish;
+pub mod source;
+pub mod status;
+pub mod validate;
 pub mod view;
 
 use std::path::{Path, PathBuf};
 
 use crd::{RdmaNodeState, RdmaNodeStateSpec, RoceProfile};
+use source::NodeSource;
 
 /// One check of a node without a cluster: read, check against `profile`, and
 /// return the `RdmaNodeState` the agent would publish (with `observedAt` set).
-pub fn check_once(source: &agent::NodeSource, profile: &RoceProfile) -> RdmaNodeState {
+pub fn check_once(source: &NodeSource, profile: &RoceProfile) -> RdmaNodeState {
     let node = source.read();
-    let mut status = agent::evaluate(profile, &node);
-    let now = agent::now_rfc3339();
+    let mut status = status::evaluate(profile, &node);
+    let now = status::now_rfc3339();
     status.observed_at = Some(now.clone());
-    agent::carry_transition_times(&mut status.conditions, &[], &now);
+    status::carry_transition_times(&mut status.conditions, &[], &now);
     let mut obj = RdmaNodeState::new(&node.node, RdmaNodeStateSpec { node_name: node.node.clone() });
     obj.status = Some(status);
     obj
@@ -45,7 +56,7 @@ pub fn check_once(source: &agent::NodeSource, profile: &RoceProfile) -> RdmaNode
 #[derive(Debug, thiserror::Error)]
 pub enum ProfileError {
     /// Unreadable.
-    #[error("cannot read profile {path}: {source}")]
+    #[error("cannot read profile {path}")]
     Io {
         /// File.
         path: PathBuf,
@@ -53,8 +64,8 @@ pub enum ProfileError {
         #[source]
         source: std::io::Error,
     },
-    /// Not a RoceProfile.
-    #[error("{path} is not a kuberdma.io/v1alpha1 RoceProfile: {source}")]
+    /// Not YAML or JSON.
+    #[error("profile {path} is not YAML or JSON")]
     Parse {
         /// File.
         path: PathBuf,
@@ -62,26 +73,22 @@ pub enum ProfileError {
         #[source]
         source: serde_yaml::Error,
     },
-    /// Wrong apiVersion/kind.
-    #[error("{path}: expected apiVersion kuberdma.io/v1alpha1 kind RoceProfile, found {found}")]
-    Kind {
+    /// Not a valid `kuberdma.io/v1alpha1` RoceProfile: what the API server would refuse.
+    #[error("profile {path} is invalid: {problems}")]
+    Invalid {
         /// File.
         path: PathBuf,
-        /// What it had.
-        found: String,
+        /// Each problem with its field path.
+        problems: validate::Invalid,
     },
 }
 
-/// Reads a `RoceProfile` YAML (or JSON) file.
+/// Reads a `RoceProfile` YAML (or JSON) file and validates it as the API server
+/// validates the CRD (schema with unknown fields refused, then the CEL rules).
 pub fn load_profile(path: &Path) -> Result<RoceProfile, ProfileError> {
     let text =
         std::fs::read_to_string(path).map_err(|source| ProfileError::Io { path: path.into(), source })?;
-    let v: serde_yaml::Value =
+    let v: serde_json::Value =
         serde_yaml::from_str(&text).map_err(|source| ProfileError::Parse { path: path.into(), source })?;
-    let api = v.get("apiVersion").and_then(|x| x.as_str()).unwrap_or("");
-    let kind = v.get("kind").and_then(|x| x.as_str()).unwrap_or("");
-    if api != "kuberdma.io/v1alpha1" || kind != "RoceProfile" {
-        return Err(ProfileError::Kind { path: path.into(), found: format!("{api} {kind}") });
-    }
-    serde_yaml::from_value(v).map_err(|source| ProfileError::Parse { path: path.into(), source })
+    validate::from_value(v).map_err(|problems| ProfileError::Invalid { path: path.into(), problems })
 }

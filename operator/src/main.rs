@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand, ValueEnum};
-use kube_rdma_operator::agent::{Agent, AgentConfig, NodeSource};
-use kube_rdma_operator::controller::Controller;
-use kube_rdma_operator::{check_once, checks, crd, crd_apply, load_profile, metrics, view};
+use kube_rdma_operator::agent::{Agent, AgentConfig};
+use kube_rdma_operator::client::{connect, ClientOpts};
+use kube_rdma_operator::controller::{Controller, STALE_AFTER};
+use kube_rdma_operator::source::NodeSource;
+use kube_rdma_operator::{check_once, checks, crd, crd_apply, health, load_profile, view};
 use nic::roce::{DcbSource, ObserveOpts};
 
 #[derive(Parser)]
@@ -57,26 +59,59 @@ enum Output {
     Json,
 }
 
+/// How to reach the API server (as kubectl: --kubeconfig, KUBECONFIG, ~/.kube/config, in-cluster).
+#[derive(clap::Args, Clone)]
+struct ApiArgs {
+    /// Kubeconfig file (default: env KUBECONFIG, ~/.kube/config, else the pod's service account).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use.
+    #[arg(long)]
+    context: Option<String>,
+}
+
+impl ApiArgs {
+    fn opts(&self) -> ClientOpts {
+        ClientOpts { kubeconfig: self.kubeconfig.clone(), context: self.context.clone() }
+    }
+}
+
 #[derive(Subcommand)]
 enum Cmd {
     /// Node agent: read RoCE settings, check them, publish RdmaNodeState.
     Agent(AgentArgs),
-    /// Controller: RoceProfile status, cleanup of RdmaNodeStates of deleted nodes.
-    Controller {
-        /// Seconds between passes.
-        #[arg(long, default_value_t = 30)]
-        interval: u64,
-    },
+    /// Controller: RoceProfile status, stale agents, cleanup of RdmaNodeStates of deleted nodes.
+    Controller(ControllerArgs),
     /// Print both CRDs as YAML; with --apply, server-side apply them to the cluster instead.
     Crds {
         /// Apply (field manager `kube-rdma`, forcing conflicts) using the kubeconfig or in-cluster config.
         #[arg(long)]
         apply: bool,
+        #[command(flatten)]
+        api: ApiArgs,
     },
 }
 
 #[derive(clap::Args)]
+struct ControllerArgs {
+    #[command(flatten)]
+    api: ApiArgs,
+    /// Seconds between full re-checks of what the watches hold (staleness of agents);
+    /// changes are handled as they arrive. No API requests.
+    #[arg(long, default_value_t = 60)]
+    interval: u64,
+    /// Seconds without a heartbeat after which an agent is marked Stale.
+    #[arg(long, default_value_t = STALE_AFTER.as_secs())]
+    stale_after: u64,
+    /// Serve /metrics and /healthz here, e.g. 0.0.0.0:9412.
+    #[arg(long)]
+    metrics_addr: Option<SocketAddr>,
+}
+
+#[derive(clap::Args)]
 struct AgentArgs {
+    #[command(flatten)]
+    api: ApiArgs,
     /// One check without a cluster; print the result and exit.
     #[arg(long)]
     once: bool,
@@ -98,13 +133,19 @@ struct AgentArgs {
     /// Node to report as.
     #[arg(long, env = "NODE_NAME")]
     node_name: Option<String>,
-    /// Seconds between polls (kernel link/DCB events trigger extra passes).
+    /// Seconds between local re-reads of the node (± 10 %; no API request unless
+    /// something changed). Kernel link/DCB events trigger extra passes.
     #[arg(long, default_value_t = 30)]
     poll_interval: u64,
+    /// Seconds without a status write after which the agent refreshes
+    /// status.lastHeartbeatTime (+ up to 10 %). The controller marks an agent
+    /// Stale after --stale-after (25 min): keep this well below it.
+    #[arg(long, default_value_t = kube_rdma_operator::agent::HEARTBEAT.as_secs())]
+    heartbeat: u64,
     /// Read rdma_cm defaults from configfs, creating the device directory if needed (mkdir/rmdir).
     #[arg(long)]
     read_rdma_cm_configfs: bool,
-    /// Serve Prometheus metrics here, e.g. 0.0.0.0:9870.
+    /// Serve /metrics and /healthz here, e.g. 0.0.0.0:9411.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
 }
@@ -123,25 +164,35 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
-        Cmd::Crds { apply: false } => {
+        Cmd::Crds { apply: false, .. } => {
             print!("{}", crd::crds_yaml().context("serialising the CRDs")?);
             Ok(ExitCode::SUCCESS)
         }
-        Cmd::Crds { apply: true } => {
+        Cmd::Crds { apply: true, api } => {
             let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
             rt.block_on(async {
-                let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
+                let client = connect(&api.opts()).await?;
                 for a in crd_apply::apply(client).await? {
                     println!("customresourcedefinition.apiextensions.k8s.io/{} serverside-applied (resourceVersion {})", a.name, a.resource_version);
                 }
                 Ok(ExitCode::SUCCESS)
             })
         }
-        Cmd::Controller { interval } => {
+        Cmd::Controller(c) => {
             let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
             rt.block_on(async {
-                let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
-                Controller::new(client).run(Duration::from_secs(interval.max(1)), shutdown()).await;
+                let client = connect(&c.api.opts()).await?;
+                let ctl = Controller::new(client)
+                    .with_stale_after(Duration::from_secs(c.stale_after.max(1)))
+                    .with_check_interval(Duration::from_secs(c.interval.max(1)));
+                if let Some(addr) = c.metrics_addr {
+                    let l = tokio::net::TcpListener::bind(addr)
+                        .await
+                        .with_context(|| format!("binding metrics address {addr}"))?;
+                    tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics and /healthz");
+                    tokio::spawn(health::serve(l, ctl.endpoints()));
+                }
+                ctl.run(shutdown()).await;
                 Ok(ExitCode::SUCCESS)
             })
         }
@@ -176,47 +227,35 @@ fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
     };
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(async move {
-        let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
-        let cfg = AgentConfig {
-            node_name,
-            source: source.clone(),
-            poll: Duration::from_secs(a.poll_interval.max(1)),
-            profile,
-            debounce: Duration::from_millis(500),
-        };
+        let client = connect(&a.api.opts()).await?;
+        let mut cfg = AgentConfig::new(node_name, source.clone());
+        cfg.poll = Duration::from_secs(a.poll_interval.max(1));
+        cfg.heartbeat = Duration::from_secs(a.heartbeat.max(1));
+        cfg.profile = profile;
         let agent = Agent::new(cfg, client);
         if let Some(addr) = a.metrics_addr {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding metrics address {addr}"))?;
-            tokio::spawn(metrics::serve(l, agent.metrics()));
+            tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics and /healthz");
+            tokio::spawn(health::serve(l, agent.endpoints()));
         }
-        let triggers = match source.dcb {
-            DcbSource::Netlink => kernel_triggers(),
+        let kernel = match source.dcb {
+            DcbSource::Netlink => kernel_events(),
             DcbSource::Recorded(_) => None,
         };
-        agent.run(triggers, shutdown()).await;
+        agent.run(kernel, shutdown()).await;
         Ok(ExitCode::SUCCESS)
     })
 }
 
-/// Link and DCB change notifications as bare triggers; `None` (poll only) when the
-/// subscription fails.
-fn kernel_triggers() -> Option<tokio::sync::mpsc::Receiver<()>> {
+/// Link and DCB change notifications; `None` (poll only) when the subscription fails.
+fn kernel_events() -> Option<tokio::sync::mpsc::Receiver<nic::netlink::events::RtnlEvent>> {
     use nic::netlink::events::{subscribe, Group};
     match subscribe(&[Group::Link, Group::Dcb], 64) {
-        Ok(mut rx) => {
-            let (tx, out) = tokio::sync::mpsc::channel(1);
-            tokio::spawn(async move {
-                while rx.recv().await.is_some() {
-                    // A full channel already holds a pending trigger.
-                    let _ = tx.try_send(());
-                }
-            });
-            Some(out)
-        }
+        Ok(rx) => Some(rx),
         Err(e) => {
-            tracing::warn!(error = %e, "cannot subscribe to link/DCB events; polling only");
+            tracing::warn!(error = %kube_rdma_operator::api::chain(&e), "cannot subscribe to link/DCB events; polling only");
             None
         }
     }

@@ -1,7 +1,7 @@
 //! Prometheus text exposition (format 0.0.4) of one node's RoCE state: check
 //! results, PFC per priority, pause frames per priority (the `ieee_pfc`
 //! requests/indications counters), ECN, MTU, GID index and RDMA hw counters.
-//! [`serve`] answers every HTTP request on the metrics address with the latest text.
+//! [`crate::health::serve`] serves it with the agent's self-metrics.
 //!
 //! No series carries a `node` label: each agent exports one node, and Prometheus adds
 //! `node` from the scrape target (the chart's ServiceMonitor/PodMonitor relabel
@@ -9,11 +9,8 @@
 //! and come out as `exported_node`.
 
 use std::fmt::Write as _;
-use std::sync::{Arc, RwLock};
 
 use nic::roce::{NodeRoce, Observed};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
 
 use crate::crd::{Check, CheckResult};
 
@@ -134,24 +131,4 @@ pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
         }
     }
     o.0
-}
-
-/// Serves `text` to every connection on `listener` until the task is dropped.
-pub async fn serve(listener: TcpListener, text: Arc<RwLock<String>>) {
-    loop {
-        let Ok((mut sock, _)) = listener.accept().await else { continue };
-        let text = text.clone();
-        tokio::spawn(async move {
-            // The request itself does not matter: every path gets the metrics.
-            let mut buf = [0u8; 2048];
-            let _ = tokio::time::timeout(std::time::Duration::from_secs(5), sock.read(&mut buf)).await;
-            let body = text.read().map(|t| t.clone()).unwrap_or_default();
-            let resp = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(resp.as_bytes()).await;
-            let _ = sock.shutdown().await;
-        });
-    }
 }

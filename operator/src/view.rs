@@ -1,13 +1,15 @@
-//! Human tables of a node's state, shared by `agent --once --output table` and
-//! `kubectl rdma status|check`.
+//! Human tables of nodes' states, shared by `agent --once --output table` and
+//! `kubectl rdma status|check`: one node in detail ([`node_table`]), many nodes
+//! one line each ([`summary_table`]), remediation commands in the order they must run.
 
 use std::fmt::Write as _;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 
-use crate::agent::describe_interface;
 use crate::crd::{CheckResult, RdmaNodeState, RdmaNodeStateStatus};
+use crate::status::describe_interface;
 
 /// How much of the check list to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,7 +25,7 @@ pub fn node_table(node: &str, s: &RdmaNodeStateStatus, detail: Detail) -> String
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "NODE {node}  profile {} ({:?})  READY {}  PASS/TOTAL {}  PFC {}  TRUST {}  ECN {}  MTU {}  ROCE {}",
+        "NODE {node}  profile {} ({:?})  READY {}  PASS/TOTAL {}  PFC {}  TRUST {}  ECN {}  MTU {}  ROCE {}  NETNS {}",
         s.profile,
         s.mode,
         s.summary.ready,
@@ -32,8 +34,16 @@ pub fn node_table(node: &str, s: &RdmaNodeStateStatus, detail: Detail) -> String
         s.summary.trust,
         s.summary.ecn,
         s.summary.mtu,
-        s.summary.roce
+        s.summary.roce,
+        s.netns_mode.as_str()
     );
+    if let Some(hb) = &s.last_heartbeat_time {
+        let _ = write!(out, "  heartbeat {} ago", age(hb, Timestamp::now()));
+        if is_marked_stale(s) {
+            let _ = write!(out, "  STALE: the agent stopped reporting; this state may be out of date");
+        }
+        out.push('\n');
+    }
     for i in &s.interfaces {
         let _ = writeln!(out, "  {}", describe_interface(i));
         for u in &i.unavailable {
@@ -63,12 +73,11 @@ pub fn node_table(node: &str, s: &RdmaNodeStateStatus, detail: Detail) -> String
     } else {
         out.push_str(&table(&["INTERFACE", "CHECK", "RESULT", "EXPECTED", "ACTUAL"], &rows));
     }
-    let fails: Vec<_> =
-        s.checks.iter().filter(|c| c.result == CheckResult::Fail && !c.remediation.is_empty()).collect();
-    if !fails.is_empty() {
-        let _ = writeln!(out, "REMEDIATION");
-        for c in fails {
-            let _ = writeln!(out, "  {} {}: {}", c.interface, c.name, c.remediation);
+    let fixes = remediation_order(s);
+    if !fixes.is_empty() {
+        let _ = writeln!(out, "REMEDIATION (in this order)");
+        for (cmd, why) in fixes {
+            let _ = writeln!(out, "  {cmd}    # {}", why.join(", "));
         }
     }
     if !s.enforcement.is_empty() {
@@ -113,26 +122,174 @@ pub fn table<const N: usize>(head: &[&str; N], rows: &[[String; N]]) -> String {
     out
 }
 
-/// `kubectl rdma status [NODE]`: the tables of one node's (or every node's) `RdmaNodeState`.
-pub async fn status(client: Client, node: Option<&str>, detail: Detail) -> Result<String, kube::Error> {
-    let api: Api<RdmaNodeState> = Api::all(client);
-    let mut states = match node {
-        Some(n) => vec![api.get(n).await?],
-        None => api.list(&ListParams::default()).await?.items,
-    };
-    states.sort_by_key(|s| s.name_any());
-    let mut out = String::new();
-    if states.is_empty() {
-        out.push_str("No RdmaNodeState found: is the kube-rdma agent running?\n");
+/// The remediation commands of failing checks in the order they must run
+/// ([`nic::roce::in_execution_order`]), each once, with the checks that want it
+/// (`interface/check`).
+pub fn remediation_order(s: &RdmaNodeStateStatus) -> Vec<(String, Vec<String>)> {
+    let fails: Vec<_> =
+        s.checks.iter().filter(|c| c.result == CheckResult::Fail && !c.remediation.is_empty()).collect();
+    nic::roce::in_execution_order(fails.iter().map(|c| c.remediation.as_str()))
+        .into_iter()
+        .map(|cmd| {
+            let why = fails
+                .iter()
+                .filter(|c| c.remediation.split(" && ").any(|x| x.trim() == cmd))
+                .map(|c| format!("{}/{}", c.interface, c.name))
+                .collect();
+            (cmd, why)
+        })
+        .collect()
+}
+
+fn is_marked_stale(s: &RdmaNodeStateStatus) -> bool {
+    s.conditions.iter().any(|c| c.type_ == "Stale" && c.status == "True")
+}
+
+/// `42s`, `5m`, `3h`, `2d` since the RFC 3339 time `since`; `?` when unreadable.
+pub fn age(since: &str, now: Timestamp) -> String {
+    let Ok(t) = since.parse::<Timestamp>() else { return "?".into() };
+    let secs = now.duration_since(t).as_secs().max(0);
+    match secs {
+        s if s < 120 => format!("{s}s"),
+        s if s < 2 * 3600 => format!("{}m", s / 60),
+        s if s < 2 * 86400 => format!("{}h", s / 3600),
+        s => format!("{}d", s / 86400),
     }
-    for s in &states {
-        match &s.status {
-            Some(st) => out.push_str(&node_table(&s.name_any(), st, detail)),
+}
+
+/// One node asked about: its state, or none.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NodeReport {
+    /// Node name.
+    pub name: String,
+    /// Its `RdmaNodeState`, if the agent published one.
+    pub state: Option<RdmaNodeState>,
+}
+
+impl NodeReport {
+    /// Ready: a state whose checks pass, whose agent is not stale.
+    pub fn ready(&self) -> bool {
+        self.state
+            .as_ref()
+            .and_then(|s| s.status.as_ref())
+            .is_some_and(|st| st.summary.ready == "True" && !is_marked_stale(st))
+    }
+}
+
+/// The states of `nodes` (every state when empty), sorted by name. A named node
+/// without a state is reported as such, not as an error.
+pub async fn fetch(client: Client, nodes: &[String]) -> Result<Vec<NodeReport>, kube::Error> {
+    let api: Api<RdmaNodeState> = Api::all(client);
+    let mut out = Vec::new();
+    if nodes.is_empty() {
+        for s in api.list(&ListParams::default()).await?.items {
+            out.push(NodeReport { name: s.name_any(), state: Some(s) });
+        }
+    } else {
+        for n in nodes {
+            out.push(NodeReport { name: n.clone(), state: api.get_opt(n).await? });
+        }
+    }
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(out)
+}
+
+/// One line per node: `NODE READY STALE PROFILE PASS/TOTAL FAILING HEARTBEAT`
+/// (`wide` adds PFC, TRUST, ECN, MTU, ROCE, NETNS).
+pub fn summary_table(reports: &[NodeReport], wide: bool, now: Timestamp) -> String {
+    let mut rows: Vec<[String; 13]> = Vec::new();
+    for r in reports {
+        let st = r.state.as_ref().and_then(|s| s.status.as_ref());
+        let dash = || "-".to_string();
+        let row = match st {
             None => {
-                let _ = writeln!(out, "NODE {}  (no status yet)", s.name_any());
+                let why = if r.state.is_some() { "no status yet" } else { "no RdmaNodeState" };
+                [
+                    r.name.clone(),
+                    "Unknown".into(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    why.into(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                    dash(),
+                ]
             }
+            Some(s) => {
+                let failing: Vec<String> = s
+                    .checks
+                    .iter()
+                    .filter(|c| c.result == CheckResult::Fail)
+                    .map(|c| format!("{}/{}", c.interface, c.name))
+                    .collect();
+                [
+                    r.name.clone(),
+                    s.summary.ready.clone(),
+                    if is_marked_stale(s) { "True".into() } else { "False".into() },
+                    s.profile.clone(),
+                    s.summary.pass_total.clone(),
+                    if failing.is_empty() { "-".into() } else { failing.join(",") },
+                    s.last_heartbeat_time.as_deref().map(|t| age(t, now)).unwrap_or_else(dash),
+                    s.summary.pfc.clone(),
+                    s.summary.trust.clone(),
+                    s.summary.ecn.clone(),
+                    s.summary.mtu.clone(),
+                    s.summary.roce.clone(),
+                    s.netns_mode.as_str().into(),
+                ]
+            }
+        };
+        rows.push(row);
+    }
+    let head = [
+        "NODE",
+        "READY",
+        "STALE",
+        "PROFILE",
+        "PASS/TOTAL",
+        "FAILING",
+        "HEARTBEAT",
+        "PFC",
+        "TRUST",
+        "ECN",
+        "MTU",
+        "ROCE",
+        "NETNS",
+    ];
+    if wide {
+        return table(&head, &rows);
+    }
+    let narrow: Vec<[String; 7]> = rows.iter().map(|r| std::array::from_fn(|i| r[i].clone())).collect();
+    table(&std::array::from_fn::<&str, 7, _>(|i| head[i]), &narrow)
+}
+
+/// Details of each reported node: [`node_table`], or a sentence for a node without state.
+pub fn details(reports: &[NodeReport], detail: Detail) -> String {
+    let mut out = String::new();
+    for r in reports {
+        match r.state.as_ref().map(|s| s.status.as_ref()) {
+            None => {
+                let _ = writeln!(
+                    out,
+                    "NODE {}  no RdmaNodeState: the kube-rdma agent has not reported this node (is it running there, and is the node name right?)",
+                    r.name
+                );
+            }
+            Some(None) => {
+                let _ = writeln!(
+                    out,
+                    "NODE {}  (no status yet: the agent has not finished its first check)",
+                    r.name
+                );
+            }
+            Some(Some(st)) => out.push_str(&node_table(&r.name, st, detail)),
         }
         out.push('\n');
     }
-    Ok(out)
+    out
 }

@@ -1,9 +1,9 @@
 //! Checks of simulated nodes: the bundled examples, and variants with one setting
 //! broken in code. Each asserts the failing check, its result and the exact remediation.
-use kube_rdma_operator::agent::evaluate;
 use kube_rdma_operator::checks::{default_profile, default_profile_spec};
 use kube_rdma_operator::crd::{Check, CheckResult, RdmaNodeStateStatus, RoceProfile};
 use kube_rdma_operator::fixtures::{example, with_roce, SimNode};
+use kube_rdma_operator::status::evaluate;
 use nic::simdesc::NodeDesc;
 
 fn run(desc: &NodeDesc) -> RdmaNodeStateStatus {
@@ -172,11 +172,126 @@ fn global_pause_with_pfc_fails_coherence() {
 
 #[test]
 fn trust_pcp_breaks_the_dscp_chain() {
-    let s = run(&with_roce(example("cx6dx-dual"), |r| r.trust = nic::simdesc::Trust::Pcp));
+    // Upstream mlx5 (no OFED qos/trust file): DSCP trust comes from the APP entries.
+    let s = run(&with_roce(example("cx6dx-dual"), |r| {
+        r.trust = nic::simdesc::Trust::Pcp;
+        r.ofed_sysfs = Some(false);
+        r.dscp_to_priority.clear();
+    }));
     let t = check(&s, "ens1f0np0", "trust");
     assert_eq!(t.result, CheckResult::Fail, "{t:?}");
     assert_eq!(t.remediation, "dcb app replace dev ens1f0np0 dscp-prio 26:3 48:6");
     assert_eq!(check(&s, "ens1f0np0", "chain-tos-pfc").result, CheckResult::Fail);
+}
+
+#[test]
+fn trust_with_ofed_is_set_with_mlnx_qos_since_mlx5_then_ignores_dscp_app_entries() {
+    // NVIDIA OFED's qos/trust says pcp: the APP entries are there but do not switch trust.
+    let s = run(&with_roce(example("cx6dx-dual"), |r| r.trust = nic::simdesc::Trust::Pcp));
+    let t = check(&s, "ens1f0np0", "trust");
+    assert_eq!(t.result, CheckResult::Fail, "{t:?}");
+    assert_eq!(t.remediation, "mlnx_qos -i ens1f0np0 --trust dscp");
+    assert_eq!(check(&s, "ens1f0np0", "dscp-map").result, CheckResult::Pass);
+}
+
+#[test]
+fn tos_0_is_fixed_with_the_tos_never_by_mapping_dscp_0_into_the_lossless_priority() {
+    // rdma_cm ToS 0: RoCE is unmarked (DSCP 0), like all default traffic.
+    let s = run(&with_roce(example("cx6dx-dual"), |r| r.tos = 0));
+    for name in ["chain-tos-pfc", "chain-tos-ecn"] {
+        let c = check(&s, "ens1f0np0", name);
+        assert_eq!(c.result, CheckResult::Fail, "{c:?}");
+        assert_eq!(c.remediation, "cma_roce_tos -d mlx5_0 -p 1 -t 106", "{name}");
+    }
+    // Even when DSCP 0 happens to be mapped to the lossless priority, that is not a pass.
+    let s = run(&with_roce(example("cx6dx-dual"), |r| {
+        r.tos = 0;
+        r.dscp_to_priority.insert(0, 3);
+    }));
+    let c = check(&s, "ens1f0np0", "chain-tos-pfc");
+    assert_eq!(c.result, CheckResult::Fail, "{c:?}");
+    assert_eq!(c.remediation, "cma_roce_tos -d mlx5_0 -p 1 -t 106");
+    // A profile without a ToS of its own: a ToS from a DSCP the map sends to priority 3.
+    let mut spec = default_profile_spec();
+    spec.rdma_cm = None;
+    let node = SimNode::new(&with_roce(example("cx6dx-dual"), |r| r.tos = 0));
+    let s = evaluate(&RoceProfile::new("no-tos", spec), &node.read());
+    assert_eq!(check(&s, "ens1f0np0", "chain-tos-pfc").remediation, "cma_roce_tos -d mlx5_0 -p 1 -t 106");
+}
+
+#[test]
+fn roce_v1_is_fixed_with_the_roce_mode_and_the_tos() {
+    let s = run(&with_roce(example("cx6dx-dual"), |r| {
+        r.roce_mode = "IB/RoCE v1".into();
+        r.tos = 0;
+    }));
+    let c = check(&s, "ens1f0np0", "chain-tos-pfc");
+    assert_eq!(c.remediation, "cma_roce_mode -d mlx5_0 -p 1 -m 2 && cma_roce_tos -d mlx5_0 -p 1 -t 106");
+    assert_eq!(check(&s, "ens1f0np0", "chain-tos-ecn").remediation, c.remediation);
+}
+
+#[test]
+fn a_missing_dscp_entry_is_fixed_in_the_map_not_with_ecn_on_priority_0() {
+    let s = run(&with_roce(example("cx6dx-dual"), |r| {
+        r.dscp_to_priority = [(48, 6)].into_iter().collect();
+    }));
+    for name in ["chain-tos-pfc", "chain-tos-ecn", "dscp-map"] {
+        let c = check(&s, "ens1f0np0", name);
+        assert_eq!(c.result, CheckResult::Fail, "{c:?}");
+        assert_eq!(c.remediation, "dcb app replace dev ens1f0np0 dscp-prio 26:3", "{name}");
+    }
+}
+
+#[test]
+fn pfc_and_the_chain_propose_the_same_pfc_command() {
+    // PFC on 4 instead of 3: both checks want exactly the profile's set.
+    let s = run(&with_roce(example("cx6dx-dual"), |r| r.pfc = vec![4]));
+    let pfc = check(&s, "ens1f0np0", "pfc");
+    let chain = check(&s, "ens1f0np0", "chain-tos-pfc");
+    assert_eq!(pfc.remediation, "dcb pfc set dev ens1f0np0 prio-pfc all:off 3:on");
+    assert_eq!(chain.remediation, pfc.remediation);
+}
+
+#[test]
+fn dcbx_is_checked_when_the_profile_asks() {
+    let mut spec = default_profile_spec();
+    spec.dcbx = Some(kube_rdma_operator::crd::DcbxSpec::Os);
+    let node = SimNode::new(&with_roce(example("cx6dx-dual"), |r| r.dcbx = nic::simdesc::DcbxMode::Firmware));
+    let s = evaluate(&RoceProfile::new("os", spec.clone()), &node.read());
+    let c = check(&s, "ens1f0np0", "dcbx");
+    assert_eq!((c.result, c.expected.as_str(), c.actual.as_str()), (CheckResult::Fail, "os", "firmware"));
+    assert_eq!(c.remediation, "dcb dcbx set dev ens1f0np0 host ieee");
+    // Not asked: not checked.
+    assert!(run(&example("cx6dx-dual")).checks.iter().all(|c| c.name != "dcbx"));
+}
+
+#[test]
+fn ets_is_checked_when_the_profile_asks() {
+    let mut spec = default_profile_spec();
+    spec.ets = Some(kube_rdma_operator::crd::EtsSpec {
+        bandwidth: vec![50, 0, 0, 50, 0, 0, 0, 0],
+        priority_to_tc: None,
+    });
+    let mut node = SimNode::new(&example("cx6dx-dual")).read();
+    let i = node.interfaces.iter_mut().find(|i| i.netdev == "ens1f0np0").unwrap();
+    i.ets = nic::roce::Observed::Value(nic::netlink::dcb::IeeeEts {
+        tc_tx_bw: [100, 0, 0, 0, 0, 0, 0, 0],
+        tc_tsa: [2; 8],
+        ..Default::default()
+    });
+    let s = evaluate(&RoceProfile::new("ets", spec), &node);
+    let c = check(&s, "ens1f0np0", "ets");
+    assert_eq!(c.result, CheckResult::Fail, "{c:?}");
+    assert_eq!(
+        (c.expected.as_str(), c.actual.as_str()),
+        ("tc-bw 50,0,0,50,0,0,0,0", "tc-bw 100,0,0,0,0,0,0,0")
+    );
+    assert_eq!(
+        c.remediation,
+        "dcb ets set dev ens1f0np0 tc-tsa all:ets tc-bw 0:50 1:0 2:0 3:50 4:0 5:0 6:0 7:0"
+    );
+    // Where ETS cannot be read, the check says so instead of guessing.
+    assert_ne!(check(&s, "ens1f1np1", "ets").result, CheckResult::Pass);
 }
 
 #[test]
@@ -189,6 +304,10 @@ fn roce_v1_and_wrong_tos_fail_with_the_mlnx_tools_commands() {
     assert_eq!(check(&s, "ens1f0np0", "tos").remediation, "cma_roce_tos -d mlx5_0 -p 1 -t 106");
     // ToS 0 → DSCP 0 → unmapped → priority 0 → not lossless.
     assert_eq!(check(&s, "ens1f0np0", "chain-tos-pfc").result, CheckResult::Fail);
+    assert_eq!(
+        check(&s, "ens1f0np0", "chain-tos-pfc").remediation,
+        "cma_roce_mode -d mlx5_0 -p 1 -m 2 && cma_roce_tos -d mlx5_0 -p 1 -t 106"
+    );
     assert_eq!(s.summary.roce, "v1");
 }
 
@@ -228,4 +347,17 @@ fn fingerprint_is_stable_and_changes_with_settings() {
     // Pause counters move all the time; they must not change the fingerprint.
     let d = run(&with_roce(example("cx6dx-dual"), |r| r.pfc_requests = vec![0, 0, 0, 12345, 0, 0, 0, 0]));
     assert_eq!(a.fingerprint, d.fingerprint);
+}
+
+#[test]
+fn the_rdma_netns_mode_is_reported_per_node() {
+    let s = run(&example("cx6dx-dual"));
+    assert_eq!(s.netns_mode, kube_rdma_operator::crd::NetnsModeState::Shared);
+    let mut d = example("cx6dx-dual");
+    d.rdma_netns_mode = nic::simdesc::NetnsMode::Exclusive;
+    let s = run(&d);
+    assert_eq!(s.netns_mode, kube_rdma_operator::crd::NetnsModeState::Exclusive);
+    assert_eq!(serde_json::to_value(&s).unwrap()["netnsMode"], "exclusive");
+    // A change of mode is a change of the state (the fingerprint moves).
+    assert_ne!(s.fingerprint, run(&example("cx6dx-dual")).fingerprint);
 }

@@ -1,4 +1,6 @@
-//! The real binaries on the bundled simulated nodes, without a cluster.
+//! The real binaries on the bundled simulated nodes, without a cluster: checks,
+//! profile files validated like the CRD, and clear errors (never a panic) when
+//! there is no usable Kubernetes configuration.
 use std::process::Command;
 
 use kube_rdma_operator::crd::RdmaNodeState;
@@ -73,7 +75,7 @@ fn kubectl_rdma_check_exits_1_on_failing_checks_and_shows_remediation() {
     assert_eq!(code, 1, "{out}{err}");
     assert!(out.contains("profile prio4"), "{out}");
     assert!(
-        out.contains("REMEDIATION\n  ens1f0np0 pfc: dcb pfc set dev ens1f0np0 prio-pfc all:off 4:on"),
+        out.contains("REMEDIATION (in this order)\n  dcb pfc set dev ens1f0np0 prio-pfc all:off 4:on    # ens1f0np0/pfc\n"),
         "{out}"
     );
     // The default profile passes.
@@ -84,7 +86,7 @@ fn kubectl_rdma_check_exits_1_on_failing_checks_and_shows_remediation() {
 #[test]
 fn bad_inputs_fail_with_a_message() {
     let (code, _, err) = run(kubectl_rdma().arg("check"));
-    assert_eq!(code, 1);
+    assert_eq!(code, 2, "errors exit 2, not-ready nodes 1");
     assert!(err.contains("--sim FILE or --local"), "{err}");
     let (code, _, err) = run(op().args(["agent", "--once", "--sim", "/nonexistent.yaml"]));
     assert_eq!(code, 1);
@@ -99,4 +101,140 @@ fn bad_inputs_fail_with_a_message() {
         err.contains("expected apiVersion kuberdma.io/v1alpha1 kind RoceProfile, found v1 ConfigMap"),
         "{err}"
     );
+}
+
+fn profile_file(dir: &std::path::Path, spec: &str) -> std::path::PathBuf {
+    let p = dir.join("p.yaml");
+    std::fs::write(
+        &p,
+        format!("apiVersion: kuberdma.io/v1alpha1\nkind: RoceProfile\nmetadata: {{name: p}}\nspec: {spec}\n"),
+    )
+    .unwrap();
+    p
+}
+
+#[test]
+fn a_profile_file_is_validated_like_the_crd_with_field_paths() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases = [
+        ("{pfc: {priorities: [3, 8]}}", "spec.pfc.priorities[1]: 8 is above the maximum 7"),
+        (
+            "{dscpToPriority: [{dscp: 64, priority: 3}]}",
+            "spec.dscpToPriority[0].dscp: 64 is above the maximum 63",
+        ),
+        ("{pfcPriorities: [3]}", "spec.pfcPriorities: unknown field"),
+        ("{mode: Sometimes}", "spec.mode: \"Sometimes\" is not one of \"Audit\", \"Enforce\""),
+        ("{pfc: {priorities: [3, 3]}}", "spec.pfc.priorities[1]: duplicate value 3"),
+        (
+            "{pfc: {priorities: [3]}, cnp: {dscp: 48, priority: 3}}",
+            "spec: cnp.priority must not be one of pfc.priorities",
+        ),
+        (
+            "{dscpToPriority: [{dscp: 26, priority: 3}, {dscp: 26, priority: 4}]}",
+            "spec: dscpToPriority maps the same dscp more than once",
+        ),
+        ("{trust: pcp, dscpToPriority: [{dscp: 26, priority: 3}]}", "spec: trust pcp ignores DSCP"),
+        ("{ets: {bandwidth: [50, 0, 0, 40, 0, 0, 0, 0]}}", "spec.ets: bandwidth must add up to 100"),
+    ];
+    for (spec, want) in cases {
+        let p = profile_file(dir.path(), spec);
+        for cmd in [
+            op().args(["agent", "--once", "--profile"]).arg(&p).arg("--sim").arg(example_path("cx6dx-dual")),
+            kubectl_rdma().args(["check", "--profile"]).arg(&p).arg("--sim").arg(example_path("cx6dx-dual")),
+        ] {
+            let (code, out, err) = run(cmd);
+            assert_ne!(code, 0, "{spec}: {out}");
+            assert!(
+                err.contains(&format!("profile {} is invalid: ", p.display())) && err.contains(want),
+                "{spec}: {err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+        }
+    }
+}
+
+/// Runs `cmd` with no kubeconfig anywhere and no in-cluster environment, plus `env`.
+fn without_cluster<'a>(cmd: &'a mut Command, home: &std::path::Path) -> &'a mut Command {
+    cmd.env_remove("KUBECONFIG")
+        .env_remove("KUBERNETES_SERVICE_HOST")
+        .env_remove("KUBERNETES_SERVICE_PORT")
+        .env("HOME", home)
+}
+
+#[test]
+fn missing_or_broken_kubeconfig_is_a_clear_error_not_a_panic() {
+    let home = tempfile::tempdir().unwrap();
+    let sim = example_path("cx6dx-dual");
+    type Case = (&'static str, fn() -> Command, Vec<String>);
+    let cmds: [Case; 3] = [
+        (
+            "agent",
+            op,
+            vec![
+                "agent".into(),
+                "--node-name".into(),
+                "n1".into(),
+                "--sim".into(),
+                sim.display().to_string(),
+            ],
+        ),
+        ("controller", op, vec!["controller".into()]),
+        ("kubectl rdma status", kubectl_rdma, vec!["status".into()]),
+    ];
+    for (what, bin, args) in &cmds {
+        // Nothing at all.
+        let (code, _, err) = run(without_cluster(bin().args(args), home.path()));
+        assert_ne!(code, 0, "{what}");
+        assert!(!err.contains("panicked") && !err.contains("CryptoProvider"), "{what}: {err}");
+        assert!(
+            err.contains("no Kubernetes configuration: give --kubeconfig FILE or set KUBECONFIG"),
+            "{what}: {err}"
+        );
+        assert!(err.contains(&format!("{}/.kube/config", home.path().display())), "{what}: {err}");
+
+        // KUBECONFIG naming a file that does not exist.
+        let (code, _, err) =
+            run(without_cluster(bin().args(args), home.path())
+                .env("KUBECONFIG", home.path().join("nope.yaml")));
+        assert_ne!(code, 0, "{what}");
+        assert!(err.contains("nope.yaml (KUBECONFIG)"), "{what}: {err}");
+
+        // A file that is not a kubeconfig.
+        let bad = home.path().join("bad.yaml");
+        std::fs::write(&bad, "clusters: [[[\n").unwrap();
+        let mut args2 = args.clone();
+        args2.push("--kubeconfig".into());
+        args2.push(bad.display().to_string());
+        let (code, _, err) = run(without_cluster(bin().args(&args2), home.path()));
+        assert_ne!(code, 0, "{what}");
+        assert!(err.contains(&format!("kubeconfig {} (--kubeconfig)", bad.display())), "{what}: {err}");
+        assert!(err.contains("YAML"), "{what}: {err}");
+
+        // A context the file does not have.
+        let kc = home.path().join("kc.yaml");
+        std::fs::write(&kc, "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\nusers: [{name: u, user: {token: t}}]\ncontexts: [{name: a, context: {cluster: c, user: u}}]\ncurrent-context: a\n").unwrap();
+        let mut args3 = args.clone();
+        args3.extend(["--kubeconfig".into(), kc.display().to_string(), "--context".into(), "nope".into()]);
+        let (code, _, err) = run(without_cluster(bin().args(&args3), home.path()));
+        assert_ne!(code, 0, "{what}");
+        assert!(err.contains("nope"), "{what}: {err}");
+
+        // In a pod without its service account files.
+        let (code, _, err) = run(without_cluster(bin().args(args), home.path())
+            .env("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+            .env("KUBERNETES_SERVICE_PORT", "443"));
+        assert_ne!(code, 0, "{what}");
+        assert!(err.contains("in-cluster configuration"), "{what}: {err}");
+        assert!(!err.contains("panicked"), "{what}: {err}");
+    }
+}
+
+#[test]
+fn help_documents_the_exit_codes() {
+    let (code, out, _) = run(kubectl_rdma().args(["status", "--help"]));
+    assert_eq!(code, 0);
+    assert!(out.contains("Exit status:") && out.contains("1  a node shown is not ready"), "{out}");
+    for flag in ["--kubeconfig", "--context", "-o, --output"] {
+        assert!(out.contains(flag), "{flag}: {out}");
+    }
 }

@@ -42,15 +42,52 @@ fn crds_have_the_documented_names_scope_and_columns() {
             .map(|x| x["name"].as_str().unwrap().to_string())
             .collect()
     };
-    assert_eq!(cols(&crd), ["READY", "PASS/TOTAL", "PFC", "TRUST", "ECN", "MTU", "ROCE", "AGE"]);
+    assert_eq!(
+        cols(&crd),
+        ["READY", "STALE", "PASS/TOTAL", "PFC", "TRUST", "ECN", "MTU", "ROCE", "NETNS", "HEARTBEAT", "AGE"]
+    );
+    let col = |name: &str| {
+        crd["spec"]["versions"][0]["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    assert_eq!(col("STALE")["jsonPath"], ".status.conditions[?(@.type==\"Stale\")].status");
+    assert_eq!(
+        (col("HEARTBEAT")["type"].as_str(), col("HEARTBEAT")["jsonPath"].as_str()),
+        (Some("date"), Some(".status.lastHeartbeatTime"))
+    );
+    assert_eq!(col("NETNS")["priority"], 1, "wide output only");
+    let status =
+        &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"];
+    assert_eq!(
+        status["conditions"]["x-kubernetes-list-type"], "map",
+        "agent and controller own different conditions"
+    );
+    assert_eq!(status["conditions"]["x-kubernetes-list-map-keys"], json!(["type"]));
+    assert_eq!(status["netnsMode"]["enum"], json!(["exclusive", "shared", "unknown"]));
     assert!(crd["spec"]["versions"][0]["subresources"]["status"].is_object());
     let p = serde_json::to_value(RoceProfile::crd()).unwrap();
     assert_eq!(p["spec"]["scope"], "Cluster");
-    assert_eq!(&cols(&p)[..4], ["MODE", "NODES", "COMPLIANT", "DRIFTED"]);
+    assert_eq!(&cols(&p)[..5], ["MODE", "NODES", "COMPLIANT", "DRIFTED", "STALE"]);
     let spec = &p["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"];
     assert_eq!(spec["mode"]["enum"], json!(["Audit", "Enforce"]));
     assert_eq!(spec["pfc"]["properties"]["priorities"]["items"]["maximum"], json!(7.0));
     assert_eq!(spec["dscpToPriority"]["items"]["properties"]["dscp"]["maximum"], json!(63.0));
+    // The cross-field rules the API server evaluates are the ones `--profile FILE` gets.
+    let rules = &p["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["x-kubernetes-validations"];
+    let want: Vec<Value> = kube_rdma_operator::validate::RULES
+        .iter()
+        .map(|r| json!({"rule": r.cel, "message": r.message}))
+        .collect();
+    assert_eq!(rules, &json!(want));
+    let ets = &spec["ets"]["x-kubernetes-validations"][0];
+    assert_eq!(ets["rule"], kube_rdma_operator::validate::RULE_ETS_SUM.cel);
+    assert_eq!(spec["pfc"]["properties"]["priorities"]["x-kubernetes-list-type"], "set");
 }
 
 fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
@@ -208,4 +245,83 @@ fn out_of_range_and_unknown_values_are_rejected_by_the_schema() {
         let e = errors(&ps, &o);
         assert!(e.iter().any(|x| x.contains(want)), "{spec}: {e:?}");
     }
+}
+
+/// Evaluates each CEL rule of the RoceProfile CRD on `specs` with cel-python (the
+/// Kubernetes list library's `sum()` added as its documentation defines it); per
+/// spec, the messages of the rules that are false.
+fn cel_failures(specs: &[Value]) -> Vec<Vec<String>> {
+    let crd = serde_json::to_value(RoceProfile::crd()).unwrap();
+    let spec_schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    let mut rules: Vec<(String, Value)> = spec_schema["x-kubernetes-validations"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| ("".to_string(), r.clone()))
+        .collect();
+    rules.push(("ets".into(), spec_schema["properties"]["ets"]["x-kubernetes-validations"][0].clone()));
+    let input = json!({"rules": rules, "specs": specs});
+    let script = r#"
+import json, sys, celpy
+from celpy import celtypes
+def k8s_sum(xs):
+    return celtypes.IntType(sum(int(x) for x in xs))
+data = json.load(sys.stdin)
+env = celpy.Environment()
+progs = [(field, r["message"], env.program(env.compile(r["rule"]), functions={"sum": k8s_sum})) for field, r in data["rules"]]
+out = []
+for spec in data["specs"]:
+    failed = []
+    for field, msg, prog in progs:
+        target = spec.get(field) if field else spec
+        if field and target is None:
+            continue  # rules of an absent object do not run
+        if not bool(prog.evaluate({"self": celpy.json_to_cel(target)})):
+            failed.append(msg)
+    out.append(failed)
+print(json.dumps(out))
+"#;
+    let mut child = Command::new("python3")
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 with cel-python (scripts/setup-deps)");
+    use std::io::Write as _;
+    child.stdin.take().unwrap().write_all(input.to_string().as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+#[test]
+fn the_crds_cel_rules_and_the_file_validation_agree() {
+    let specs = [
+        json!({"pfc": {"priorities": [3]}, "cnp": {"dscp": 48, "priority": 6}}),
+        json!({"pfc": {"priorities": [3]}, "cnp": {"dscp": 48, "priority": 3}}),
+        json!({"dscpToPriority": [{"dscp": 26, "priority": 3}, {"dscp": 48, "priority": 6}]}),
+        json!({"dscpToPriority": [{"dscp": 26, "priority": 3}, {"dscp": 26, "priority": 4}]}),
+        json!({"trust": "pcp", "dscpToPriority": [{"dscp": 26, "priority": 3}]}),
+        json!({"trust": "pcp", "pfc": {"priorities": [3]}}),
+        json!({"trust": "dscp", "dscpToPriority": [{"dscp": 26, "priority": 3}]}),
+        json!({"ets": {"bandwidth": [50, 0, 0, 50, 0, 0, 0, 0]}}),
+        json!({"ets": {"bandwidth": [50, 0, 0, 40, 0, 0, 0, 0]}}),
+        json!({}),
+    ];
+    let cel = cel_failures(&specs);
+    for (spec, cel) in specs.iter().zip(&cel) {
+        let obj = json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RoceProfile", "metadata": {"name": "p"}, "spec": spec});
+        let rust: Vec<String> = match kube_rdma_operator::validate::from_value(obj) {
+            Ok(_) => vec![],
+            Err(e) => {
+                e.0.iter()
+                    .map(|m| m.split_once(": ").map(|(_, m)| m.to_string()).unwrap_or(m.clone()))
+                    .collect()
+            }
+        };
+        assert_eq!(&rust, cel, "{spec}");
+    }
+    // Each rule fails somewhere above: none is vacuous.
+    let all: std::collections::BTreeSet<&String> = cel.iter().flatten().collect();
+    assert_eq!(all.len(), 4, "{all:?}");
 }

@@ -1,10 +1,10 @@
 //! Enforce mode on simulated nodes: the minimal ordered plan, refused link-flapping
 //! writes, sysfs writes that really land in the tree, and the re-read recorded.
-use kube_rdma_operator::agent::evaluate;
 use kube_rdma_operator::checks::default_profile_spec;
 use kube_rdma_operator::crd::{CheckResult, Mode, RoceProfile};
 use kube_rdma_operator::enforce::{enforce, plan};
 use kube_rdma_operator::fixtures::{example, with_roce, SimNode};
+use kube_rdma_operator::status::evaluate;
 use nic::roce::Remedy;
 
 fn broken() -> nic::simdesc::NodeDesc {
@@ -161,4 +161,80 @@ fn trust_is_its_own_write_only_where_the_dscp_map_does_not_carry_it() {
         t.detail.contains("simulated node") && t.detail.contains("mlnx_qos -i ens1f0np0 --trust pcp"),
         "{t:?}"
     );
+}
+
+#[test]
+fn trust_with_ofed_is_planned_and_written_to_qos_trust_even_with_the_dscp_map_in_place() {
+    // OFED's qos/trust says pcp; the DSCP APP entries are already there but mlx5 ignores them for trust.
+    let sim = SimNode::new(&with_roce(example("cx6dx-dual"), |r| r.trust = nic::roce::Trust::Pcp));
+    let mut spec = default_profile_spec();
+    spec.mode = Mode::Enforce;
+    let before = sim.read();
+    let w = plan(&spec, before.interface("ens1f0np0").unwrap());
+    assert_eq!(w.iter().map(|w| &w.remedy).collect::<Vec<_>>(), [&Remedy::Trust(nic::roce::Trust::Dscp)]);
+    assert!(w[0].refused.is_none());
+    let (after, records) = enforce(&sim.source, &spec, before);
+    let t = records.iter().find(|r| r.interface == "ens1f0np0" && r.setting == "trust").unwrap();
+    assert_eq!((t.outcome.as_str(), t.detail.as_str()), ("Applied", "mlnx_qos -i ens1f0np0 --trust dscp"));
+    assert_eq!(
+        std::fs::read_to_string(sim.source.roots.sys("class/net/ens1f0np0/qos/trust")).unwrap(),
+        "dscp"
+    );
+    let s = evaluate(&RoceProfile::new("p", spec), &after);
+    let trust = s.checks.iter().find(|c| c.interface == "ens1f0np0" && c.name == "trust").unwrap();
+    assert_eq!(trust.result, CheckResult::Pass, "{trust:?}");
+}
+
+#[test]
+fn e810_turns_the_firmware_lldp_agent_off_first_and_its_pfc_changes_count_as_link_flapping() {
+    let d = with_roce(example("e810-xxv"), |r| {
+        r.fw_lldp_agent = true;
+        r.pfc = vec![];
+    });
+    let node = SimNode::new(&d).read();
+    let i = node.interface("ens2f0").unwrap();
+    let mut spec = default_profile_spec();
+    spec.mode = Mode::Enforce;
+    let w = plan(&spec, i);
+    assert_eq!(
+        w.iter().map(|w| &w.remedy).collect::<Vec<_>>(),
+        [&Remedy::FwLldpAgent(false), &Remedy::Pfc { priorities: vec![3] }]
+    );
+    // Without allowLinkFlap both are refused: the agent restarts the port on ice, and the
+    // PFC write would be refused by ice while its firmware agent runs anyway.
+    assert!(w[0].refused.as_ref().unwrap().contains("ethtool --set-priv-flags ens2f0 fw-lldp-agent off"));
+    assert!(w[1].refused.as_ref().unwrap().contains("dcb pfc set dev ens2f0 prio-pfc all:off 3:on"));
+    spec.allow_link_flap = true;
+    let w = plan(&spec, i);
+    assert!(w.iter().all(|w| w.refused.is_none()), "{w:?}");
+    assert_eq!(w[0].remedy, Remedy::FwLldpAgent(false));
+    // With the agent already off, a PFC change on ice still flaps the link; on mlx5 it does not.
+    let node = SimNode::new(&with_roce(example("e810-xxv"), |r| r.pfc = vec![])).read();
+    spec.allow_link_flap = false;
+    let w = plan(&spec, node.interface("ens2f0").unwrap());
+    assert_eq!(w.len(), 1);
+    assert!(w[0]
+        .refused
+        .as_ref()
+        .unwrap()
+        .starts_with("would bounce the link; set allowLinkFlap or run: dcb pfc set"));
+    let node = SimNode::new(&with_roce(example("cx6dx-dual"), |r| r.pfc = vec![])).read();
+    let w = plan(&spec, node.interface("ens1f0np0").unwrap());
+    assert!(w.iter().all(|w| w.refused.is_none()), "{w:?}");
+}
+
+#[test]
+fn dcbx_is_enforced_when_the_profile_asks() {
+    let sim = SimNode::new(&with_roce(example("cx6dx-dual"), |r| r.dcbx = nic::simdesc::DcbxMode::Firmware));
+    let mut spec = default_profile_spec();
+    spec.mode = Mode::Enforce;
+    assert!(plan(&spec, sim.read().interface("ens1f0np0").unwrap()).is_empty(), "not asked: left alone");
+    spec.dcbx = Some(kube_rdma_operator::crd::DcbxSpec::Os);
+    let w = plan(&spec, sim.read().interface("ens1f0np0").unwrap());
+    assert_eq!(w.iter().map(|w| &w.remedy).collect::<Vec<_>>(), [&Remedy::Dcbx(nic::roce::DcbxMode::Os)]);
+    // A simulated node's DCB comes from its description: reported with the command.
+    let (_, records) = enforce(&sim.source, &spec, sim.read());
+    let r = records.iter().find(|r| r.interface == "ens1f0np0" && r.setting == "dcbx").unwrap();
+    assert_eq!(r.outcome, "Failed");
+    assert!(r.detail.contains("dcb dcbx set dev ens1f0np0 host ieee"), "{r:?}");
 }

@@ -1,27 +1,38 @@
-//! `kubectl rdma status` against a scripted API server: the table shows failing
-//! checks with their remediation, per node and interface.
+//! `kubectl rdma status` views against a scripted API server: one line per node with
+//! heartbeat age and staleness, the named nodes in detail with their remediation in
+//! execution order, and a readable line for a node without state.
 mod common;
 
 use common::{client, expect, list};
-use kube_rdma_operator::agent::evaluate;
 use kube_rdma_operator::checks::default_profile;
 use kube_rdma_operator::crd::{RdmaNodeState, RdmaNodeStateSpec};
 use kube_rdma_operator::fixtures::{example, with_roce, SimNode};
-use kube_rdma_operator::view::{status, Detail};
+use kube_rdma_operator::status::evaluate;
+use kube_rdma_operator::view::{details, fetch, summary_table, Detail};
 use serde_json::json;
 
-fn state(desc: &nic::simdesc::NodeDesc) -> serde_json::Value {
+fn state(desc: &nic::simdesc::NodeDesc, heartbeat: &str) -> serde_json::Value {
     let n = SimNode::new(desc);
     let mut s = RdmaNodeState::new(&desc.node, RdmaNodeStateSpec { node_name: desc.node.clone() });
-    s.status = Some(evaluate(&default_profile(), &n.read()));
+    let mut st = evaluate(&default_profile(), &n.read());
+    st.last_heartbeat_time = Some(heartbeat.into());
+    s.status = Some(st);
     serde_json::to_value(s).unwrap()
 }
 
+fn t(s: &str) -> k8s_openapi::jiff::Timestamp {
+    s.parse().unwrap()
+}
+
 #[tokio::test]
-async fn status_of_all_nodes_lists_problems_and_remediation() {
+async fn all_nodes_one_line_each_with_heartbeat_age_and_failing_checks() {
     let (client, mut h) = client();
-    let bad = state(&with_roce(example("cx6dx-dual"), |r| r.pfc = vec![]));
-    let good = state(&example("e810-xxv"));
+    let bad = state(&with_roce(example("cx6dx-dual"), |r| r.pfc = vec![]), "2026-11-30T01:00:00Z");
+    let mut good = state(&example("e810-xxv"), "2026-11-30T01:07:00Z");
+    good["status"]["conditions"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"type": "Stale", "status": "True", "reason": "NoHeartbeat", "message": ""}));
     let server = tokio::spawn(async move {
         let items = vec![
             good,
@@ -37,24 +48,45 @@ async fn status_of_all_nodes_lists_problems_and_remediation() {
         )
         .await;
     });
-    let out = status(client, None, Detail::Problems).await.unwrap();
+    let reports = fetch(client, &[]).await.unwrap();
     server.await.unwrap();
-    let cx = out.find("NODE cx6dx-dual").unwrap();
-    let e8 = out.find("NODE e810-xxv").unwrap();
-    assert!(cx < e8, "sorted by node name:\n{out}");
-    assert!(out.contains("NODE cx6dx-dual  profile default (Audit)  READY False"), "{out}");
-    assert!(out.lines().any(|l| l.starts_with("ens1f0np0  pfc ") && l.contains("Fail")), "{out}");
-    assert!(out.contains("  ens1f0np0 pfc: dcb pfc set dev ens1f0np0 prio-pfc all:off 3:on"), "{out}");
-    // Problems only: passing checks are not listed; Unsupported ones are.
-    assert!(!out.lines().any(|l| l.starts_with("ens1f0np0  mtu ")), "{out}");
-    assert!(out.lines().any(|l| l.starts_with("ens2f0     ecn ") && l.contains("Unsupported")), "{out}");
-    assert!(out.contains("NODE new  (no status yet)"), "{out}");
+    let out = summary_table(&reports, false, t("2026-11-30T01:10:00Z"));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines[0].split_whitespace().collect::<Vec<_>>(),
+        ["NODE", "READY", "STALE", "PROFILE", "PASS/TOTAL", "FAILING", "HEARTBEAT"]
+    );
+    let cx: Vec<&str> = lines[1].split_whitespace().collect();
+    assert_eq!(cx[..4], ["cx6dx-dual", "False", "False", "default"]);
+    assert!(cx[5].starts_with("ens1f0np0/pfc,ens1f0np0/chain-tos-pfc"), "{out}");
+    assert_eq!(cx[6], "10m", "{out}");
+    let e8: Vec<&str> = lines[2].split_whitespace().collect();
+    assert_eq!(e8[..3], ["e810-xxv", "True", "True"], "stale shows: {out}");
+    assert_eq!(e8[6], "3m");
+    assert_eq!(lines[3].split_whitespace().take(3).collect::<Vec<_>>(), ["new", "Unknown", "-"]);
+    assert!(lines[3].contains("no status yet"), "{out}");
+    let ready: Vec<bool> = reports.iter().map(|r| r.ready()).collect();
+    assert_eq!(ready, [false, false, false], "drifted, stale, no status");
+    let wide = summary_table(&reports, true, t("2026-11-30T01:10:00Z"));
+    assert!(
+        wide.lines().next().unwrap().ends_with("PFC    TRUST  ECN  MTU   ROCE  NETNS")
+            || wide.contains("NETNS"),
+        "{wide}"
+    );
 }
 
 #[tokio::test]
-async fn status_of_one_missing_node_is_a_not_found_error() {
+async fn named_nodes_in_detail_with_remediation_in_order_and_a_sentence_for_a_node_without_state() {
     let (client, mut h) = client();
+    let bad = state(
+        &with_roce(example("cx6dx-dual"), |r| {
+            r.pfc = vec![];
+            r.global_pause = true;
+        }),
+        "2026-11-30T01:00:00Z",
+    );
     let server = tokio::spawn(async move {
+        expect(&mut h, "GET", "/apis/kuberdma.io/v1alpha1/rdmanodestates/cx6dx-dual", 200, bad).await;
         expect(
             &mut h,
             "GET",
@@ -64,7 +96,37 @@ async fn status_of_one_missing_node_is_a_not_found_error() {
         )
         .await;
     });
-    let e = status(client, Some("nope"), Detail::All).await.unwrap_err();
+    let reports = fetch(client, &["cx6dx-dual".into(), "nope".into()]).await.unwrap();
     server.await.unwrap();
-    assert!(matches!(e, kube::Error::Api(ref s) if s.code == 404), "{e:?}");
+    let out = details(&reports, Detail::Problems);
+    assert!(out.contains("NODE cx6dx-dual  profile default (Audit)  READY False"), "{out}");
+    assert!(out.contains("heartbeat "), "{out}");
+    assert!(out.lines().any(|l| l.starts_with("ens1f0np0  pfc ") && l.contains("Fail")), "{out}");
+    // Problems only: passing checks are not listed.
+    assert!(!out.lines().any(|l| l.starts_with("ens1f0np0  mtu ")), "{out}");
+    // Pause off before PFC, each command once with the checks that want it.
+    let rem: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("REMEDIATION"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .collect();
+    // (Pause with PFC off breaks no chain: only the global-pause check wants it off.)
+    assert_eq!(rem[0], "  ethtool -A ens1f0np0 rx off tx off    # ens1f0np0/global-pause", "{out}");
+    assert!(
+        rem.iter().position(|l| l.contains("ethtool -A ens1f1np1")).unwrap()
+            < rem.iter().position(|l| l.contains("dcb pfc set dev ens1f0np0")).unwrap(),
+        "{out}"
+    );
+    assert!(
+        rem.contains(
+            &"  dcb pfc set dev ens1f0np0 prio-pfc all:off 3:on    # ens1f0np0/pfc, ens1f0np0/chain-tos-pfc"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains("NODE nope  no RdmaNodeState: the kube-rdma agent has not reported this node"),
+        "{out}"
+    );
+    assert!(!reports[1].ready());
 }

@@ -1,10 +1,12 @@
-//! Prometheus text of a simulated node, and the metrics endpoint over real TCP.
-use std::sync::{Arc, RwLock};
+//! Prometheus text of a simulated node, and the `/metrics` + `/healthz` endpoint over real TCP.
+use std::sync::Arc;
+use std::time::Duration;
 
-use kube_rdma_operator::agent::evaluate;
 use kube_rdma_operator::checks::default_profile;
 use kube_rdma_operator::fixtures::{example, with_roce, SimNode};
-use kube_rdma_operator::metrics::{render, serve};
+use kube_rdma_operator::health::{serve, Endpoints, Health};
+use kube_rdma_operator::metrics::render;
+use kube_rdma_operator::status::evaluate;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn text() -> String {
@@ -52,19 +54,41 @@ fn exposes_checks_pfc_pause_frames_ecn_mtu_and_gid_index() {
     }
 }
 
-#[tokio::test]
-async fn the_endpoint_serves_the_latest_text_over_http() {
-    let shared = Arc::new(RwLock::new(text()));
-    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = l.local_addr().unwrap();
-    let task = tokio::spawn(serve(l, shared.clone()));
+async fn get(addr: std::net::SocketAddr, path: &str) -> String {
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").await.unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
     let mut resp = String::new();
     s.read_to_string(&mut resp).await.unwrap();
+    resp
+}
+
+#[tokio::test]
+async fn the_endpoint_serves_metrics_and_health_over_http() {
+    let health = Health::new("agent", Duration::from_millis(200));
+    let h = health.clone();
+    let text = text();
+    let t = text.clone();
+    let ep = Endpoints { metrics: Arc::new(move || format!("{t}{}", h.render())), health: health.clone() };
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = l.local_addr().unwrap();
+    let task = tokio::spawn(serve(l, ep));
+    let resp = get(addr, "/metrics").await;
     assert!(resp.starts_with("HTTP/1.1 200 OK\r\n"), "{resp}");
     assert!(resp.contains("Content-Type: text/plain; version=0.0.4"));
     let body = resp.split_once("\r\n\r\n").unwrap().1;
-    assert_eq!(body, shared.read().unwrap().as_str());
+    assert!(body.starts_with(&text));
+    assert!(body.contains("kuberdma_agent_last_success_timestamp_seconds 0.000"), "{body}");
+    assert!(body.contains("kuberdma_api_errors_total{kind=\"conflict\"} 0"), "{body}");
+    assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200 OK\r\n"));
+    // No successful pass for longer than allowed: unhealthy, with the reason.
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let resp = get(addr, "/healthz").await;
+    assert!(resp.starts_with("HTTP/1.1 503 Service Unavailable\r\n"), "{resp}");
+    assert!(resp.contains("no successful pass yet"), "{resp}");
+    health.pass_ok(Duration::from_millis(12));
+    assert!(get(addr, "/healthz").await.starts_with("HTTP/1.1 200 OK\r\n"));
+    let body = get(addr, "/metrics").await;
+    assert!(body.contains("kuberdma_agent_pass_duration_seconds 0.012000"), "{body}");
+    assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404 Not Found\r\n"));
     task.abort();
 }

@@ -2,10 +2,10 @@
 //! recorded netlink replies (`nic::sim::Sim::recording`) go through the same
 //! transport and decoder as on hardware, so what the checks see of DCB comes
 //! from the decoder, broken replies included.
-use kube_rdma_operator::agent::evaluate;
 use kube_rdma_operator::checks::default_profile;
 use kube_rdma_operator::crd::{Check, CheckResult, RdmaNodeStateStatus};
 use kube_rdma_operator::fixtures::{example, SimNode};
+use kube_rdma_operator::status::evaluate;
 use nic::roce::DcbSource;
 
 fn check<'a>(s: &'a RdmaNodeStateStatus, iface: &str, name: &str) -> &'a Check {

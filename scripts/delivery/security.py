@@ -191,14 +191,16 @@ EXPECTED_RBAC: dict[str, set[tuple[str, str, str]]] = {
         *(("kuberdma.io", "rdmanodestates", v) for v in ("get", "list", "watch", "create", "patch")),
         *(("kuberdma.io", "rdmanodestates/status", v) for v in ("get", "patch")),
         *(("kuberdma.io", "roceprofiles", v) for v in ("get", "list", "watch")),
-        *(("", "nodes", v) for v in ("get", "patch")),
+        *(("", "nodes", v) for v in ("get", "list", "watch", "patch")),
         *((g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
     },
     "controller": {
         *(("kuberdma.io", "roceprofiles", v) for v in ("get", "list", "watch")),
         *(("kuberdma.io", "roceprofiles/status", v) for v in ("get", "patch", "update")),
         *(("kuberdma.io", "rdmanodestates", v) for v in ("get", "list", "watch", "delete")),
-        *(("", "nodes", v) for v in ("get", "list", "watch")),
+        ("kuberdma.io", "rdmanodestates/status", "patch"),
+        *(("", "nodes", v) for v in ("get", "list", "watch", "patch")),
+        ("events.k8s.io", "events", "create"),
     },
     "crd-upgrade": {("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "patch")},
 }

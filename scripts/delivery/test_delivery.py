@@ -38,6 +38,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import chart  # noqa: E402
+import dra  # noqa: E402
 import monitoring  # noqa: E402
 import security  # noqa: E402
 
@@ -1455,6 +1456,8 @@ def main() -> int:
         suite.check(f"validate: rendered objects of {f} (kubernetes-validate --strict)",
                     lambda f=f: validate_rendered(default_values() if f == "values.yaml" else ci_values(f), f))
     suite.check("validate: CRDs (kubernetes-validate --strict)", test_crds_validate)
+    for name, fn in dra.CHECKS:  # DRA mode: scripts/delivery/dra.py
+        suite.check(name, fn)
     suite.check("validate: CRD names, scope, version, status subresource", test_crds_shape)
     suite.check("validate: CRDs match operator/crds/crds.yaml", test_crd_sync)
     suite.check("validate: rendered RoceProfiles against the CRD schema",

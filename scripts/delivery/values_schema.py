@@ -211,12 +211,22 @@ def schema() -> dict[str, Any]:
             "rescanInterval": {"type": "integer", "minimum": 1},
             "hostNetwork": {"type": "boolean"},
             "kubeletDir": ref("absPath"),
+            "podResourcesDir": ref("absPath"),
             "cdiDir": ref("absPath"),
             "devinfoDir": ref("absPath"),
             "metrics": ref("metricsPort"),
             "updateStrategy": ref("daemonSetUpdateStrategy"),
-        }, ["kubeletDir", "cdiDir", "devinfoDir", "metrics"]),
+        }, ["kubeletDir", "podResourcesDir", "cdiDir", "devinfoDir", "metrics"]),
         "cni": closed({"install": {"type": "boolean"}, "binDir": ref("absPath")}),
+        "dra": closed({
+            "enabled": {"type": "boolean"},
+            "deviceClasses": array_of(closed({
+                "name": {"type": "string", "maxLength": 253, "pattern": DNS_SUBDOMAIN},
+                "roceReady": {"type": "boolean"},
+                "selector": {"type": "string", "minLength": 1},
+            }, ["name"])),
+        }, description="DRA mode (resource.k8s.io/v1, Kubernetes >= 1.34): DeviceClasses and RBAC for "
+                       "kube-rdma-device-plugin dra."),
         "agent": component({
             "pollInterval": {"type": "integer", "minimum": 1},
             "allowEnforce": {"type": "boolean"},

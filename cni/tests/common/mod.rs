@@ -123,17 +123,18 @@ impl Lab {
             let link = roots.sys(format!("bus/pci/devices/{pf}/virtfn{i}"));
             let vf: PciAddr =
                 std::fs::read_link(&link).unwrap().file_name().unwrap().to_str().unwrap().parse().unwrap();
+            // A VF bound to vfio-pci has no netdev (name "").
             let net = std::fs::read_dir(roots.sys(format!("bus/pci/devices/{vf}/net")))
-                .unwrap()
-                .next()
-                .unwrap()
-                .unwrap();
-            vfs.push((vf, net.file_name().into_string().unwrap()));
+                .ok()
+                .and_then(|mut d| d.next())
+                .map(|e| e.unwrap().file_name().into_string().unwrap())
+                .unwrap_or_default();
+            vfs.push((vf, net));
         }
         let host = NamedNetns::create(&format!("kr-{tag}-host")).unwrap();
         let wire = NamedNetns::create(&format!("kr-{tag}-wire")).unwrap();
         let mut batch = String::new();
-        for (i, (_, name)) in vfs.iter().enumerate() {
+        for (i, (_, name)) in vfs.iter().enumerate().filter(|(_, (_, n))| !n.is_empty()) {
             batch
                 .push_str(&format!("link add {name} type veth peer name k{tag}w{i} netns {}\n", wire.name()));
             batch.push_str(&format!("link set {name} mtu 1500\n"));
@@ -315,4 +316,38 @@ pub fn run_plugin(
 
 pub fn path_of(ns: &NamedNetns) -> PathBuf {
     ns.path().to_path_buf()
+}
+
+/// A logging IPAM plugin for delegation tests, `DIR/bin/NAME`: appends
+/// `<CNI_COMMAND> args=<CNI_ARGS> stdin=<stdin>` to `DIR/NAME.log`, says
+/// `stub NAME: <command>` on stderr, speaks 0.4.0 to 1.1.0, answers ADD with
+/// 10.77.0.5/24 and fails CHECK (code 7) while `DIR/NAME.fail` exists.
+/// Returns (its bin dir, its log).
+pub fn ipam_stub(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let log = dir.join(format!("{name}.log"));
+    let fail = dir.join(format!("{name}.fail"));
+    let script = format!(
+        "#!/bin/sh\n\
+         in=$(cat)\n\
+         printf '%s args=%s stdin=%s\\n' \"$CNI_COMMAND\" \"$CNI_ARGS\" \"$in\" >> {log}\n\
+         echo \"stub {name}: $CNI_COMMAND\" >&2\n\
+         case \"$CNI_COMMAND\" in\n\
+         VERSION) echo '{{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"0.4.0\",\"1.0.0\",\"1.1.0\"]}}' ;;\n\
+         ADD) echo '{{\"cniVersion\":\"1.1.0\",\"ips\":[{{\"address\":\"10.77.0.5/24\",\"gateway\":\"10.77.0.1\"}}]}}' ;;\n\
+         CHECK) if [ -e {fail} ]; then echo '{{\"cniVersion\":\"1.1.0\",\"code\":7,\"msg\":\"lease of 10.77.0.5 is gone\"}}'; exit 1; fi ;;\n\
+         esac\n",
+        log = log.display(),
+        fail = fail.display(),
+    );
+    let p = bin.join(name);
+    std::fs::write(&p, script).unwrap();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (bin, log)
+}
+
+/// The lines of a file (empty if missing).
+pub fn lines(p: &Path) -> Vec<String> {
+    std::fs::read_to_string(p).unwrap_or_default().lines().map(str::to_string).collect()
 }

@@ -10,6 +10,14 @@ use std::time::Duration;
 use kube_rdma_device_plugin::api::device_plugin_client::DevicePluginClient;
 use kube_rdma_device_plugin::api::registration_server::{Registration, RegistrationServer};
 use kube_rdma_device_plugin::api::{Empty, ListAndWatchResponse, RegisterRequest};
+use kube_rdma_device_plugin::api_podresources::pod_resources_lister_server::{
+    PodResourcesLister, PodResourcesListerServer,
+};
+use kube_rdma_device_plugin::api_podresources::{
+    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices, ContainerResources,
+    GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse,
+    PodResources,
+};
 use kube_rdma_device_plugin::{daemon, kubelet};
 use tokio::sync::{mpsc, oneshot, Mutex};
 use tokio_stream::wrappers::UnixListenerStream;
@@ -136,6 +144,119 @@ pub fn health_of<'a>(m: &'a ListAndWatchResponse, id: &str) -> Option<&'a str> {
     m.devices.iter().find(|d| d.id == id).map(|d| d.health.as_str())
 }
 
+/// Pod → resource → device IDs.
+type Assigned = Arc<std::sync::Mutex<Vec<(String, String, Vec<String>)>>>;
+
+/// The kubelet's PodResources service on a real unix socket, answering `List`
+/// with whatever assignments the test sets (pod `ns/name` → container → resource → IDs).
+pub struct FakePodResources {
+    pub socket: PathBuf,
+    assigned: Assigned,
+    pub calls: Arc<std::sync::atomic::AtomicUsize>,
+    stop: Option<oneshot::Sender<()>>,
+}
+
+#[derive(Clone)]
+struct Lister {
+    assigned: Assigned,
+    calls: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for Lister {
+    async fn list(
+        &self,
+        req: Request<ListPodResourcesRequest>,
+    ) -> Result<Response<ListPodResourcesResponse>, Status> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let _ = req;
+        let pods = self
+            .assigned
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(pod, resource, ids)| PodResources {
+                name: pod.clone(),
+                namespace: "default".into(),
+                containers: vec![ContainerResources {
+                    name: "main".into(),
+                    devices: vec![ContainerDevices {
+                        resource_name: resource.clone(),
+                        device_ids: ids.clone(),
+                        topology: None,
+                    }],
+                    ..Default::default()
+                }],
+            })
+            .collect();
+        Ok(Response::new(ListPodResourcesResponse { pod_resources: pods }))
+    }
+
+    async fn get_allocatable_resources(
+        &self,
+        _: Request<AllocatableResourcesRequest>,
+    ) -> Result<Response<AllocatableResourcesResponse>, Status> {
+        Err(Status::unimplemented("not used by kube-rdma"))
+    }
+
+    async fn get(
+        &self,
+        _: Request<GetPodResourcesRequest>,
+    ) -> Result<Response<GetPodResourcesResponse>, Status> {
+        Err(Status::unimplemented("not used by kube-rdma"))
+    }
+}
+
+impl FakePodResources {
+    pub fn start(socket: &Path) -> Self {
+        if let Some(d) = socket.parent() {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let _ = std::fs::remove_file(socket);
+        let listener = tokio::net::UnixListener::bind(socket).expect("bind pod-resources socket");
+        let lister = Lister { assigned: Arc::default(), calls: Arc::default() };
+        let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let svc = PodResourcesListerServer::new(lister.clone());
+        tokio::spawn(async move {
+            let _ = tonic::transport::Server::builder()
+                .add_service(svc)
+                .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                    let _ = stop_rx.await;
+                })
+                .await;
+        });
+        FakePodResources {
+            socket: socket.to_path_buf(),
+            assigned: lister.assigned,
+            calls: lister.calls,
+            stop: Some(stop_tx),
+        }
+    }
+
+    /// Pod `pod` holds `ids` of `resource` (replacing what it held).
+    pub fn assign(&self, pod: &str, resource: &str, ids: &[&str]) {
+        let mut g = self.assigned.lock().unwrap();
+        g.retain(|(p, r, _)| !(p == pod && r == resource));
+        if !ids.is_empty() {
+            g.push((pod.into(), resource.into(), ids.iter().map(|s| s.to_string()).collect()));
+        }
+    }
+
+    /// Stops answering and removes the socket (kubelet gone).
+    pub fn stop(&mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        let _ = std::fs::remove_file(&self.socket);
+    }
+}
+
+impl Drop for FakePodResources {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
 /// Paths of one daemon instance.
 pub struct Dirs {
     pub tmp: tempfile::TempDir,
@@ -164,6 +285,8 @@ impl Dirs {
             devinfo_dir: self.devinfo.clone(),
             metrics_addr: None,
             link_events: false,
+            pod_resources: None,
+            pod_resources_interval: Duration::from_millis(100),
         }
     }
 
@@ -173,6 +296,8 @@ impl Dirs {
         let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"));
         c.arg("--kubelet-dir")
             .arg(&self.kubelet)
+            .arg("--pod-resources-socket")
+            .arg(self.tmp.path().join("pod-resources/kubelet.sock"))
             .arg("--cdi-dir")
             .arg(&self.cdi)
             .arg("--devinfo-dir")

@@ -1,37 +1,45 @@
-//! The rtnetlink link, address and route requests the CNI makes, over the
-//! sync [`Client`] (one round trip each).
+//! The rtnetlink link, address and route requests the CNI makes, through
+//! `rtnetlink`'s [`Handle`] (VF attributes of a PF: [`super::vf`]).
 //!
-//! Each function is documented by its `ip` equivalent. Every failure is a
+//! A [`RouteSocket`] is one `NETLINK_ROUTE` connection bound to the network
+//! namespace it was opened in, with its own current-thread tokio runtime: the
+//! CNI is a short-lived, sequential process, so each request is driven to
+//! completion with `block_on` (building such a runtime costs microseconds, see
+//! `cni/benches/add_del.rs`). The kernel handles a route request inside the
+//! `sendmsg` call, so a long request (a netns move) blocks the calling thread
+//! whatever the runtime; overlap comes from threads, not from async.
+//!
+//! Each request is documented by its `ip` equivalent. Every failure is a
 //! [`LinkError`] naming what was asked and of which link; the kernel's own
-//! answer (errno, extended ACK) is its source.
+//! answer (errno, extended ACK text) is its source.
 //!
 //! ```no_run
-//! use nic::netlink::link;
-//! let mut c = link::open_here()?;
-//! if let Some(l) = link::link_by_name(&mut c, "eth0")? {
-//!     link::configure(&mut c, l.index, None, Some(9000), Some(true))?;
+//! use nic::netlink::link::{LinkChange, RouteSocket};
+//! let mut c = RouteSocket::open_here()?;
+//! if let Some(l) = c.link_by_name("eth0")? {
+//!     c.set_link(l.index, &LinkChange { mtu: Some(9000), up: Some(true), ..LinkChange::default() })?;
 //! }
 //! # Ok::<(), nic::netlink::link::LinkError>(())
 //! ```
 
+use std::future::Future;
 use std::io;
 use std::net::IpAddr;
+use std::os::fd::RawFd;
 
+use futures::TryStreamExt;
+use netlink_packet_core::{NlaBuffer, NlasIterator};
 use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkHeader, LinkMessage};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
-use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
+use netlink_packet_route::AddressFamily;
+use netlink_sys::{AsyncSocket, TokioSocket};
+use rtnetlink::Handle;
 
-use crate::netlink::transport::{Client, NlError, SocketTransport, Transport, NETLINK_ROUTE};
+use crate::netlink::transport::{NlError, NETLINK_ROUTE};
 use crate::netns::{Netns, NetnsError};
-
-/// `NLM_F_CREATE | NLM_F_EXCL` (include/uapi/linux/netlink.h).
-const CREATE_EXCL: u16 = 0x400 | 0x200;
-
-/// A route (`NETLINK_ROUTE`) socket.
-pub type RouteSocket = Client<SocketTransport>;
 
 /// Why a link request failed.
 #[derive(Debug, thiserror::Error)]
@@ -39,7 +47,7 @@ pub enum LinkError {
     /// The route socket could not be opened.
     #[error("cannot open a NETLINK_ROUTE socket{}", if *in_other_netns { " in another network namespace" } else { "" })]
     Socket {
-        /// The socket was to be opened in another netns ([`open_in`]).
+        /// The socket was to be opened in another netns ([`RouteSocket::open_in`]).
         in_other_netns: bool,
         /// The error.
         #[source]
@@ -55,7 +63,7 @@ pub enum LinkError {
         op: &'static str,
         /// The link: its name, or `ifindex N`.
         link: String,
-        /// The netlink error (its op is the request, e.g. `RTM_SETLINK ifindex 7 name net1`).
+        /// The netlink error (its op is the request, e.g. `RTM_SETLINK ifindex 7 netns/name`).
         #[source]
         source: NlError,
     },
@@ -81,19 +89,200 @@ fn ifindex(index: u32) -> String {
     format!("ifindex {index}")
 }
 
-/// Opens a route socket in the calling thread's netns.
-pub fn open_here() -> Result<RouteSocket, LinkError> {
-    SocketTransport::open(NETLINK_ROUTE)
-        .map(Client::new)
-        .map_err(|source| LinkError::Socket { in_other_netns: false, source })
+/// `NLMSGERR_ATTR_MSG` (include/uapi/linux/netlink.h, `enum nlmsgerr_attrs`).
+const NLMSGERR_ATTR_MSG: u16 = 1;
+/// `struct nlmsghdr`: the only part of the request a capped ACK echoes.
+const NLMSGHDR_LEN: usize = 16;
+
+/// The netlink error of one request `op` from rtnetlink's error.
+///
+/// With `NETLINK_CAP_ACK` set on the socket (see [`RouteSocket`]) the payload
+/// after the error code is the 16-byte echoed request header followed by the
+/// extended-ACK attributes, whose `NLMSGERR_ATTR_MSG` is the kernel's
+/// explanation (include/uapi/linux/netlink.h, `struct nlmsgerr`).
+pub fn nl_error(op: &str, e: rtnetlink::Error) -> NlError {
+    match e {
+        rtnetlink::Error::NetlinkError(m) => {
+            let ext = m.header.get(NLMSGHDR_LEN..).and_then(|tlvs| {
+                NlasIterator::new(tlvs).filter_map(Result::ok).find_map(|nla: NlaBuffer<&[u8]>| {
+                    (nla.kind() == NLMSGERR_ATTR_MSG).then(|| {
+                        let v = nla.value();
+                        let v = v.split(|b| *b == 0).next().unwrap_or(v);
+                        String::from_utf8_lossy(v).into_owned()
+                    })
+                })
+            });
+            NlError::Kernel { op: op.to_string(), errno: m.raw_code().abs(), ext }
+        }
+        rtnetlink::Error::RequestFailed => NlError::Io {
+            op: op.to_string(),
+            source: io::Error::new(io::ErrorKind::BrokenPipe, "the netlink connection is gone"),
+        },
+        other => NlError::Decode { op: op.to_string(), why: other.to_string() },
+    }
 }
 
-/// Opens a route socket inside `ns`; it stays there whatever thread uses it.
-pub fn open_in(ns: &Netns) -> Result<RouteSocket, LinkError> {
-    SocketTransport::open_in(ns, NETLINK_ROUTE)
-        .map_err(LinkError::Netns)?
-        .map(Client::new)
-        .map_err(|source| LinkError::Socket { in_other_netns: true, source })
+/// One `NETLINK_ROUTE` connection (rtnetlink [`Handle`]) in the network
+/// namespace it was opened in, and the runtime that drives it.
+#[derive(Debug)]
+pub struct RouteSocket {
+    rt: tokio::runtime::Runtime,
+    handle: Handle,
+}
+
+/// Opens the socket on the calling thread (so in its netns) and registers it
+/// with `rt`'s reactor: extended ACKs on (the kernel explains refusals in
+/// text), ACKs capped to the request header (so [`nl_error`] finds that text).
+fn connect(rt: &tokio::runtime::Runtime) -> io::Result<Handle> {
+    let _guard = rt.enter();
+    let mut sock = TokioSocket::new(NETLINK_ROUTE)?;
+    let s = sock.socket_mut();
+    s.set_ext_ack(true)?;
+    s.set_cap_ack(true)?;
+    let (conn, handle, _unsolicited) = rtnetlink::from_socket(sock);
+    rt.spawn(conn);
+    Ok(handle)
+}
+
+fn runtime() -> io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_current_thread().enable_io().build()
+}
+
+impl RouteSocket {
+    /// Opens a route socket in the calling thread's netns.
+    pub fn open_here() -> Result<Self, LinkError> {
+        let socket = |source| LinkError::Socket { in_other_netns: false, source };
+        let rt = runtime().map_err(socket)?;
+        let handle = connect(&rt).map_err(socket)?;
+        Ok(Self { rt, handle })
+    }
+
+    /// Opens a route socket inside `ns` (on a short-lived thread that enters
+    /// it); the socket stays there whatever thread uses it later.
+    pub fn open_in(ns: &Netns) -> Result<Self, LinkError> {
+        let socket = |source| LinkError::Socket { in_other_netns: true, source };
+        let rt = runtime().map_err(socket)?;
+        let handle = ns.run(|| connect(&rt)).map_err(LinkError::Netns)?.map_err(socket)?;
+        Ok(Self { rt, handle })
+    }
+
+    fn block_on<F: Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// One RTM_GETLINK for one link; `ENODEV` (no such link) is `None`.
+    fn get_link(&self, req: rtnetlink::LinkGetRequest, link: String) -> Result<Option<Link>, LinkError> {
+        match self.block_on(req.execute().try_next()) {
+            Ok(m) => Ok(m.as_ref().map(Link::of)),
+            Err(rtnetlink::Error::NetlinkError(e)) if e.raw_code().abs() == libc::ENODEV => Ok(None),
+            Err(e) => {
+                Err(LinkError::request("look up", link.clone())(nl_error(&format!("RTM_GETLINK {link}"), e)))
+            }
+        }
+    }
+
+    /// `ip link show dev NAME`; `None` if there is no such link.
+    pub fn link_by_name(&mut self, name: &str) -> Result<Option<Link>, LinkError> {
+        let req = self.handle.link().get().match_name(name);
+        self.get_link(req, name.to_string())
+    }
+
+    /// `ip link show` of the link with ifindex `index`; `None` if there is none.
+    pub fn link_by_index(&mut self, index: u32) -> Result<Option<Link>, LinkError> {
+        let req = self.handle.link().get().match_index(index);
+        self.get_link(req, ifindex(index))
+    }
+
+    /// `ip link show`: every link of the namespace (one dump).
+    pub fn links(&mut self) -> Result<Vec<Link>, LinkError> {
+        let req = self.handle.link().get().execute();
+        self.block_on(req.try_collect::<Vec<_>>())
+            .map(|v| v.iter().map(Link::of).collect())
+            .map_err(|e| LinkError::request("list", "(all)")(nl_error("RTM_GETLINK dump", e)))
+    }
+
+    /// Applies `change` to the link with ifindex `index` in one RTM_SETLINK
+    /// (see [`LinkChange`] for what the kernel does in which order).
+    pub fn set_link(&mut self, index: u32, change: &LinkChange) -> Result<(), LinkError> {
+        let op = format!("RTM_SETLINK ifindex {index} {}", change.describe());
+        let req = self.handle.link().set(change.message(index)).execute();
+        self.block_on(req).map_err(|e| LinkError::request(change.verb(), ifindex(index))(nl_error(&op, e)))
+    }
+
+    /// Sends a ready RTM_SETLINK message (e.g. [`super::vf::set_request`]);
+    /// `op` names it in errors.
+    pub(crate) fn set_link_message(&self, op: &str, m: LinkMessage) -> Result<(), NlError> {
+        let req = self.handle.link().set(m).execute();
+        self.block_on(req).map_err(|e| nl_error(op, e))
+    }
+
+    /// One RTM_GETLINK with a prepared message (e.g. [`super::vf::get_request`]).
+    pub(crate) fn get_link_message(&self, op: &str, m: LinkMessage) -> Result<Option<LinkMessage>, NlError> {
+        let index = m.header.index;
+        let mut req = self.handle.link().get().match_index(index);
+        *req.message_mut() = m;
+        self.block_on(req.execute().try_next()).map_err(|e| nl_error(op, e))
+    }
+
+    /// `ip addr add ADDR/PREFIX dev IDX` (IPv6 with `nodad`, so the address is
+    /// usable at once); an existing address is `EEXIST`.
+    pub fn add_address(&mut self, index: u32, addr: IpAddr, prefix: u8) -> Result<(), LinkError> {
+        let mut req = self.handle.address().add(index, addr, prefix);
+        if addr.is_ipv6() {
+            req.message_mut().header.flags = AddressHeaderFlags::Nodad;
+        }
+        let op = format!("RTM_NEWADDR {addr}/{prefix} ifindex {index}");
+        self.block_on(req.execute())
+            .map_err(|e| LinkError::request("add an address to", ifindex(index))(nl_error(&op, e)))
+    }
+
+    /// `ip addr show dev IDX`: the link's addresses as `(addr, prefix)`
+    /// (`IFA_LOCAL`, else `IFA_ADDRESS`).
+    pub fn addresses(&mut self, index: u32) -> Result<Vec<(IpAddr, u8)>, LinkError> {
+        let req = self.handle.address().get().set_link_index_filter(index).execute();
+        let msgs = self.block_on(req.try_collect::<Vec<_>>()).map_err(|e| {
+            LinkError::request("list the addresses of", ifindex(index))(nl_error("RTM_GETADDR dump", e))
+        })?;
+        Ok(msgs.iter().filter(|a| a.header.index == index).filter_map(address_of).collect())
+    }
+
+    /// `ip route add DST/PREFIX [via GW] dev IDX proto boot` in the main table
+    /// (scope link without a gateway); an existing route is `EEXIST`.
+    pub fn add_route(&mut self, index: u32, route: &Route) -> Result<(), LinkError> {
+        let op = format!("RTM_NEWROUTE {}/{} via {:?} ifindex {index}", route.dst, route.prefix, route.gw);
+        let req = self.handle.route().add(route.message(index)).execute();
+        self.block_on(req)
+            .map_err(|e| LinkError::request("add a route through", ifindex(index))(nl_error(&op, e)))
+    }
+
+    /// `ip route show [dev IDX]` (main table, both families): the routes, or
+    /// those out of link `oif`, as [`Route`]s.
+    pub fn routes(&mut self, oif: Option<u32>) -> Result<Vec<Route>, LinkError> {
+        let link = oif.map(ifindex).unwrap_or_else(|| "(all)".into());
+        let mut out = Vec::new();
+        for family in [AddressFamily::Inet, AddressFamily::Inet6] {
+            let mut m = RouteMessage::default();
+            m.header.address_family = family;
+            let req = self.handle.route().get(m).execute();
+            let msgs = self.block_on(req.try_collect::<Vec<_>>()).map_err(|e| {
+                LinkError::request("list the routes through", link.clone())(nl_error("RTM_GETROUTE dump", e))
+            })?;
+            out.extend(msgs.iter().filter_map(|m| Route::of(m, oif)));
+        }
+        Ok(out)
+    }
+}
+
+fn address_of(a: &AddressMessage) -> Option<(IpAddr, u8)> {
+    let local = a.attributes.iter().find_map(|x| match x {
+        AddressAttribute::Local(ip) => Some(*ip),
+        _ => None,
+    });
+    let addr = a.attributes.iter().find_map(|x| match x {
+        AddressAttribute::Address(ip) => Some(*ip),
+        _ => None,
+    });
+    local.or(addr).map(|ip| (ip, a.header.prefix_len))
 }
 
 /// What we read back about a link.
@@ -109,6 +298,9 @@ pub struct Link {
     pub mtu: Option<u32>,
     /// Administratively up (`IFF_UP`).
     pub up: bool,
+    /// The bus device under the netdev, e.g. the VF's PCI address
+    /// (`IFLA_PARENT_DEV_NAME`, Linux 5.13+); virtual links have none.
+    pub parent: Option<String>,
 }
 
 impl Link {
@@ -119,12 +311,14 @@ impl Link {
             mac: None,
             mtu: None,
             up: m.header.flags.contains(LinkFlags::Up),
+            parent: None,
         };
         for a in &m.attributes {
             match a {
                 LinkAttribute::IfName(n) => l.name = n.clone(),
                 LinkAttribute::Address(a) => l.mac = Some(a.clone()),
                 LinkAttribute::Mtu(m) => l.mtu = Some(*m),
+                LinkAttribute::ParentDevName(p) => l.parent = Some(p.clone()),
                 _ => {}
             }
         }
@@ -132,158 +326,98 @@ impl Link {
     }
 }
 
-/// One RTM_GETLINK; `ENODEV` (no such link) is `None`.
-fn get_link<T: Transport>(
-    c: &mut Client<T>,
-    op: String,
-    m: LinkMessage,
-    link: String,
-) -> Result<Option<Link>, LinkError> {
-    match c.request(&op, RouteNetlinkMessage::GetLink(m), false, 0) {
-        Ok(r) => Ok(r.iter().find_map(|m| match m {
-            RouteNetlinkMessage::NewLink(l) => Some(Link::of(l)),
-            _ => None,
-        })),
-        Err(e) if e.errno() == Some(libc::ENODEV) => Ok(None),
-        Err(e) => Err(LinkError::request("look up", link)(e)),
+/// Changes to one link, sent as one RTM_SETLINK:
+/// `ip link set dev IDX [netns NS] [name NAME] [address MAC] [mtu MTU] [up|down]`.
+///
+/// The kernel's `do_setlink` (net/core/rtnetlink.c) moves the link first
+/// (`IFLA_NET_NS_FD`, renaming it to `IFLA_IFNAME` as part of the move, so it
+/// never appears in the target netns under its old name and cannot clash
+/// there), then sets the MAC, the MTU and the flags in the link's new netns.
+/// A request that fails after the move leaves the link moved: callers treat
+/// the whole change as "maybe done".
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkChange {
+    /// Move into the netns of this descriptor.
+    pub netns_fd: Option<RawFd>,
+    /// New name (IFNAMSIZ rules; the kernel checks it).
+    pub name: Option<String>,
+    /// New MAC.
+    pub mac: Option<Vec<u8>>,
+    /// New MTU.
+    pub mtu: Option<u32>,
+    /// Administrative state; only `IFF_UP` changes (`ifi_change`).
+    pub up: Option<bool>,
+}
+
+impl LinkChange {
+    /// The RTM_SETLINK payload for the link with ifindex `index`.
+    pub fn message(&self, index: u32) -> LinkMessage {
+        let mut m = LinkMessage::default();
+        m.header = LinkHeader { index, ..LinkHeader::default() };
+        if let Some(up) = self.up {
+            m.header.change_mask = LinkFlags::Up;
+            if up {
+                m.header.flags = LinkFlags::Up;
+            }
+        }
+        if let Some(fd) = self.netns_fd {
+            m.attributes.push(LinkAttribute::NetNsFd(fd));
+        }
+        if let Some(n) = &self.name {
+            m.attributes.push(LinkAttribute::IfName(n.clone()));
+        }
+        if let Some(mac) = &self.mac {
+            m.attributes.push(LinkAttribute::Address(mac.clone()));
+        }
+        if let Some(mtu) = self.mtu {
+            m.attributes.push(LinkAttribute::Mtu(mtu));
+        }
+        m
     }
-}
 
-/// `ip link show dev NAME`; `None` if there is no such link.
-pub fn link_by_name<T: Transport>(c: &mut Client<T>, name: &str) -> Result<Option<Link>, LinkError> {
-    let mut m = LinkMessage::default();
-    m.attributes.push(LinkAttribute::IfName(name.to_string()));
-    get_link(c, format!("RTM_GETLINK {name}"), m, name.to_string())
-}
-
-/// `ip link show` of the link with ifindex `index`; `None` if there is none.
-pub fn link_by_index<T: Transport>(c: &mut Client<T>, index: u32) -> Result<Option<Link>, LinkError> {
-    let mut m = LinkMessage::default();
-    m.header = LinkHeader { index, ..LinkHeader::default() };
-    get_link(c, format!("RTM_GETLINK ifindex {index}"), m, ifindex(index))
-}
-
-fn set_link<T: Transport>(
-    c: &mut Client<T>,
-    what: &'static str,
-    op: String,
-    m: LinkMessage,
-) -> Result<(), LinkError> {
-    let index = m.header.index;
-    c.request(&op, RouteNetlinkMessage::SetLink(m), false, 0)
-        .map(|_| ())
-        .map_err(LinkError::request(what, ifindex(index)))
-}
-
-/// `ip link set dev IDX netns NS [name NEW]` in one RTM_SETLINK
-/// (`IFLA_NET_NS_FD` + `IFLA_IFNAME`): the move and the rename happen
-/// together, so the link never shows up in `ns_fd`'s netns under its old name
-/// (a clash with an existing interface there is impossible).
-pub fn move_to_netns<T: Transport>(
-    c: &mut Client<T>,
-    index: u32,
-    ns_fd: i32,
-    new_name: Option<&str>,
-) -> Result<(), LinkError> {
-    let mut m = LinkMessage::default();
-    m.header = LinkHeader { index, ..LinkHeader::default() };
-    m.attributes.push(LinkAttribute::NetNsFd(ns_fd));
-    if let Some(n) = new_name {
-        m.attributes.push(LinkAttribute::IfName(n.to_string()));
+    /// Whether nothing would change.
+    pub fn is_empty(&self) -> bool {
+        *self == Self::default()
     }
-    set_link(c, "move", format!("RTM_SETLINK ifindex {index} netns fd {ns_fd} name {new_name:?}"), m)
-}
 
-/// `ip link set dev IDX name NEW` (the kernel wants the link down).
-pub fn rename<T: Transport>(c: &mut Client<T>, index: u32, new_name: &str) -> Result<(), LinkError> {
-    let mut m = LinkMessage::default();
-    m.header = LinkHeader { index, ..LinkHeader::default() };
-    m.attributes.push(LinkAttribute::IfName(new_name.to_string()));
-    set_link(c, "rename", format!("RTM_SETLINK ifindex {index} name {new_name}"), m)
-}
-
-/// `ip link set dev IDX [address MAC] [mtu MTU] [up|down]` in one
-/// RTM_SETLINK; `None` leaves that setting alone.
-pub fn configure<T: Transport>(
-    c: &mut Client<T>,
-    index: u32,
-    mac: Option<&[u8]>,
-    mtu: Option<u32>,
-    up: Option<bool>,
-) -> Result<(), LinkError> {
-    let mut m = LinkMessage::default();
-    m.header = LinkHeader { index, ..LinkHeader::default() };
-    if let Some(up) = up {
-        // Only IFF_UP changes (ifi_change); the other flags stay as they are.
-        m.header.change_mask = LinkFlags::Up;
-        if up {
-            m.header.flags = LinkFlags::Up;
+    fn verb(&self) -> &'static str {
+        match (self.netns_fd.is_some(), self.name.is_some()) {
+            (true, _) => "move",
+            (false, true) => "rename",
+            (false, false) => "configure",
         }
     }
-    if let Some(mac) = mac {
-        m.attributes.push(LinkAttribute::Address(mac.to_vec()));
+
+    fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(fd) = self.netns_fd {
+            parts.push(format!("netns fd {fd}"));
+        }
+        if let Some(n) = &self.name {
+            parts.push(format!("name {n}"));
+        }
+        if self.mac.is_some() {
+            parts.push("address".to_string());
+        }
+        if let Some(m) = self.mtu {
+            parts.push(format!("mtu {m}"));
+        }
+        if let Some(up) = self.up {
+            parts.push(if up { "up" } else { "down" }.to_string());
+        }
+        parts.join(" ")
     }
-    if let Some(mtu) = mtu {
-        m.attributes.push(LinkAttribute::Mtu(mtu));
-    }
-    set_link(c, "configure", format!("RTM_SETLINK ifindex {index} mac/mtu/state"), m)
 }
 
-/// `ip addr add ADDR/PREFIX dev IDX` (IPv6 with `nodad`, so the address is
-/// usable at once); an existing address is `EEXIST`.
-pub fn add_address<T: Transport>(
-    c: &mut Client<T>,
-    index: u32,
-    addr: IpAddr,
-    prefix: u8,
-) -> Result<(), LinkError> {
-    let mut m = AddressMessage::default();
-    m.header.index = index;
-    m.header.prefix_len = prefix;
-    m.header.family = match addr {
-        IpAddr::V4(_) => AddressFamily::Inet,
-        IpAddr::V6(_) => AddressFamily::Inet6,
-    };
-    if addr.is_ipv6() {
-        m.header.flags = AddressHeaderFlags::Nodad;
-    }
-    m.attributes.push(AddressAttribute::Local(addr));
-    m.attributes.push(AddressAttribute::Address(addr));
-    c.request(
-        &format!("RTM_NEWADDR {addr}/{prefix} ifindex {index}"),
-        RouteNetlinkMessage::NewAddress(m),
-        false,
-        CREATE_EXCL,
-    )
-    .map(|_| ())
-    .map_err(LinkError::request("add an address to", ifindex(index)))
-}
-
-/// `ip addr show dev IDX`: the link's addresses as `(addr, prefix)`
-/// (`IFA_LOCAL`, else `IFA_ADDRESS`).
-pub fn addresses<T: Transport>(c: &mut Client<T>, index: u32) -> Result<Vec<(IpAddr, u8)>, LinkError> {
-    let r = c
-        .request("RTM_GETADDR dump", RouteNetlinkMessage::GetAddress(AddressMessage::default()), true, 0)
-        .map_err(LinkError::request("list the addresses of", ifindex(index)))?;
-    Ok(r.iter()
-        .filter_map(|m| match m {
-            RouteNetlinkMessage::NewAddress(a) if a.header.index == index => a
-                .attributes
-                .iter()
-                .find_map(|x| match x {
-                    AddressAttribute::Local(ip) => Some(*ip),
-                    _ => None,
-                })
-                .or_else(|| {
-                    a.attributes.iter().find_map(|x| match x {
-                        AddressAttribute::Address(ip) => Some(*ip),
-                        _ => None,
-                    })
-                })
-                .map(|ip| (ip, a.header.prefix_len)),
-            _ => None,
-        })
-        .collect())
+/// A route out of a link: `DST/PREFIX [via GW]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Route {
+    /// Destination.
+    pub dst: IpAddr,
+    /// Prefix length.
+    pub prefix: u8,
+    /// Gateway.
+    pub gw: Option<IpAddr>,
 }
 
 fn route_addr(ip: IpAddr) -> RouteAddress {
@@ -293,102 +427,151 @@ fn route_addr(ip: IpAddr) -> RouteAddress {
     }
 }
 
-/// `ip route add DST/PREFIX [via GW] dev IDX proto boot` in the main table
-/// (scope link without a gateway); an existing route is `EEXIST`.
-pub fn add_route<T: Transport>(
-    c: &mut Client<T>,
-    index: u32,
-    dst: IpAddr,
-    prefix: u8,
-    gw: Option<IpAddr>,
-) -> Result<(), LinkError> {
-    let mut m = RouteMessage::default();
-    m.header = RouteHeader {
-        address_family: if dst.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 },
-        destination_prefix_length: prefix,
-        table: RouteHeader::RT_TABLE_MAIN,
-        protocol: RouteProtocol::Boot,
-        scope: if gw.is_some() { RouteScope::Universe } else { RouteScope::Link },
-        kind: RouteType::Unicast,
-        ..RouteHeader::default()
-    };
-    if prefix > 0 {
-        m.attributes.push(RouteAttribute::Destination(route_addr(dst)));
+fn ip_of(a: &RouteAddress) -> Option<IpAddr> {
+    match a {
+        RouteAddress::Inet(a) => Some(IpAddr::V4(*a)),
+        RouteAddress::Inet6(a) => Some(IpAddr::V6(*a)),
+        _ => None,
     }
-    if let Some(g) = gw {
-        m.attributes.push(RouteAttribute::Gateway(route_addr(g)));
+}
+
+impl Route {
+    /// The RTM_NEWROUTE payload: main table, `proto boot`, scope link without
+    /// a gateway (as `ip route add` does), out of ifindex `index`.
+    pub fn message(&self, index: u32) -> RouteMessage {
+        let mut m = RouteMessage::default();
+        m.header = RouteHeader {
+            address_family: if self.dst.is_ipv4() { AddressFamily::Inet } else { AddressFamily::Inet6 },
+            destination_prefix_length: self.prefix,
+            table: RouteHeader::RT_TABLE_MAIN,
+            protocol: RouteProtocol::Boot,
+            scope: if self.gw.is_some() { RouteScope::Universe } else { RouteScope::Link },
+            kind: RouteType::Unicast,
+            ..RouteHeader::default()
+        };
+        if self.prefix > 0 {
+            m.attributes.push(RouteAttribute::Destination(route_addr(self.dst)));
+        }
+        if let Some(g) = self.gw {
+            m.attributes.push(RouteAttribute::Gateway(route_addr(g)));
+        }
+        m.attributes.push(RouteAttribute::Oif(index));
+        m
     }
-    m.attributes.push(RouteAttribute::Oif(index));
-    c.request(
-        &format!("RTM_NEWROUTE {dst}/{prefix} via {gw:?} ifindex {index}"),
-        RouteNetlinkMessage::NewRoute(m),
-        false,
-        CREATE_EXCL,
-    )
-    .map(|_| ())
-    .map_err(LinkError::request("add a route through", ifindex(index)))
+
+    /// A main-table route (out of `oif`, if given) from an RTM_NEWROUTE message.
+    fn of(m: &RouteMessage, oif_wanted: Option<u32>) -> Option<Route> {
+        if m.header.table != RouteHeader::RT_TABLE_MAIN {
+            return None;
+        }
+        let mut oif = None;
+        let (mut dst, mut gw) = (None, None);
+        for a in &m.attributes {
+            match a {
+                RouteAttribute::Oif(i) => oif = Some(*i),
+                RouteAttribute::Destination(d) => dst = ip_of(d),
+                RouteAttribute::Gateway(g) => gw = ip_of(g),
+                _ => {}
+            }
+        }
+        if oif_wanted.is_some() && oif != oif_wanted {
+            return None;
+        }
+        let unspecified = match m.header.address_family {
+            AddressFamily::Inet6 => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+            _ => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+        };
+        Some(Route { dst: dst.unwrap_or(unspecified), prefix: m.header.destination_prefix_length, gw })
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
+    use netlink_packet_route::RouteNetlinkMessage;
 
     use super::*;
-    use crate::netlink::transport::Recorded;
 
-    /// An NLMSG_ERROR answering request `seq` with `-errno` (0: an ACK), the
-    /// echoed request header capped (include/uapi/linux/netlink.h,
-    /// `struct nlmsgerr`, `NLM_F_CAPPED`).
-    fn answer(seq: u8, errno: i32) -> Vec<u8> {
-        #[rustfmt::skip]
-        let mut v = vec![
-            0x24, 0, 0, 0, 0x02, 0, 0x00, 0x01, seq, 0, 0, 0, 0, 0, 0, 0, // len 36, NLMSG_ERROR, NLM_F_CAPPED
-            0, 0, 0, 0, // error
-            0x10, 0, 0, 0, 0x13, 0, 0x05, 0, seq, 0, 0, 0, 0, 0, 0, 0, // echoed header
-        ];
-        v[16..20].copy_from_slice(&(-errno).to_ne_bytes());
-        v
+    fn emit(m: LinkMessage) -> Vec<u8> {
+        let mut msg = NetlinkMessage::from(RouteNetlinkMessage::SetLink(m));
+        msg.finalize();
+        let mut b = vec![0; msg.buffer_len()];
+        msg.serialize(&mut b);
+        b
     }
 
-    fn sent_link(raw: &[u8]) -> LinkMessage {
-        match NetlinkMessage::<RouteNetlinkMessage>::deserialize(raw).unwrap().payload {
+    // Bytes from include/uapi/linux/rtnetlink.h (RTM_SETLINK 19, struct
+    // ifinfomsg: family u8, pad u8, type u16, index i32, flags u32, change u32)
+    // and include/uapi/linux/if_link.h (IFLA_ADDRESS 1, IFLA_IFNAME 3,
+    // IFLA_MTU 4, IFLA_NET_NS_FD 28); little-endian host order.
+    #[cfg(target_endian = "little")]
+    #[test]
+    fn move_rename_mac_mtu_and_up_are_one_setlink_request() {
+        let change = LinkChange {
+            netns_fd: Some(42),
+            name: Some("net1".into()),
+            mac: Some(vec![2, 0, 0, 0, 0, 1]),
+            mtu: Some(1400),
+            up: Some(true),
+        };
+        #[rustfmt::skip]
+        let want: Vec<u8> = [
+            &[0x48, 0, 0, 0, 0x13, 0, 0, 0][..],        // len 72, RTM_SETLINK, flags (set by the handle)
+            &[0, 0, 0, 0, 0, 0, 0, 0],                  // seq, pid
+            &[0, 0, 0, 0, 7, 0, 0, 0],                  // family 0, pad, type 0, index 7
+            &[1, 0, 0, 0, 1, 0, 0, 0],                  // flags IFF_UP, change IFF_UP
+            &[8, 0, 28, 0, 42, 0, 0, 0],                // IFLA_NET_NS_FD 42
+            &[9, 0, 3, 0, b'n', b'e', b't', b'1', 0, 0, 0, 0], // IFLA_IFNAME "net1\0" + pad
+            &[10, 0, 1, 0, 2, 0, 0, 0, 0, 1, 0, 0],     // IFLA_ADDRESS + pad
+            &[8, 0, 4, 0, 0x78, 0x05, 0, 0],            // IFLA_MTU 1400
+        ]
+        .concat();
+        assert_eq!(emit(change.message(7)), want);
+        let back = match NetlinkMessage::<RouteNetlinkMessage>::deserialize(&want).unwrap().payload {
             NetlinkPayload::InnerMessage(RouteNetlinkMessage::SetLink(m)) => m,
             other => panic!("not RTM_SETLINK: {other:?}"),
-        }
+        };
+        assert_eq!(back, change.message(7));
     }
 
     #[test]
-    fn move_and_rename_go_in_one_setlink_request() {
-        let mut c = Client::new(Recorded::new([answer(1, 0)]));
-        move_to_netns(&mut c, 7, 42, Some("net1")).unwrap();
-        assert_eq!(c.transport().sent.len(), 1);
-        let m = sent_link(&c.transport().sent[0]);
-        assert_eq!(m.header.index, 7);
-        assert_eq!(m.attributes, vec![LinkAttribute::NetNsFd(42), LinkAttribute::IfName("net1".into())]);
+    fn bringing_a_link_down_changes_only_iff_up() {
+        let m = LinkChange { up: Some(false), ..LinkChange::default() }.message(3);
+        assert_eq!((m.header.flags, m.header.change_mask), (LinkFlags::empty(), LinkFlags::Up));
+        assert!(m.attributes.is_empty());
+        let m = LinkChange::default().message(3);
+        assert_eq!(m.header.change_mask, LinkFlags::empty(), "no state change asked: none sent");
     }
 
     #[test]
-    fn a_missing_link_is_none_not_an_error() {
-        let mut c = Client::new(Recorded::new([answer(1, libc::ENODEV)]));
-        assert_eq!(link_by_name(&mut c, "nosuch0").unwrap(), None);
-    }
-
-    #[test]
-    fn a_refused_request_names_the_op_the_link_and_the_errno() {
-        let mut c = Client::new(Recorded::new([answer(1, libc::EEXIST)]));
-        let e = rename(&mut c, 9, "net1").unwrap_err();
-        assert_eq!(e.errno(), Some(libc::EEXIST));
+    fn a_refusal_carries_the_errno_and_the_extended_ack_text() {
+        // struct nlmsgerr with NETLINK_CAP_ACK: the echoed nlmsghdr (16 bytes),
+        // then NLMSGERR_ATTR_MSG (1) "bad vf\0" padded to 4.
+        let mut payload = vec![0u8; 16];
+        payload.extend_from_slice(&[11, 0, 1, 0]);
+        payload.extend_from_slice(b"bad vf\0\0");
+        let mut m = netlink_packet_core::ErrorMessage::default();
+        m.code = std::num::NonZeroI32::new(-libc::EINVAL);
+        m.header = payload;
+        let e = nl_error("RTM_SETLINK ifindex 9", rtnetlink::Error::NetlinkError(m));
+        assert_eq!(e.errno(), Some(libc::EINVAL));
+        assert!(e.to_string().contains("(bad vf)"), "{e}");
+        let e = LinkError::request("rename", ifindex(9))(e);
         assert_eq!(e.to_string(), "rename link ifindex 9");
-        let src = std::error::Error::source(&e).unwrap().to_string();
-        assert!(src.contains("RTM_SETLINK ifindex 9 name net1"), "{src}");
+        assert_eq!(e.errno(), Some(libc::EINVAL));
     }
 
     #[test]
-    fn bringing_a_link_up_changes_only_iff_up() {
-        let mut c = Client::new(Recorded::new([answer(1, 0)]));
-        configure(&mut c, 3, None, Some(1500), Some(true)).unwrap();
-        let m = sent_link(&c.transport().sent[0]);
-        assert_eq!((m.header.flags, m.header.change_mask), (LinkFlags::Up, LinkFlags::Up));
-        assert_eq!(m.attributes, vec![LinkAttribute::Mtu(1500)]);
+    fn routes_are_read_back_only_for_their_link_and_the_main_table() {
+        let r =
+            Route { dst: "10.250.0.0".parse().unwrap(), prefix: 16, gw: Some("10.1.0.1".parse().unwrap()) };
+        assert_eq!(Route::of(&r.message(4), Some(4)), Some(r));
+        assert_eq!(Route::of(&r.message(4), Some(5)), None);
+        assert_eq!(Route::of(&r.message(4), None), Some(r));
+        let default = Route { dst: "0.0.0.0".parse().unwrap(), prefix: 0, gw: None };
+        let m = default.message(4);
+        assert!(!m.attributes.iter().any(|a| matches!(a, RouteAttribute::Destination(_))));
+        assert_eq!(m.header.scope, RouteScope::Link);
+        assert_eq!(Route::of(&m, Some(4)), Some(default));
     }
 }

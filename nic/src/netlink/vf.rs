@@ -18,19 +18,19 @@
 //! ```
 //!
 //! Reading needs `IFLA_EXT_MASK = RTEXT_FILTER_VF` in the RTM_GETLINK request,
-//! or the kernel leaves the VF list out.
+//! or the kernel leaves the VF list out; `RTEXT_FILTER_SKIP_STATS` leaves out
+//! the per-VF counters, which would make a PF with 256 VFs answer with more
+//! than netlink-proto's 64 KiB receive buffer (as `ip link show` does).
 //!
 //! Requests, by their `ip` equivalent:
 //! - [`set_request`]: `ip link set PF vf N mac M vlan V qos Q proto 802.1ad spoofchk on trust off min_tx_rate A max_tx_rate B state auto`
 //! - [`get_request`]: `ip -d link show PF` (the `vf N ...` lines)
 
+use super::link::{LinkError, RouteSocket};
 use netlink_packet_route::link::{
     LinkAttribute, LinkExtentMask, LinkHeader, LinkMessage, LinkVfInfo, VfInfo, VfInfoLinkState, VfInfoMac,
     VfInfoRate, VfInfoSpoofCheck, VfInfoTrust, VfLinkState, VfVlan, VfVlanInfo, VlanProtocol,
 };
-use netlink_packet_route::RouteNetlinkMessage;
-
-use super::transport::{Client, NlError, Transport};
 
 /// A VLAN on a VF (`vlan`, `qos`, `proto`). The default is "no VLAN".
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -239,11 +239,11 @@ pub fn set_request(pf_index: u32, vf: u32, settings: &VfSettings) -> LinkMessage
 }
 
 /// The RTM_GETLINK payload reading the PF with ifindex `pf_index` including
-/// its VF list.
+/// its VF list, without VF statistics.
 pub fn get_request(pf_index: u32) -> LinkMessage {
     let mut m = LinkMessage::default();
     m.header = LinkHeader { index: pf_index, ..LinkHeader::default() };
-    m.attributes.push(LinkAttribute::ExtMask(vec![LinkExtentMask::Vf]));
+    m.attributes.push(LinkAttribute::ExtMask(vec![LinkExtentMask::Vf, LinkExtentMask::SkipStats]));
     m
 }
 
@@ -260,29 +260,28 @@ pub fn parse_vfs(msg: &LinkMessage) -> Vec<VfState> {
         .collect()
 }
 
-/// Reads VF `vf` of PF `pf_index`.
-pub fn read<T: Transport>(c: &mut Client<T>, pf_index: u32, vf: u32) -> Result<Option<VfState>, NlError> {
+/// Reads VF `vf` of PF `pf_index` (`ip -d link show PF`); `None` when the
+/// PF does not report that VF.
+pub fn read(c: &mut RouteSocket, pf_index: u32, vf: u32) -> Result<Option<VfState>, LinkError> {
     let op = format!("RTM_GETLINK ifindex {pf_index} (VF list)");
-    let r = c.request(&op, RouteNetlinkMessage::GetLink(get_request(pf_index)), false, 0)?;
-    Ok(r.iter()
-        .filter_map(|m| match m {
-            RouteNetlinkMessage::NewLink(l) => Some(parse_vfs(l)),
-            _ => None,
-        })
-        .flatten()
-        .find(|s| s.vf == vf))
+    let m = c.get_link_message(&op, get_request(pf_index)).map_err(|source| LinkError::Request {
+        op: "read the VFs of",
+        link: format!("ifindex {pf_index}"),
+        source,
+    })?;
+    Ok(m.iter().flat_map(parse_vfs).find(|s| s.vf == vf))
 }
 
-/// Applies `settings` to VF `vf` of PF `pf_index`.
-pub fn apply<T: Transport>(
-    c: &mut Client<T>,
-    pf_index: u32,
-    vf: u32,
-    settings: &VfSettings,
-) -> Result<(), NlError> {
+/// Applies `settings` to VF `vf` of PF `pf_index` in one RTM_SETLINK
+/// (`ip link set PF vf N ...`); nothing is sent when `settings` is empty.
+pub fn apply(c: &mut RouteSocket, pf_index: u32, vf: u32, settings: &VfSettings) -> Result<(), LinkError> {
     if settings.is_empty() {
         return Ok(());
     }
     let op = format!("RTM_SETLINK ifindex {pf_index} vf {vf}");
-    c.request(&op, RouteNetlinkMessage::SetLink(set_request(pf_index, vf, settings)), false, 0).map(|_| ())
+    c.set_link_message(&op, set_request(pf_index, vf, settings)).map_err(|source| LinkError::Request {
+        op: "set VF attributes on",
+        link: format!("ifindex {pf_index} (vf {vf})"),
+        source,
+    })
 }

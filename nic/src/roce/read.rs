@@ -197,6 +197,7 @@ fn observe_iface<T: Transport, E: Ethtool>(
     };
 
     let legacy_trust = legacy_trust(&net("qos/trust"));
+    let trust_file = legacy_trust.is_some();
     let d = dcb_part(k, name, legacy_trust);
 
     InterfaceRoce {
@@ -214,6 +215,7 @@ fn observe_iface<T: Transport, E: Ethtool>(
         dcbx: d.dcbx,
         dcbx_bits: d.dcbx_bits,
         trust: d.trust,
+        trust_file,
         dscp_to_priority: d.dscp_to_priority,
         pfc: d.pfc,
         ets: d.ets,

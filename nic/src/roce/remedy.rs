@@ -66,6 +66,14 @@ pub enum Remedy {
     FwLldpAgent(bool),
     /// DCBX mode.
     Dcbx(DcbxMode),
+    /// ETS on every traffic class with these transmit shares (percent), and
+    /// optionally this priority → traffic class map.
+    Ets {
+        /// Bandwidth of traffic classes 0..7.
+        bandwidth: [u8; 8],
+        /// Traffic class of priorities 0..7.
+        priority_to_tc: Option<[u8; 8]>,
+    },
 }
 
 fn onoff(b: bool) -> &'static str {
@@ -120,7 +128,65 @@ pub fn remediation(iface: &str, fix: &Remedy) -> String {
         Remedy::FwLldpAgent(on) => format!("ethtool --set-priv-flags {iface} fw-lldp-agent {}", onoff(*on)),
         Remedy::Dcbx(DcbxMode::Os) => format!("dcb dcbx set dev {iface} host ieee"),
         Remedy::Dcbx(DcbxMode::Firmware) => format!("dcb dcbx set dev {iface} lld-managed ieee"),
+        Remedy::Ets { bandwidth, priority_to_tc } => {
+            let bw: String = bandwidth.iter().enumerate().map(|(tc, b)| format!(" {tc}:{b}")).collect();
+            let map: String = priority_to_tc
+                .map(|m| {
+                    let pairs: String = m.iter().enumerate().map(|(p, tc)| format!(" {p}:{tc}")).collect();
+                    format!(" prio-tc{pairs}")
+                })
+                .unwrap_or_default();
+            format!("dcb ets set dev {iface} tc-tsa all:ets tc-bw{bw}{map}")
+        }
     }
+}
+
+/// Execution order of remedies, earliest first (what [`Remedy::rank`] returns, by
+/// the command's leading words): the E810 firmware LLDP agent off before any DCB
+/// write (ice refuses DCB changes while it runs); DCBX before the settings it
+/// governs; link-level pause off before PFC (802.3x pause and PFC exclude each
+/// other); PFC and ETS on the lossless priority before DSCP is steered to it
+/// (never send RoCE to a priority that drops); the APP table, then trust, ECN and
+/// CNP; rdma_cm defaults; MTU last (it bounces the link).
+const ORDER: [(&str, u8); 13] = [
+    ("ethtool --set-priv-flags", 0),
+    ("dcb dcbx", 1),
+    ("ethtool -A", 2),
+    ("dcb pfc", 3),
+    ("dcb ets", 4),
+    ("dcb app del", 5),
+    ("dcb app replace", 6),
+    ("mlnx_qos", 7),
+    ("echo", 8),
+    ("cma_roce_mode", 10),
+    ("cma_roce_tos", 11),
+    ("ip link set", 12),
+    ("ip addr", 13),
+];
+
+/// Where a command (one `&&` part of a remediation) runs in [`ORDER`]; unknown
+/// commands go last. ECN writes (`echo` into `ecn/roce_*/enable`) run before CNP ones.
+pub fn command_rank(cmd: &str) -> u8 {
+    let cmd = cmd.trim();
+    if cmd.starts_with("echo") {
+        return if cmd.contains("/ecn/roce_np/cnp_") { 9 } else { 8 };
+    }
+    ORDER.iter().find(|(p, _)| cmd.starts_with(p)).map_or(14, |&(_, r)| r)
+}
+
+/// The commands of several remediations in execution order, each once
+/// (`a && b` splits into its parts; the sort is stable, so equal ranks keep their order).
+pub fn in_execution_order<'a>(remediations: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let mut cmds: Vec<String> = Vec::new();
+    for r in remediations {
+        for c in r.split(" && ").map(str::trim).filter(|c| !c.is_empty()) {
+            if !cmds.iter().any(|x| x == c) {
+                cmds.push(c.to_string());
+            }
+        }
+    }
+    cmds.sort_by_key(|c| command_rank(c));
+    cmds
 }
 
 impl Remedy {
@@ -129,10 +195,22 @@ impl Remedy {
         remediation(iface, self)
     }
 
-    /// Whether applying it can bounce the link (MTU changes do on mlx5 and ice;
-    /// the operator refuses those unless `allowLinkFlap`).
-    pub fn flaps_link(&self) -> bool {
-        matches!(self, Remedy::Mtu(_) | Remedy::GlobalPause(_) | Remedy::FwLldpAgent(_))
+    /// Its place in the order commands must run (see [`command_rank`]).
+    pub fn rank(&self, iface: &str) -> u8 {
+        command_rank(&remediation(iface, self))
+    }
+
+    /// Whether applying it on a port driven by `driver` can bounce the link (the
+    /// operator refuses those unless `allowLinkFlap`): MTU changes (mlx5 and ice),
+    /// link-level pause (autonegotiation restarts), the E810 firmware LLDP agent,
+    /// and PFC or ETS on ice, which resets the port to apply a new DCB
+    /// configuration (ice_dcb_lib.c: `ice_pf_dcb_cfg()` quiesces and rebuilds the VSIs).
+    pub fn flaps_link(&self, driver: Option<&str>) -> bool {
+        match self {
+            Remedy::Mtu(_) | Remedy::GlobalPause(_) | Remedy::FwLldpAgent(_) => true,
+            Remedy::Pfc { .. } | Remedy::PfcDelay(_) | Remedy::Ets { .. } => driver == Some("ice"),
+            _ => false,
+        }
     }
 }
 
@@ -186,6 +264,51 @@ mod tests {
             "ethtool --set-priv-flags ens1f0np0 fw-lldp-agent off"
         );
         assert_eq!(remediation(i, &Remedy::Dcbx(DcbxMode::Os)), "dcb dcbx set dev ens1f0np0 host ieee");
-        assert!(Remedy::Mtu(9000).flaps_link() && !Remedy::CnpDscp(48).flaps_link());
+        assert_eq!(
+            remediation(i, &Remedy::Ets { bandwidth: [50, 0, 0, 50, 0, 0, 0, 0], priority_to_tc: None }),
+            "dcb ets set dev ens1f0np0 tc-tsa all:ets tc-bw 0:50 1:0 2:0 3:50 4:0 5:0 6:0 7:0"
+        );
+        assert_eq!(
+            remediation(
+                i,
+                &Remedy::Ets { bandwidth: [50, 0, 0, 50, 0, 0, 0, 0], priority_to_tc: Some([0, 0, 0, 3, 0, 0, 0, 0]) }
+            ),
+            "dcb ets set dev ens1f0np0 tc-tsa all:ets tc-bw 0:50 1:0 2:0 3:50 4:0 5:0 6:0 7:0 prio-tc 0:0 1:0 2:0 3:3 4:0 5:0 6:0 7:0"
+        );
+        assert!(
+            Remedy::Mtu(9000).flaps_link(Some("mlx5_core")) && !Remedy::CnpDscp(48).flaps_link(Some("ice"))
+        );
+        let pfc = Remedy::Pfc { priorities: vec![3] };
+        assert!(pfc.flaps_link(Some("ice")) && !pfc.flaps_link(Some("mlx5_core")));
+    }
+
+    #[test]
+    fn commands_are_ordered_as_they_must_run() {
+        let i = "eth0";
+        let all = [
+            Remedy::FwLldpAgent(false),
+            Remedy::Dcbx(DcbxMode::Os),
+            Remedy::GlobalPause(false),
+            Remedy::Pfc { priorities: vec![3] },
+            Remedy::Ets { bandwidth: [100, 0, 0, 0, 0, 0, 0, 0], priority_to_tc: None },
+            Remedy::DscpDel(BTreeMap::from([(0, 0)])),
+            Remedy::DscpAdd(BTreeMap::from([(26, 3)])),
+            Remedy::Trust(Trust::Dscp),
+            Remedy::Ecn { priority: 3, on: true },
+            Remedy::CnpDscp(48),
+            Remedy::RoceMode { rdma_dev: "mlx5_0".into(), port: 1, v2: true },
+            Remedy::Tos { rdma_dev: "mlx5_0".into(), port: 1, tos: 106 },
+            Remedy::Mtu(9000),
+        ];
+        let ranks: Vec<u8> = all.iter().map(|r| r.rank(i)).collect();
+        assert!(ranks.windows(2).all(|w| w[0] < w[1]), "{ranks:?}");
+        let mut shuffled: Vec<String> = all.iter().rev().map(|r| remediation(i, r)).collect();
+        shuffled.push(remediation(i, &Remedy::Pfc { priorities: vec![3] }));
+        let ordered = in_execution_order(shuffled.iter().map(String::as_str));
+        assert_eq!(ordered[0], "ethtool --set-priv-flags eth0 fw-lldp-agent off");
+        assert_eq!(ordered[3], "dcb pfc set dev eth0 prio-pfc all:off 3:on");
+        assert_eq!(ordered.last().unwrap(), "ip link set dev eth0 mtu 9000");
+        // The ECN remedy is two commands; the duplicate PFC command is printed once.
+        assert_eq!(ordered.len(), all.len() + 1);
     }
 }

@@ -1,8 +1,10 @@
-//! Writers for the RoCE settings that live in files: the rdma_cm defaults in
-//! configfs and the NVIDIA OFED `qos/trust` file. (DCB goes over
-//! [`crate::netlink::dcb`], pause and private flags over [`super::set_pause`] /
-//! [`super::set_priv_flag`].) Paths are under the node's sysfs root, so a
-//! simulated node is written the same way.
+//! Writers for the RoCE settings that live in files under the node's sysfs root
+//! (a simulated node is written the same way): the rdma_cm defaults in configfs,
+//! the NVIDIA OFED `qos/trust` file and ECN/CNP attributes, the netdev MTU.
+//!
+//! DCB goes over the netlink client ([`crate::netlink::dcb`]: `dcb_set_pfc`,
+//! `dcb_set_ets`, `dcb_replace_dscp`, ...), pause and private flags over
+//! [`super::set_pause`] / [`super::set_priv_flag`].
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -12,7 +14,7 @@ use crate::Roots;
 
 /// A write that failed, with the file it was for.
 #[derive(Debug, thiserror::Error)]
-#[error("{op} {path}: {source}")]
+#[error("{op} {path}")]
 pub struct WriteError {
     /// `write`, `mkdir` or `stat`.
     pub op: &'static str,
@@ -140,6 +142,34 @@ pub fn set_legacy_trust(roots: &Roots, iface: &str, trust: Trust) -> Result<bool
     write_file(&path, trust.as_str()).map(|()| true)
 }
 
+/// Writes one sysfs attribute of netdev `iface` (`class/net/<iface>/<rel>`).
+fn write_net(roots: &Roots, iface: &str, rel: &str, value: &str) -> Result<(), WriteError> {
+    write_file(&roots.sys(format!("class/net/{iface}/{rel}")), value)
+}
+
+/// RoCE ECN of `priority` at both the notification and the reaction point (NVIDIA
+/// OFED `ecn/roce_np/enable/<p>`, `ecn/roce_rp/enable/<p>`).
+pub fn set_ecn(roots: &Roots, iface: &str, priority: u8, on: bool) -> Result<(), WriteError> {
+    let v = u8::from(on).to_string();
+    write_net(roots, iface, &format!("ecn/roce_np/enable/{priority}"), &v)?;
+    write_net(roots, iface, &format!("ecn/roce_rp/enable/{priority}"), &v)
+}
+
+/// DSCP of CNPs (`ecn/roce_np/cnp_dscp`).
+pub fn set_cnp_dscp(roots: &Roots, iface: &str, dscp: u8) -> Result<(), WriteError> {
+    write_net(roots, iface, "ecn/roce_np/cnp_dscp", &dscp.to_string())
+}
+
+/// 802.1p priority of CNPs (`ecn/roce_np/cnp_802p_prio`).
+pub fn set_cnp_priority(roots: &Roots, iface: &str, priority: u8) -> Result<(), WriteError> {
+    write_net(roots, iface, "ecn/roce_np/cnp_802p_prio", &priority.to_string())
+}
+
+/// Netdev MTU (`class/net/<iface>/mtu`, what `ip link set dev X mtu N` changes).
+pub fn set_mtu(roots: &Roots, iface: &str, mtu: u32) -> Result<(), WriteError> {
+    write_net(roots, iface, "mtu", &mtu.to_string())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,15 +196,40 @@ mod tests {
     fn rdma_cm_default_errors_name_the_path() {
         let (_t, r) = roots();
         let e = set_rdma_cm_default(&r, "mlx5_0", 1, RdmaCmDefault::Tos(0)).unwrap_err();
-        assert!(e.to_string().contains("kernel/config/rdma_cm") && e.to_string().contains("configfs"), "{e}");
+        assert!(
+            e.to_string().contains("kernel/config/rdma_cm") && e.source.to_string().contains("configfs"),
+            "{e}"
+        );
         std::fs::create_dir_all(r.sys("kernel/config/rdma_cm")).unwrap();
         let e = set_rdma_cm_default(&r, "../x", 1, RdmaCmDefault::Tos(0)).unwrap_err();
-        assert!(e.to_string().contains("not an RDMA device name"), "{e}");
+        assert!(e.source.to_string().contains("not an RDMA device name"), "{e}");
         // On a plain directory (not configfs) mkdir makes no ports/: the write
         // fails, names the file, and the directory we made is gone again.
         let e = set_rdma_cm_default(&r, "mlx5_0", 1, RdmaCmDefault::RoceMode { v2: false }).unwrap_err();
         assert!(e.to_string().contains("mlx5_0/ports/1/default_roce_mode"), "{e}");
         assert!(!r.sys("kernel/config/rdma_cm/mlx5_0").exists());
+    }
+
+    #[test]
+    fn ecn_cnp_and_mtu_land_in_the_netdev_attributes() {
+        let (_t, r) = roots();
+        let net = r.sys("class/net/ens1f0np0");
+        for d in ["ecn/roce_np/enable", "ecn/roce_rp/enable"] {
+            std::fs::create_dir_all(net.join(d)).unwrap();
+        }
+        set_ecn(&r, "ens1f0np0", 3, true).unwrap();
+        set_cnp_dscp(&r, "ens1f0np0", 48).unwrap();
+        set_cnp_priority(&r, "ens1f0np0", 6).unwrap();
+        set_mtu(&r, "ens1f0np0", 9000).unwrap();
+        let read = |p: &str| std::fs::read_to_string(net.join(p)).unwrap();
+        assert_eq!((read("ecn/roce_np/enable/3"), read("ecn/roce_rp/enable/3")), ("1".into(), "1".into()));
+        assert_eq!(
+            (read("ecn/roce_np/cnp_dscp"), read("ecn/roce_np/cnp_802p_prio")),
+            ("48".into(), "6".into())
+        );
+        assert_eq!(read("mtu"), "9000");
+        let e = set_ecn(&r, "nope0", 3, true).unwrap_err();
+        assert!(e.to_string().contains("class/net/nope0/ecn/roce_np/enable/3"), "{e}");
     }
 
     #[test]

@@ -27,6 +27,12 @@ pub(super) const UVERBS_DYN_MAJOR: u32 = 240;
 pub(super) const UMAD_DYN_MAJOR: u32 = 241;
 /// `MISC_MAJOR` and the minor the sim gives `rdma_cm` (dynamic on a real kernel).
 pub(super) const RDMA_CM_DEV: (u32, u32) = (10, 58);
+/// `/dev/vfio/vfio`: misc device `VFIO_MINOR` 196 (`include/linux/miscdevice.h`).
+pub(super) const VFIO_CONTAINER_DEV: (u32, u32) = (10, 196);
+/// Stand-in for the dynamic major of VFIO group devices (`/dev/vfio/<group>`).
+pub(super) const VFIO_GROUP_MAJOR: u32 = 242;
+/// The driver that hands a function to userspace.
+pub(super) const VFIO_PCI: &str = "vfio-pci";
 
 // ---------------------------------------------------------------------------------------------
 // The plan: every PCI function of the node with what the tree shows for it.
@@ -46,6 +52,8 @@ pub(super) struct Func {
     pub(super) rdma: Option<RdmaPlan>,
     /// Auxiliary devices without RDMA (`mlx5_core.eth.N`).
     pub(super) aux_dirs: Vec<String>,
+    /// IOMMU group (`iommu_group` link); endpoints only.
+    pub(super) iommu_group: Option<u32>,
 }
 
 #[derive(Debug, Clone)]
@@ -84,6 +92,9 @@ pub(super) struct RdmaPlan {
     pub(super) configfs: Option<(String, u8)>,
     /// RoCEv2 or iWARP (`node_type`, the GID table and rdma_cm's default follow).
     pub(super) protocol: RdmaProtocol,
+    /// Moved into another network namespace with its netdev (exclusive RDMA
+    /// netns mode, [`super::Sim::move_vf_into_pod`]): the `infiniband` class hides it.
+    pub(super) in_other_netns: bool,
 }
 
 impl Func {
@@ -269,6 +280,7 @@ pub(super) struct Alloc {
     pub(super) umad: BTreeSet<u32>,
     pub(super) aux: BTreeMap<String, BTreeSet<u32>>,
     pub(super) ifindex_max: u32,
+    pub(super) iommu: BTreeSet<u32>,
 }
 
 pub(super) fn lowest_free(set: &mut BTreeSet<u32>) -> u32 {
@@ -290,6 +302,9 @@ impl Alloc {
                         a.aux.entry(aux_pool(prefix).to_string()).or_default().insert(id);
                     }
                 }
+            }
+            if let Some(g) = f.iommu_group {
+                a.iommu.insert(g);
             }
             if let Some(r) = &f.rdma {
                 a.names.insert(r.name.clone());
@@ -361,6 +376,7 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
         net: None,
         rdma: None,
         aux_dirs: vec![],
+        iommu_group: None,
     };
     // Switches: root port + upstream port.
     for s in &desc.switches {
@@ -527,6 +543,7 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
                 hw_counters: is_mlx5,
                 configfs: Some((roce_mode, p.roce.tos)),
                 protocol,
+                in_other_netns: false,
             }
         });
         if rdma.is_none() && is_mlx5 {
@@ -552,6 +569,7 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             net: Some(net),
             rdma,
             aux_dirs,
+            iommu_group: Some(lowest_free(&mut alloc.iommu)),
         };
         add(f, &mut funcs)?;
     }
@@ -587,6 +605,7 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             net: None,
             rdma: None,
             aux_dirs: vec![],
+            iommu_group: Some(lowest_free(&mut alloc.iommu)),
         };
         add(f, &mut funcs)?;
     }
@@ -683,6 +702,7 @@ pub(super) fn vf_func(pf: &Func, p: &PfDesc, index: u32, alloc: &mut Alloc) -> R
             configfs: None,
             // iavf's RDMA (out-of-tree irdma) and mlx5 VFs: RoCE.
             protocol: RdmaProtocol::RoceV2,
+            in_other_netns: false,
         }
     });
     let mut aux_dirs = vec![];
@@ -695,11 +715,12 @@ pub(super) fn vf_func(pf: &Func, p: &PfDesc, index: u32, alloc: &mut Alloc) -> R
         vendor: model.vendor(),
         device: model.vf_device(),
         class: 0x020000,
-        driver: Some(if vfio { "vfio-pci".into() } else { model.vf_driver().into() }),
+        driver: Some(if vfio { VFIO_PCI.into() } else { model.vf_driver().into() }),
         numa: pf.numa,
         role: Role::Vf { pf: pf.bdf, index },
         net,
         rdma,
         aux_dirs,
+        iommu_group: Some(lowest_free(&mut alloc.iommu)),
     })
 }

@@ -16,7 +16,9 @@
 //! <tmp>/sys/class/{net,infiniband,infiniband_verbs,infiniband_mad}/<name> -> ../../devices/…
 //! <tmp>/sys/kernel/config/rdma_cm/<rdmadev>/ports/1/{default_roce_mode,default_roce_tos}
 //! <tmp>/sys/module/ib_core/parameters/netns_mode      Y (shared) or N (exclusive)
+//! <tmp>/sys/kernel/iommu_groups/<N>/devices/<bdf> -> ../../../../devices/…/<bdf>
 //! <tmp>/dev/infiniband/{uverbsN,umadN,issmN,rdma_cm}
+//! <tmp>/dev/vfio/{vfio,<N>}
 //! ```
 //!
 //! ## Deterministic rules (documented because tests and docs rely on them)
@@ -45,7 +47,15 @@
 //!   `IB_UMAD_NUM_FIXED_MINOR` in drivers/infiniband/core/uverbs_main.c and user_mad.c); past the
 //!   fixed ranges the kernel allocates a dynamic major, which the sim fixes at 240 (uverbs) and
 //!   241 (umad; issm at minor +960). `rdma_cm` is a misc device (major 10, dynamic minor, 58 here).
-//!   Real char devices when running as root, regular files otherwise.
+//!   Real char devices when running as root, regular files otherwise (which discovery does
+//!   not count as present: only a character device is one a container can use).
+//! - **IOMMU groups**: every endpoint is its own group (ACS isolates each function), numbered
+//!   lowest-free in the same order as above (PFs, then VFs, then GPUs): `<fn>/iommu_group ->
+//!   kernel/iommu_groups/N`. A VF bound to vfio-pci gets `/dev/vfio/N` (major 242 stands in for
+//!   the dynamic one) and the node `/dev/vfio/vfio` (misc 10:196).
+//! - **In a pod** ([`Sim::move_vf_into_pod`]): the `net` and `infiniband` classes are
+//!   namespace-tagged, so the VF's netdev and, in exclusive RDMA netns mode, its RDMA device
+//!   vanish from the host's sysfs; `infiniband_verbs`, `infiniband_mad` and `/dev` stay.
 
 mod kernel;
 mod layout;

@@ -141,4 +141,57 @@ impl Sim {
         w.write_net(&f)?;
         w.write_port(&f)
     }
+
+    /// Moves VF `bdf` into a pod as the CNI does: its netdev leaves the host
+    /// (`net/<if>` and `/sys/class/net/<if>` go; the `net` directory stays,
+    /// empty) and, in exclusive RDMA netns mode, so does its RDMA device
+    /// (`infiniband/<dev>` and `/sys/class/infiniband/<dev>` go). Both classes
+    /// are namespace-tagged; the PCI function, its driver,
+    /// `infiniband_verbs/uverbsN` and `/dev/infiniband/*` are not, and stay.
+    /// In shared mode the RDMA device stays visible.
+    pub fn move_vf_into_pod(&mut self, bdf: PciAddr) -> Result<(), SimError> {
+        let exclusive = self.desc.rdma_netns_mode == crate::inventory::NetnsMode::Exclusive;
+        let w = self.writer();
+        let f = self.vf_mut(bdf)?;
+        let Some(n) = f.net.as_mut().filter(|n| n.present) else {
+            return Err(SimError::Refused(format!("VF {bdf} has no netdev on the host to move")));
+        };
+        n.present = false;
+        let name = n.name.clone();
+        let hide = exclusive && f.rdma.as_ref().is_some_and(|r| !r.in_other_netns);
+        if hide {
+            w.hide_ib_dev(f);
+            if let Some(r) = f.rdma.as_mut() {
+                r.in_other_netns = true;
+            }
+        }
+        let f = f.clone();
+        w.remove(&PathBuf::from("class/net").join(&name));
+        w.remove(&f.dir().join("net").join(&name));
+        w.write_port(&f)
+    }
+
+    /// Brings VF `bdf` back from a pod (its netns deleted, or the CNI's DEL):
+    /// netdev and RDMA device are on the host again.
+    pub fn return_vf_from_pod(&mut self, bdf: PciAddr) -> Result<(), SimError> {
+        let w = self.writer();
+        let f = self.vf_mut(bdf)?;
+        let Some(n) = f.net.as_mut().filter(|n| !n.present) else {
+            return Err(SimError::Refused(format!("VF {bdf} is not in a pod (its netdev is on the host)")));
+        };
+        n.present = true;
+        if let Some(r) = f.rdma.as_mut() {
+            r.in_other_netns = false;
+        }
+        let f = f.clone();
+        w.write_net(&f)?;
+        w.write_ib_dev(&f)
+    }
+
+    fn vf_mut(&mut self, bdf: PciAddr) -> Result<&mut Func, SimError> {
+        match self.funcs.get_mut(&bdf) {
+            Some(f) if matches!(f.role, Role::Vf { .. }) => Ok(f),
+            _ => Err(SimError::NotFound(format!("VF {bdf}"))),
+        }
+    }
 }

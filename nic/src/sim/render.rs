@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use super::layout::{fmt_gid, fmt_mac, umad_dev, uverbs_dev, Func, Role};
+use super::layout::{fmt_gid, fmt_mac, gid_entries, umad_dev, uverbs_dev, Func, Role, VFIO_PCI};
 use super::Sim;
 use crate::inventory::{CharDev, GidKind, Inventory, LinkLayer, Netdev, RdmaDev, RdmaProtocol, RdmaVia};
 use crate::pci::PciAddr;
@@ -67,6 +67,17 @@ impl Sim {
                             v.driver.as_deref().unwrap_or("-"),
                             numa(v.numa)
                         ));
+                        if v.driver.as_deref() == Some(VFIO_PCI) {
+                            if let Some(g) = v.iommu_group {
+                                let c = CharDev {
+                                    name: g.to_string(),
+                                    node_path: PathBuf::from("/dev/vfio").join(g.to_string()),
+                                    major_minor: None,
+                                    present: true,
+                                };
+                                out.push(format!("    vfio {}", chardev_str(&c)));
+                            }
+                        }
                         if v.net.as_ref().is_none_or(|n| !n.present) {
                             out.push("    netdev -".into());
                         }
@@ -140,11 +151,15 @@ impl Sim {
             &r.name,
             &via,
             Some(r.protocol),
-            Some(&r.guid),
+            (!r.in_other_netns).then_some(r.guid.as_str()),
             Some(&chardev(format!("uverbs{}", r.uverbs), uverbs_dev(r.uverbs))),
             &umad,
             &issm,
+            r.in_other_netns,
         ));
+        if r.in_other_netns {
+            return; // no ports: the device is only known from its char devices
+        }
         let up = f.net.as_ref().is_some_and(|n| n.operstate == "up");
         let mtu = net.and_then(|n| roce_active_mtu(n.mtu));
         out.push(format!(
@@ -231,6 +246,7 @@ fn rdma_line(
     uverbs: Option<&CharDev>,
     umad: &[CharDev],
     issm: &[CharDev],
+    other_netns: bool,
 ) -> String {
     let via = match via {
         RdmaVia::Direct => "direct".to_string(),
@@ -245,12 +261,13 @@ fn rdma_line(
         }
     };
     format!(
-        "{ind}rdma {name} via={via} proto={} guid={} uverbs={} umad={} issm={}",
+        "{ind}rdma {name} via={via} proto={} guid={} uverbs={} umad={} issm={}{}",
         opt(protocol),
         guid.unwrap_or("-"),
         uverbs.map(chardev_str).unwrap_or("-".into()),
         list(umad),
-        list(issm)
+        list(issm),
+        if other_netns { " netns=other" } else { "" }
     )
 }
 
@@ -284,6 +301,7 @@ fn rdma_lines(ind: &str, r: &RdmaDev, out: &mut Vec<String>) {
         r.uverbs.as_ref(),
         &r.umad,
         &r.issm,
+        r.in_other_netns,
     ));
     problem_lines(&format!("{ind}  "), &r.problems, out);
     for p in &r.ports {
@@ -347,6 +365,9 @@ pub fn describe(inv: &Inventory) -> Vec<String> {
             );
             out.push(line);
             problem_lines("    ", &v.problems, &mut out);
+            if let Some(c) = &v.vfio {
+                out.push(format!("    vfio {}", chardev_str(c)));
+            }
             match &v.netdev {
                 Some(n) => netdev_lines("    ", n, &mut out),
                 None => out.push("    netdev -".into()),

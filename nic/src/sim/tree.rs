@@ -4,7 +4,10 @@
 use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
 
-use super::layout::{fmt_gid, fmt_mac, umad_dev, uverbs_dev, Func, RdmaPlan, Role, GID_TBL_LEN};
+use super::layout::{
+    fmt_gid, fmt_mac, gid_entries, umad_dev, uverbs_dev, Func, RdmaPlan, Role, GID_TBL_LEN,
+    VFIO_CONTAINER_DEV, VFIO_GROUP_MAJOR, VFIO_PCI,
+};
 use crate::inventory::RdmaProtocol;
 use super::SimError;
 
@@ -75,8 +78,17 @@ impl Writer {
             Err(_) => {}
         }
     }
-    pub(super) fn char_dev(&self, name: &str, (major, minor): (u32, u32)) -> Result<(), SimError> {
-        let dir = self.dev.join("infiniband");
+    pub(super) fn char_dev(&self, name: &str, mm: (u32, u32)) -> Result<(), SimError> {
+        self.char_dev_in("infiniband", name, mm)
+    }
+    /// A character device `<dev>/<sub>/<name>`.
+    pub(super) fn char_dev_in(
+        &self,
+        sub: &str,
+        name: &str,
+        (major, minor): (u32, u32),
+    ) -> Result<(), SimError> {
+        let dir = self.dev.join(sub);
         std::fs::create_dir_all(&dir).map_err(io_err(&dir))?;
         let p = dir.join(name);
         let _ = std::fs::remove_file(&p);
@@ -105,6 +117,16 @@ impl Writer {
             self.link_to(&drv_dir.join(f.bdf.to_string()), &dir)?;
         }
         self.link_to(&PathBuf::from("bus/pci/devices").join(f.bdf.to_string()), &dir)?;
+        if let Some(g) = f.iommu_group {
+            let group = PathBuf::from("kernel/iommu_groups").join(g.to_string());
+            self.file(&group.join("type"), "DMA")?;
+            self.link_to(&dir.join("iommu_group"), &group)?;
+            self.link_to(&group.join("devices").join(f.bdf.to_string()), &dir)?;
+            if f.driver.as_deref() == Some(VFIO_PCI) {
+                self.char_dev_in("vfio", &g.to_string(), (VFIO_GROUP_MAJOR, g))?;
+                self.char_dev_in("vfio", "vfio", VFIO_CONTAINER_DEV)?;
+            }
+        }
         match &f.role {
             Role::Pf { total, num, offset, .. } => {
                 self.file(&dir.join("sriov_totalvfs"), total.to_string())?;
@@ -171,13 +193,7 @@ impl Writer {
             self.mkdir(&base)?;
             self.link_to(&PathBuf::from("bus/auxiliary/devices").join(aux), &base)?;
         }
-        let ib = base.join("infiniband").join(&r.name);
-        self.mkdir(&ib)?;
-        self.file(&ib.join("node_guid"), &r.guid)?;
-        self.file(&ib.join("node_type"), node_type(r.protocol))?;
-        self.link(&ib.join("device"), "../../")?;
-        self.link_to(&PathBuf::from("class/infiniband").join(&r.name), &ib)?;
-        self.write_port(f)?;
+        self.write_ib_dev(f)?;
         let uv = format!("uverbs{}", r.uverbs);
         let uvd = base.join("infiniband_verbs").join(&uv);
         let (ma, mi) = uverbs_dev(r.uverbs);
@@ -206,9 +222,38 @@ impl Writer {
         Ok(())
     }
 
+    /// The RDMA device in the namespace-tagged `infiniband` class: its directory
+    /// under the function (or aux device) and its `/sys/class/infiniband` link.
+    /// A device in another netns shows neither; the `infiniband` directory
+    /// itself (the class's glue directory) stays, empty.
+    pub(super) fn write_ib_dev(&self, f: &Func) -> Result<(), SimError> {
+        let (Some(r), Some(base)) = (&f.rdma, f.rdma_base()) else { return Ok(()) };
+        if r.in_other_netns {
+            return self.mkdir(&base.join("infiniband"));
+        }
+        let ib = base.join("infiniband").join(&r.name);
+        self.mkdir(&ib)?;
+        self.file(&ib.join("node_guid"), &r.guid)?;
+        self.file(&ib.join("node_type"), node_type(r.protocol))?;
+        self.link(&ib.join("device"), "../../")?;
+        self.link_to(&PathBuf::from("class/infiniband").join(&r.name), &ib)?;
+        self.write_port(f)
+    }
+
+    /// Takes the RDMA device out of the host's `infiniband` class (moved into
+    /// another netns); its char devices and `infiniband_verbs` entry stay.
+    pub(super) fn hide_ib_dev(&self, f: &Func) {
+        let (Some(r), Some(base)) = (&f.rdma, f.rdma_base()) else { return };
+        self.remove(&PathBuf::from("class/infiniband").join(&r.name));
+        self.remove(&base.join("infiniband").join(&r.name));
+    }
+
     /// Port 1 of the function's RDMA device: state follows the netdev, GIDs follow its addresses.
     pub(super) fn write_port(&self, f: &Func) -> Result<(), SimError> {
         let (Some(r), Some(base)) = (&f.rdma, f.rdma_base()) else { return Ok(()) };
+        if r.in_other_netns {
+            return Ok(());
+        }
         let port = base.join("infiniband").join(&r.name).join("ports/1");
         let up = f.net.as_ref().is_some_and(|n| n.operstate == "up");
         self.file(&port.join("state"), if up { "4: ACTIVE" } else { "1: DOWN" })?;
@@ -256,6 +301,10 @@ impl Writer {
         }
         if let Some(drv) = &f.driver {
             self.remove(&PathBuf::from("bus/pci/drivers").join(drv).join(f.bdf.to_string()));
+        }
+        if let Some(g) = f.iommu_group {
+            self.remove(&PathBuf::from("kernel/iommu_groups").join(g.to_string()));
+            let _ = std::fs::remove_file(self.dev.join("vfio").join(g.to_string()));
         }
         self.remove(&PathBuf::from("bus/pci/devices").join(f.bdf.to_string()));
         self.remove(&f.dir());

@@ -1,27 +1,44 @@
 //! `kubectl rdma`: the RoCE state of nodes.
 //!
-//! - `kubectl rdma status [NODE] [--all]`: per node and interface, the failing checks
-//!   with their remediation (from the agents' `RdmaNodeState`s).
+//! - `kubectl rdma status [NODE...] [-o table|wide|json|yaml] [--all]`: every node
+//!   one line each, or the named nodes in detail (failing checks and the commands
+//!   that fix them, in the order they must run), from the agents' `RdmaNodeState`s.
 //! - `kubectl rdma check --sim FILE | --local [--profile FILE]`: check a simulated
-//!   node or this host without a cluster; exits 1 when a check fails.
+//!   node or this host without a cluster.
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand, ValueEnum};
-use kube_rdma_operator::agent::NodeSource;
+use k8s_openapi::jiff::Timestamp;
+use kube_rdma_operator::api::chain;
+use kube_rdma_operator::client::{connect_described, ClientOpts};
+use kube_rdma_operator::source::NodeSource;
 use kube_rdma_operator::view::{self, node_table, Detail};
 use kube_rdma_operator::{check_once, checks, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
+
+const EXIT_HELP: &str = "\
+Exit status:
+  0  every node shown is ready (RoceReady, agent reporting)
+  1  a node shown is not ready: a check fails, its agent is stale, or it has no RdmaNodeState
+  2  an error: bad arguments, no cluster access, an API error";
 
 #[derive(Parser)]
 #[command(
     name = "kubectl-rdma",
     bin_name = "kubectl rdma",
     version = VERSION,
-    about = "RoCE settings of Kubernetes nodes"
+    about = "RoCE settings of Kubernetes nodes",
+    after_help = EXIT_HELP
 )]
 struct Cli {
+    /// Kubeconfig file (default: env KUBECONFIG, then ~/.kube/config).
+    #[arg(long, global = true)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use.
+    #[arg(long, global = true)]
+    context: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
     /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
@@ -43,7 +60,9 @@ enum LogFormat {
 
 fn init_logging(format: LogFormat) {
     use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "warn".into());
+    // kube logs each failed request itself; the error message on exit says it once.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "warn,kube_client=off".into());
     let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
     match format {
         LogFormat::Json => fmt.json().init(),
@@ -54,17 +73,33 @@ fn init_logging(format: LogFormat) {
     }
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    /// One line per node; the named nodes in detail.
+    Table,
+    /// As table, with PFC, TRUST, ECN, MTU, ROCE and NETNS columns and every check.
+    Wide,
+    /// The RdmaNodeState objects.
+    Json,
+    /// The RdmaNodeState objects.
+    Yaml,
+}
+
 #[derive(Subcommand)]
 enum Cmd {
-    /// Show the agents' view of one node or all nodes.
+    /// Show the agents' view of all nodes, or of the named nodes in detail.
+    #[command(after_help = EXIT_HELP)]
     Status {
-        /// Node name (default: every node with an RdmaNodeState).
-        node: Option<String>,
-        /// Show every check, not only problems.
+        /// Node names (default: every node with an RdmaNodeState).
+        nodes: Vec<String>,
+        /// Output format.
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: Output,
+        /// Show every check of detailed nodes, not only problems.
         #[arg(long)]
         all: bool,
     },
-    /// Check a simulated node or this host, without a cluster.
+    /// Check a simulated node or this host, without a cluster (exit 1 when a check fails).
     Check {
         /// Simulated node description (YAML).
         #[arg(long, conflicts_with = "local")]
@@ -75,7 +110,10 @@ enum Cmd {
         /// RoceProfile YAML (default: the built-in RoCE v2 lossless profile).
         #[arg(long)]
         profile: Option<PathBuf>,
-        /// Print JSON instead of a table.
+        /// Output format (table, json or yaml).
+        #[arg(short = 'o', long, value_enum, default_value = "table")]
+        output: Output,
+        /// Same as `-o json`.
         #[arg(long)]
         json: bool,
     },
@@ -88,18 +126,19 @@ fn main() -> ExitCode {
         Ok(c) => c,
         Err(e) => {
             eprintln!("kubectl-rdma: {e:#}");
-            ExitCode::FAILURE
+            ExitCode::from(2)
         }
     }
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let api = ClientOpts { kubeconfig: cli.kubeconfig, context: cli.context };
     match cli.cmd {
-        Cmd::Status { node, all } => {
+        Cmd::Status { nodes, output, all } => {
             let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(status(node, if all { Detail::All } else { Detail::Problems }))
+            rt.block_on(status(&api, nodes, output, all))
         }
-        Cmd::Check { sim, local, profile, json } => {
+        Cmd::Check { sim, local, profile, output, json } => {
             if sim.is_none() && !local {
                 bail!("give --sim FILE or --local");
             }
@@ -130,22 +169,63 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let state = check_once(&src, &profile);
             let st = state.status.as_ref().context("no status computed")?;
-            if json {
-                println!("{}", serde_json::to_string_pretty(&state)?);
-            } else {
-                print!("{}", node_table(&state.spec.node_name, st, Detail::All));
+            match if json { Output::Json } else { output } {
+                Output::Json => println!("{}", serde_json::to_string_pretty(&state)?),
+                Output::Yaml => print!("{}", serde_yaml::to_string(&state)?),
+                Output::Table => print!("{}", node_table(&state.spec.node_name, st, Detail::All)),
+                Output::Wide => print!("{}", node_table(&state.spec.node_name, st, Detail::All)),
             }
             Ok(if st.summary.ready == "True" { ExitCode::SUCCESS } else { ExitCode::from(1) })
         }
     }
 }
 
-async fn status(node: Option<String>, detail: Detail) -> anyhow::Result<ExitCode> {
-    let client = kube::Client::try_default().await.context("connecting to the Kubernetes API")?;
-    let what =
-        node.as_deref().map(|n| format!("rdmanodestates/{n}")).unwrap_or_else(|| "rdmanodestates".into());
-    let text =
-        view::status(client, node.as_deref(), detail).await.with_context(|| format!("reading {what}"))?;
-    print!("{text}");
-    Ok(ExitCode::SUCCESS)
+async fn status(api: &ClientOpts, nodes: Vec<String>, output: Output, all: bool) -> anyhow::Result<ExitCode> {
+    let (client, about) = connect_described(api).await?;
+    let what = if nodes.is_empty() {
+        "rdmanodestates".to_string()
+    } else {
+        format!("rdmanodestates/{}", nodes.join(","))
+    };
+    let reports = match view::fetch(client, &nodes).await {
+        Ok(r) => r,
+        Err(e) => bail!("reading {what} from the {about}: {}", chain(&e)),
+    };
+    match output {
+        Output::Json | Output::Yaml => {
+            let items: Vec<_> = reports.iter().filter_map(|r| r.state.clone()).collect();
+            let v = if nodes.len() == 1 {
+                serde_json::to_value(items.first())?
+            } else {
+                serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
+            };
+            if output == Output::Json {
+                println!("{}", serde_json::to_string_pretty(&v)?);
+            } else {
+                print!("{}", serde_yaml::to_string(&v)?);
+            }
+            for r in reports.iter().filter(|r| r.state.is_none()) {
+                eprintln!(
+                    "kubectl-rdma: node {}: no RdmaNodeState (is the kube-rdma agent running there?)",
+                    r.name
+                );
+            }
+        }
+        Output::Table | Output::Wide => {
+            let wide = output == Output::Wide;
+            if reports.is_empty() {
+                println!("No RdmaNodeState found: is the kube-rdma agent running?");
+            } else if nodes.is_empty() {
+                print!("{}", view::summary_table(&reports, wide, Timestamp::now()));
+            } else {
+                let detail = if all || wide { Detail::All } else { Detail::Problems };
+                print!("{}", view::details(&reports, detail));
+            }
+        }
+    }
+    let not_ready: Vec<&str> = reports.iter().filter(|r| !r.ready()).map(|r| r.name.as_str()).collect();
+    if !not_ready.is_empty() && matches!(output, Output::Table | Output::Wide) && nodes.is_empty() {
+        println!("\n{} of {} nodes not ready: {}", not_ready.len(), reports.len(), not_ready.join(", "));
+    }
+    Ok(if not_ready.is_empty() && !reports.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
 }

@@ -1,0 +1,354 @@
+//! ADD: validate everything, plan the steps, journal them once, apply them;
+//! on failure undo what was started.
+//!
+//! The order is chosen for the kernel's costs: the netns move waits for RCU
+//! grace periods (~18 ms per direction here), so the IPAM plugin is started
+//! on its own thread first and runs meanwhile, and the move, the rename and
+//! the MAC/MTU/up changes go in one RTM_SETLINK.
+
+use nic::netlink::link::{Route, RouteSocket};
+use nic::netlink::vf as vfnl;
+use nic::netns::Netns;
+use nic::vfdev::VfDev;
+use nic::Roots;
+use serde_json::Value;
+
+use crate::conf::{fmt_mac, Attach, Env, NetConf, RdmaMode};
+use crate::error::{Error, Result};
+use crate::journal::{self, Journal, Lock};
+use crate::result::{self, Iface};
+use crate::step::{
+    DeviceInfoFile, IpamLease, LinkState, NetdevMove, PfAttrs, RdmaMove, Step, UndoCx, VfAttrs,
+};
+use crate::txn::{self, failpoint, lock_wait, PF_LOCK_WAIT, VF_LOCK_WAIT};
+use crate::{device, ipam, rdma};
+
+/// How the VF reaches the pod.
+enum Target {
+    /// Its netdev moves in (`link` as it is on the host now).
+    Netdev(nic::netlink::link::Link),
+    /// It is bound to a userspace driver: nothing moves; the pod uses it
+    /// through vfio/UIO (sriov-cni's "DPDK mode").
+    Userspace,
+}
+
+/// ADD.
+pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
+    let t0 = std::time::Instant::now();
+    let attach = conf.attach.as_ref().ok_or_else(|| Error::config("(stdin)", "not parsed for ADD"))?;
+    // --- validation: nothing is touched until all of this passes ---
+    let vf = device::resolve(conf, env, roots)?;
+    let pod = Netns::open(&env.netns).map_err(Error::Netns)?;
+    let here = Netns::current().map_err(Error::Netns)?;
+    if pod.id().map_err(Error::Netns)? == here.id().map_err(Error::Netns)? {
+        return Err(Error::Env { var: "CNI_NETNS", why: "is the plugin's own network namespace".into() });
+    }
+    // The pod's route socket (and whether CNI_IFNAME is free there) is
+    // opened on a thread inside the pod while this one prepares the rest.
+    let ifname = env.ifname.clone();
+    let pod_side = pod
+        .spawn(move || -> Result<(RouteSocket, bool)> {
+            let mut s = RouteSocket::open_here()?;
+            let taken = s.link_by_name(&ifname)?.is_some();
+            Ok((s, taken))
+        })
+        .map_err(Error::Netns)?;
+    journal::ensure_dirs(&conf.state_dir)?;
+    let lease = match &conf.ipam {
+        Some(i) => {
+            let (_, c) = ipam::prepare(&conf.raw, &conf.cni_version, &i.kind, env, &conf.state_dir)?;
+            Some(IpamLease::new(i.kind.clone(), c))
+        }
+        None => None,
+    };
+    let _vf_lock = Lock::take(
+        &conf.state_dir,
+        &format!("vf-{}", vf.pci),
+        &format!("VF {}", vf.pci),
+        lock_wait(VF_LOCK_WAIT),
+    )?;
+    if journal::find(&conf.state_dir, &env.container_id, &env.ifname)?.is_some() {
+        return Err(Error::Env {
+            var: "CNI_CONTAINERID",
+            why: format!("attachment {}/{} already exists; DEL it first", env.container_id, env.ifname),
+        });
+    }
+    let mut host = RouteSocket::open_here()?;
+    let target = target(&vf, &mut host)?;
+
+    let rdma_plan = match &target {
+        Target::Netdev(_) => rdma::plan(attach.rdma, &vf, roots)?,
+        Target::Userspace if attach.rdma == RdmaMode::Required => {
+            return Err(Error::Rdma(format!(
+                "VF {} is bound to {} (userspace), which has no RDMA device, but rdma is \"required\"",
+                vf.pci,
+                vf.driver.as_deref().unwrap_or("?")
+            )))
+        }
+        Target::Userspace => vec![],
+    };
+    // PF-side attributes: read what they replace under the PF lock, held
+    // until they are set.
+    let mut pf_lock = None;
+    let mut admin_mac = None;
+    let pf_step = if attach.vf.is_empty() {
+        None
+    } else {
+        let pfn = vf.pf_netdev()?;
+        pf_lock = Some(Lock::take(
+            &conf.state_dir,
+            &format!("pf-{}", vf.pf),
+            &format!("PF {}", vf.pf),
+            lock_wait(PF_LOCK_WAIT),
+        )?);
+        let pf = host.link_by_name(&pfn)?.ok_or_else(|| Error::Device {
+            pci: vf.pf.to_string(),
+            why: format!("PF netdev {pfn} not found in the plugin's network namespace; PF-side settings (mac, vlan, spoofchk, trust, rates, link_state) need it"),
+        })?;
+        let cur = vfnl::read(&mut host, pf.index, vf.index)
+            .map_err(|e| Error::link(format!("read VF {} of {pfn}", vf.index), e))?
+            .ok_or_else(|| Error::Device {
+                pci: vf.pci.to_string(),
+                why: format!("{pfn} does not report VF {}; PF-side settings (mac, vlan, spoofchk, trust, rates, link_state) need it", vf.index),
+            })?;
+        admin_mac = Some(cur.mac);
+        Some(PfAttrs {
+            pf_netdev: pfn,
+            vf: vf.index,
+            restore: VfAttrs::from(&attach.vf.undo_from(&cur)),
+            set: attach.vf.clone(),
+        })
+    };
+    let (mut podc, taken) = pod_side.join().map_err(Error::Netns)??;
+    // A userspace VF puts no interface in the pod: its name cannot clash
+    // (sriov-cni does not check it either).
+    if taken && matches!(target, Target::Netdev(_)) {
+        return Err(Error::Env {
+            var: "CNI_IFNAME",
+            why: format!("{} already exists in the container", env.ifname),
+        });
+    }
+    let steps = plan(conf, env, attach, &vf, &target, pf_step, lease, &rdma_plan);
+    let jpath = journal::dir(&conf.state_dir).join(journal::file_name(&env.container_id, &env.ifname));
+    let j = Journal {
+        version: journal::VERSION,
+        network: Some(conf.name.clone()),
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+        netns: env.netns.clone(),
+        pci: Some(vf.pci),
+        steps,
+    };
+    journal::save(&jpath, &j)?;
+    failpoint("journal");
+    tracing::debug!(steps = ?j.steps.iter().map(Step::name).collect::<Vec<_>>(), ms = t0.elapsed().as_secs_f64() * 1e3, "planned");
+
+    let mut run = Run { started: 0, pending: None };
+    match run.apply(&j.steps, env, &mut host, &pod, &mut podc, &mut pf_lock) {
+        Ok(ipam_result) => {
+            let iface = match &target {
+                Target::Netdev(l) => Iface {
+                    name: env.ifname.clone(),
+                    mac: attach.mac.map(|m| fmt_mac(&m)).or_else(|| l.mac.as_deref().map(fmt_mac)),
+                    mtu: attach.mtu.or(l.mtu),
+                    sandbox: env.netns.clone(),
+                    pci: vf.pci.to_string(),
+                },
+                // sriov-cni reports the configured MAC, else a non-zero
+                // administrative one.
+                Target::Userspace => Iface {
+                    name: env.ifname.clone(),
+                    mac: attach.mac.or(admin_mac.filter(|m| *m != [0; 6])).map(|m| fmt_mac(&m)),
+                    mtu: None,
+                    sandbox: env.netns.clone(),
+                    pci: vf.pci.to_string(),
+                },
+            };
+            tracing::info!(pci = %vf.pci, ms = t0.elapsed().as_secs_f64() * 1e3, "attached");
+            let r = result::build(&conf.cni_version, &iface, ipam_result.as_ref(), conf.prev_result.as_ref());
+            Ok(r)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e.chain(), "ADD failed; rolling back");
+            drop(pf_lock);
+            if let Some(p) = run.pending.take() {
+                // Let an in-flight IPAM ADD finish so that its DEL releases it.
+                let _ = p.wait();
+            }
+            let mut cx = UndoCx::new(roots, env, &env.netns, Some(vf.pci));
+            match txn::undo(&j.steps[..run.started], &mut cx) {
+                Ok(()) => {
+                    let _ = journal::remove(&jpath);
+                }
+                Err(u) => {
+                    tracing::error!(error = %u.chain(), "rollback incomplete; the journal stays for DEL");
+                }
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The netdev on the host, or userspace mode; an error for a VF with neither.
+fn target(vf: &VfDev, host: &mut RouteSocket) -> Result<Target> {
+    match &vf.netdev {
+        Some(name) => host.link_by_name(name)?.map(Target::Netdev).ok_or_else(|| Error::Device {
+            pci: vf.pci.to_string(),
+            why: format!("netdev {name} is not in the plugin's network namespace"),
+        }),
+        None if vf.userspace() => Ok(Target::Userspace),
+        None => Err(Error::Device {
+            pci: vf.pci.to_string(),
+            why: format!(
+                "has no netdev on the host ({} is empty) and is bound to {}: already in a pod, or its driver has not created one",
+                vf.dir.join("net").display(),
+                vf.driver.as_deref().unwrap_or("no driver")
+            ),
+        }),
+    }
+}
+
+/// The steps, in the order they run.
+#[allow(clippy::too_many_arguments)]
+fn plan(
+    conf: &NetConf,
+    env: &Env,
+    attach: &Attach,
+    vf: &VfDev,
+    target: &Target,
+    pf: Option<PfAttrs>,
+    lease: Option<IpamLease>,
+    rdma_plan: &[String],
+) -> Vec<Step> {
+    let mut steps = Vec::new();
+    // IPAM first: it runs on its own while the rest happens.
+    steps.extend(lease.map(Step::Ipam));
+    steps.extend(pf.map(Step::PfAttrs));
+    if let Target::Netdev(l) = target {
+        steps.push(Step::MoveNetdev(NetdevMove {
+            host_name: l.name.clone(),
+            pod_name: env.ifname.clone(),
+            host_index: l.index,
+            pod_mac: attach.mac.map(|m| fmt_mac(&m)).or_else(|| l.mac.as_deref().map(fmt_mac)),
+            original: LinkState {
+                mac: attach.mac.and(l.mac.as_deref().map(fmt_mac)),
+                mtu: attach.mtu.and(l.mtu),
+                up: l.up,
+            },
+            mac: attach.mac,
+            mtu: attach.mtu,
+        }));
+    }
+    if !rdma_plan.is_empty() {
+        steps.push(Step::MoveRdma(RdmaMove { devices: rdma_plan.to_vec() }));
+    }
+    if let Some(f) = &conf.device_info_file {
+        // device-info-spec 1.1.0: keep what the device plugin wrote (its PF
+        // address included), add ours.
+        steps.push(Step::DeviceInfo(DeviceInfoFile {
+            file: f.clone(),
+            info: nic::devinfo::DeviceInfo {
+                pci: Some(vf.pci),
+                pf: None,
+                rdma_device: rdma_plan.first().or(vf.rdma.first()).cloned(),
+            },
+        }));
+    }
+    steps
+}
+
+/// ADD's progress, for the rollback.
+struct Run {
+    /// How many steps were started.
+    started: usize,
+    /// The IPAM ADD in flight.
+    pending: Option<ipam::Pending>,
+}
+
+impl Run {
+    /// Applies the steps; returns the IPAM result (configured on the netdev
+    /// in the pod, when one moved there).
+    fn apply(
+        &mut self,
+        steps: &[Step],
+        env: &Env,
+        host: &mut RouteSocket,
+        pod: &Netns,
+        podc: &mut RouteSocket,
+        pf_lock: &mut Option<Lock>,
+    ) -> Result<Option<Value>> {
+        let netdev = steps.iter().any(|s| matches!(s, Step::MoveNetdev(_)));
+        let mut result = None;
+        let mut collected = false;
+        for s in steps {
+            // The device-info file comes last, after the addresses.
+            if matches!(s, Step::DeviceInfo(_)) && !collected {
+                result = self.collect(env, podc, netdev)?;
+                collected = true;
+            }
+            let t = std::time::Instant::now();
+            self.started += 1;
+            match s {
+                Step::Ipam(l) => self.pending = Some(l.apply(env)?),
+                Step::PfAttrs(p) => {
+                    p.apply(host)?;
+                    pf_lock.take();
+                }
+                Step::MoveNetdev(m) => m.apply(host, pod)?,
+                Step::MoveRdma(r) => r.apply(pod)?,
+                Step::DeviceInfo(d) => d.apply()?,
+            }
+            tracing::debug!(step = s.name(), ms = t.elapsed().as_secs_f64() * 1e3, "applied");
+            if !matches!(s, Step::Ipam(_)) {
+                failpoint(s.name());
+            }
+        }
+        if !collected {
+            result = self.collect(env, podc, netdev)?;
+        }
+        Ok(result)
+    }
+
+    /// Waits for the IPAM ADD and, for a netdev, sets its addresses and
+    /// routes in the pod.
+    fn collect(&mut self, env: &Env, podc: &mut RouteSocket, netdev: bool) -> Result<Option<Value>> {
+        let Some(p) = self.pending.take() else { return Ok(None) };
+        let t = std::time::Instant::now();
+        let r = p.wait_add()?;
+        tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "waited for IPAM");
+        failpoint("ipam");
+        if netdev {
+            let t = std::time::Instant::now();
+            configure_addresses(env, podc, &r)?;
+            tracing::debug!(ms = t.elapsed().as_secs_f64() * 1e3, "addresses set");
+            failpoint("addresses");
+        }
+        Ok(Some(r))
+    }
+}
+
+/// The IPAM result's addresses and routes on `CNI_IFNAME` in the pod.
+fn configure_addresses(env: &Env, ps: &mut RouteSocket, r: &Value) -> Result<()> {
+    let (ips, routes) = ipam::parse_result(r)?;
+    if ips.is_empty() && routes.is_empty() {
+        return Ok(());
+    }
+    let l = ps
+        .link_by_name(&env.ifname)?
+        .ok_or_else(|| Error::Check(format!("{} vanished from the pod after the move", env.ifname)))?;
+    for ip in &ips {
+        ps.add_address(l.index, ip.addr, ip.prefix)
+            .map_err(|e| Error::link(format!("add {}/{} to {}", ip.addr, ip.prefix, env.ifname), e))?;
+    }
+    for r in &routes {
+        // A route without gw uses the gateway of the first address of its
+        // family, as the reference plugins' ConfigureIface does.
+        let gw = r
+            .gw
+            .or_else(|| ips.iter().filter(|i| i.addr.is_ipv4() == r.dst.is_ipv4()).find_map(|i| i.gateway));
+        let route = Route { dst: r.dst, prefix: r.prefix, gw };
+        ps.add_route(l.index, &route)
+            .map_err(|e| Error::link(format!("add route {}/{} in the pod", r.dst, r.prefix), e))?;
+    }
+    Ok(())
+}

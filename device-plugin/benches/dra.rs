@@ -1,0 +1,167 @@
+//! DRA mode benchmark on a simulated 1024-VF node (8 PF × 128 VF), the real
+//! binary against the API emulator (HTTPS, kubeconfig) and a fake kubelet:
+//! - start → first published slice: process spawn to the moment the API holds
+//!   the node's complete pool (8 slices of 128 devices), from empty (the
+//!   kubelet wiped the node's slices); baseline in the same run: the same
+//!   binary's `discover --output json` on the same node (spawn + discovery +
+//!   output, no API);
+//! - NodePrepareResources latency, one claim per call as the kubelet sends
+//!   them per pod (API read, plan, CDI spec and checkpoint writes), p50/p99
+//!   over 512 claims; baselines in the same run: a repeated prepare of a
+//!   prepared claim (answered from the checkpoint: the gRPC round trip) and a
+//!   bare GET of a claim from the same emulator by an in-process kube client.
+//!
+//! Run: `cargo bench -p kube-rdma-device-plugin --bench dra`.
+
+#[path = "../tests/dra_fixtures/mod.rs"]
+mod dra_fixtures;
+
+use std::time::{Duration, Instant};
+
+use dra_fixtures::*;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use serde_json::json;
+
+const STARTS: usize = 5;
+const CLAIMS: usize = 512;
+
+fn pct(sorted: &[Duration], p: f64) -> Duration {
+    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    pct(&v, 0.5)
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.1} ms", d.as_secs_f64() * 1e3)
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.0} us", d.as_secs_f64() * 1e6)
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    rt.block_on(run());
+}
+
+async fn run() {
+    let desc = nic::sim::big_node(8, 128);
+    let sim = nic::sim::Sim::materialise(&desc).expect("materialise 1024-VF node");
+    let env = Env::new(&desc.node, sim.roots()).await;
+
+    // Baseline: discovery alone, same binary, same node.
+    let mut discover = Vec::new();
+    for _ in 0..STARTS {
+        let t = Instant::now();
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"))
+            .args(["discover", "--output", "json", "--sysfs-root"])
+            .arg(&env.roots.sysfs)
+            .arg("--dev-root")
+            .arg(&env.roots.dev)
+            .output()
+            .await
+            .unwrap();
+        assert!(out.status.success());
+        discover.push(t.elapsed());
+    }
+
+    let mut first_slice = Vec::new();
+    let mut running = None;
+    for i in 0..STARTS {
+        env.wipe_slices();
+        let t = Instant::now();
+        let driver = env.spawn(&[]);
+        let node = env.node.clone();
+        env.emu
+            .store()
+            .wait_until(Duration::from_secs(30), |s| {
+                let n: usize = s
+                    .list("resourceslices", None)
+                    .ok()?
+                    .iter()
+                    .filter(|o| o["spec"]["nodeName"] == node.as_str())
+                    .map(|o| o["spec"]["devices"].as_array().map_or(0, Vec::len))
+                    .sum();
+                (n == 1024).then_some(())
+            })
+            .await
+            .expect("1024 devices published");
+        first_slice.push(t.elapsed());
+        if i + 1 < STARTS {
+            driver.stop().await;
+        } else {
+            running = Some(driver); // the last one stays for the prepare part
+        }
+    }
+    let (fs, ds) = (median(first_slice.clone()), median(discover.clone()));
+    println!(
+        "start -> first published pool (1024 VFs, 8 slices): median {} (runs {:?}); baseline discover --output json: {}; ratio {:.2}",
+        ms(fs),
+        first_slice.iter().map(|d| ms(*d)).collect::<Vec<_>>(),
+        ms(ds),
+        fs.as_secs_f64() / ds.as_secs_f64()
+    );
+
+    let mut p = register(&env.reg_socket()).await;
+    let devices: Vec<String> = env
+        .slices()
+        .iter()
+        .flat_map(|s| {
+            s["spec"]["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap().to_string())
+        })
+        .collect();
+    let uids: Vec<String> = (0..CLAIMS)
+        .map(|i| {
+            env.create_claim(&format!("c{i}"), &[("vf", DRIVER, &devices[i])], json!([]), &format!("pod-{i}"))
+        })
+        .collect();
+    let mut prepare = Vec::with_capacity(CLAIMS);
+    for (i, uid) in uids.iter().enumerate() {
+        let t = Instant::now();
+        let r = p.prepare(vec![claim_ref(&format!("c{i}"), uid)]).await;
+        prepare.push(t.elapsed());
+        assert_eq!(r.claims[uid].error, "", "claim c{i}");
+    }
+    let mut cached = Vec::with_capacity(CLAIMS);
+    for (i, uid) in uids.iter().enumerate() {
+        let t = Instant::now();
+        p.prepare(vec![claim_ref(&format!("c{i}"), uid)]).await;
+        cached.push(t.elapsed());
+    }
+    let kubeconfig = kube::config::Kubeconfig::read_from(env.emu.kubeconfig_path()).unwrap();
+    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
+    let client = kube::Client::try_from(config).unwrap();
+    let api: kube::Api<ResourceClaim> = kube::Api::namespaced(client, "default");
+    let mut get = Vec::with_capacity(CLAIMS);
+    for i in 0..CLAIMS {
+        let t = Instant::now();
+        api.get(&format!("c{i}")).await.unwrap();
+        get.push(t.elapsed());
+    }
+    let mut unprepare = Vec::with_capacity(CLAIMS);
+    for (i, uid) in uids.iter().enumerate() {
+        let t = Instant::now();
+        p.unprepare(vec![claim_ref(&format!("c{i}"), uid)]).await;
+        unprepare.push(t.elapsed());
+    }
+    for v in [&mut prepare, &mut cached, &mut get, &mut unprepare] {
+        v.sort();
+    }
+    println!(
+        "NodePrepareResources, 1 claim per call, {CLAIMS} claims: p50 {} p99 {}; baselines: repeat (from checkpoint) p50 {} p99 {}, API GET of a claim p50 {} p99 {}; p99 ratio to GET {:.2}",
+        us(pct(&prepare, 0.5)),
+        us(pct(&prepare, 0.99)),
+        us(pct(&cached, 0.5)),
+        us(pct(&cached, 0.99)),
+        us(pct(&get, 0.5)),
+        us(pct(&get, 0.99)),
+        pct(&prepare, 0.99).as_secs_f64() / pct(&get, 0.99).as_secs_f64()
+    );
+    println!("NodeUnprepareResources: p50 {} p99 {}", us(pct(&unprepare, 0.5)), us(pct(&unprepare, 0.99)));
+    if let Some(d) = running {
+        d.stop().await;
+    }
+}

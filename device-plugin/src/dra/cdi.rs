@@ -1,0 +1,211 @@
+//! One CDI spec per prepared claim (CDI `SPEC.md`), written before the
+//! kubelet gets the CDI device IDs and removed at unprepare.
+//!
+//! - kind `kuberdma.io/claim`; one CDI device per prepared VF, named
+//!   `<device>_<claim uid>` (`pci-0000-3d-00-2_6f1c…`): unique per claim, and
+//!   starting with a letter, so the spec needs no more than cdiVersion 0.3.0
+//!   (0.5.0 is needed for names that start with a digit; podman 4.3 and
+//!   containerd 1.7 read 0.3.0 specs);
+//! - a device's edits: its char devices (`uverbsN`, and `umadN`/`issmN` unless
+//!   the request's config says `umad: false`) plus the request's extra env;
+//! - spec-wide edits (applied whenever any device of the claim is used):
+//!   `rdma_cm` unless no request of the claim wants it, and per request
+//!   `KUBERDMA_<REQUEST>_PCI_ADDRESSES` and `KUBERDMA_<REQUEST>_RDMA_DEVICES`
+//!   (request names upper-cased, `-` as `_`).
+//!
+//! Paths are the node's `/dev/...`, never the roots we read from.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use nic::prepared::PreparedClaim;
+use serde_json::{json, Value};
+
+use super::claimconfig::DeviceConfig;
+use super::devices::{DraDevice, View};
+use crate::devinfo::{write_atomic, FileError};
+use crate::RDMA_CM;
+
+/// CDI kind of claim devices.
+pub const KIND: &str = "kuberdma.io/claim";
+/// The lowest CDI version our content needs.
+pub const CDI_VERSION: &str = "0.3.0";
+
+/// One device of a claim as the CDI spec needs it.
+#[derive(Debug, Clone)]
+pub struct ClaimDevice<'a> {
+    /// The claim's request it serves.
+    pub request: &'a str,
+    /// The device.
+    pub device: &'a DraDevice,
+    /// The request's effective config.
+    pub config: &'a DeviceConfig,
+}
+
+/// `<device>_<claim uid>`.
+pub fn device_name(device: &str, claim_uid: &str) -> String {
+    format!("{device}_{claim_uid}")
+}
+
+/// The fully qualified CDI device ID handed to the kubelet.
+pub fn device_id(device: &str, claim_uid: &str) -> String {
+    format!("{KIND}={}", device_name(device, claim_uid))
+}
+
+/// `<dir>/kuberdma.io-claim_<uid>.json`.
+pub fn spec_path(dir: &Path, claim_uid: &str) -> PathBuf {
+    dir.join(format!("kuberdma.io-claim_{claim_uid}.json"))
+}
+
+fn env_part(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
+}
+
+/// The spec of one claim.
+pub fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> Value {
+    let mut per_request: BTreeMap<&str, (Vec<String>, Vec<String>)> = BTreeMap::new();
+    let cdi_devices: Vec<Value> = devices
+        .iter()
+        .map(|cd| {
+            let d = cd.device;
+            let nodes: Vec<Value> = d
+                .rdma
+                .iter()
+                .flat_map(|r| r.char_devs.iter())
+                .filter(|c| cd.config.umad || !(c.name.starts_with("umad") || c.name.starts_with("issm")))
+                .map(|c| json!({ "path": c.node_path.to_string_lossy() }))
+                .collect();
+            let env: Vec<String> = cd.config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            let (pcis, rdmas) = per_request.entry(cd.request).or_default();
+            pcis.push(d.pci.to_string());
+            rdmas.extend(d.rdma.iter().map(|r| r.name.clone()));
+            json!({ "name": device_name(&d.name, claim_uid), "containerEdits": { "deviceNodes": nodes, "env": env } })
+        })
+        .collect();
+    let env: Vec<String> = per_request
+        .iter()
+        .flat_map(|(req, (pcis, rdmas))| {
+            let r = env_part(req);
+            [
+                format!("KUBERDMA_{r}_PCI_ADDRESSES={}", pcis.join(",")),
+                format!("KUBERDMA_{r}_RDMA_DEVICES={}", rdmas.join(",")),
+            ]
+        })
+        .collect();
+    let mut edits = json!({ "env": env });
+    if rdma_cm_on_node && devices.iter().any(|d| d.config.rdma_cm) {
+        edits["deviceNodes"] = json!([{ "path": RDMA_CM }]);
+    }
+    json!({ "cdiVersion": CDI_VERSION, "kind": KIND, "devices": cdi_devices, "containerEdits": edits })
+}
+
+/// The spec of a prepared claim, from its record and the node's current
+/// devices (char device numbers are read again, so a spec written after a
+/// reboot names the devices as they are now); `None` for a claim without
+/// devices of ours.
+pub fn spec_for(record: &PreparedClaim, view: &View) -> Result<Option<Value>, String> {
+    if record.devices.is_empty() {
+        return Ok(None);
+    }
+    let mut cds = Vec::with_capacity(record.devices.len());
+    for d in &record.devices {
+        let device = view.device(&d.device).ok_or_else(|| {
+            format!("device {} (request {}) is not published by this node any more", d.device, d.request)
+        })?;
+        cds.push(ClaimDevice { request: &d.request, device, config: &d.config });
+    }
+    Ok(Some(spec(&record.uid, &cds, view.rdma_cm)))
+}
+
+/// Writes the claim's spec atomically; returns its path.
+pub fn write(dir: &Path, claim_uid: &str, spec: &Value) -> Result<PathBuf, FileError> {
+    let path = spec_path(dir, claim_uid);
+    write_atomic(&path, &serde_json::to_vec_pretty(spec).unwrap_or_default())?;
+    Ok(path)
+}
+
+/// Removes the claim's spec; already gone is fine.
+pub fn remove(dir: &Path, claim_uid: &str) -> Result<(), FileError> {
+    let path = spec_path(dir, claim_uid);
+    match std::fs::remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(FileError { op: "remove", path, source }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::health::Health;
+    use crate::pools::RdmaInfo;
+    use nic::CharDev;
+
+    fn cd(name: &str) -> CharDev {
+        CharDev {
+            name: name.into(),
+            node_path: format!("/dev/infiniband/{name}").into(),
+            major_minor: None,
+            present: true,
+        }
+    }
+
+    fn dev() -> DraDevice {
+        DraDevice {
+            name: "pci-0000-3d-00-2".into(),
+            pool: "rdma_vfs".into(),
+            resource: "kuberdma.io/rdma_vfs".into(),
+            pci: "0000:3d:00.2".parse().unwrap(),
+            pf: "0000:3d:00.0".parse().unwrap(),
+            pf_netdev: None,
+            vf_index: Some(1),
+            vendor: None,
+            device_id: None,
+            netdev: None,
+            numa: None,
+            pcie_root: None,
+            link_speed_mbps: None,
+            link_layer: None,
+            rdma: vec![RdmaInfo {
+                name: "mlx5_3".into(),
+                char_devs: vec![cd("uverbs3"), cd("umad3"), cd("issm3")],
+                link_layer: None,
+                in_other_netns: false,
+            }],
+            port_state: None,
+            health: Health::Healthy,
+        }
+    }
+
+    #[test]
+    fn spec_has_char_devices_env_and_rdma_cm() {
+        let d = dev();
+        let mut cfg = DeviceConfig::default();
+        cfg.env.insert("NCCL_IB_TC".into(), "106".into());
+        let s = spec("0a1b", &[ClaimDevice { request: "rail-0", device: &d, config: &cfg }], true);
+        assert_eq!(s["cdiVersion"], "0.3.0");
+        assert_eq!(s["kind"], "kuberdma.io/claim");
+        assert_eq!(s["devices"][0]["name"], "pci-0000-3d-00-2_0a1b");
+        let paths: Vec<&str> = s["devices"][0]["containerEdits"]["deviceNodes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| n["path"].as_str().unwrap())
+            .collect();
+        assert_eq!(paths, ["/dev/infiniband/uverbs3", "/dev/infiniband/umad3", "/dev/infiniband/issm3"]);
+        assert_eq!(s["devices"][0]["containerEdits"]["env"][0], "NCCL_IB_TC=106");
+        assert_eq!(s["containerEdits"]["deviceNodes"][0]["path"], RDMA_CM);
+        assert_eq!(s["containerEdits"]["env"][0], "KUBERDMA_RAIL_0_PCI_ADDRESSES=0000:3d:00.2");
+        assert_eq!(s["containerEdits"]["env"][1], "KUBERDMA_RAIL_0_RDMA_DEVICES=mlx5_3");
+        assert_eq!(device_id("pci-0000-3d-00-2", "0a1b"), "kuberdma.io/claim=pci-0000-3d-00-2_0a1b");
+    }
+
+    #[test]
+    fn config_can_drop_mad_devices_and_rdma_cm() {
+        let d = dev();
+        let cfg = DeviceConfig { umad: false, rdma_cm: false, ..Default::default() };
+        let s = spec("u", &[ClaimDevice { request: "vf", device: &d, config: &cfg }], true);
+        assert_eq!(s["devices"][0]["containerEdits"]["deviceNodes"].as_array().unwrap().len(), 1);
+        assert!(s["containerEdits"].get("deviceNodes").is_none());
+    }
+}

@@ -1,0 +1,161 @@
+//! One DRA device per VF of a VF-mode pool, with the facts ResourceSlices,
+//! prepare and health need. Pure: the plan already holds health and RDMA
+//! devices (the device plugin's rules), the inventory adds PF facts.
+
+use std::sync::Arc;
+
+use nic::{Inventory, LinkLayer, PciAddr};
+
+use crate::config::{Config, Mode};
+use crate::health::Health;
+use crate::pools::{Plan, RdmaInfo};
+
+/// A VF as a DRA device.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DraDevice {
+    /// Device name in the slice: a DNS label from the PCI address ([`device_name`]).
+    pub name: String,
+    /// Pool name from the config (`rdma_vfs`).
+    pub pool: String,
+    /// The pool's resource name (`kuberdma.io/rdma_vfs`), for metrics.
+    pub resource: String,
+    /// The VF's PCI address.
+    pub pci: PciAddr,
+    /// Its PF.
+    pub pf: PciAddr,
+    /// The PF's netdev.
+    pub pf_netdev: Option<String>,
+    /// VF index on the PF.
+    pub vf_index: Option<u32>,
+    /// PCI vendor id.
+    pub vendor: Option<u16>,
+    /// PCI device id.
+    pub device_id: Option<u16>,
+    /// The VF's netdev on the host.
+    pub netdev: Option<String>,
+    /// NUMA node.
+    pub numa: Option<u32>,
+    /// PCIe root complex, `pci<domain>:<bus>` ([`pcie_root`]).
+    pub pcie_root: Option<String>,
+    /// PF link speed, Mb/s.
+    pub link_speed_mbps: Option<u32>,
+    /// Link layer of the PF.
+    pub link_layer: Option<LinkLayer>,
+    /// RDMA devices with their char devices (node paths).
+    pub rdma: Vec<RdmaInfo>,
+    /// State of port 1 of the first RDMA device (`ACTIVE`, `DOWN`, …).
+    pub port_state: Option<String>,
+    /// Health, by the device plugin's rules.
+    pub health: Health,
+}
+
+/// Everything DRA mode publishes and prepares from, at one point in time.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct View {
+    /// Devices, sorted by name.
+    pub devices: Vec<DraDevice>,
+    /// `/dev/infiniband/rdma_cm` exists on the node.
+    pub rdma_cm: bool,
+}
+
+/// A shared, immutable view.
+pub type SharedView = Arc<View>;
+
+impl View {
+    /// The device called `name`.
+    pub fn device(&self, name: &str) -> Option<&DraDevice> {
+        self.devices.binary_search_by(|d| d.name.as_str().cmp(name)).ok().map(|i| &self.devices[i])
+    }
+}
+
+/// `0000:3b:00.2` → `pci-0000-3b-00-2`: lower-case hex and `-`, at most 19
+/// characters, so always a DNS label (a device name must be one).
+pub fn device_name(pci: PciAddr) -> String {
+    format!("pci-{:04x}-{:02x}-{:02x}-{:x}", pci.domain, pci.bus, pci.device, pci.function)
+}
+
+/// The PCIe root complex of a function whose bridges up to the root port are
+/// `upstream` (nearest first), as `resource.kubernetes.io/pcieRoot` spells it:
+/// `pci<domain>:<root bus>`, the `/sys/devices/` directory the device sits
+/// under (k8s.io/dynamic-resource-allocation/deviceattribute `pci_linux.go`).
+/// The root port sits on the root bus; a device without bridges is on it itself.
+pub fn pcie_root(function: PciAddr, upstream: &[PciAddr]) -> String {
+    let root = upstream.last().copied().unwrap_or(function);
+    format!("pci{:04x}:{:02x}", root.domain, root.bus)
+}
+
+/// Why a config cannot be used in DRA mode.
+pub fn check_config(cfg: &Config) -> Result<(), String> {
+    let shared: Vec<String> =
+        cfg.pools.iter().filter(|p| p.mode == Mode::Shared).map(|p| p.resource_name()).collect();
+    if shared.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "pool(s) {} are in shared mode, which DRA mode does not serve (a VF is one DRA device; \
+             shared HCAs stay with the device plugin mode); remove them from the config used with `dra`",
+            shared.join(", ")
+        ))
+    }
+}
+
+/// The devices of every VF-mode pool in `plan`, sorted by name.
+pub fn from_plan(plan: &Plan, inv: &Inventory) -> View {
+    let mut devices = Vec::new();
+    for pool in plan.pools.iter().filter(|p| p.config.mode == Mode::Vf) {
+        for d in &pool.devices {
+            let (Some(pci), Some(pf_pci)) = (d.pci, d.pf) else { continue };
+            let pf = inv.pf(pf_pci);
+            let vf = inv.vf(pci).map(|(_, v)| v);
+            let pf_netdev = pf.and_then(|p| p.netdevs.first());
+            devices.push(DraDevice {
+                name: device_name(pci),
+                pool: pool.config.name.clone(),
+                resource: pool.resource_name(),
+                pci,
+                pf: pf_pci,
+                pf_netdev: pf_netdev.map(|n| n.name.clone()),
+                vf_index: d.vf_index,
+                vendor: vf.and_then(|v| v.vendor),
+                device_id: vf.and_then(|v| v.device),
+                netdev: d.netdev.clone(),
+                numa: d.numa,
+                pcie_root: pf.map(|p| pcie_root(pci, &p.upstream)),
+                link_speed_mbps: pf_netdev.and_then(|n| n.speed_mbps),
+                link_layer: pf_netdev.and_then(|n| n.link_layer),
+                port_state: vf
+                    .and_then(|v| v.rdma.first())
+                    .and_then(|r| r.ports.iter().find(|p| p.num == 1).or(r.ports.first()))
+                    .and_then(|p| p.state.clone()),
+                rdma: d.rdma.clone(),
+                health: d.health.clone(),
+            });
+        }
+    }
+    devices.sort_by(|a, b| a.name.cmp(&b.name));
+    devices.dedup_by(|a, b| a.name == b.name);
+    View { devices, rdma_cm: plan.pools.first().is_some_and(|p| p.rdma_cm) || inv.rdma_cm }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn device_names_are_dns_labels() {
+        let n = device_name("0000:3b:00.2".parse().unwrap());
+        assert_eq!(n, "pci-0000-3b-00-2");
+        let n = device_name("10000:e1:1f.7".parse().unwrap());
+        assert_eq!(n, "pci-10000-e1-1f-7");
+        assert!(
+            n.len() <= 63 && n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        );
+    }
+
+    #[test]
+    fn pcie_root_is_the_root_bus() {
+        let up: Vec<PciAddr> = vec!["0000:3c:00.0".parse().unwrap(), "0000:3a:00.0".parse().unwrap()];
+        assert_eq!(pcie_root("0000:3d:00.2".parse().unwrap(), &up), "pci0000:3a");
+        assert_eq!(pcie_root("0000:00:05.0".parse().unwrap(), &[]), "pci0000:00");
+    }
+}

@@ -1,0 +1,525 @@
+//! The DRA driver daemon: one event loop owning the node view, the slices
+//! and the kubelet-facing sockets.
+//!
+//! Inputs: netlink link events and a periodic rescan (devices and health);
+//! the config file (reload); the node's `RdmaNodeState` (roceReady); the
+//! node's ResourceSlices (republish what the kubelet wiped); the registry and
+//! plugin directories (serve a socket again when it is deleted); the
+//! shutdown signal (sockets removed; slices, prepared claims and CDI specs
+//! stay, since pods still use them and the kubelet wipes slices itself when
+//! the driver stays away).
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::Api;
+use nic::{Inventory, Roots};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::UnixListenerStream;
+
+use super::api::health::dra_resource_health_server::DraResourceHealthServer;
+use super::api::registration::registration_server::RegistrationServer;
+use super::api::{v1, v1beta1};
+use super::checkpoint::Checkpoint;
+use super::devices::{self, SharedView, View};
+use super::health::HealthService;
+use super::metrics::DraMetrics;
+use super::publish::{self, Publisher};
+use super::registration::{Registered, RegistrationService};
+use super::service::{Claims, ClaimsParts, DraService};
+use super::slices::{self, NodeRef, RoceReadiness};
+use super::{nodestate, status, DRA_SOCKET, DRIVER};
+use crate::config::{Config, ConfigError};
+use crate::kubelet::{self, DirEvent};
+use crate::pools::{self, Plan};
+use crate::server;
+
+/// Command-line flags of `kube-rdma-device-plugin dra`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct Args {
+    /// This node's name (the pool name and `spec.nodeName` of the slices).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// The kubelet's plugin registration directory.
+    #[arg(long, default_value = super::DEFAULT_REGISTRY_DIR)]
+    pub plugins_registry_dir: PathBuf,
+    /// The kubelet's plugins directory (the DRA socket goes in `<dir>/rdma.kuberdma.io/`).
+    #[arg(long, default_value = super::DEFAULT_PLUGINS_DIR)]
+    pub plugins_dir: PathBuf,
+    /// Where prepared claims are recorded (default `<plugins-dir>/rdma.kuberdma.io/prepared`;
+    /// the CNI's `preparedDir` must name the same directory).
+    #[arg(long)]
+    pub prepared_dir: Option<PathBuf>,
+    /// Where per-claim CDI specs are written.
+    #[arg(long, default_value = "/var/run/cdi")]
+    pub cdi_dir: PathBuf,
+    /// Periodic rescan, seconds (netlink link events trigger rescans in between).
+    #[arg(long, default_value_t = 30.0)]
+    pub rescan_interval: f64,
+    /// Do not subscribe to netlink link events.
+    #[arg(long)]
+    pub no_link_events: bool,
+    /// Serve /metrics, /healthz and /livez here (e.g. 0.0.0.0:9410).
+    #[arg(long)]
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// Everything the driver needs.
+#[derive(Debug, Clone)]
+pub struct Options {
+    /// Pool config (`None`: the default pool).
+    pub config: Option<PathBuf>,
+    /// Where to read the node from.
+    pub roots: Roots,
+    /// Node name.
+    pub node_name: String,
+    /// Plugin registration dir.
+    pub registry_dir: PathBuf,
+    /// Plugins dir.
+    pub plugins_dir: PathBuf,
+    /// Prepared-claims dir.
+    pub prepared_dir: PathBuf,
+    /// CDI spec dir.
+    pub cdi_dir: PathBuf,
+    /// Periodic rescan.
+    pub rescan_interval: Duration,
+    /// Rescan on netlink link events.
+    pub link_events: bool,
+    /// Metrics listen address.
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+impl Args {
+    /// Options from the flags and the global ones.
+    pub fn options(self, config: Option<PathBuf>, roots: Roots) -> Result<Options, DriverError> {
+        if !(self.rescan_interval > 0.0 && self.rescan_interval.is_finite()) {
+            return Err(DriverError::Flag("--rescan-interval must be a positive number of seconds".into()));
+        }
+        if self.node_name.is_empty() {
+            return Err(DriverError::Flag("--node-name (or env NODE_NAME) must not be empty".into()));
+        }
+        let prepared_dir =
+            self.prepared_dir.unwrap_or_else(|| self.plugins_dir.join(DRIVER).join("prepared"));
+        Ok(Options {
+            config,
+            roots,
+            node_name: self.node_name,
+            registry_dir: self.plugins_registry_dir,
+            plugins_dir: self.plugins_dir,
+            prepared_dir,
+            cdi_dir: self.cdi_dir,
+            rescan_interval: Duration::from_secs_f64(self.rescan_interval),
+            link_events: !self.no_link_events,
+            metrics_addr: self.metrics_addr,
+        })
+    }
+}
+
+/// Why the driver could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum DriverError {
+    /// A bad flag.
+    #[error("{0}")]
+    Flag(String),
+    /// The config file is bad.
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The config asks for something DRA mode does not do.
+    #[error("{path}: {why}")]
+    Unsupported {
+        /// Config file.
+        path: String,
+        /// What.
+        why: String,
+    },
+    /// No Kubernetes client (kubeconfig or in-cluster config).
+    #[error(
+        "cannot configure a Kubernetes client (KUBECONFIG, ~/.kube/config or in-cluster service account)"
+    )]
+    Client(#[source] kube::Error),
+    /// The checkpoint dir cannot be read.
+    #[error(transparent)]
+    Checkpoint(#[from] nic::prepared::PreparedError),
+    /// A socket could not be served.
+    #[error("cannot serve {path}")]
+    Bind {
+        /// Socket path.
+        path: PathBuf,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The metrics address cannot be bound.
+    #[error("cannot listen for metrics on {addr}")]
+    Metrics {
+        /// Address.
+        addr: SocketAddr,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A directory cannot be watched.
+    #[error("cannot watch {path}")]
+    Watch {
+        /// Directory.
+        path: PathBuf,
+        /// OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Socket paths of a driver.
+pub fn registration_socket(registry_dir: &Path) -> PathBuf {
+    registry_dir.join(super::registration_socket_name())
+}
+
+/// `<plugins dir>/rdma.kuberdma.io/dra.sock`.
+pub fn dra_socket(plugins_dir: &Path) -> PathBuf {
+    plugins_dir.join(DRIVER).join(DRA_SOCKET)
+}
+
+struct Served {
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<()>,
+}
+
+impl Served {
+    async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if tokio::time::timeout(Duration::from_secs(1), &mut self.task).await.is_err() {
+            self.task.abort();
+        }
+    }
+}
+
+fn serve_dra(path: &Path, claims: Arc<Claims>, health: HealthService) -> Result<Served, DriverError> {
+    let listener = server::bind(path).map_err(|source| DriverError::Bind { path: path.into(), source })?;
+    let (stop, rx) = oneshot::channel::<()>();
+    let svc = DraService(claims);
+    let task = tokio::spawn(async move {
+        let res = tonic::transport::Server::builder()
+            .add_service(v1::dra_plugin_server::DraPluginServer::new(svc.clone()))
+            .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(svc))
+            .add_service(DraResourceHealthServer::new(health))
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                let _ = rx.await;
+            })
+            .await;
+        if let Err(e) = res {
+            tracing::error!(error = %e, "DRA gRPC server ended with an error");
+        }
+    });
+    Ok(Served { stop: Some(stop), task })
+}
+
+fn serve_registration(path: &Path, svc: RegistrationService) -> Result<Served, DriverError> {
+    let listener = server::bind(path).map_err(|source| DriverError::Bind { path: path.into(), source })?;
+    let (stop, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
+        let res = tonic::transport::Server::builder()
+            .add_service(RegistrationServer::new(svc))
+            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+                let _ = rx.await;
+            })
+            .await;
+        if let Err(e) = res {
+            tracing::error!(error = %e, "registration gRPC server ended with an error");
+        }
+    });
+    Ok(Served { stop: Some(stop), task })
+}
+
+fn load_config(path: Option<&Path>) -> Result<(Config, Option<String>), DriverError> {
+    let (cfg, text) = match path {
+        None => (Config::default_pools(), None),
+        Some(p) => {
+            let text = std::fs::read_to_string(p)
+                .map_err(|source| ConfigError::Io { path: p.to_path_buf(), source })?;
+            (Config::parse(&text, p)?, Some(text))
+        }
+    };
+    devices::check_config(&cfg).map_err(|why| DriverError::Unsupported {
+        path: path.map(|p| p.display().to_string()).unwrap_or_else(|| "default config".into()),
+        why,
+    })?;
+    Ok((cfg, text))
+}
+
+async fn discover(roots: &Roots) -> Inventory {
+    let roots = roots.clone();
+    // DRA hands out no GID indexes: the walk without GID tables is all it needs.
+    let scope = nic::discover::Scope { gid_tables: false, ..Default::default() };
+    tokio::task::spawn_blocking(move || nic::discover::discover_scoped(&roots, scope))
+        .await
+        .unwrap_or_default()
+}
+
+/// A new plan, keeping VFs that vanished while their PF still has them as
+/// Unhealthy (the device plugin's rule) for pools whose config is unchanged.
+fn replan(prev: Option<&Plan>, inv: &Inventory, cfg: &Config) -> Plan {
+    let mut plan = pools::plan(inv, cfg);
+    if let Some(prev) = prev {
+        for pool in &mut plan.pools {
+            if let Some(old) = prev.pools.iter().find(|p| p.config == pool.config) {
+                pools::carry_missing(old, pool, inv);
+            }
+        }
+    }
+    plan
+}
+
+fn log_changes(prev: &View, next: &View) {
+    for d in &next.devices {
+        match (prev.device(&d.name).map(|p| &p.health), &d.health) {
+            (None, _) => tracing::info!(device = %d.name, pci = %d.pci, "device added"),
+            (Some(a), b) if a != b => tracing::info!(device = %d.name, health = ?b, "device health changed"),
+            _ => {}
+        }
+    }
+    for d in &prev.devices {
+        if next.device(&d.name).is_none() {
+            tracing::info!(device = %d.name, "device removed");
+        }
+    }
+}
+
+async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
+    match rx {
+        Some(r) => r.recv().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Runs until `shutdown` resolves.
+pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<(), DriverError> {
+    let started = Instant::now();
+    let (mut cfg, mut cfg_text) = load_config(opts.config.as_deref())?;
+    let metrics = Arc::new(DraMetrics::default());
+    if let Some(addr) = opts.metrics_addr {
+        let (local, fut) = crate::metrics::serve_routes(addr, metrics.routes())
+            .await
+            .map_err(|source| DriverError::Metrics { addr, source })?;
+        tracing::info!(%local, "metrics listening");
+        tokio::spawn(fut);
+    }
+    let client = kube::Client::try_default().await.map_err(DriverError::Client)?;
+    let node = NodeRef {
+        name: opts.node_name.clone(),
+        uid: match Api::<Node>::all(client.clone()).get_opt(&opts.node_name).await {
+            Ok(Some(n)) => n.metadata.uid,
+            Ok(None) => {
+                tracing::warn!(node = %opts.node_name, "Node not found: slices are published without an owner");
+                None
+            }
+            Err(e) => {
+                tracing::warn!(node = %opts.node_name, error = %e, "cannot read the Node: slices are published without an owner");
+                None
+            }
+        },
+    };
+    let (checkpoint, bad) = Checkpoint::load(&opts.prepared_dir)?;
+    for e in bad {
+        tracing::error!(error = %e, "a prepared-claim file cannot be read; it is left as it is");
+    }
+
+    let inv = discover(&opts.roots).await;
+    let mut plan = replan(None, &inv, &cfg);
+    let (view_tx, view_rx) = watch::channel::<SharedView>(Arc::new(devices::from_plan(&plan, &inv)));
+    tracing::info!(devices = view_rx.borrow().devices.len(), elapsed = ?started.elapsed(), "node discovered");
+    metrics.set_view(&view_rx.borrow());
+
+    // Kubelet-facing sockets: the DRA service first, so it is there when the
+    // kubelet, told by the registration socket, dials it.
+    let (changed_tx, changed_rx) = mpsc::unbounded_channel();
+    let claims = Claims::new(ClaimsParts {
+        driver: DRIVER.into(),
+        pool: node.name.clone(),
+        cdi_dir: opts.cdi_dir.clone(),
+        client: client.clone(),
+        view: view_rx.clone(),
+        checkpoint,
+        changed: changed_tx,
+        metrics: metrics.clone(),
+    });
+    let restored = claims.restore_cdi_specs().await;
+    if restored > 0 {
+        tracing::info!(specs = restored, "CDI specs of prepared claims written again");
+    }
+    let health = HealthService::new(&node.name, view_rx.clone());
+    let dra_path = dra_socket(&opts.plugins_dir);
+    let reg_path = registration_socket(&opts.registry_dir);
+    let (reg_svc, mut registered) = RegistrationService::new(DRIVER, &dra_path.to_string_lossy());
+    let mut dra_server = serve_dra(&dra_path, claims.clone(), health.clone())?;
+    let mut reg_server = serve_registration(&reg_path, reg_svc.clone())?;
+    tracing::info!(registration = %reg_path.display(), endpoint = %dra_path.display(), "serving the kubelet");
+    let watch = |dir: &Path| {
+        std::fs::create_dir_all(dir).map_err(|source| DriverError::Watch { path: dir.into(), source })?;
+        kubelet::watch_dir(dir).map_err(|source| DriverError::Watch { path: dir.into(), source })
+    };
+    let mut reg_events = watch(&opts.registry_dir)?;
+    let dra_dir = dra_path.parent().map(Path::to_path_buf).unwrap_or_default();
+    let mut dra_events = watch(&dra_dir)?;
+    let mut config_events = match opts.config.as_ref().and_then(|p| p.parent()) {
+        Some(dir) => {
+            let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
+            kubelet::watch_dir(dir)
+                .map_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "cannot watch config dir; reload disabled"))
+                .ok()
+        }
+        None => None,
+    };
+    let mut link_events = if opts.link_events {
+        nic::netlink::events::subscribe(&[nic::netlink::events::Group::Link], 256)
+            .map_err(|e| tracing::warn!(error = %e, "no netlink link events; relying on the periodic rescan"))
+            .ok()
+    } else {
+        None
+    };
+
+    tokio::spawn(status::run(client.clone(), DRIVER.into(), opts.prepared_dir.clone(), changed_rx));
+    let mut roce = nodestate::watch_node(client.clone(), &node.name);
+    let mut slice_events = publish::watch_slices(client.clone(), &node.name, DRIVER);
+    let mut publisher = Publisher::new(client.clone(), node.clone(), DRIVER);
+    let mut first_publish = true;
+    let mut backoff = Duration::from_secs(1);
+    // When the next sync is due (now at start).
+    let mut sync_at = Some(tokio::time::Instant::now());
+
+    let mut tick = tokio::time::interval(opts.rescan_interval.max(Duration::from_millis(50)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    tokio::pin!(shutdown);
+    loop {
+        let sleep_sync = async {
+            match sync_at {
+                Some(t) => tokio::time::sleep_until(t).await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut rescan = false;
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = sleep_sync => {
+                let roce_now: RoceReadiness = roce.borrow().clone();
+                let (content, warnings) = slices::content(&view_rx.borrow(), &roce_now);
+                for w in warnings {
+                    tracing::warn!("{w}");
+                }
+                match publisher.sync(&content).await {
+                    Ok(s) => {
+                        metrics.published(s.generation);
+                        sync_at = None;
+                        backoff = Duration::from_secs(1);
+                        if first_publish {
+                            first_publish = false;
+                            tracing::info!(generation = s.generation, slices = content.len(), elapsed = ?started.elapsed(), "first ResourceSlices published");
+                        } else if s.applied + s.deleted > 0 {
+                            tracing::info!(generation = s.generation, applied = s.applied, deleted = s.deleted, "ResourceSlices updated");
+                        }
+                    }
+                    Err(e) => {
+                        metrics.publish_failed(e.to_string());
+                        tracing::warn!(error = %e, retry_in = ?backoff, "cannot publish ResourceSlices");
+                        sync_at = Some(tokio::time::Instant::now() + backoff);
+                        backoff = (backoff * 2).min(Duration::from_secs(30));
+                    }
+                }
+            }
+            _ = tick.tick() => rescan = true,
+            Some(_) = recv_opt(&mut link_events) => {
+                // Coalesce a burst (numvfs changes create many links at once).
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if let Some(rx) = link_events.as_mut() { while rx.try_recv().is_ok() {} }
+                rescan = true;
+            }
+            Some(_) = recv_opt(&mut config_events) => {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                if let Some(rx) = config_events.as_mut() { while rx.try_recv().is_ok() {} }
+                let text = opts.config.as_deref().and_then(|p| std::fs::read_to_string(p).ok());
+                if text.is_some() && text != cfg_text {
+                    match load_config(opts.config.as_deref()) {
+                        Ok((c, t)) => {
+                            tracing::info!("config changed: reloading pools");
+                            cfg = c;
+                            cfg_text = t;
+                            rescan = true;
+                        }
+                        Err(e) => tracing::error!(error = %e, "config changed but cannot be used; keeping the running one"),
+                    }
+                }
+            }
+            Ok(()) = roce.changed() => {
+                tracing::info!(readiness = ?*roce.borrow(), "RdmaNodeState changed");
+                sync_at.get_or_insert_with(tokio::time::Instant::now);
+            }
+            Some(()) = slice_events.recv() => {
+                // Debounced: our own writes come back as events too.
+                sync_at.get_or_insert_with(|| tokio::time::Instant::now() + Duration::from_millis(100));
+            }
+            Ok(()) = registered.changed() => {
+                let r = registered.borrow().clone();
+                if let Registered::No(why) = &r {
+                    tracing::error!(%why, "not registered with the kubelet");
+                }
+                metrics.set_registered(r);
+            }
+            Some(ev) = reg_events.recv() => {
+                if matches!(&ev, DirEvent::Deleted(_) | DirEvent::Rescan) && !reg_path.exists() {
+                    tracing::info!(socket = %reg_path.display(), "registration socket deleted: serving it again");
+                    reg_server.stop().await;
+                    reg_server = serve_registration(&reg_path, reg_svc.clone())?;
+                }
+            }
+            Some(ev) = dra_events.recv() => {
+                if matches!(&ev, DirEvent::Deleted(_) | DirEvent::Rescan) && !dra_path.exists() {
+                    tracing::info!(socket = %dra_path.display(), "DRA socket deleted: serving it again");
+                    dra_server.stop().await;
+                    dra_server = serve_dra(&dra_path, claims.clone(), health.clone())?;
+                }
+            }
+        }
+        if rescan {
+            let inv = discover(&opts.roots).await;
+            let next_plan = replan(Some(&plan), &inv, &cfg);
+            let next = devices::from_plan(&next_plan, &inv);
+            plan = next_plan;
+            if **view_tx.borrow() != next {
+                log_changes(&view_tx.borrow(), &next);
+                metrics.set_view(&next);
+                view_tx.send_replace(Arc::new(next));
+                sync_at.get_or_insert_with(tokio::time::Instant::now);
+            }
+        }
+    }
+    // The kubelet deregisters us when the registration socket goes away.
+    reg_server.stop().await;
+    dra_server.stop().await;
+    for p in [&reg_path, &dra_path] {
+        let _ = std::fs::remove_file(p);
+    }
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// [`run`] until SIGTERM or SIGINT (handlers installed before anything is
+/// served, so a signal during startup still means a clean stop).
+pub async fn run_until_signal(opts: Options) -> Result<(), DriverError> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let sig = |k| signal(k).map_err(|e| DriverError::Flag(format!("cannot install a signal handler: {e}")));
+    let mut term = sig(SignalKind::terminate())?;
+    let mut int = sig(SignalKind::interrupt())?;
+    run(opts, async move {
+        tokio::select! {
+            _ = term.recv() => tracing::info!("SIGTERM: shutting down"),
+            _ = int.recv() => tracing::info!("SIGINT: shutting down"),
+        }
+    })
+    .await
+}

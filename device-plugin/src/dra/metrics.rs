@@ -1,0 +1,207 @@
+//! DRA mode's `/metrics`, `/healthz` and `/livez` (served by
+//! [`crate::metrics::serve_routes`]).
+//!
+//! Pool gauges carry the device plugin's names and `resource` label, so
+//! dashboards read both modes alike: `kuberdma_pool_capacity`,
+//! `kuberdma_pool_healthy`, and `kuberdma_pool_allocated` = devices prepared
+//! for claims now. DRA's own: `kuberdma_dra_prepare_duration_seconds`
+//! (histogram, one claim), `kuberdma_dra_prepare_failures_total`,
+//! `kuberdma_dra_pool_generation` (published ResourceSlice pool generation)
+//! and `kuberdma_dra_publish_failures_total`.
+//!
+//! `/healthz` is 200 only when the kubelet has registered the driver and the
+//! node's slices are published; its body says which part is missing.
+//! `/livez` is 200 while the process answers.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::devices::View;
+use super::registration::Registered;
+use crate::metrics::Routes;
+
+/// Histogram bucket upper bounds, seconds (a prepare reads the claim from the API).
+const BUCKETS: [f64; 9] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5];
+
+#[derive(Debug, Default)]
+struct Inner {
+    /// resource → (capacity, healthy).
+    pools: BTreeMap<String, (usize, usize)>,
+    /// resource → prepared devices.
+    prepared: BTreeMap<String, usize>,
+    registered: Registered,
+    generation: Option<i64>,
+    publish_error: Option<String>,
+    publish_failures: u64,
+    prepare_failures: u64,
+    buckets: [u64; BUCKETS.len()],
+    count: u64,
+    sum: f64,
+}
+
+/// The registry.
+#[derive(Debug, Default)]
+pub struct DraMetrics {
+    inner: Mutex<Inner>,
+}
+
+impl DraMetrics {
+    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
+        f(&mut self.inner.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The node's devices now.
+    pub fn set_view(&self, view: &View) {
+        let mut pools: BTreeMap<String, (usize, usize)> = BTreeMap::new();
+        for d in &view.devices {
+            let e = pools.entry(d.resource.clone()).or_default();
+            e.0 += 1;
+            e.1 += usize::from(d.health.is_healthy());
+        }
+        self.with(|m| m.pools = pools);
+    }
+
+    /// Devices prepared now, per resource.
+    pub fn set_prepared(&self, prepared: BTreeMap<String, usize>) {
+        self.with(|m| m.prepared = prepared);
+    }
+
+    /// What the kubelet said.
+    pub fn set_registered(&self, r: Registered) {
+        self.with(|m| m.registered = r);
+    }
+
+    /// A sync published (or confirmed) `generation`.
+    pub fn published(&self, generation: i64) {
+        self.with(|m| {
+            m.generation = Some(generation);
+            m.publish_error = None;
+        });
+    }
+
+    /// A sync failed.
+    pub fn publish_failed(&self, why: String) {
+        self.with(|m| {
+            m.publish_error = Some(why);
+            m.publish_failures += 1;
+        });
+    }
+
+    /// One prepared claim took `took`; `ok` false when it was refused.
+    pub fn prepare(&self, took: Duration, ok: bool) {
+        let s = took.as_secs_f64();
+        self.with(|m| {
+            if !ok {
+                m.prepare_failures += 1;
+            }
+            for (i, b) in BUCKETS.iter().enumerate() {
+                if s <= *b {
+                    m.buckets[i] += 1;
+                }
+            }
+            m.count += 1;
+            m.sum += s;
+        });
+    }
+
+    /// `/healthz`: ready when registered and published.
+    pub fn health(&self) -> (bool, String) {
+        self.with(|m| {
+            let mut ok = true;
+            let mut body = String::new();
+            match &m.registered {
+                Registered::Yes => body.push_str("kubelet registration: ok\n"),
+                Registered::Unknown => {
+                    ok = false;
+                    body.push_str("kubelet registration: not yet (the kubelet has not called NotifyRegistrationStatus)\n");
+                }
+                Registered::No(why) => {
+                    ok = false;
+                    let _ = writeln!(body, "kubelet registration: refused: {why}");
+                }
+            }
+            match (&m.publish_error, m.generation) {
+                (None, Some(g)) => {
+                    let _ = writeln!(body, "resourceslices: published, generation {g}");
+                }
+                (Some(e), _) => {
+                    ok = false;
+                    let _ = writeln!(body, "resourceslices: publishing fails: {e}");
+                }
+                (None, None) => {
+                    ok = false;
+                    body.push_str("resourceslices: not published yet\n");
+                }
+            }
+            (ok, body)
+        })
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        self.with(|m| {
+            let mut s = String::new();
+            let mut gauge = |name: &str, help: &str, vals: Vec<(String, String)>| {
+                let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge");
+                for (r, v) in vals {
+                    let _ = writeln!(s, "{name}{{resource=\"{r}\"}} {v}");
+                }
+            };
+            gauge(
+                "kuberdma_pool_capacity",
+                "Devices published for the pool.",
+                m.pools.iter().map(|(r, (c, _))| (r.clone(), c.to_string())).collect(),
+            );
+            gauge(
+                "kuberdma_pool_healthy",
+                "Healthy devices of the pool.",
+                m.pools.iter().map(|(r, (_, h))| (r.clone(), h.to_string())).collect(),
+            );
+            gauge(
+                "kuberdma_pool_allocated",
+                "Devices of the pool prepared for ResourceClaims now.",
+                m.pools.keys().map(|r| (r.clone(), m.prepared.get(r).copied().unwrap_or(0).to_string())).collect(),
+            );
+            let _ = writeln!(
+                s,
+                "# HELP kuberdma_dra_pool_generation Generation of the published ResourceSlice pool.\n# TYPE kuberdma_dra_pool_generation gauge"
+            );
+            if let Some(g) = m.generation {
+                let _ = writeln!(s, "kuberdma_dra_pool_generation {g}");
+            }
+            let _ = writeln!(
+                s,
+                "# HELP kuberdma_dra_publish_failures_total ResourceSlice syncs that failed.\n# TYPE kuberdma_dra_publish_failures_total counter\nkuberdma_dra_publish_failures_total {}",
+                m.publish_failures
+            );
+            let _ = writeln!(
+                s,
+                "# HELP kuberdma_dra_prepare_failures_total Claims NodePrepareResources refused.\n# TYPE kuberdma_dra_prepare_failures_total counter\nkuberdma_dra_prepare_failures_total {}",
+                m.prepare_failures
+            );
+            let h = "kuberdma_dra_prepare_duration_seconds";
+            let _ = writeln!(s, "# HELP {h} Time to prepare one claim.\n# TYPE {h} histogram");
+            for (i, b) in BUCKETS.iter().enumerate() {
+                let _ = writeln!(s, "{h}_bucket{{le=\"{b}\"}} {}", m.buckets[i]);
+            }
+            let _ = writeln!(s, "{h}_bucket{{le=\"+Inf\"}} {}\n{h}_sum {}\n{h}_count {}", m.count, m.sum, m.count);
+            s
+        })
+    }
+
+    /// The routes for [`crate::metrics::serve_routes`].
+    pub fn routes(self: &Arc<Self>) -> Routes {
+        let me = self.clone();
+        Arc::new(move |path: &str| match path {
+            "/metrics" => Some(("200 OK", "text/plain; version=0.0.4", me.render())),
+            "/healthz" => Some(match me.health() {
+                (true, body) => ("200 OK", "text/plain", body),
+                (false, body) => ("503 Service Unavailable", "text/plain", body),
+            }),
+            "/livez" => Some(("200 OK", "text/plain", "ok\n".to_string())),
+            _ => None,
+        })
+    }
+}

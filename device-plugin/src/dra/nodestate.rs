@@ -1,0 +1,123 @@
+//! `roceReady` per PF from the node's `RdmaNodeState` (group `kuberdma.io`,
+//! `v1alpha1`, cluster-scoped, named after the node, written by the operator's
+//! agent). Read as a dynamic object so the device plugin does not depend on
+//! the operator crate; watched, so a change reaches the slices in seconds.
+//!
+//! Rule (the operator's `is_ready`, per interface): a PF is RoCE-ready when
+//! its checks include at least one and none of them is `Fail`. No state, a PF
+//! without checks, or a state the controller marked `Stale` give no
+//! attribute at all: unknown is not "not ready".
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject};
+use kube::runtime::watcher::{self, Event};
+use kube::runtime::WatchStreamExt;
+use serde_json::Value;
+use tokio::sync::watch;
+
+use super::slices::RoceReadiness;
+
+/// The CRD's group, version and kind.
+pub fn api_resource() -> ApiResource {
+    ApiResource {
+        group: "kuberdma.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "kuberdma.io/v1alpha1".into(),
+        kind: "RdmaNodeState".into(),
+        plural: "rdmanodestates".into(),
+    }
+}
+
+/// Readiness per PF netdev from an `RdmaNodeState`'s `status`.
+pub fn readiness(status: &Value) -> RoceReadiness {
+    let mut out = RoceReadiness::new();
+    let stale = status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Stale" && c["status"] == "True");
+    if stale {
+        return out;
+    }
+    for c in status["checks"].as_array().into_iter().flatten() {
+        let (Some(iface), Some(result)) = (c["interface"].as_str(), c["result"].as_str()) else { continue };
+        if iface.is_empty() {
+            continue;
+        }
+        let ok = result != "Fail";
+        out.entry(iface.to_string()).and_modify(|r| *r &= ok).or_insert(ok);
+    }
+    out
+}
+
+/// Watches `RdmaNodeState/<node>` and keeps the readiness in the returned
+/// channel (empty while there is none, or the CRD is not installed: the
+/// watcher retries with backoff and we log once per kind of failure).
+pub fn watch_node(client: kube::Client, node: &str) -> watch::Receiver<RoceReadiness> {
+    let (tx, rx) = watch::channel(RoceReadiness::new());
+    let api: Api<DynamicObject> = Api::all_with(client, &api_resource());
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let node = node.to_string();
+    tokio::spawn(async move {
+        let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();
+        let mut last_error: Option<String> = None;
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(Event::Apply(o) | Event::InitApply(o)) => {
+                    last_error = None;
+                    let r = readiness(&o.data["status"]);
+                    tx.send_if_modified(|cur| std::mem::replace(cur, r) != *cur);
+                }
+                Ok(Event::Delete(_)) => {
+                    tx.send_if_modified(|cur| !std::mem::take(cur).is_empty());
+                }
+                Ok(Event::Init | Event::InitDone) => {}
+                Err(e) => {
+                    let msg = e.to_string();
+                    if last_error.as_deref() != Some(msg.as_str()) {
+                        tracing::warn!(node = %node, error = %msg, "cannot watch RdmaNodeState; roceReady is left out until it can");
+                        last_error = Some(msg);
+                    }
+                    tx.send_if_modified(|cur| !std::mem::take(cur).is_empty());
+                }
+            }
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_pf_is_ready_when_its_checks_pass_and_unknown_otherwise() {
+        let status = json!({
+            "checks": [
+                {"name": "pfc", "interface": "ens1f0np0", "result": "Pass"},
+                {"name": "ecn", "interface": "ens1f0np0", "result": "Unsupported"},
+                {"name": "pfc", "interface": "ens1f1np1", "result": "Pass"},
+                {"name": "mtu", "interface": "ens1f1np1", "result": "Fail"},
+            ],
+            "conditions": [{"type": "RoceReady", "status": "False"}]
+        });
+        let r = readiness(&status);
+        assert_eq!(r.get("ens1f0np0"), Some(&true));
+        assert_eq!(r.get("ens1f1np1"), Some(&false));
+        assert_eq!(r.get("ens2f0"), None);
+    }
+
+    #[test]
+    fn a_stale_state_says_nothing() {
+        let status = json!({
+            "checks": [{"name": "pfc", "interface": "ens1f0np0", "result": "Pass"}],
+            "conditions": [{"type": "Stale", "status": "True"}]
+        });
+        assert!(readiness(&status).is_empty());
+        assert!(readiness(&Value::Null).is_empty());
+    }
+}

@@ -1,0 +1,202 @@
+//! The conformance table: every config under `tests/conformance/` (the upstream
+//! projects' example configs and the cases the drop-in promise turns on) is
+//! loaded; its outcome must be the one `manifest.yaml` states (a refusal must
+//! name the key), and `docs/config-conformance.md` must hold the table rendered
+//! from those outcomes. Regenerate the table with
+//! `KUBE_RDMA_BLESS=1 cargo test -p kube-rdma-device-plugin --test conformance`.
+
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+
+use kube_rdma_device_plugin::config::{Config, ConfigError, Format, Mode, PoolConfig, Selector};
+
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    file: String,
+    source: String,
+    expect: String,
+    #[serde(default)]
+    error: Option<String>,
+    meaning: String,
+}
+
+fn dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance")
+}
+
+fn doc() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/config-conformance.md")
+}
+
+fn files(d: &Path, base: &Path, out: &mut BTreeSet<String>) {
+    for e in std::fs::read_dir(d).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            files(&p, base, out);
+        } else if p.file_name().is_some_and(|n| n != "manifest.yaml") {
+            out.insert(p.strip_prefix(base).unwrap().to_string_lossy().into_owned());
+        }
+    }
+}
+
+fn hexes(v: &[u16]) -> String {
+    v.iter().map(|x| format!("{x:04x}")).collect::<Vec<_>>().join(",")
+}
+
+fn selector(s: &Selector) -> String {
+    let mut parts = vec![];
+    let mut add = |k: &str, v: String| {
+        if !v.is_empty() {
+            parts.push(format!("{k} {v}"));
+        }
+    };
+    add("vendors", hexes(&s.vendors));
+    add("devices", hexes(&s.devices));
+    add("drivers", s.drivers.join(","));
+    add("pciAddresses", s.pci_addresses.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","));
+    add("pfNames", s.pf_names.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","));
+    add("rootDevices", s.root_devices.iter().map(|p| p.to_string()).collect::<Vec<_>>().join(","));
+    add("linkTypes", s.link_types.iter().map(|l| format!("{l:?}")).collect::<Vec<_>>().join(","));
+    add("ifNames", s.if_names.join(","));
+    match s.is_rdma {
+        Some(true) => parts.push("with an RDMA device".into()),
+        Some(false) => parts.push("without an RDMA device".into()),
+        None => {}
+    }
+    if parts.is_empty() {
+        "every device".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn pool(p: &PoolConfig) -> String {
+    let mode = match p.mode {
+        Mode::Vf => "VFs".to_string(),
+        Mode::Shared => format!("{} IDs per HCA", p.rdma_hca_max),
+        Mode::SharedResource => {
+            format!("{} IDs for the resource, each with every selected RDMA device", p.rdma_hca_max)
+        }
+    };
+    let mut s = format!("`{}`: {mode}", p.resource_name());
+    s.push_str(if p.rdma_devices { ", RDMA devices handed out" } else { ", no RDMA devices" });
+    if p.exclude_topology && p.mode == Mode::Vf {
+        s.push_str(", no NUMA topology");
+    }
+    if !p.additional_info.is_empty() {
+        let keys: Vec<&str> = p.additional_info.keys().map(String::as_str).collect();
+        s.push_str(&format!(", extra info for {}", keys.join(" and ")));
+    }
+    let sels: Vec<String> = p.selectors.iter().map(selector).collect();
+    s.push_str(&format!("; selects {}", sels.join(" or ")));
+    s
+}
+
+fn outcome(c: &Config) -> String {
+    let mut lines: Vec<String> = c.pools.iter().map(pool).collect();
+    if let Some(d) = c.rescan_interval {
+        lines.push(if d.is_zero() {
+            "no periodic rescan".into()
+        } else {
+            format!("rescan every {} s", d.as_secs())
+        });
+    }
+    if let Some(r) = &c.kubelet_root {
+        lines.push(format!("kubelet dir {}", r.join("device-plugins").display()));
+    }
+    if let Err(e) = c.check_netns(Some(nic::NetnsMode::Exclusive)) {
+        lines.push(format!("on a node in exclusive RDMA netns mode: refused: {}", message(&e)));
+    }
+    format!("**honoured** ({}): {}", format_name(c.format), lines.join("<br>"))
+}
+
+fn format_name(f: Format) -> &'static str {
+    match f {
+        Format::Native => "kube-rdma",
+        Format::Sndp => "sriov-network-device-plugin",
+        Format::Rsdp => "k8s-rdma-shared-dev-plugin",
+        Format::Default => "default",
+    }
+}
+
+/// The error without the fixture's path.
+fn message(e: &ConfigError) -> String {
+    match e {
+        ConfigError::Field { pool, field, why, .. } => {
+            let pool = pool.as_ref().map(|p| format!(" (pool {p})")).unwrap_or_default();
+            format!("`{field}`{pool}: {why}")
+        }
+        other => other.to_string(),
+    }
+}
+
+fn cell(s: &str) -> String {
+    s.replace('|', "\\|").replace('\n', " ")
+}
+
+const BEGIN: &str = "<!-- BEGIN generated by device-plugin/tests/conformance.rs -->";
+const END: &str = "<!-- END generated -->";
+
+#[test]
+fn every_upstream_example_config_has_the_outcome_the_table_states() {
+    let entries: Vec<Entry> =
+        serde_yaml::from_str(&std::fs::read_to_string(dir().join("manifest.yaml")).unwrap()).unwrap();
+    let mut on_disk = BTreeSet::new();
+    files(&dir(), &dir(), &mut on_disk);
+    let listed: BTreeSet<String> = entries.iter().map(|e| e.file.clone()).collect();
+    assert_eq!(on_disk, listed, "every fixture is in manifest.yaml and every entry has a file");
+    assert_eq!(listed.len(), entries.len(), "a file is listed twice");
+
+    let mut rows = vec![
+        "| Config | Source | Outcome in kube-rdma | What it means |".to_string(),
+        "|---|---|---|---|".to_string(),
+    ];
+    let (mut honoured, mut refused) = (0, 0);
+    for e in &entries {
+        let path = dir().join(&e.file);
+        let got = Config::load(&path);
+        let out = match (&got, e.expect.as_str()) {
+            (Ok(c), "honoured") => {
+                honoured += 1;
+                outcome(c)
+            }
+            (Err(err), "refused") => {
+                refused += 1;
+                let want = e.error.as_deref().expect("a refusal names the key it expects");
+                let msg = message(err);
+                assert!(msg.contains(want), "{}: refusal {msg:?} does not name {want}", e.file);
+                format!("**refused**: {msg}")
+            }
+            (Ok(c), _) => panic!("{}: expected {}, but it loaded: {c:?}", e.file, e.expect),
+            (Err(err), _) => panic!("{}: expected {}, but: {err}", e.file, e.expect),
+        };
+        rows.push(format!(
+            "| [`{}`](../device-plugin/tests/conformance/{}) | {} | {} | {} |",
+            e.file,
+            e.file,
+            cell(&e.source),
+            cell(&out),
+            cell(&e.meaning)
+        ));
+    }
+    assert!(honoured >= 15 && refused >= 15, "{honoured} honoured, {refused} refused");
+    let table = format!("{BEGIN}\n{}\n{END}", rows.join("\n"));
+
+    let text = std::fs::read_to_string(doc()).unwrap_or_default();
+    let current = match (text.find(BEGIN), text.find(END)) {
+        (Some(a), Some(b)) if a < b => Some((a, b + END.len())),
+        _ => None,
+    };
+    if std::env::var_os("KUBE_RDMA_BLESS").is_some() {
+        let (a, b) = current.expect("docs/config-conformance.md has the BEGIN/END markers");
+        std::fs::write(doc(), format!("{}{table}{}", &text[..a], &text[b..])).unwrap();
+        return;
+    }
+    let (a, b) = current.expect("docs/config-conformance.md has the BEGIN/END markers");
+    assert!(
+        text[a..b] == table,
+        "docs/config-conformance.md is out of date; regenerate with \
+         KUBE_RDMA_BLESS=1 cargo test -p kube-rdma-device-plugin --test conformance\n--- want ---\n{table}"
+    );
+}

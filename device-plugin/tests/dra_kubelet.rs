@@ -1,0 +1,510 @@
+//! `kube-rdma-device-plugin dra`, the real binary, against a fake kubelet
+//! (registration, DRAPlugin v1/v1beta1, health) over real unix sockets and
+//! the API emulator over HTTPS through a kubeconfig, on simulated nodes.
+//! Each test is one scenario with timeouts.
+
+mod dra_fixtures;
+
+use std::time::Duration;
+
+use dra_fixtures::*;
+use kube_rdma_device_plugin::dra::api::health::HealthStatus;
+use kube_rdma_device_plugin::dra::api::v1beta1;
+use serde_json::{json, Value};
+
+const NODE: &str = "cx6dx-dual";
+
+fn sim() -> nic::sim::Sim {
+    nic::sim::Sim::from_file(example("cx6dx-dual.yaml")).expect("materialise the example node")
+}
+
+fn attrs<'a>(slices: &'a [Value], device: &str) -> &'a Value {
+    slices
+        .iter()
+        .flat_map(|s| s["spec"]["devices"].as_array().unwrap())
+        .find(|d| d["name"] == device)
+        .map(|d| &d["attributes"])
+        .unwrap_or_else(|| panic!("device {device} not published"))
+}
+
+fn device_count(slices: &[Value]) -> usize {
+    slices.iter().map(|s| s["spec"]["devices"].as_array().map_or(0, Vec::len)).sum()
+}
+
+fn generation(slices: &[Value]) -> i64 {
+    slices[0]["spec"]["pool"]["generation"].as_i64().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_with_the_kubelet_and_publishes_the_nodes_vfs() {
+    let sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let driver = env.spawn(&[]);
+
+    let p = register(&env.reg_socket()).await;
+    assert_eq!(p.info.r#type, "DRAPlugin");
+    assert_eq!(p.info.name, DRIVER);
+    assert_eq!(p.info.endpoint, env.dra_socket().to_string_lossy());
+    assert_eq!(p.info.supported_versions, ["v1.DRAPlugin", "v1beta1.DRAPlugin"]);
+    driver.wait_log("registered with the kubelet").await;
+
+    let slices = env.wait_slices("16 devices", |s| device_count(s) == 16).await;
+    assert_eq!(slices.len(), 1);
+    let s = &slices[0];
+    assert_eq!(s["metadata"]["name"], format!("{NODE}-{DRIVER}-0"));
+    assert_eq!(s["spec"]["pool"], json!({"name": NODE, "generation": 1, "resourceSliceCount": 1}));
+    let node_uid = env.emu.store().get("nodes", None, NODE).unwrap().unwrap()["metadata"]["uid"].clone();
+    assert_eq!(s["metadata"]["ownerReferences"][0]["uid"], node_uid, "the Node owns the slices");
+    assert_eq!(s["metadata"]["managedFields"][0]["manager"], DRIVER, "server-side apply, our field manager");
+    let a = attrs(&slices, "pci-0000-3d-00-1");
+    assert_eq!(a["resource.kubernetes.io/pciBusID"], json!({"string": "0000:3d:00.1"}));
+    assert_eq!(a["resource.kubernetes.io/pcieRoot"], json!({"string": "pci0000:3a"}));
+    assert_eq!(a["resource.kubernetes.io/numaNode"], json!({"int": 0}));
+    assert_eq!(a["kuberdma.io/pfName"], json!({"string": "ens1f0np0"}));
+    assert_eq!(a["kuberdma.io/pfPciAddress"], json!({"string": "0000:3d:00.0"}));
+    assert_eq!(a["kuberdma.io/vfIndex"], json!({"int": 0}));
+    assert_eq!(a["kuberdma.io/rdmaDevice"], json!({"string": "mlx5_2"}));
+    assert_eq!(a["kuberdma.io/linkSpeedMbps"], json!({"int": 100000}));
+    assert_eq!(a["kuberdma.io/linkLayer"], json!({"string": "Ethernet"}));
+    assert_eq!(a["kuberdma.io/vendorID"], json!({"string": "15b3"}));
+    assert_eq!(a["kuberdma.io/deviceID"], json!({"string": "101e"}));
+    assert_eq!(a["kuberdma.io/portState"], json!({"string": "ACTIVE"}));
+    assert_eq!(a["kuberdma.io/healthy"], json!({"bool": true}));
+    assert!(a.get("kuberdma.io/roceReady").is_none(), "no RdmaNodeState: roceReady is unknown, not false");
+    let b = attrs(&slices, "pci-0000-af-01-0");
+    assert_eq!(b["resource.kubernetes.io/pcieRoot"], json!({"string": "pci0000:00"}));
+    assert_eq!(b["resource.kubernetes.io/numaNode"], json!({"int": 1}));
+
+    // The kubelet's plugin watcher asks again (a re-validation) and may refuse: the
+    // driver keeps serving and says why in its log.
+    let mut reg =
+        kube_rdma_device_plugin::dra::api::registration::registration_client::RegistrationClient::new(
+            dial(&env.reg_socket()).await,
+        );
+    let again = reg.get_info(kube_rdma_device_plugin::dra::api::registration::InfoRequest {}).await.unwrap();
+    assert_eq!(again.into_inner(), p.info);
+    reg.notify_registration_status(kube_rdma_device_plugin::dra::api::registration::RegistrationStatus {
+        plugin_registered: false,
+        error: "endpoint already registered for DRA driver plugin".into(),
+    })
+    .await
+    .unwrap();
+    driver.wait_log("the kubelet refused the registration").await;
+    assert!(driver.log().contains("endpoint already registered"));
+    register(&env.reg_socket()).await;
+
+    // A restart with nothing changed writes nothing: same generation, no apply.
+    let status = driver.stop().await;
+    assert!(status.success(), "{status}");
+    assert!(!env.reg_socket().exists() && !env.dra_socket().exists(), "sockets removed at shutdown");
+    let before = env.emu.log().records().len();
+    let driver = env.spawn(&[]);
+    register(&env.reg_socket()).await;
+    driver.wait_log("first ResourceSlices published").await;
+    let writes: Vec<_> = env.emu.log().records()[before..]
+        .iter()
+        .filter(|r| r.path.contains("resourceslices") && r.method != "GET")
+        .map(|r| format!("{} {}", r.method, r.path))
+        .collect();
+    assert!(writes.is_empty(), "a restart without change wrote {writes:?}");
+    assert_eq!(generation(&env.slices()), 1);
+    driver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slices_wiped_by_a_restarting_kubelet_come_back_with_a_new_generation() {
+    let sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let driver = env.spawn(&[]);
+    register(&env.reg_socket()).await;
+    env.wait_slices("first publish", |s| device_count(s) == 16).await;
+
+    // The kubelet deletes every slice of its node when it starts, then finds
+    // the plugin's registration socket again.
+    assert_eq!(env.wipe_slices(), 1);
+    let slices = env.wait_slices("republished", |s| device_count(s) == 16).await;
+    assert_eq!(generation(&slices), 2, "content came back under a new generation");
+    register(&env.reg_socket()).await;
+
+    // A slice changed by someone else is put back as well.
+    let name = format!("{NODE}-{DRIVER}-0");
+    env.emu
+        .store()
+        .update("resourceslices", None, &name, |s| {
+            s["spec"]["devices"].as_array_mut().unwrap().truncate(3);
+        })
+        .unwrap();
+    let slices = env.wait_slices("repaired", |s| device_count(s) == 16).await;
+    assert!(generation(&slices) >= 3);
+    driver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn publishing_survives_api_errors() {
+    let sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let fault = env.emu.faults().add(
+        kube_rdma_apiemu::Fault::internal_error()
+            .path_prefix("/apis/resource.k8s.io/v1/resourceslices/")
+            .times(2),
+    );
+    let driver = env.spawn(&[]);
+    env.wait_slices("published after two 500s", |s| device_count(s) == 16).await;
+    assert_eq!(env.emu.faults().fired(fault), 2);
+    driver.wait_log("cannot publish ResourceSlices").await;
+    driver.stop().await;
+}
+
+fn our_config(params: Value) -> Value {
+    json!([{"source": "FromClaim", "requests": ["vf"], "opaque": {"driver": DRIVER, "parameters": params}}])
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepares_and_unprepares_claims_each_answered_on_its_own() {
+    let sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let driver = env.spawn(&["--metrics-addr", "127.0.0.1:0"]);
+    let metrics = driver.metrics_addr().await;
+    let (code, body) = http_get(&metrics, "/healthz").await;
+    if code == 503 {
+        assert!(body.contains("kubelet registration: not yet"), "{body}");
+    }
+    assert_eq!(http_get(&metrics, "/livez").await.0, 200);
+    let mut p = register(&env.reg_socket()).await;
+    env.wait_slices("published", |s| device_count(s) == 16).await;
+    let deadline = tokio::time::Instant::now() + T;
+    loop {
+        let (code, body) = http_get(&metrics, "/healthz").await;
+        if code == 200 {
+            assert!(body.contains("kubelet registration: ok") && body.contains("generation 1"), "{body}");
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "not healthy in time: {body}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    let a = env.create_claim(
+        "a",
+        &[("vf", DRIVER, "pci-0000-3d-00-1"), ("gpu", "gpu.nvidia.com", "gpu-0")],
+        our_config(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig",
+                          "env": {"NCCL_IB_TC": "106"}, "umad": false})),
+        "pod-a",
+    );
+    let b = env.create_claim(
+        "b",
+        &[("vf", DRIVER, "pci-0000-af-00-1"), ("vf", DRIVER, "pci-0000-af-00-2")],
+        json!([]),
+        "pod-b",
+    );
+    // Allocated the device `a` holds: the scheduler would never, a stale API might.
+    let c = env.create_claim("c", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-c");
+    let bad = env.create_claim(
+        "bad",
+        &[("vf", DRIVER, "pci-0000-3d-00-2")],
+        our_config(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "mtu": 9000})),
+        "pod-d",
+    );
+    let r = p
+        .prepare(vec![
+            claim_ref("a", &a),
+            claim_ref("b", &b),
+            claim_ref("ghost", "0f0f0f0f-0000-0000-0000-000000000000"),
+            claim_ref("bad", &bad),
+        ])
+        .await;
+    assert_eq!(r.claims.len(), 4, "every claim is answered: {r:?}");
+    let ra = &r.claims[&a];
+    assert_eq!(ra.error, "");
+    assert_eq!(ra.devices.len(), 1, "only our driver's devices");
+    assert_eq!(ra.devices[0].request_names, ["vf"]);
+    assert_eq!(ra.devices[0].pool_name, NODE);
+    assert_eq!(ra.devices[0].device_name, "pci-0000-3d-00-1");
+    assert_eq!(ra.devices[0].cdi_device_ids, [format!("kuberdma.io/claim=pci-0000-3d-00-1_{a}")]);
+    let rb = &r.claims[&b];
+    assert_eq!(rb.error, "");
+    assert_eq!(
+        rb.devices.iter().map(|d| d.device_name.as_str()).collect::<Vec<_>>(),
+        ["pci-0000-af-00-1", "pci-0000-af-00-2"]
+    );
+    let ghost = &r.claims["0f0f0f0f-0000-0000-0000-000000000000"];
+    assert!(ghost.error.contains("default/ghost") && ghost.error.contains("not found"), "{}", ghost.error);
+    let rbad = &r.claims[&bad];
+    assert!(rbad.error.contains("unknown field `mtu`"), "{}", rbad.error);
+    assert!(
+        !env.cdi.join(format!("kuberdma.io-claim_{bad}.json")).exists(),
+        "a refused claim leaves nothing behind"
+    );
+
+    // The CDI spec of `a`: its VF's uverbs only (umad: false), rdma_cm, env.
+    let spec: Value =
+        serde_json::from_slice(&std::fs::read(env.cdi.join(format!("kuberdma.io-claim_{a}.json"))).unwrap())
+            .unwrap();
+    assert_eq!(spec["kind"], "kuberdma.io/claim");
+    assert_eq!(spec["devices"][0]["name"], format!("pci-0000-3d-00-1_{a}"));
+    assert_eq!(
+        spec["devices"][0]["containerEdits"]["deviceNodes"],
+        json!([{"path": "/dev/infiniband/uverbs2"}])
+    );
+    assert_eq!(spec["devices"][0]["containerEdits"]["env"], json!(["NCCL_IB_TC=106"]));
+    assert_eq!(spec["containerEdits"]["deviceNodes"], json!([{"path": "/dev/infiniband/rdma_cm"}]));
+    assert!(spec["containerEdits"]["env"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("KUBERDMA_VF_RDMA_DEVICES=mlx5_2")));
+    // What the CNI will read.
+    let rec = nic::prepared::read_claim(&env.prepared, &a).unwrap().expect("checkpointed");
+    assert_eq!(rec.pods, ["pod-a"]);
+    assert_eq!(rec.pod_claim_name.as_deref(), Some("rdma"));
+    assert_eq!(rec.devices[0].pci.to_string(), "0000:3d:00.1");
+
+    let (_, m) = http_get(&metrics, "/metrics").await;
+    assert!(m.contains("kuberdma_pool_capacity{resource=\"kuberdma.io/rdma_vfs\"} 16"), "{m}");
+    assert!(m.contains("kuberdma_pool_allocated{resource=\"kuberdma.io/rdma_vfs\"} 3"), "{m}");
+    assert!(m.contains("kuberdma_dra_prepare_duration_seconds_count 4"), "{m}");
+    assert!(m.contains("kuberdma_dra_prepare_failures_total 2"), "{m}");
+
+    // Repeats are answered from the checkpoint, without reading the claim again.
+    let reads = env.claim_reads("a");
+    let again = p.prepare(vec![claim_ref("a", &a)]).await;
+    assert_eq!(again.claims[&a], *ra);
+    assert_eq!(env.claim_reads("a"), reads, "a repeated prepare read the claim again");
+    // Through v1beta1 (kubelets 1.32-1.33) too.
+    let beta = p
+        .v1beta1
+        .node_prepare_resources(v1beta1::NodePrepareResourcesRequest {
+            claims: vec![v1beta1::Claim { namespace: "default".into(), uid: b.clone(), name: "b".into() }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(beta.claims[&b].devices.len(), 2);
+
+    // Two claims never get the same VF.
+    let rc = p.prepare(vec![claim_ref("c", &c)]).await;
+    assert!(
+        rc.claims[&c].error.contains(&format!("already prepared for claim {a}")),
+        "{}",
+        rc.claims[&c].error
+    );
+    // A claim whose name now has another UID (deleted and recreated).
+    let wrong = p.prepare(vec![claim_ref("c", "11111111-2222-3333-4444-555555555555")]).await;
+    assert!(wrong.claims["11111111-2222-3333-4444-555555555555"].error.contains("recreated"));
+
+    // A holder deleted while the kubelet was away (reboot) gives its VF up.
+    let d = env.create_claim("d", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-d");
+    assert_eq!(p.prepare(vec![claim_ref("d", &d)]).await.claims[&d].error, "");
+    env.emu.store().delete("resourceclaims", Some("default"), "d").unwrap();
+    let e = env.create_claim("e", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-e");
+    assert_eq!(p.prepare(vec![claim_ref("e", &e)]).await.claims[&e].error, "");
+    assert!(nic::prepared::read_claim(&env.prepared, &d).unwrap().is_none(), "the stale record is gone");
+    driver.wait_log("no longer holds its device").await;
+
+    // Unprepare: known and unknown claims all succeed; files go.
+    let u = p
+        .unprepare(vec![claim_ref("a", &a), claim_ref("ghost", "0f0f0f0f-0000-0000-0000-000000000000")])
+        .await;
+    assert_eq!(u.claims.len(), 2);
+    assert!(u.claims.values().all(|e| e.error.is_empty()), "{u:?}");
+    assert!(!env.cdi.join(format!("kuberdma.io-claim_{a}.json")).exists());
+    assert!(nic::prepared::read_claim(&env.prepared, &a).unwrap().is_none());
+    // Unprepare again: still fine. And `c` can now have the VF.
+    assert!(p.unprepare(vec![claim_ref("a", &a)]).await.claims[&a].error.is_empty());
+    assert_eq!(p.prepare(vec![claim_ref("c", &c)]).await.claims[&c].error, "");
+
+    // The checkpoint survives a restart: `b` is still prepared, answered without a read.
+    driver.stop().await;
+    let driver = env.spawn(&[]);
+    let mut p = register(&env.reg_socket()).await;
+    let reads = env.claim_reads("b");
+    let rb2 = p.prepare(vec![claim_ref("b", &b)]).await;
+    assert_eq!(rb2.claims[&b], *rb);
+    assert_eq!(env.claim_reads("b"), reads);
+    // A CDI spec lost with /var/run (reboot) is written again at start.
+    std::fs::remove_file(env.cdi.join(format!("kuberdma.io-claim_{c}.json"))).unwrap();
+    driver.stop().await;
+    let driver = env.spawn(&[]);
+    register(&env.reg_socket()).await;
+    driver.wait_log("CDI specs of prepared claims written again").await;
+    assert!(env.cdi.join(format!("kuberdma.io-claim_{c}.json")).exists());
+    driver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_stream_flips_when_a_pf_link_goes_down_and_slices_follow() {
+    let mut sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let driver = env.spawn(&["--rescan-interval", "0.2"]);
+    let mut p = register(&env.reg_socket()).await;
+    let mut s = p.watch_health().await;
+    let first = wait_health(&mut s, "the full list", |m| m.devices.len() == 16).await;
+    assert!(first.devices.iter().all(|d| d.health == HealthStatus::Healthy as i32));
+    let id = first.devices[0].device.as_ref().unwrap();
+    assert_eq!(id.pool_name, NODE);
+    assert!(first.devices[0].last_updated_time > 1_600_000_000);
+    let g0 = generation(&env.wait_slices("published", |s| device_count(s) == 16).await);
+
+    sim.set_operstate("ens1f0np0", "down").unwrap();
+    let down = wait_health(&mut s, "PF 0's VFs unhealthy", |m| {
+        m.devices.iter().filter(|d| d.health == HealthStatus::Unhealthy as i32).count() == 8
+    })
+    .await;
+    assert_eq!(down.devices.len(), 16, "always the full list");
+    let sick: Vec<&str> = down
+        .devices
+        .iter()
+        .filter(|d| d.health == HealthStatus::Unhealthy as i32)
+        .map(|d| d.device.as_ref().unwrap().device_name.as_str())
+        .collect();
+    assert!(sick.iter().all(|n| n.starts_with("pci-0000-3d-")), "{sick:?}");
+    let slices = env
+        .wait_slices("healthy=false on PF 0's VFs", |s| {
+            attrs(s, "pci-0000-3d-00-1")["kuberdma.io/healthy"] == json!({"bool": false})
+        })
+        .await;
+    assert!(generation(&slices) > g0);
+    assert_eq!(attrs(&slices, "pci-0000-af-00-1")["kuberdma.io/healthy"], json!({"bool": true}));
+
+    sim.set_operstate("ens1f0np0", "up").unwrap();
+    wait_health(&mut s, "healthy again", |m| {
+        m.devices.iter().all(|d| d.health == HealthStatus::Healthy as i32)
+    })
+    .await;
+    // Unchanged health is sent again before the kubelet's 30 s timeout.
+    let t0 = std::time::Instant::now();
+    let again = tokio::time::timeout(Duration::from_secs(15), s.message())
+        .await
+        .expect("refresh in time")
+        .unwrap()
+        .unwrap();
+    assert_eq!(again.devices.len(), 16);
+    assert!(t0.elapsed() < Duration::from_secs(12));
+    driver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn roce_ready_follows_the_nodes_rdmanodestate() {
+    let sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    for crd in serde_yaml::Deserializer::from_str(
+        &std::fs::read_to_string(example("../../operator/crds/crds.yaml")).unwrap(),
+    ) {
+        let v: Value = serde::Deserialize::deserialize(crd).unwrap();
+        if !v.is_null() {
+            env.emu.store().create(v).unwrap();
+        }
+    }
+    let driver = env.spawn(&[]);
+    register(&env.reg_socket()).await;
+    env.wait_slices("published", |s| device_count(s) == 16).await;
+
+    let check = |iface: &str, result: &str| json!({"name": "pfc", "interface": iface, "result": result, "expected": "3", "actual": "3"});
+    env.emu
+        .store()
+        .create(json!({
+            "apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaNodeState",
+            "metadata": {"name": NODE}, "spec": {"nodeName": NODE},
+            "status": {"checks": [check("ens1f0np0", "Pass"), check("ens1f1np1", "Fail")]}
+        }))
+        .unwrap();
+    let slices = env
+        .wait_slices("roceReady on both PFs", |s| {
+            attrs(s, "pci-0000-af-00-1").get("kuberdma.io/roceReady").is_some()
+        })
+        .await;
+    assert_eq!(attrs(&slices, "pci-0000-3d-00-1")["kuberdma.io/roceReady"], json!({"bool": true}));
+    assert_eq!(attrs(&slices, "pci-0000-af-00-1")["kuberdma.io/roceReady"], json!({"bool": false}));
+
+    env.emu
+        .store()
+        .update("rdmanodestates", None, NODE, |o| {
+            o["status"]["checks"][1]["result"] = "Pass".into();
+        })
+        .unwrap();
+    env.wait_slices("PF 1 ready", |s| {
+        attrs(s, "pci-0000-af-00-1")["kuberdma.io/roceReady"] == json!({"bool": true})
+    })
+    .await;
+    env.emu.store().delete("rdmanodestates", None, NODE).unwrap();
+    env.wait_slices("no state, no roceReady", |s| {
+        attrs(s, "pci-0000-3d-00-1").get("kuberdma.io/roceReady").is_none()
+    })
+    .await;
+    driver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_data_the_cni_recorded_reaches_the_claim_status() {
+    let sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let driver = env.spawn(&[]);
+    let mut p = register(&env.reg_socket()).await;
+    env.wait_slices("published", |s| device_count(s) == 16).await;
+    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-a");
+    assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
+
+    // What kube-rdma-cni writes after it moved the VF into the pod.
+    nic::prepared::write_attachment(
+        &env.prepared,
+        &nic::prepared::Attachment {
+            version: nic::prepared::VERSION,
+            claim_uid: a.clone(),
+            device: "pci-0000-3d-00-1".into(),
+            pod_uid: "pod-a".into(),
+            container_id: "sandbox-1".into(),
+            ifname: "net1".into(),
+            mac: Some("02:00:00:3d:00:01".into()),
+            ips: vec!["192.168.1.2/24".into()],
+        },
+    )
+    .unwrap();
+    let claim = env
+        .emu
+        .store()
+        .wait_for("resourceclaims", Some("default"), "a", T, |c| {
+            c.is_some_and(|c| c["status"]["devices"].is_array())
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        claim["status"]["devices"],
+        json!([{"driver": DRIVER, "pool": NODE, "device": "pci-0000-3d-00-1",
+                "networkData": {"interfaceName": "net1", "ips": ["192.168.1.2/24"], "hardwareAddress": "02:00:00:3d:00:01"}}])
+    );
+    assert!(claim["status"]["allocation"].is_object(), "the allocation is untouched");
+
+    // Unprepared: our entries are released.
+    assert!(p.unprepare(vec![claim_ref("a", &a)]).await.claims[&a].error.is_empty());
+    env.emu
+        .store()
+        .wait_for("resourceclaims", Some("default"), "a", T, |c| {
+            c.is_some_and(|c| c["status"]["devices"].as_array().is_none_or(|d| d.is_empty()))
+        })
+        .await
+        .unwrap();
+    driver.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refuses_shared_pools_and_misplaced_flags_with_a_message() {
+    let sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let cfg = env.tmp.path().join("config.yaml");
+    std::fs::write(
+        &cfg,
+        "pools:\n- name: hca\n  mode: shared\n  rdmaHcaMax: 4\n  selectors: {vendors: [\"15b3\"]}\n",
+    )
+    .unwrap();
+    let out = env.command().arg("--config").arg(&cfg).output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("kuberdma.io/hca") && err.contains("shared mode"), "{err}");
+
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"))
+        .args(["--cdi-dir", "/tmp/x", "dra", "--node-name", NODE])
+        .output()
+        .await
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--cdi-dir set before `dra`"), "{err}");
+}

@@ -1,0 +1,311 @@
+//! A fleet of simulated nodes' agents against the API emulator over TLS: idle API
+//! traffic of today's polling against the watch-driven agents (the same code as
+//! `kube-rdma-operator agent`, in-process, one kube client each), and the
+//! controller's time to converge after a profile change.
+//!
+//! Run: `cargo bench -p kube-rdma-operator --bench fleet` (about 5 minutes).
+//! Env: `FLEET_NODES` (default 1000), `FLEET_SCALE` (default 10: the heartbeat and
+//! the watch timeout, 600 s each, run 10x faster and the measured rates are
+//! divided by 10; today's polling runs at its real 30 s).
+//!
+//! Targets (issue 10): at most 1 request per node per 10 minutes beyond open
+//! watches; the controller converges within 2 s of a profile change at 1000 nodes.
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::{Api, ListParams};
+use kube::ResourceExt;
+use kube_rdma_apiemu::Emulator;
+use kube_rdma_operator::agent::{Agent, AgentConfig, HEARTBEAT};
+use kube_rdma_operator::client::{connect, ClientOpts};
+use kube_rdma_operator::controller::Controller;
+use kube_rdma_operator::crd::RoceProfile;
+use kube_rdma_operator::fixtures::SimNode;
+use kube_rdma_operator::profiles::select_profile;
+use kube_rdma_operator::publish::Publisher;
+use kube_rdma_operator::source::NodeSource;
+use kube_rdma_operator::status::{evaluate, now_rfc3339};
+use serde_json::{json, Value};
+use tokio::sync::watch;
+
+/// Today's agent loop, kept as the baseline: every 30 s it GETs its Node and LISTs
+/// the RoceProfiles, reads and checks the node, and writes what changed.
+const OLD_POLL: Duration = Duration::from_secs(30);
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn node_name(i: usize) -> String {
+    format!("node-{i:04}")
+}
+
+fn source_for(sim: &SimNode, node: &str) -> NodeSource {
+    let mut s = sim.source.clone();
+    s.opts.node_name = Some(node.to_string());
+    s
+}
+
+async fn old_agent(client: kube::Client, node: String, src: NodeSource, mut stop: watch::Receiver<bool>) {
+    let mut publisher = Publisher::new(client.clone(), node.clone(), Default::default());
+    let nodes: Api<Node> = Api::all(client.clone());
+    let profiles: Api<RoceProfile> = Api::all(client);
+    loop {
+        let pass = async {
+            let n = nodes.get(&node).await?;
+            let list = profiles.list(&ListParams::default()).await?;
+            let profile = select_profile(&list.items, n.labels());
+            let src = src.clone();
+            let observed = tokio::task::spawn_blocking(move || src.read()).await.expect("read");
+            let status = evaluate(&profile, &observed);
+            publisher.publish(status, &now_rfc3339()).await.map_err(|e| e.source)?;
+            Ok::<_, kube::Error>(())
+        };
+        if let Err(e) = pass.await {
+            eprintln!("baseline {node}: {e}");
+        }
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tokio::time::sleep(OLD_POLL) => {}
+        }
+    }
+}
+
+struct Window {
+    secs: f64,
+    requests: usize,
+    watches: usize,
+}
+
+fn window(emu: &Emulator, from: Instant, secs: f64) -> Window {
+    let recs: Vec<_> = emu
+        .log()
+        .since(from)
+        .into_iter()
+        .filter(|r| r.at.duration_since(from).as_secs_f64() < secs)
+        .collect();
+    Window {
+        secs,
+        requests: recs.iter().filter(|r| !r.watch).count(),
+        watches: recs.iter().filter(|r| r.watch).count(),
+    }
+}
+
+/// Polls (every 200 ms) until `f` holds for the list of node states. Not
+/// re-checked at every write: listing a thousand states after each of thousands
+/// of writes would make the measurement the bottleneck.
+fn poll_states(emu: &Emulator, what: &str, f: impl Fn(&[Value]) -> bool) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        if f(&emu.store().list("rdmanodestates", None).unwrap_or_default()) {
+            return t0.elapsed();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(600), "{what}: not within 600 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+struct Fleet {
+    n: usize,
+    emu: Emulator,
+    sim: SimNode,
+    opts: ClientOpts,
+    rt: tokio::runtime::Runtime,
+}
+
+impl Fleet {
+    fn new(n: usize) -> Self {
+        let mut b = Emulator::builder()
+            .seed_yaml(&kube_rdma_operator::crd::crds_yaml().unwrap())
+            .request_log_limit(2_000_000);
+        for i in 0..n {
+            b = b.seed(json!({"apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node_name(i), "labels": {"fleet": "yes"}}}));
+        }
+        let spec = json!({"nodeSelector": {"fleet": "yes"}, "trust": "dscp", "pfc": {"priorities": [3]},
+            "dscpToPriority": [{"dscp": 26, "priority": 3}, {"dscp": 48, "priority": 6}], "ecn": {"priorities": [3]}});
+        b = b.seed(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RoceProfile",
+            "metadata": {"name": "fleet"}, "spec": spec}));
+        let emu = b.start_background().expect("emulator starts");
+        let sim = SimNode::new(&kube_rdma_operator::fixtures::example("cx6dx-dual"));
+        let opts = ClientOpts { kubeconfig: Some(emu.kubeconfig_path().to_path_buf()), context: None };
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        Self { n, emu, sim, opts, rt }
+    }
+
+    /// Today's polling: requests/s at idle over two poll periods.
+    fn baseline(&self) -> f64 {
+        let n = self.n;
+        let (stop_tx, stop_rx) = watch::channel(false);
+        self.rt.block_on(async {
+            for i in 0..n {
+                let client = connect(&self.opts).await.unwrap();
+                let src = source_for(&self.sim, &node_name(i));
+                tokio::spawn(old_agent(client, node_name(i), src, stop_rx.clone()));
+            }
+        });
+        let t = poll_states(&self.emu, "baseline start", |states| {
+            states.len() == n && states.iter().all(|o| o["status"]["fingerprint"].is_string())
+        });
+        println!("  baseline: all {n} states published {:.1} s after start", t.as_secs_f64());
+        // The pollers started together: two full poll periods after the start-up writes.
+        std::thread::sleep(Duration::from_secs(5));
+        let from = Instant::now();
+        std::thread::sleep(2 * OLD_POLL);
+        let base = window(&self.emu, from, (2 * OLD_POLL).as_secs_f64());
+        stop_tx.send(true).unwrap();
+        std::thread::sleep(Duration::from_secs(1));
+        let rate = base.requests as f64 / base.secs;
+        println!(
+            "  today's polling (GET node + LIST roceprofiles every 30 s): {rate:.1} requests/s at idle ({} requests in {:.0} s)",
+            base.requests, base.secs
+        );
+        rate
+    }
+
+    /// The agents (and the controller) of this build, until `stop`.
+    fn start_watching(&self, heartbeat: Duration, watch_timeout: Duration, stop: &watch::Receiver<bool>) {
+        let n = self.n;
+        let t0 = Instant::now();
+        let started_at = now_rfc3339();
+        self.rt.block_on(async {
+            let ctl_client = connect(&self.opts).await.unwrap();
+            let mut s = stop.clone();
+            tokio::spawn(Controller::new(ctl_client).run(async move {
+                let _ = s.changed().await;
+            }));
+            for i in 0..n {
+                let client = connect(&self.opts).await.unwrap();
+                let mut cfg = AgentConfig::new(node_name(i), source_for(&self.sim, &node_name(i)));
+                cfg.heartbeat = heartbeat;
+                cfg.watch_timeout = watch_timeout;
+                let mut s = stop.clone();
+                tokio::spawn(Agent::new(cfg, client).run(None, async move {
+                    let _ = s.changed().await;
+                }));
+            }
+        });
+        // Running when every agent has written its state once (after listing its watches).
+        poll_states(&self.emu, "every agent publishes", |states| {
+            let fresh = states.iter().filter(|o| {
+                o["status"]["lastHeartbeatTime"].as_str().is_some_and(|t| t >= started_at.as_str())
+            });
+            fresh.count() == n
+        });
+        println!(
+            "  watches: {n} agents and the controller running {:.1} s after start, {} watches open",
+            t0.elapsed().as_secs_f64(),
+            self.emu.log().open_watches()
+        );
+        std::thread::sleep(Duration::from_secs(3));
+    }
+
+    /// Idle traffic of this build over two heartbeats and two watch timeouts.
+    fn idle(&self, scale: u32, heartbeat: Duration, watch_timeout: Duration, base_rate: f64) {
+        let n = self.n as f64;
+        let span = heartbeat.mul_f64(2.2).max(watch_timeout * 2);
+        let from = Instant::now();
+        std::thread::sleep(span);
+        let idle = window(&self.emu, from, span.as_secs_f64());
+        let s = f64::from(scale);
+        let req_rate = idle.requests as f64 / idle.secs / s;
+        let watch_rate = idle.watches as f64 / idle.secs / s;
+        let per_node_10min = req_rate * 600.0 / n;
+        println!(
+            "  this build (watches, heartbeat every 10 min): {req_rate:.2} requests/s at idle beyond open watches, \
+             {watch_rate:.2} watch re-opens/s ({} requests, {} watch re-opens in {:.0} s at time scale {scale})",
+            idle.requests, idle.watches, idle.secs
+        );
+        println!(
+            "    per node per 10 min: {per_node_10min:.2} requests (budget 1: {}), {:.2} watch re-opens",
+            if per_node_10min <= 1.0 { "OK" } else { "OVER" },
+            watch_rate * 600.0 / n
+        );
+        if base_rate.is_finite() {
+            println!(
+                "    ratio to today's polling: {:.0}x fewer requests; {:.0}x counting watch re-opens",
+                base_rate / req_rate.max(f64::MIN_POSITIVE),
+                base_rate / (req_rate + watch_rate).max(f64::MIN_POSITIVE)
+            );
+        }
+    }
+
+    /// A profile change that makes every node drift (PFC wanted on 4): until the
+    /// agents' states show it, and until the controller's profile status does.
+    fn converge(&self) {
+        let n = self.n;
+        let lagged0 = self.emu.log().stats().watches_lagged;
+        let t0 = Instant::now();
+        self.emu
+            .store()
+            .update("roceprofiles", None, "fleet", |p| p["spec"]["pfc"]["priorities"] = json!([4]))
+            .unwrap();
+        let (mut t_agents, mut t_converged) = (None, None);
+        let mut last_list = Instant::now() - Duration::from_secs(1);
+        while t0.elapsed() < Duration::from_secs(120) && (t_agents.is_none() || t_converged.is_none()) {
+            if t_converged.is_none() {
+                let p =
+                    self.emu.store().get("roceprofiles", None, "fleet").ok().flatten().unwrap_or_default();
+                if p["status"]["nodesDrifted"] == n && p["status"]["nodesMatched"] == n {
+                    t_converged = Some(t0.elapsed());
+                }
+            }
+            if t_agents.is_none() && last_list.elapsed() >= Duration::from_millis(200) {
+                last_list = Instant::now();
+                let states = self.emu.store().list("rdmanodestates", None).unwrap_or_default();
+                if states.iter().filter(|o| o["status"]["summary"]["ready"] == "False").count() == n {
+                    t_agents = Some(t0.elapsed());
+                }
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let secs = |t: Option<Duration>| {
+            t.map_or("not within 120 s".to_string(), |t| format!("{:.2} s", t.as_secs_f64()))
+        };
+        println!(
+            "  controller converged {} after the profile change: {n} of {n} nodes drifted in its status (target < 2 s: {})",
+            secs(t_converged),
+            if t_converged.is_some_and(|t| t < Duration::from_secs(2)) { "OK" } else { "OVER TARGET" }
+        );
+        println!(
+            "    every agent's state showed the drift after {} (polled every 200 ms); {} watches ended for lagging; \
+             today: up to 30 s agent poll + 30 s controller interval",
+            secs(t_agents),
+            self.emu.log().stats().watches_lagged - lagged0
+        );
+        if t_converged.is_none() {
+            let p = self.emu.store().get("roceprofiles", None, "fleet").ok().flatten().unwrap_or_default();
+            println!("    profile status: {}", p["status"]);
+        }
+    }
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("FLEET_LOG").unwrap_or_else(|_| "error".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let n = env_u64("FLEET_NODES", 1000) as usize;
+    let scale = env_u64("FLEET_SCALE", 10).max(1) as u32;
+    let heartbeat = HEARTBEAT / scale;
+    let watch_timeout = Duration::from_secs(600) / scale;
+    // `FLEET_ONLY=converge`: skip the idle measurements (to profile the convergence).
+    let only_converge = std::env::var("FLEET_ONLY").is_ok_and(|v| v == "converge");
+
+    let fleet = Fleet::new(n);
+    println!(
+        "fleet: {n} simulated nodes (cx6dx-dual), each agent with its own kube client, API emulator over TLS ({})",
+        fleet.emu.url()
+    );
+    let base_rate = if only_converge { f64::NAN } else { fleet.baseline() };
+    let (stop_tx, stop_rx) = watch::channel(false);
+    fleet.start_watching(heartbeat, watch_timeout, &stop_rx);
+    if !only_converge {
+        fleet.idle(scale, heartbeat, watch_timeout, base_rate);
+    }
+    fleet.converge();
+    stop_tx.send(true).unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+}
