@@ -223,7 +223,8 @@ fn pf_protocol(aux: &[String], rdma: &[RdmaDev], problems: &mut Vec<Problem>) ->
     match (kind("roce"), kind("iwarp")) {
         (true, true) => {
             // ice plugs one aux device per PF: both kinds at once is a layout we cannot read.
-            problems.push(problem("rdma_protocol", format!("both RoCE and iWARP auxiliary devices: {aux:?}")));
+            problems
+                .push(problem("rdma_protocol", format!("both RoCE and iWARP auxiliary devices: {aux:?}")));
             None
         }
         (true, false) => Some(RdmaProtocol::RoceV2),
@@ -853,13 +854,18 @@ impl<'a> Walk<'a> {
         let ports = read_ports(ibdir, &name, mtu, self.gid_tables, &mut problems);
         let node_type_rel = Path::new(&name).join("node_type");
         let protocol = match ibdir.read_string(&node_type_rel) {
-            Ok(t) => protocol_of(&t, &ports).map_err(|why| {
-                problems.push(problem("node_type", format!("{:?}: {why}", ibdir.join(&node_type_rel))))
-            }),
-            Err(e) => Err(problems.push(problem("node_type", e.to_string()))),
-        }
-        .ok()
-        .flatten();
+            Ok(t) => match protocol_of(&t, &ports) {
+                Ok(p) => p,
+                Err(why) => {
+                    problems.push(problem("node_type", format!("{:?}: {why}", ibdir.join(&node_type_rel))));
+                    None
+                }
+            },
+            Err(e) => {
+                problems.push(problem("node_type", e.to_string()));
+                None
+            }
+        };
         RdmaDev { name, via, node_guid, uverbs, umad, issm, ports, protocol, in_other_netns: false, problems }
     }
 

@@ -132,7 +132,13 @@ impl Func {
             let mut b = [0u8; 16];
             b[..6].copy_from_slice(&n.mac);
             let gid = Ipv6Addr::from(b);
-            return vec![GidEntry { index: 0, gid, kind: "IB/RoCE v1", ndev: String::new(), ip: IpAddr::V6(gid) }];
+            return vec![GidEntry {
+                index: 0,
+                gid,
+                kind: "IB/RoCE v1",
+                ndev: String::new(),
+                ip: IpAddr::V6(gid),
+            }];
         }
         gid_entries(n)
     }

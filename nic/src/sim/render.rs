@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use super::layout::{fmt_gid, fmt_mac, gid_entries, umad_dev, uverbs_dev, Func, Role, VFIO_PCI};
+use super::layout::{fmt_gid, fmt_mac, umad_dev, uverbs_dev, Func, Role, VFIO_PCI};
 use super::Sim;
 use crate::inventory::{CharDev, GidKind, Inventory, LinkLayer, Netdev, RdmaDev, RdmaProtocol, RdmaVia};
 use crate::pci::PciAddr;
@@ -150,7 +150,7 @@ impl Sim {
             ind,
             &r.name,
             &via,
-            Some(r.protocol),
+            (!r.in_other_netns).then_some(r.protocol),
             (!r.in_other_netns).then_some(r.guid.as_str()),
             Some(&chardev(format!("uverbs{}", r.uverbs), uverbs_dev(r.uverbs))),
             &umad,

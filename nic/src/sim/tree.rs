@@ -5,11 +5,11 @@ use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
 
 use super::layout::{
-    fmt_gid, fmt_mac, gid_entries, umad_dev, uverbs_dev, Func, RdmaPlan, Role, GID_TBL_LEN,
-    VFIO_CONTAINER_DEV, VFIO_GROUP_MAJOR, VFIO_PCI,
+    fmt_gid, fmt_mac, umad_dev, uverbs_dev, Func, RdmaPlan, Role, GID_TBL_LEN, VFIO_CONTAINER_DEV,
+    VFIO_GROUP_MAJOR, VFIO_PCI,
 };
-use crate::inventory::RdmaProtocol;
 use super::SimError;
+use crate::inventory::RdmaProtocol;
 
 // ---------------------------------------------------------------------------------------------
 // Writing the tree.
