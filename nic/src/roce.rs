@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::inventory::NetnsMode;
+pub use crate::inventory::{NetnsMode, RdmaProtocol};
 use crate::netlink::dcb::dcbx::{DCB_CAP_DCBX_HOST, DCB_CAP_DCBX_LLD_MANAGED, DCB_CAP_DCBX_VER_IEEE};
 pub use crate::netlink::dcb::{IeeeEts, IeeePfc, Priorities};
 pub use crate::netlink::transport::Exchange;
@@ -291,6 +291,16 @@ pub struct InterfaceRoce {
     /// E810 firmware LLDP agent (`ethtool --show-priv-flags <if>` `fw-lldp-agent`);
     /// Unsupported on other drivers.
     pub fw_lldp_agent: Observed<bool>,
+    /// The RDMA protocol of the function (`RoCEv2`, `iWARP`, `none`): ice's
+    /// auxiliary device kind (`ice.roce.N` / `ice.iwarp.N`, what the devlink
+    /// parameters `enable_roce` / `enable_iwarp` select), else the RDMA
+    /// device's `node_type` (see [`crate::inventory::Pf::rdma_protocol`]).
+    #[serde(default = "protocol_not_recorded")]
+    pub rdma_protocol: Observed<RdmaProtocol>,
+}
+
+fn protocol_not_recorded() -> Observed<RdmaProtocol> {
+    Observed::Unknown("not recorded".into())
 }
 
 /// ECN per role (NVIDIA OFED sysfs `ecn/roce_np`, `ecn/roce_rp`).

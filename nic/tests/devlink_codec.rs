@@ -447,3 +447,39 @@ fn a_dump_lists_every_parameter() {
     let mut d = Devlink::new(Client::new(Recorded::replaying(x.to_vec()))).unwrap();
     assert_eq!(d.params().unwrap(), all);
 }
+
+/// The E810 RoCE switch: GET `enable_iwarp` (to undo), SET it off, SET
+/// `enable_roce` on; when ice refuses the second, `enable_iwarp` goes back on.
+#[test]
+fn enable_roce_turns_iwarp_off_first_and_undoes_it_when_roce_is_refused() {
+    let pci = "0000:17:00.0".parse().unwrap();
+    let get = recorded::param_get(
+        FAMILY,
+        &ParamReply { handle: handle(), param: bool_param("enable_iwarp", true) },
+    );
+    let iwarp =
+        |on| recorded::param_set(FAMILY, &handle(), "enable_iwarp", &ParamValue::Bool(on), Cmode::Runtime);
+    let roce = recorded::param_set(FAMILY, &handle(), "enable_roce", &ParamValue::Bool(true), Cmode::Runtime);
+    let x = vec![recorded::family(FAMILY), get.clone(), iwarp(false), roce];
+    let mut d = Devlink::new(Client::new(Recorded::replaying(x))).unwrap();
+    d.enable_roce(pci).unwrap();
+    assert_eq!(d.transport().sent.len(), 4);
+    // The replaying transport answers only requests equal to the recorded ones (seq aside).
+    assert_eq!(d.transport().sent[2][16..], SET_IWARP_FALSE[16..]);
+
+    let refused = recorded::param_set_refused(
+        FAMILY,
+        &handle(),
+        "enable_roce",
+        &ParamValue::Bool(true),
+        Cmode::Runtime,
+        libc::EOPNOTSUPP,
+    );
+    let x = vec![recorded::family(FAMILY), get, iwarp(false), refused, iwarp(true)];
+    let mut d = Devlink::new(Client::new(Recorded::replaying(x))).unwrap();
+    let e = d.enable_roce(pci).unwrap_err();
+    assert!(matches!(e, DevlinkError::Unsupported { .. }), "{e}");
+    assert!(e.to_string().contains("name enable_roce value true cmode runtime"), "{e}");
+    // The undo went out: GET, SET off, SET roce (refused), SET iwarp back on.
+    assert_eq!(d.transport().sent.len(), 5);
+}

@@ -107,6 +107,7 @@ pub fn interface_state(i: &InterfaceRoce) -> InterfaceState {
         pci: i.pci.map(|p| p.to_string()),
         driver: i.driver.clone(),
         rdma_device: i.rdma_dev.clone(),
+        rdma_protocol: take(&mut un, "rdmaProtocol", &i.rdma_protocol).map(|p| p.as_str().to_string()),
         speed_mbps: take(&mut un, "speedMbps", &i.speed_mbps),
         mtu: take(&mut un, "mtu", &i.mtu),
         active_mtu: take(&mut un, "activeMtu", &i.active_mtu),
@@ -252,10 +253,11 @@ fn jiff_unit_second() -> k8s_openapi::jiff::Unit {
 pub fn describe_interface(i: &InterfaceState) -> String {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "?".into());
     format!(
-        "{} ({}{}): speed {} mtu {} (active {}) trust {} map {} pfc {} ecn {} cnp {} roce {} tos {} gid {}",
+        "{} ({}{}{}): speed {} mtu {} (active {}) trust {} map {} pfc {} ecn {} cnp {} roce {} tos {} gid {}",
         i.name,
         opt(i.driver.clone()),
         i.rdma_device.as_ref().map(|d| format!(", {d}")).unwrap_or_default(),
+        i.rdma_protocol.as_ref().map(|p| format!(" {p}")).unwrap_or_default(),
         opt(i.speed_mbps.map(|s| format!("{s}Mb/s"))),
         opt(i.mtu.map(|m| m.to_string())),
         opt(i.active_mtu.map(|m| m.to_string())),

@@ -361,3 +361,37 @@ fn the_rdma_netns_mode_is_reported_per_node() {
     // A change of mode is a change of the state (the fingerprint moves).
     assert_ne!(s.fingerprint, run(&example("cx6dx-dual")).fingerprint);
 }
+
+#[test]
+fn e810_in_rocev2_mode_passes_the_protocol_check_and_reports_it() {
+    let s = run(&example("e810-xxv"));
+    let c = check(&s, "ens2f0", "rdma-protocol");
+    assert_eq!(c.result, CheckResult::Pass);
+    assert_eq!((c.expected.as_str(), c.actual.as_str()), ("RoCEv2", "RoCEv2"));
+    assert!(s.interfaces.iter().all(|i| i.rdma_protocol.as_deref() == Some("RoCEv2")), "{:#?}", s.interfaces);
+}
+
+#[test]
+fn e810_in_iwarp_mode_fails_with_the_devlink_commands_and_nothing_else_fails() {
+    let s = run(&example("e810-c-iwarp"));
+    let c = check(&s, "ens3f0", "rdma-protocol");
+    assert_eq!(c.result, CheckResult::Fail);
+    assert_eq!((c.expected.as_str(), c.actual.as_str()), ("RoCEv2", "iWARP"));
+    assert_eq!(
+        c.remediation,
+        "devlink dev param set pci/0000:5e:00.0 name enable_iwarp value false cmode runtime && \
+         devlink dev param set pci/0000:5e:00.0 name enable_roce value true cmode runtime"
+    );
+    // Every DCB setting is right: the protocol is the one thing that stops RoCE here.
+    assert_eq!(failing(&s), ["ens3f0/rdma-protocol"]);
+    assert_eq!(check(&s, "ens3f1", "rdma-protocol").result, CheckResult::Pass);
+    let i = s.interfaces.iter().find(|i| i.name == "ens3f0").unwrap();
+    assert_eq!(i.rdma_protocol.as_deref(), Some("iWARP"));
+    assert_eq!(s.summary.ready, "False");
+}
+
+#[test]
+fn mlx5_ports_run_roce_and_pass_the_protocol_check() {
+    let s = run(&example("cx6dx-dual"));
+    assert_eq!(check(&s, "ens1f0np0", "rdma-protocol").actual, "RoCEv2");
+}

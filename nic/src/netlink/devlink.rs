@@ -883,6 +883,29 @@ impl<T: Transport> Devlink<T> {
     }
 }
 
+impl<T: Transport> Devlink<T> {
+    /// An E810 PF's RDMA function to RoCEv2 ([`crate::roce::Remedy::EnableRoce`]):
+    /// `enable_iwarp` off, then `enable_roce` on, both runtime (ice refuses
+    /// `enable_roce` while iWARP is on). When the second write is refused, the
+    /// first is undone (`enable_iwarp` back to what it was), so a failure leaves
+    /// the PF in the mode it had.
+    pub fn enable_roce(&mut self, pci: PciAddr) -> Result<(), DevlinkError> {
+        let h = DevHandle::pci(pci);
+        let [(iwarp, iwarp_to), (roce, roce_to)] = crate::roce::remedy::ENABLE_ROCE_PARAMS;
+        let was = self.param_get(&h, iwarp)?.value(Cmode::Runtime).cloned();
+        self.param_set(&h, iwarp, &ParamValue::Bool(iwarp_to), Cmode::Runtime)?;
+        if let Err(e) = self.param_set(&h, roce, &ParamValue::Bool(roce_to), Cmode::Runtime) {
+            if let Some(v) = was.filter(|v| *v != ParamValue::Bool(iwarp_to)) {
+                if let Err(undo) = self.param_set(&h, iwarp, &v, Cmode::Runtime) {
+                    tracing::warn!(error = %undo, "devlink: could not restore {iwarp} on {h}");
+                }
+            }
+            return Err(e);
+        }
+        Ok(())
+    }
+}
+
 // ---------------------------------------------------------------- recorded answers
 
 /// The kernel's answers to devlink requests, as [`Exchange`]s a
@@ -972,6 +995,20 @@ pub mod recorded {
         done.finalize();
         replies.push(emit(&mut done));
         Exchange { request, replies }
+    }
+
+    /// A `PARAM_SET` the kernel refuses with `errno` (EOPNOTSUPP from ice's
+    /// validate hook, EINVAL for a wrong type).
+    pub fn param_set_refused(
+        family: u16,
+        h: &DevHandle,
+        name: &str,
+        value: &ParamValue,
+        cmode: Cmode,
+        errno: i32,
+    ) -> Exchange {
+        let request = request(super::param_set(family, h, name, value, cmode), false);
+        Exchange { replies: vec![ack(&request, errno)], request }
     }
 
     /// A `PARAM_SET` the kernel accepts (an ACK; the `PARAM_NEW`

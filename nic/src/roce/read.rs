@@ -56,6 +56,10 @@ fn observe_with<T: Transport, E: Ethtool>(
                 vendor: pf.vendor,
                 device: pf.device,
                 rdma: rdma_for(&pf.rdma, &nd.name),
+                protocol: Observed::from_option(
+                    pf.rdma_protocol,
+                    format!("{}: RDMA protocol unreadable (see the inventory's problems)", pf.pci),
+                ),
                 num_vfs: Observed::from_option(pf.num_vfs, format!("{}: sriov_numvfs unreadable", pf.pci)),
                 total_vfs: Observed::from_option(
                     pf.total_vfs,
@@ -76,6 +80,10 @@ fn observe_with<T: Transport, E: Ethtool>(
                 vendor: hca.vendor,
                 device: hca.device,
                 rdma: Some(&hca.rdma),
+                protocol: Observed::from_option(
+                    hca.rdma.protocol,
+                    format!("{}: node_type unreadable (see the inventory's problems)", hca.rdma.name),
+                ),
                 num_vfs: no_sriov(),
                 total_vfs: no_sriov(),
             };
@@ -100,6 +108,7 @@ struct Target<'a> {
     vendor: Option<u16>,
     device: Option<u16>,
     rdma: Option<&'a RdmaDev>,
+    protocol: Observed<RdmaProtocol>,
     num_vfs: Observed<u32>,
     total_vfs: Observed<u32>,
 }
@@ -231,6 +240,7 @@ fn observe_iface<T: Transport, E: Ethtool>(
         num_vfs: t.num_vfs.clone(),
         total_vfs: t.total_vfs.clone(),
         fw_lldp_agent: d.fw_lldp_agent,
+        rdma_protocol: t.protocol.clone(),
     }
 }
 
