@@ -291,15 +291,19 @@ pub struct InterfaceRoce {
     /// E810 firmware LLDP agent (`ethtool --show-priv-flags <if>` `fw-lldp-agent`);
     /// Unsupported on other drivers.
     pub fw_lldp_agent: Observed<bool>,
+    /// Active FEC mode (`ethtool --show-fec <if>`: `rs`, `baser`, `llrs`, `off`).
+    #[serde(default = "not_recorded")]
+    pub fec: Observed<String>,
     /// The RDMA protocol of the function (`RoCEv2`, `iWARP`, `none`): ice's
     /// auxiliary device kind (`ice.roce.N` / `ice.iwarp.N`, what the devlink
     /// parameters `enable_roce` / `enable_iwarp` select), else the RDMA
     /// device's `node_type` (see [`crate::inventory::Pf::rdma_protocol`]).
-    #[serde(default = "protocol_not_recorded")]
+    #[serde(default = "not_recorded")]
     pub rdma_protocol: Observed<RdmaProtocol>,
 }
 
-fn protocol_not_recorded() -> Observed<RdmaProtocol> {
+/// What a serialized [`InterfaceRoce`] of an older agent says of a field it lacked.
+fn not_recorded<T>() -> Observed<T> {
     Observed::Unknown("not recorded".into())
 }
 

@@ -430,6 +430,9 @@ pub struct InterfaceState {
     /// Link speed, Mb/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speed_mbps: Option<u32>,
+    /// Active FEC mode (`ethtool --show-fec`: `rs`, `baser`, `llrs`, `off`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fec: Option<String>,
     /// Netdev MTU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,

@@ -109,6 +109,7 @@ pub fn interface_state(i: &InterfaceRoce) -> InterfaceState {
         rdma_device: i.rdma_dev.clone(),
         rdma_protocol: take(&mut un, "rdmaProtocol", &i.rdma_protocol).map(|p| p.as_str().to_string()),
         speed_mbps: take(&mut un, "speedMbps", &i.speed_mbps),
+        fec: take(&mut un, "fec", &i.fec),
         mtu: take(&mut un, "mtu", &i.mtu),
         active_mtu: take(&mut un, "activeMtu", &i.active_mtu),
         operstate: take(&mut un, "operstate", &i.operstate),

@@ -369,6 +369,14 @@ fn e810_in_rocev2_mode_passes_the_protocol_check_and_reports_it() {
     assert_eq!(c.result, CheckResult::Pass);
     assert_eq!((c.expected.as_str(), c.actual.as_str()), ("RoCEv2", "RoCEv2"));
     assert!(s.interfaces.iter().all(|i| i.rdma_protocol.as_deref() == Some("RoCEv2")), "{:#?}", s.interfaces);
+    // Link speed and FEC are reported (ETHTOOL_GFECPARAM: active RS).
+    let i = &s.interfaces[0];
+    assert_eq!((i.speed_mbps, i.fec.as_deref()), (Some(25_000), Some("rs")));
+    assert!(
+        !i.unavailable.iter().any(|u| u.field == "fec" || u.field == "rdmaProtocol"),
+        "{:#?}",
+        i.unavailable
+    );
 }
 
 #[test]

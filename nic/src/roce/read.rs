@@ -240,6 +240,7 @@ fn observe_iface<T: Transport, E: Ethtool>(
         num_vfs: t.num_vfs.clone(),
         total_vfs: t.total_vfs.clone(),
         fw_lldp_agent: d.fw_lldp_agent,
+        fec: d.fec,
         rdma_protocol: t.protocol.clone(),
     }
 }
@@ -369,6 +370,7 @@ struct DcbPart {
     ets: Observed<IeeeEts>,
     global_pause: Observed<bool>,
     fw_lldp_agent: Observed<bool>,
+    fec: Observed<String>,
 }
 
 impl DcbPart {
@@ -390,6 +392,7 @@ impl DcbPart {
             ets: o(reason, unsupported),
             global_pause: o(reason, unsupported),
             fw_lldp_agent: o(reason, unsupported),
+            fec: o(reason, unsupported),
         }
     }
 }
@@ -442,7 +445,7 @@ fn dcb_part<T: Transport, E: Ethtool>(
     name: &str,
     legacy: Option<Observed<Trust>>,
 ) -> DcbPart {
-    let (global_pause, fw_lldp_agent) = match &mut k.ethtool {
+    let (global_pause, fw_lldp_agent, fec) = match &mut k.ethtool {
         Ok(e) => {
             let pause = match ethtool::pause(e, name) {
                 Ok(EthtoolAnswer::Value((_, rx, tx))) => Observed::Value(rx || tx),
@@ -454,9 +457,14 @@ fn dcb_part<T: Transport, E: Ethtool>(
                 Ok(EthtoolAnswer::Unsupported(r)) => Observed::Unsupported(format!("{name}: {r}")),
                 Err(e) => Observed::Unknown(format!("{name}: ethtool private flags: {e}")),
             };
-            (pause, lldp)
+            let fec = match ethtool::fec(e, name) {
+                Ok(EthtoolAnswer::Value(v)) => Observed::Value(v),
+                Ok(EthtoolAnswer::Unsupported(r)) => Observed::Unsupported(format!("{name}: {r}")),
+                Err(e) => Observed::Unknown(format!("{name}: ETHTOOL_GFECPARAM: {e}")),
+            };
+            (pause, lldp, fec)
         }
-        Err(e) => (Observed::Unknown(e.clone()), Observed::Unknown(e.clone())),
+        Err(e) => (Observed::Unknown(e.clone()), Observed::Unknown(e.clone()), Observed::Unknown(e.clone())),
     };
     let client = match &mut k.dcb {
         Ok(c) => c,
@@ -464,13 +472,14 @@ fn dcb_part<T: Transport, E: Ethtool>(
             let mut p = DcbPart::all(e, false);
             p.global_pause = global_pause;
             p.fw_lldp_agent = fw_lldp_agent;
+            p.fec = fec;
             return p;
         }
     };
     match client.dcb_ieee_get(name) {
         Ok(state) => {
             let (dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets) = dcb_from_ieee(&state, legacy);
-            DcbPart { dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets, global_pause, fw_lldp_agent }
+            DcbPart { dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets, global_pause, fw_lldp_agent, fec }
         }
         Err(e) => {
             if !e.is_unsupported() {
@@ -482,6 +491,7 @@ fn dcb_part<T: Transport, E: Ethtool>(
             }
             p.global_pause = global_pause;
             p.fw_lldp_agent = fw_lldp_agent;
+            p.fec = fec;
             p
         }
     }

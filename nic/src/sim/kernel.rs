@@ -160,5 +160,8 @@ fn ethtool_answers(model: Model, p: &PfDesc) -> Vec<EthtoolExchange> {
     } else {
         EthtoolExchange::priv_flags(&p.netdev, &ICE_PRIV_FLAGS, u32::from(r.fw_lldp_agent) << 1)
     });
+    // FEC configured auto (ETHTOOL_FEC_AUTO, bit 1), active RS (ETHTOOL_FEC_RS,
+    // bit 3): what 25G and 100G copper/optical links settle on with both drivers.
+    v.push(EthtoolExchange::fec(&p.netdev, 1 << 3, 1 << 1));
     v
 }
