@@ -265,14 +265,25 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
             |s| s == "ACTIVE",
             || format!("ip link set dev {} up", i.netdev),
         ));
-        out.push(c.observed(
-            "gid-index",
-            "a RoCE v2 GID",
-            &i.gid_index,
-            |g| format!("index {g}"),
-            |_| true,
-            || format!("ip addr add <address>/<prefix> dev {}", i.netdev),
-        ));
+        let not_roce = i.rdma_protocol.value().filter(|&&p| p != RdmaProtocol::RoceV2);
+        out.push(match not_roce {
+            // An RNIC has one GID, its MAC, and no RoCE v2 entry (irdma_query_gid).
+            Some(proto) => c.make(
+                "gid-index",
+                "a RoCE v2 GID",
+                &format!("{proto}: no RoCE GIDs (see rdma-protocol)"),
+                CheckResult::NotApplicable,
+                String::new(),
+            ),
+            None => c.observed(
+                "gid-index",
+                "a RoCE v2 GID",
+                &i.gid_index,
+                |g| format!("index {g}"),
+                |_| true,
+                || format!("ip addr add <address>/<prefix> dev {}", i.netdev),
+            ),
+        });
     }
     out.push(protocol_check(&c, i));
     out.push(fw_lldp_check(&c, i));

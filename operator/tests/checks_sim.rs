@@ -393,6 +393,12 @@ fn e810_in_iwarp_mode_fails_with_the_devlink_commands_and_nothing_else_fails() {
     // Every DCB setting is right: the protocol is the one thing that stops RoCE here.
     assert_eq!(failing(&s), ["ens3f0/rdma-protocol"]);
     assert_eq!(check(&s, "ens3f1", "rdma-protocol").result, CheckResult::Pass);
+    // An RNIC has no RoCE mode and no RoCE GIDs: not failures of their own.
+    for name in ["roce-mode", "gid-index"] {
+        let c = check(&s, "ens3f0", name);
+        assert_eq!(c.result, CheckResult::NotApplicable, "{c:?}");
+        assert!(c.actual.starts_with("iWARP: "), "{c:?}");
+    }
     let i = s.interfaces.iter().find(|i| i.name == "ens3f0").unwrap();
     assert_eq!(i.rdma_protocol.as_deref(), Some("iWARP"));
     assert_eq!(s.summary.ready, "False");
