@@ -348,6 +348,9 @@ pub struct Recording {
     pub dcb: Vec<Exchange>,
     /// ethtool commands and their answers.
     pub ethtool: Vec<EthtoolExchange>,
+    /// Generic netlink devlink exchanges (the family lookup, then parameter
+    /// GETs of ice PFs); empty on a node without an ice PF.
+    pub devlink: Vec<Exchange>,
 }
 
 /// Options for [`observe`].

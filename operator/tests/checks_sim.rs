@@ -409,3 +409,46 @@ fn mlx5_ports_run_roce_and_pass_the_protocol_check() {
     let s = run(&example("cx6dx-dual"));
     assert_eq!(check(&s, "ens1f0np0", "rdma-protocol").actual, "RoCEv2");
 }
+
+/// The protocol of an ice PF comes over devlink (`enable_roce`/`enable_iwarp`)
+/// and must agree with the RDMA function discovery found; an older irdma without
+/// those parameters leaves the discovered protocol standing.
+#[test]
+fn e810_protocol_is_read_over_devlink_and_checked_against_the_auxiliary_device() {
+    use nic::netlink::devlink::{recorded, Cmode, DevHandle, Param, ParamReply, ParamType, ParamValue};
+    use nic::roce::{DcbSource, Observed, RdmaProtocol};
+    let mut node = SimNode::new(&example("e810-xxv"));
+    let DcbSource::Recorded(r) = &mut node.source.dcb else { panic!("a simulated node is recorded") };
+    // The family lookup, then two GETs per PF.
+    assert_eq!(r.devlink.len(), 5);
+    let proto = |n: &SimNode, iface: &str| n.read().interface(iface).unwrap().rdma_protocol.clone();
+    // devlink says iWARP on the first PF while its auxiliary device is ice.roce.N.
+    let h = DevHandle::pci("0000:17:00.0".parse().unwrap());
+    let get = |name: &str, on: bool| {
+        let param = Param {
+            name: name.into(),
+            generic: true,
+            kind: ParamType::Bool,
+            values: vec![(Cmode::Runtime, ParamValue::Bool(on))],
+        };
+        // 0x15: the family id the simulated kernel gives devlink (its recorded lookup, r.devlink[0]).
+        recorded::param_get(0x15, &ParamReply { handle: h.clone(), param })
+    };
+    r.devlink[1] = get("enable_roce", false);
+    r.devlink[2] = get("enable_iwarp", true);
+    match proto(&node, "ens2f0") {
+        Observed::Unknown(why) => {
+            assert!(why.contains("devlink says iWARP") && why.contains("runs RoCEv2"), "{why}");
+        }
+        o => panic!("{o:?}"),
+    }
+    assert_eq!(proto(&node, "ens2f1"), Observed::Value(RdmaProtocol::RoceV2));
+
+    // The older irdma (roce_ena): ice has no such parameters, the auxiliary device decides.
+    let mut desc = example("e810-xxv");
+    desc.irdma_roce_ena = Some(true);
+    let node = SimNode::new(&desc);
+    assert_eq!(proto(&node, "ens2f0"), Observed::Value(RdmaProtocol::RoceV2));
+    let s = evaluate(&default_profile(), &node.read());
+    assert_eq!(check(&s, "ens2f0", "rdma-protocol").result, CheckResult::Pass);
+}
