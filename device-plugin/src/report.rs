@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use nic::{Inventory, LinkLayer, Netdev, RdmaDev};
+use nic::{Inventory, LinkLayer, Netdev, Pf, RdmaDev, RdmaProtocol, Vf};
 use serde_json::json;
 
 use crate::config::{Config, Format, Mode, Policy};
@@ -71,6 +71,34 @@ fn link(n: Option<&Netdev>) -> String {
             format!("{}{ll}", n.operstate.as_deref().unwrap_or("?"))
         }
     }
+}
+
+/// Why an E810 (ice) VF has no RDMA device, or `None` when it has one or its
+/// PF is not an E810. VF RDMA on E810 takes an `iavf.rdma.N` auxiliary device,
+/// which only Intel's out-of-tree iavf creates (upstream iavf has no RDMA), on
+/// a PF whose own RDMA function is on.
+pub fn e810_vf_no_rdma_why(pf: &Pf, vf: &Vf) -> Option<String> {
+    if !vf.rdma.is_empty() || pf.driver.as_deref() != Some("ice") {
+        return None;
+    }
+    Some(match (vf.driver.as_deref(), pf.rdma_protocol) {
+        (Some("vfio-pci"), _) => "bound to vfio-pci: the function belongs to userspace, no kernel RDMA device".into(),
+        (None, _) => "no driver bound".into(),
+        (_, Some(RdmaProtocol::None)) => format!(
+            "PF {} has RDMA off (devlink enable_roce and enable_iwarp both false): its VFs cannot have RDMA either",
+            pf.pci
+        ),
+        (Some("iavf"), p) => format!(
+            "iavf created no iavf.rdma.N auxiliary device: upstream iavf has no VF RDMA, Intel's out-of-tree \
+             ice/iavf/irdma drivers add it (the PF runs {})",
+            p.map_or("an unknown protocol".to_string(), |p| p.to_string())
+        ),
+        (Some(d), _) => format!("driver {d} registered no RDMA device"),
+    })
+}
+
+fn protocol(p: Option<RdmaProtocol>) -> String {
+    p.map_or("?".into(), |p| p.to_string())
 }
 
 fn rdma_names(r: &[RdmaDev]) -> String {
@@ -169,13 +197,27 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str, ku
                 dash(n.and_then(|n| n.mtu)),
                 dash(pf.numa_node),
                 rdma_names(&pf.rdma),
+                protocol(pf.rdma_protocol),
                 format!("{}/{}", dash(pf.num_vfs), dash(pf.total_vfs)),
                 pf.upstream.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(" > "),
             ]
         })
         .collect();
     s.push_str(&table(
-        &["PCI", "VENDOR:DEV", "DRIVER", "NETDEV", "LINK", "SPEED", "MTU", "NUMA", "RDMA", "VFS", "UPSTREAM"],
+        &[
+            "PCI",
+            "VENDOR:DEV",
+            "DRIVER",
+            "NETDEV",
+            "LINK",
+            "SPEED",
+            "MTU",
+            "NUMA",
+            "RDMA",
+            "PROTOCOL",
+            "VFS",
+            "UPSTREAM",
+        ],
         &rows,
     ));
 
@@ -237,6 +279,18 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str, ku
         ],
         &rows,
     ));
+
+    let no_rdma: Vec<Vec<String>> = inv
+        .pfs
+        .iter()
+        .flat_map(|pf| {
+            pf.vfs.iter().filter_map(move |vf| Some(vec![vf.pci.to_string(), e810_vf_no_rdma_why(pf, vf)?]))
+        })
+        .collect();
+    if !no_rdma.is_empty() {
+        let _ = writeln!(s, "\nE810 VFs without an RDMA device ({})", no_rdma.len());
+        s.push_str(&table(&["PCI", "WHY"], &no_rdma));
+    }
 
     if !inv.hcas.is_empty() {
         let _ = writeln!(s, "\nRDMA HCAs without SR-IOV ({})", inv.hcas.len());
@@ -377,10 +431,23 @@ pub fn render_json(inv: &Inventory, cfg: &Config, plan: &Plan, kubelet_dir: &Pat
             })
         })
         .collect();
-    json!({
+    let no_rdma: Vec<serde_json::Value> = inv
+        .pfs
+        .iter()
+        .flat_map(|pf| {
+            pf.vfs.iter().filter_map(move |vf| {
+                Some(json!({"vf": vf.pci.to_string(), "why": e810_vf_no_rdma_why(pf, vf)?}))
+            })
+        })
+        .collect();
+    let mut v = json!({
         "config": describe_config(cfg),
         "inventory": inv,
         "pools": pools,
         "decisions": plan.decisions,
-    })
+    });
+    if !no_rdma.is_empty() {
+        v["vfsWithoutRdma"] = serde_json::Value::Array(no_rdma);
+    }
+    v
 }

@@ -73,3 +73,34 @@ fn a_bad_config_fails_with_its_error_and_exit_code_1() {
     assert!(!ok);
     assert!(err.contains("bad-mode.yaml: pool \"rdma_a\": field `mode`"), "{err}");
 }
+
+/// The protocol of each E810 PF, and why each VF has no RDMA device (upstream
+/// iavf has none); with VF RDMA on, the VFs are served and nothing is explained.
+#[test]
+fn e810_nodes_show_the_pf_protocol_and_why_a_vf_has_no_rdma() {
+    let node = common::examples().join("e810-c-iwarp.yaml");
+    let (ok, out, err) = discover(&["--sim", node.to_str().unwrap()]);
+    assert!(ok, "{err}");
+    let pf = |bdf: &str| out.lines().find(|l| l.starts_with(bdf)).unwrap().to_string();
+    assert!(out.lines().any(|l| l.starts_with("PCI") && l.contains(" PROTOCOL ")), "{out}");
+    assert!(pf("0000:5e:00.0").contains(" iWARP "), "{out}");
+    assert!(pf("0000:5e:00.1").contains(" RoCEv2 "), "{out}");
+    assert!(out.contains("E810 VFs without an RDMA device (4)"), "{out}");
+    let why = out.lines().rfind(|l| l.starts_with("0000:5e:01.0")).unwrap();
+    assert!(why.contains("no iavf.rdma.N auxiliary device") && why.ends_with("(the PF runs iWARP)"), "{why}");
+
+    let (ok, out, err) = discover(&["--sim", node.to_str().unwrap(), "--output", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let list = v["vfsWithoutRdma"].as_array().unwrap();
+    assert_eq!(list.len(), 4);
+    assert_eq!(list[0]["vf"], "0000:5e:01.0");
+
+    let node = common::examples().join("e810-c-vf-rdma.yaml");
+    let (ok, out, err) = discover(&["--sim", node.to_str().unwrap(), "--output", "json"]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v.get("vfsWithoutRdma").is_none(), "{v}");
+    let served = v["pools"][0]["devices"].as_array().unwrap();
+    assert_eq!(served.len(), 4);
+}

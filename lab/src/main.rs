@@ -7,6 +7,7 @@
 
 mod cni;
 mod dcb;
+mod devlink;
 mod discover;
 mod events;
 mod harness;
@@ -29,6 +30,7 @@ fn tests() -> Vec<Test> {
     v.extend(discover::tests());
     v.extend(events::tests());
     v.extend(dcb::tests());
+    v.extend(devlink::tests());
     v.extend(cni::tests());
     // Last: it takes rxe's netdev down for a moment.
     v.extend(plugin::tests());

@@ -197,6 +197,45 @@ fn is_rdma_aux(name: &str) -> bool {
         && id.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// The RDMA protocol of a device from its `node_type` (`"1: CA"`, `"4: RNIC"`;
+/// `enum rdma_node_type` in include/rdma/ib_verbs.h, printed by `node_type_show`
+/// in drivers/infiniband/core/sysfs.c) and its ports' link layer. `Ok(None)`: a
+/// CA whose link layer could not be read (a problem says so already).
+fn protocol_of(node_type: &str, ports: &[RdmaPort]) -> Result<Option<RdmaProtocol>, String> {
+    let num = node_type.split_once(':').map_or(node_type, |(n, _)| n).trim();
+    match num {
+        // RDMA_NODE_IB_CA: RoCE or InfiniBand, by link layer.
+        "1" => Ok(ports.first().and_then(|p| p.link_layer).map(|l| match l {
+            LinkLayer::Ethernet => RdmaProtocol::RoceV2,
+            LinkLayer::InfiniBand => RdmaProtocol::InfiniBand,
+        })),
+        // RDMA_NODE_RNIC.
+        "4" => Ok(Some(RdmaProtocol::Iwarp)),
+        _ => Err(format!("node type {node_type:?} is neither a CA (1) nor an RNIC (4)")),
+    }
+}
+
+/// A PF's protocol: the kind of ice's auxiliary device (`ice.roce.N`,
+/// `ice.iwarp.N`; `ice_plug_aux_dev` in drivers/net/ethernet/intel/ice/ice_idc.c
+/// names it after the PF's RDMA mode), else its RDMA device's, else none.
+fn pf_protocol(aux: &[String], rdma: &[RdmaDev], problems: &mut Vec<Problem>) -> Option<RdmaProtocol> {
+    let kind = |k: &str| aux.iter().any(|a| a.split('.').nth(1) == Some(k));
+    match (kind("roce"), kind("iwarp")) {
+        (true, true) => {
+            // ice plugs one aux device per PF: both kinds at once is a layout we cannot read.
+            problems
+                .push(problem("rdma_protocol", format!("both RoCE and iWARP auxiliary devices: {aux:?}")));
+            None
+        }
+        (true, false) => Some(RdmaProtocol::RoceV2),
+        (false, true) => Some(RdmaProtocol::Iwarp),
+        (false, false) => match rdma.first() {
+            Some(d) => d.protocol,
+            None => Some(RdmaProtocol::None),
+        },
+    }
+}
+
 /// `"4: ACTIVE"` → `"ACTIVE"`.
 fn state_name(s: &str) -> Option<String> {
     let (num, name) = s.split_once(':')?;
@@ -438,8 +477,25 @@ impl<'a> Walk<'a> {
             self.read_unattached_rdma(&seen, &mut inv);
         }
         inv.rdma_cm = self.dev_nodes.contains("rdma_cm");
+        inv.irdma_roce_ena = self.irdma_roce_ena(&mut inv);
         inv.vfio_container = self.vfio_nodes.contains("vfio");
         inv
+    }
+
+    /// The out-of-tree irdma's `roce_ena` module parameter, when that irdma is loaded.
+    fn irdma_roce_ena(&self, inv: &mut Inventory) -> Option<bool> {
+        let p = self.roots.sys("module/irdma/parameters/roce_ena");
+        match sysfs::read_string(&p) {
+            // A bool module parameter prints Y/N; an int one 1/0.
+            Ok(v) if v == "Y" || v == "1" => Some(true),
+            Ok(v) if v == "N" || v == "0" => Some(false),
+            Ok(v) => {
+                let reason = format!("{p:?}: expected Y/N or 1/0, found {v:?}");
+                inv.skipped.push(Skipped { device: "irdma roce_ena".into(), reason });
+                None
+            }
+            Err(_) => None,
+        }
     }
 
     /// Lists `bus/pci/devices` (sorted names).
@@ -561,6 +617,8 @@ impl<'a> Walk<'a> {
         let upstream = self.upstream(a, e, &mut problems);
         let netdevs = self.netdevs(e);
         let rdma = self.rdma_of(e, &netdevs);
+        let rdma_aux: Vec<String> = e.names.iter().filter(|n| is_rdma_aux(n)).cloned().collect();
+        let rdma_protocol = pf_protocol(&rdma_aux, &rdma, &mut problems);
         // virtfnN links, by numeric index (virtfn10 after virtfn9).
         let mut links: Vec<(u32, String)> = e
             .names
@@ -585,6 +643,8 @@ impl<'a> Walk<'a> {
             numa_node,
             netdevs,
             rdma,
+            rdma_aux,
+            rdma_protocol,
             upstream,
             vfs: vec![],
             problems,
@@ -751,6 +811,8 @@ impl<'a> Walk<'a> {
                     umad: chars.umad.get(name).cloned().unwrap_or_default(),
                     issm: chars.issm.get(name).cloned().unwrap_or_default(),
                     ports: vec![],
+                    // node_type is hidden with the device; the pod's side knows.
+                    protocol: None,
                     in_other_netns: true,
                     problems: chars.problems.clone(),
                 });
@@ -790,7 +852,21 @@ impl<'a> Walk<'a> {
         let issm = chars.issm.get(&name).cloned().unwrap_or_default();
         let mtu = netdevs.iter().find_map(|n| n.mtu).and_then(roce_active_mtu);
         let ports = read_ports(ibdir, &name, mtu, self.gid_tables, &mut problems);
-        RdmaDev { name, via, node_guid, uverbs, umad, issm, ports, in_other_netns: false, problems }
+        let node_type_rel = Path::new(&name).join("node_type");
+        let protocol = match ibdir.read_string(&node_type_rel) {
+            Ok(t) => match protocol_of(&t, &ports) {
+                Ok(p) => p,
+                Err(why) => {
+                    problems.push(problem("node_type", format!("{:?}: {why}", ibdir.join(&node_type_rel))));
+                    None
+                }
+            },
+            Err(e) => {
+                problems.push(problem("node_type", e.to_string()));
+                None
+            }
+        };
+        RdmaDev { name, via, node_guid, uverbs, umad, issm, ports, protocol, in_other_netns: false, problems }
     }
 
     /// `/sys/class/infiniband_verbs/*/ibdev`, for kernels or layouts where the

@@ -32,6 +32,13 @@ pub struct Inventory {
     /// port's `gids` is empty by choice, not because the table is.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub gid_tables_skipped: bool,
+    /// The `roce_ena` parameter of an older, out-of-tree irdma
+    /// (`/sys/module/irdma/parameters/roce_ena`), which chose RoCEv2 (true) or
+    /// iWARP (false, its default) for every E810 port before ice's devlink
+    /// parameters `enable_roce`/`enable_iwarp` existed. `None`: no such
+    /// parameter (upstream irdma, or irdma not loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irdma_roce_ena: Option<bool>,
 }
 
 /// A field that could not be read, and why.
@@ -103,6 +110,17 @@ pub struct Pf {
     pub netdevs: Vec<Netdev>,
     /// RDMA devices of the PF (direct `infiniband/` or via an auxiliary device).
     pub rdma: Vec<RdmaDev>,
+    /// The PF's auxiliary devices for RDMA (`ice.roce.0`, `ice.iwarp.1`,
+    /// `mlx5_core.rdma.0`), with or without an RDMA device registered under
+    /// them: ice plugs `ice.<protocol>.N` whether or not irdma is loaded.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rdma_aux: Vec<String>,
+    /// The RDMA protocol the PF's RDMA function runs: ice's auxiliary device
+    /// kind first (ice names it after the mode it plugged it in,
+    /// `ice_plug_aux_dev`), else its RDMA device's ([`RdmaDev::protocol`]), else
+    /// [`RdmaProtocol::None`]. `None` (the `Option`): not known, with a problem.
+    #[serde(default)]
+    pub rdma_protocol: Option<RdmaProtocol>,
     /// PCIe bridges between this function and the root complex, nearest first
     /// (the last one is the root port).
     pub upstream: Vec<PciAddr>,
@@ -185,6 +203,11 @@ pub struct RdmaDev {
     pub issm: Vec<CharDev>,
     /// Ports, by number (1-based).
     pub ports: Vec<RdmaPort>,
+    /// The protocol it speaks, from `node_type` (`4: RNIC` is iWARP; a `1: CA`
+    /// speaks RoCE on an Ethernet port, InfiniBand on an InfiniBand one).
+    /// `None`: unreadable, with a problem.
+    #[serde(default)]
+    pub protocol: Option<RdmaProtocol>,
     /// The device is not in this network namespace: in exclusive RDMA netns
     /// mode it was moved into another one (a pod's), so the namespace-tagged
     /// `infiniband` class hides it. It is known only from its char devices
@@ -194,6 +217,52 @@ pub struct RdmaDev {
     pub in_other_netns: bool,
     /// Fields that could not be read.
     pub problems: Vec<Problem>,
+}
+
+/// The RDMA protocol of a port's RDMA function. An E810 port (irdma) runs
+/// either RoCEv2 or iWARP, chosen per PF; ConnectX runs RoCE on Ethernet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum RdmaProtocol {
+    /// RoCE (v2 on routed fabrics; mlx5 and irdma RoCE devices also speak v1).
+    #[serde(rename = "RoCEv2")]
+    RoceV2,
+    /// iWARP (RDMA over TCP).
+    #[serde(rename = "iWARP")]
+    Iwarp,
+    /// InfiniBand (an HCA port in InfiniBand mode).
+    #[serde(rename = "InfiniBand")]
+    InfiniBand,
+    /// No RDMA function at all (E810 with RDMA disabled, a PF without an RDMA device).
+    #[serde(rename = "none")]
+    None,
+}
+
+impl RdmaProtocol {
+    /// `RoCEv2`, `iWARP`, `InfiniBand` or `none`, as status, metrics and docs spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RdmaProtocol::RoceV2 => "RoCEv2",
+            RdmaProtocol::Iwarp => "iWARP",
+            RdmaProtocol::InfiniBand => "InfiniBand",
+            RdmaProtocol::None => "none",
+        }
+    }
+}
+
+impl std::fmt::Display for RdmaProtocol {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RdmaProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        [RdmaProtocol::RoceV2, RdmaProtocol::Iwarp, RdmaProtocol::InfiniBand, RdmaProtocol::None]
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| format!("{s:?} is not an RDMA protocol (RoCEv2, iWARP, InfiniBand, none)"))
+    }
 }
 
 /// A character device of an RDMA device.

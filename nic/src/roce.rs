@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-pub use crate::inventory::NetnsMode;
+pub use crate::inventory::{NetnsMode, RdmaProtocol};
 use crate::netlink::dcb::dcbx::{DCB_CAP_DCBX_HOST, DCB_CAP_DCBX_LLD_MANAGED, DCB_CAP_DCBX_VER_IEEE};
 pub use crate::netlink::dcb::{IeeeEts, IeeePfc, Priorities};
 pub use crate::netlink::transport::Exchange;
@@ -291,6 +291,20 @@ pub struct InterfaceRoce {
     /// E810 firmware LLDP agent (`ethtool --show-priv-flags <if>` `fw-lldp-agent`);
     /// Unsupported on other drivers.
     pub fw_lldp_agent: Observed<bool>,
+    /// Active FEC mode (`ethtool --show-fec <if>`: `rs`, `baser`, `llrs`, `off`).
+    #[serde(default = "not_recorded")]
+    pub fec: Observed<String>,
+    /// The RDMA protocol of the function (`RoCEv2`, `iWARP`, `none`): ice's
+    /// auxiliary device kind (`ice.roce.N` / `ice.iwarp.N`, what the devlink
+    /// parameters `enable_roce` / `enable_iwarp` select), else the RDMA
+    /// device's `node_type` (see [`crate::inventory::Pf::rdma_protocol`]).
+    #[serde(default = "not_recorded")]
+    pub rdma_protocol: Observed<RdmaProtocol>,
+}
+
+/// What a serialized [`InterfaceRoce`] of an older agent says of a field it lacked.
+fn not_recorded<T>() -> Observed<T> {
+    Observed::Unknown("not recorded".into())
 }
 
 /// ECN per role (NVIDIA OFED sysfs `ecn/roce_np`, `ecn/roce_rp`).
@@ -334,6 +348,9 @@ pub struct Recording {
     pub dcb: Vec<Exchange>,
     /// ethtool commands and their answers.
     pub ethtool: Vec<EthtoolExchange>,
+    /// Generic netlink devlink exchanges (the family lookup, then parameter
+    /// GETs of ice PFs); empty on a node without an ice PF.
+    pub devlink: Vec<Exchange>,
 }
 
 /// Options for [`observe`].

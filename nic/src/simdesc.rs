@@ -31,7 +31,7 @@ use serde::{Deserialize, Serialize};
 use crate::pci::PciAddr;
 
 // Domain types live in the model; the description format names them.
-pub use crate::inventory::NetnsMode;
+pub use crate::inventory::{NetnsMode, RdmaProtocol};
 pub use crate::roce::{DcbxMode, Trust};
 
 /// A whole simulated node.
@@ -56,6 +56,12 @@ pub struct NodeDesc {
     /// as the kernel boots).
     #[serde(default)]
     pub rdma_netns_mode: NetnsMode,
+    /// An older, out-of-tree irdma with the `roce_ena` module parameter (true:
+    /// RoCEv2 on every E810 port, false: iWARP, its default) and no ice devlink
+    /// parameters for the protocol. Omitted: upstream ice/irdma (Linux ≥ 5.15),
+    /// where each PF's protocol is the devlink `enable_roce`/`enable_iwarp` pair.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub irdma_roce_ena: Option<bool>,
 }
 
 /// A PCIe switch: an upstream port under a root port; each device behind it
@@ -187,6 +193,13 @@ pub struct PfDesc {
     /// `rocep` uses the PCI-derived name (`rocep<bus>s<dev>f<fn>v<N>`).
     #[serde(default)]
     pub rdma_naming: RdmaNaming,
+    /// The PF's RDMA protocol: `RoCEv2`, `iWARP` (E810 only) or `none` (RDMA
+    /// disabled: no auxiliary device, no RDMA device). Default: RoCEv2, what ice
+    /// starts a PF in (`ice_init_rdma`), or with `irdmaRoceEna` what that says.
+    /// An E810 PF in RoCEv2 or iWARP mode has its `ice.roce.N`/`ice.iwarp.N`
+    /// auxiliary device even without `rdma` (irdma not loaded).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_protocol: Option<RdmaProtocol>,
     /// Whether VFs get RDMA devices (default: true for mlx5, false for E810, whose
     /// iavf VFs get `iavf.rdma.N` only when enabled here).
     #[serde(default)]

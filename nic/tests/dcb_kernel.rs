@@ -136,6 +136,8 @@ fn observe_with_the_real_kernel_reports_unsupported_dcb_pause_and_lldp() {
                 problems: vec![],
             }],
             rdma: vec![],
+            rdma_aux: vec![],
+            rdma_protocol: None,
             upstream: vec![],
             vfs: vec![],
             problems: vec![],

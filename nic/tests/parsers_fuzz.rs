@@ -1,6 +1,7 @@
 //! Property tests (proptest, run by `cargo test`) for the netlink reply
 //! parsers the agent and the CNI feed with kernel bytes: the DCB codec, the
-//! RDMA nldev codec, the generic netlink controller codec, and the transport's
+//! RDMA nldev codec, the generic netlink controller codec, the devlink
+//! parameter codec (and its model: [`Param`], [`ParamReply`]), and the transport's
 //! framing/ACK handling in front of them.
 //!
 //! Properties: any bytes decode or fail with an error, never a panic; any
@@ -12,6 +13,9 @@ use netlink_packet_core::{DefaultNla, NetlinkMessage, NetlinkPayload};
 use nic::netlink::dcb::{
     parse_messages, AppAttr, DcbApp, DcbAttr, DcbBuffer, DcbMessage, DcbMsg, IeeeAttr, IeeeEts, IeeeMaxrate,
     IeeePfc, Priorities, RawNla, RTM_GETDCB, RTM_SETDCB,
+};
+use nic::netlink::devlink::{
+    Cmode, DevHandle, Devlink, DevlinkAttr, DevlinkMessage, Param, ParamReply, ParamType, ParamValue,
 };
 use nic::netlink::genl::{CtrlAttr, GenlMessage};
 use nic::netlink::nldev::{NldevAttr, NldevMessage};
@@ -156,6 +160,90 @@ fn nldev_reparses(raw: &[u8]) {
     }
 }
 
+// ---------------------------------------------------------------- devlink
+
+fn devlink_leaf() -> impl Strategy<Value = DevlinkAttr> {
+    let name = "[a-z0-9_:.]{0,20}";
+    prop_oneof![
+        name.prop_map(DevlinkAttr::BusName),
+        name.prop_map(DevlinkAttr::DevName),
+        any::<u32>().prop_map(DevlinkAttr::PortIndex),
+        name.prop_map(DevlinkAttr::ParamName),
+        Just(DevlinkAttr::ParamGeneric),
+        any::<u8>().prop_map(DevlinkAttr::ParamType),
+        vec(any::<u8>(), 0..9).prop_map(DevlinkAttr::ParamValueData),
+        any::<u8>().prop_map(DevlinkAttr::ParamValueCmode),
+        (100u16..200, vec(any::<u8>(), 0..12)).prop_map(|(k, v)| DevlinkAttr::Other(DefaultNla::new(k, v))),
+    ]
+}
+
+/// Attributes nested as deep as devlink parameters nest (PARAM → VALUES_LIST → VALUE).
+fn devlink_attr() -> impl Strategy<Value = DevlinkAttr> {
+    devlink_leaf().prop_recursive(2, 24, 4, |inner| {
+        prop_oneof![
+            vec(inner.clone(), 0..4).prop_map(DevlinkAttr::Param),
+            vec(inner.clone(), 0..4).prop_map(DevlinkAttr::ParamValuesList),
+            vec(inner, 0..4).prop_map(DevlinkAttr::ParamValue),
+        ]
+    })
+}
+
+fn devlink_msg() -> impl Strategy<Value = DevlinkMessage> {
+    (0x10u16.., any::<u8>(), any::<u8>(), vec(devlink_attr(), 0..5))
+        .prop_map(|(family, cmd, version, attrs)| GenlMessage { family, cmd, version, attrs })
+}
+
+fn param_value(kind: ParamType) -> BoxedStrategy<ParamValue> {
+    match kind {
+        ParamType::U8 => any::<u8>().prop_map(ParamValue::U8).boxed(),
+        ParamType::U16 => any::<u16>().prop_map(ParamValue::U16).boxed(),
+        ParamType::U32 => any::<u32>().prop_map(ParamValue::U32).boxed(),
+        ParamType::String => "[ -~]{0,31}".prop_map(ParamValue::String).boxed(),
+        ParamType::Bool => any::<bool>().prop_map(ParamValue::Bool).boxed(),
+    }
+}
+
+/// Parameters as a driver can have them: one type, a value per supported cmode.
+fn param() -> impl Strategy<Value = Param> {
+    let kind = prop_oneof![
+        Just(ParamType::U8),
+        Just(ParamType::U16),
+        Just(ParamType::U32),
+        Just(ParamType::String),
+        Just(ParamType::Bool)
+    ];
+    (kind, "[a-z_0-9]{1,24}", any::<bool>(), proptest::sample::subsequence(vec![0u8, 1, 2], 0..=3))
+        .prop_flat_map(|(kind, name, generic, cmodes)| {
+            vec(param_value(kind), cmodes.len()).prop_map(move |vals| Param {
+                name: name.clone(),
+                generic,
+                kind,
+                values: cmodes.iter().map(|c| Cmode::from_raw(*c).unwrap()).zip(vals).collect(),
+            })
+        })
+}
+
+fn param_reply() -> impl Strategy<Value = ParamReply> {
+    ("[a-z]{1,9}", "[a-z0-9:.]{1,16}", param())
+        .prop_map(|(bus, dev, param)| ParamReply { handle: DevHandle { bus, dev }, param })
+}
+
+fn devlink_reparses(raw: &[u8]) {
+    if let Ok(msgs) = parse_datagram::<DevlinkMessage>(raw) {
+        for m in &msgs {
+            if let NetlinkPayload::InnerMessage(d) = &m.payload {
+                let _ = ParamReply::from_message(d);
+            }
+        }
+        let again: Vec<u8> = msgs.iter().flat_map(|m| emit(&mut m.clone())).collect();
+        assert_eq!(
+            parse_datagram::<DevlinkMessage>(&again).map(without_len).ok(),
+            Some(without_len(msgs)),
+            "input {raw:02x?}"
+        );
+    }
+}
+
 /// One byte of `raw` replaced, or `raw` cut.
 fn mutated(raw: Vec<u8>) -> impl Strategy<Value = Vec<u8>> {
     let n = raw.len();
@@ -214,6 +302,42 @@ proptest! {
     }
 
     #[test]
+    fn devlink_parser_never_panics_on_any_bytes(raw in vec(any::<u8>(), 0..256)) {
+        devlink_reparses(&raw);
+    }
+
+    #[test]
+    fn devlink_messages_round_trip(m in devlink_msg(), seq in any::<u32>()) {
+        let mut msg = request_message(0, seq, m);
+        let raw = emit(&mut msg);
+        prop_assert_eq!(parse_datagram::<DevlinkMessage>(&raw).ok(), Some(vec![msg]));
+    }
+
+    #[test]
+    fn mutated_devlink_messages_never_panic(
+        raw in devlink_msg().prop_flat_map(|m| mutated(emit(&mut request_message(0, 1, m))))
+    ) {
+        devlink_reparses(&raw);
+    }
+
+    /// A parameter the kernel describes reads back as itself, on the wire too.
+    #[test]
+    fn devlink_param_replies_round_trip(r in param_reply(), family in 0x10u16..) {
+        prop_assert_eq!(Param::from_attrs(&r.param.to_attrs()), Ok(r.param.clone()));
+        let raw = emit(&mut request_message(0, 1, r.to_message(family)));
+        let msgs = parse_datagram::<DevlinkMessage>(&raw).unwrap();
+        let NetlinkPayload::InnerMessage(m) = &msgs[0].payload else { panic!("not a devlink message") };
+        prop_assert_eq!(ParamReply::from_message(m), Ok(r));
+    }
+
+    #[test]
+    fn mutated_param_replies_never_panic(
+        raw in param_reply().prop_flat_map(|r| mutated(emit(&mut request_message(0, 1, r.to_message(0x14)))))
+    ) {
+        devlink_reparses(&raw);
+    }
+
+    #[test]
     fn genl_parser_never_panics_on_any_bytes(raw in vec(any::<u8>(), 0..128)) {
         let _ = parse_datagram::<GenlMessage<CtrlAttr>>(&raw);
     }
@@ -234,8 +358,11 @@ proptest! {
             .collect();
         let mut c = Client::new(Recorded::new(replies.clone()));
         let _ = c.rdma_devices();
-        let mut c = Client::new(Recorded::new(replies));
+        let mut c = Client::new(Recorded::new(replies.clone()));
         let _ = c.dcb_ieee_get("eth0");
+        if let Ok(mut d) = Devlink::new(Client::new(Recorded::new(replies))) {
+            let _ = d.param_get(&"pci/0000:17:00.0".parse().unwrap(), "enable_roce");
+        }
     }
 }
 

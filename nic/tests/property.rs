@@ -112,6 +112,7 @@ fn random_desc(rng: &mut Rng, case: u32) -> NodeDesc {
         gpus,
         rdma_cm: rng.chance(80),
         rdma_netns_mode: Default::default(),
+        irdma_roce_ena: None,
     }
 }
 

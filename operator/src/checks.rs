@@ -13,7 +13,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use nic::roce::{
-    min_netdev_mtu_for, remediation, roce_active_mtu, InterfaceRoce, NodeRoce, Observed, Remedy, Trust,
+    min_netdev_mtu_for, remediation, roce_active_mtu, InterfaceRoce, NodeRoce, Observed, RdmaProtocol,
+    Remedy, Trust,
 };
 
 use crate::crd::{
@@ -218,7 +219,18 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
     }
     if let Some(cm) = &p.rdma_cm {
         let dev = i.rdma_dev.clone().unwrap_or_else(|| "<rdma-dev>".into());
-        if let Some(mode) = cm.roce_mode {
+        let not_roce = i.rdma_protocol.value().filter(|&&p| p != RdmaProtocol::RoceV2);
+        if let (Some(mode), Some(proto)) = (cm.roce_mode, not_roce) {
+            // rdma_cm gives a port without RoCE the IB GID type (cma_add_one):
+            // there is no RoCE mode to set until the protocol is fixed.
+            out.push(c.make(
+                "roce-mode",
+                mode.configfs(),
+                &format!("{proto}: no RoCE mode (see rdma-protocol)"),
+                CheckResult::NotApplicable,
+                String::new(),
+            ));
+        } else if let Some(mode) = cm.roce_mode {
             out.push(c.observed(
                 "roce-mode",
                 mode.configfs(),
@@ -253,18 +265,56 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
             |s| s == "ACTIVE",
             || format!("ip link set dev {} up", i.netdev),
         ));
-        out.push(c.observed(
-            "gid-index",
-            "a RoCE v2 GID",
-            &i.gid_index,
-            |g| format!("index {g}"),
-            |_| true,
-            || format!("ip addr add <address>/<prefix> dev {}", i.netdev),
-        ));
+        let not_roce = i.rdma_protocol.value().filter(|&&p| p != RdmaProtocol::RoceV2);
+        out.push(match not_roce {
+            // An RNIC has one GID, its MAC, and no RoCE v2 entry (irdma_query_gid).
+            Some(proto) => c.make(
+                "gid-index",
+                "a RoCE v2 GID",
+                &format!("{proto}: no RoCE GIDs (see rdma-protocol)"),
+                CheckResult::NotApplicable,
+                String::new(),
+            ),
+            None => c.observed(
+                "gid-index",
+                "a RoCE v2 GID",
+                &i.gid_index,
+                |g| format!("index {g}"),
+                |_| true,
+                || format!("ip addr add <address>/<prefix> dev {}", i.netdev),
+            ),
+        });
     }
+    out.push(protocol_check(&c, i));
     out.push(fw_lldp_check(&c, i));
     out.extend(chain_checks(p, i));
     out
+}
+
+/// A RoCE profile needs the function to speak RoCE. An E810 PF runs RoCEv2 or
+/// iWARP (or no RDMA), chosen by ice's devlink parameters; in iWARP mode every
+/// other check can pass while RoCE traffic cannot flow.
+fn protocol_check(c: &Ctx, i: &InterfaceRoce) -> Check {
+    c.observed(
+        "rdma-protocol",
+        RdmaProtocol::RoceV2.as_str(),
+        &i.rdma_protocol,
+        |p| p.as_str().into(),
+        |&p| p == RdmaProtocol::RoceV2,
+        || protocol_fix(i).map(|f| remediation(&i.netdev, &f)).unwrap_or_default(),
+    )
+}
+
+/// The fix for a function that does not run RoCE, where one exists: an ice PF
+/// (E810) in iWARP mode or with RDMA off goes to RoCEv2 through devlink. Other
+/// drivers have no such switch (an iWARP-only adapter cannot run RoCE).
+pub fn protocol_fix(i: &InterfaceRoce) -> Option<Remedy> {
+    match (&i.rdma_protocol, i.driver.as_deref(), i.pci) {
+        (Observed::Value(RdmaProtocol::Iwarp | RdmaProtocol::None), Some("ice"), Some(pci)) => {
+            Some(Remedy::EnableRoce { pci })
+        }
+        _ => None,
+    }
 }
 
 /// E810 firmware LLDP agent: while on, the firmware owns DCB and overwrites what the

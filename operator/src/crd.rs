@@ -422,9 +422,17 @@ pub struct InterfaceState {
     /// RDMA device.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rdma_device: Option<String>,
+    /// RDMA protocol of the function: `RoCEv2`, `iWARP`, `InfiniBand` or `none`
+    /// (an E810 PF runs RoCEv2 or iWARP, chosen by the devlink parameters
+    /// `enable_roce` / `enable_iwarp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rdma_protocol: Option<String>,
     /// Link speed, Mb/s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub speed_mbps: Option<u32>,
+    /// Active FEC mode (`ethtool --show-fec`: `rs`, `baser`, `llrs`, `off`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fec: Option<String>,
     /// Netdev MTU.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mtu: Option<u32>,

@@ -4,21 +4,26 @@
 //! what the node really has afterwards.
 //!
 //! Order ([`Remedy::rank`], the same order `kubectl rdma` prints remediations in):
-//! the E810 firmware LLDP agent off first (ice refuses host DCB changes while it
+//! an E810 PF in iWARP mode to RoCEv2 first (devlink `enable_iwarp` off, then
+//! `enable_roce` on: ice replugs the RDMA function, so it is behind
+//! `allowLinkFlap` and comes before the rdma_cm defaults it would reset); the
+//! E810 firmware LLDP agent off (ice refuses host DCB changes while it
 //! runs, and overwrites them); DCBX; link-level pause off before PFC (802.3x pause
 //! and PFC are exclusive); PFC and ETS on the lossless priority *before* steering
 //! DSCP to it (never send RoCE to a priority that drops); then the APP table,
 //! trust, ECN, CNP, rdma_cm defaults; MTU last (it flaps the link).
 //!
 //! Files go through [`nic::roce::write`], DCB through the netlink client of
-//! [`nic::netlink::dcb`]; this module touches no files itself.
+//! [`nic::netlink::dcb`], devlink parameters through [`nic::netlink::devlink`];
+//! this module touches no files itself.
 
 use std::collections::BTreeMap;
 
 use nic::netlink::dcb::{DcbError, IeeeEts, IeeePfc, Priorities};
+use nic::netlink::devlink::{Devlink, DevlinkError};
 use nic::netlink::transport::{Client, SocketTransport};
 use nic::roce::write::{self as w, RdmaCmDefault};
-use nic::roce::{remediation, DcbSource, InterfaceRoce, NodeRoce, Observed, Remedy, Trust};
+use nic::roce::{remediation, DcbSource, InterfaceRoce, NodeRoce, Observed, RdmaProtocol, Remedy, Trust};
 
 use crate::checks::interface_selected;
 use crate::crd::{EnforceRecord, RoceMode, RoceProfileSpec};
@@ -55,6 +60,9 @@ fn is_dcb(r: &Remedy) -> bool {
 /// left alone (no blind writes).
 pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
     let mut wanted: Vec<Remedy> = Vec::new();
+    if let Some(fix) = crate::checks::protocol_fix(i) {
+        wanted.push(fix);
+    }
     if let Observed::Value(true) = i.fw_lldp_agent {
         wanted.push(Remedy::FwLldpAgent(false));
     }
@@ -127,7 +135,11 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
         }
     }
     if let (Some(cm), Some(dev)) = (&p.rdma_cm, &i.rdma_dev) {
-        if let (Some(mode), Observed::Value(have)) = (cm.roce_mode, &i.roce_mode) {
+        // Not on a port without RoCE (rdma_cm refuses a RoCE mode there): irdma
+        // re-creates the device when the protocol switches, and the next pass
+        // sets the mode on the new one.
+        let roce = i.rdma_protocol.value().is_none_or(|&p| p == RdmaProtocol::RoceV2);
+        if let (Some(mode), Observed::Value(have), true) = (cm.roce_mode, &i.roce_mode, roce) {
             if have != mode.configfs() {
                 wanted.push(Remedy::RoceMode { rdma_dev: dev.clone(), port: 1, v2: mode == RoceMode::V2 });
             }
@@ -150,7 +162,13 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
     let mut out = Vec::new();
     for remedy in wanted {
         let mut refused = (remedy.flaps_link(driver) && !p.allow_link_flap).then(|| {
-            format!("would bounce the link; set allowLinkFlap or run: {}", remediation(&i.netdev, &remedy))
+            let what = match remedy {
+                Remedy::EnableRoce { .. } => {
+                    "would reload the PF's RDMA function (its RDMA device and every connection on it go away)"
+                }
+                _ => "would bounce the link",
+            };
+            format!("{what}; set allowLinkFlap or run: {}", remediation(&i.netdev, &remedy))
         });
         if matches!(remedy, Remedy::FwLldpAgent(false)) && refused.is_some() {
             lldp_stays_on = true;
@@ -185,6 +203,9 @@ pub enum EnforceError {
     /// An ethtool ioctl failed (the error names the request and interface).
     #[error("{0}")]
     Ethtool(std::io::Error),
+    /// A devlink request failed (the error names the request).
+    #[error(transparent)]
+    Devlink(#[from] DevlinkError),
     /// No writer exists for this setting here.
     #[error("{0}")]
     Manual(String),
@@ -269,6 +290,14 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
         Remedy::Tos { rdma_dev, port, tos } => {
             Ok(w::set_rdma_cm_default(roots, rdma_dev, *port, RdmaCmDefault::Tos(*tos))?)
         }
+        Remedy::EnableRoce { pci } => {
+            // A simulated node's protocol comes from its description, like its DCB settings.
+            if let DcbSource::Recorded(_) = src.dcb {
+                return Err(simulated("devlink parameters"));
+            }
+            let mut d = Devlink::open()?;
+            Ok(d.enable_roce(*pci)?)
+        }
     }
 }
 
@@ -323,5 +352,6 @@ fn setting_name(r: &Remedy) -> &'static str {
         Remedy::FwLldpAgent(_) => "fw-lldp-agent",
         Remedy::Dcbx(_) => "dcbx",
         Remedy::Ets { .. } => "ets",
+        Remedy::EnableRoce { .. } => "rdma-protocol",
     }
 }

@@ -1,5 +1,5 @@
 //! Prometheus text exposition (format 0.0.4) of one node's RoCE state: check
-//! results, PFC per priority, pause frames per priority (the `ieee_pfc`
+//! results, the RDMA protocol, PFC per priority, pause frames per priority (the `ieee_pfc`
 //! requests/indications counters), ECN, MTU, GID index and RDMA hw counters.
 //! [`crate::health::serve`] serves it with the agent's self-metrics.
 //!
@@ -59,6 +59,16 @@ pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
     }
 
     let ifs = &observed.interfaces;
+    o.head(
+        "kuberdma_rdma_protocol",
+        "gauge",
+        "1 for the RDMA protocol the interface's function runs (RoCEv2, iWARP, InfiniBand, none).",
+    );
+    for i in ifs {
+        if let Observed::Value(p) = i.rdma_protocol {
+            o.sample("kuberdma_rdma_protocol", &[("interface", &i.netdev), ("protocol", p.as_str())], 1);
+        }
+    }
     o.head("kuberdma_pfc_enabled", "gauge", "1 when PFC is on for the priority.");
     for i in ifs {
         if let Observed::Value(pfc) = &i.pfc {

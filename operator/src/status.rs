@@ -107,7 +107,9 @@ pub fn interface_state(i: &InterfaceRoce) -> InterfaceState {
         pci: i.pci.map(|p| p.to_string()),
         driver: i.driver.clone(),
         rdma_device: i.rdma_dev.clone(),
+        rdma_protocol: take(&mut un, "rdmaProtocol", &i.rdma_protocol).map(|p| p.as_str().to_string()),
         speed_mbps: take(&mut un, "speedMbps", &i.speed_mbps),
+        fec: take(&mut un, "fec", &i.fec),
         mtu: take(&mut un, "mtu", &i.mtu),
         active_mtu: take(&mut un, "activeMtu", &i.active_mtu),
         operstate: take(&mut un, "operstate", &i.operstate),
@@ -252,11 +254,13 @@ fn jiff_unit_second() -> k8s_openapi::jiff::Unit {
 pub fn describe_interface(i: &InterfaceState) -> String {
     let opt = |v: Option<String>| v.unwrap_or_else(|| "?".into());
     format!(
-        "{} ({}{}): speed {} mtu {} (active {}) trust {} map {} pfc {} ecn {} cnp {} roce {} tos {} gid {}",
+        "{} ({}{}{}): speed {}{} mtu {} (active {}) trust {} map {} pfc {} ecn {} cnp {} roce {} tos {} gid {}",
         i.name,
         opt(i.driver.clone()),
         i.rdma_device.as_ref().map(|d| format!(", {d}")).unwrap_or_default(),
+        i.rdma_protocol.as_ref().map(|p| format!(" {p}")).unwrap_or_default(),
         opt(i.speed_mbps.map(|s| format!("{s}Mb/s"))),
+        i.fec.as_ref().map(|f| format!(" fec {f}")).unwrap_or_default(),
         opt(i.mtu.map(|m| m.to_string())),
         opt(i.active_mtu.map(|m| m.to_string())),
         opt(i.trust.clone()),

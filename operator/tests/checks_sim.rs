@@ -361,3 +361,94 @@ fn the_rdma_netns_mode_is_reported_per_node() {
     // A change of mode is a change of the state (the fingerprint moves).
     assert_ne!(s.fingerprint, run(&example("cx6dx-dual")).fingerprint);
 }
+
+#[test]
+fn e810_in_rocev2_mode_passes_the_protocol_check_and_reports_it() {
+    let s = run(&example("e810-xxv"));
+    let c = check(&s, "ens2f0", "rdma-protocol");
+    assert_eq!(c.result, CheckResult::Pass);
+    assert_eq!((c.expected.as_str(), c.actual.as_str()), ("RoCEv2", "RoCEv2"));
+    assert!(s.interfaces.iter().all(|i| i.rdma_protocol.as_deref() == Some("RoCEv2")), "{:#?}", s.interfaces);
+    // Link speed and FEC are reported (ETHTOOL_GFECPARAM: active RS).
+    let i = &s.interfaces[0];
+    assert_eq!((i.speed_mbps, i.fec.as_deref()), (Some(25_000), Some("rs")));
+    assert!(
+        !i.unavailable.iter().any(|u| u.field == "fec" || u.field == "rdmaProtocol"),
+        "{:#?}",
+        i.unavailable
+    );
+}
+
+#[test]
+fn e810_in_iwarp_mode_fails_with_the_devlink_commands_and_nothing_else_fails() {
+    let s = run(&example("e810-c-iwarp"));
+    let c = check(&s, "ens3f0", "rdma-protocol");
+    assert_eq!(c.result, CheckResult::Fail);
+    assert_eq!((c.expected.as_str(), c.actual.as_str()), ("RoCEv2", "iWARP"));
+    assert_eq!(
+        c.remediation,
+        "devlink dev param set pci/0000:5e:00.0 name enable_iwarp value false cmode runtime && \
+         devlink dev param set pci/0000:5e:00.0 name enable_roce value true cmode runtime"
+    );
+    // Every DCB setting is right: the protocol is the one thing that stops RoCE here.
+    assert_eq!(failing(&s), ["ens3f0/rdma-protocol"]);
+    assert_eq!(check(&s, "ens3f1", "rdma-protocol").result, CheckResult::Pass);
+    // An RNIC has no RoCE mode and no RoCE GIDs: not failures of their own.
+    for name in ["roce-mode", "gid-index"] {
+        let c = check(&s, "ens3f0", name);
+        assert_eq!(c.result, CheckResult::NotApplicable, "{c:?}");
+        assert!(c.actual.starts_with("iWARP: "), "{c:?}");
+    }
+    let i = s.interfaces.iter().find(|i| i.name == "ens3f0").unwrap();
+    assert_eq!(i.rdma_protocol.as_deref(), Some("iWARP"));
+    assert_eq!(s.summary.ready, "False");
+}
+
+#[test]
+fn mlx5_ports_run_roce_and_pass_the_protocol_check() {
+    let s = run(&example("cx6dx-dual"));
+    assert_eq!(check(&s, "ens1f0np0", "rdma-protocol").actual, "RoCEv2");
+}
+
+/// The protocol of an ice PF comes over devlink (`enable_roce`/`enable_iwarp`)
+/// and must agree with the RDMA function discovery found; an older irdma without
+/// those parameters leaves the discovered protocol standing.
+#[test]
+fn e810_protocol_is_read_over_devlink_and_checked_against_the_auxiliary_device() {
+    use nic::netlink::devlink::{recorded, Cmode, DevHandle, Param, ParamReply, ParamType, ParamValue};
+    use nic::roce::{DcbSource, Observed, RdmaProtocol};
+    let mut node = SimNode::new(&example("e810-xxv"));
+    let DcbSource::Recorded(r) = &mut node.source.dcb else { panic!("a simulated node is recorded") };
+    // The family lookup, then two GETs per PF.
+    assert_eq!(r.devlink.len(), 5);
+    let proto = |n: &SimNode, iface: &str| n.read().interface(iface).unwrap().rdma_protocol.clone();
+    // devlink says iWARP on the first PF while its auxiliary device is ice.roce.N.
+    let h = DevHandle::pci("0000:17:00.0".parse().unwrap());
+    let get = |name: &str, on: bool| {
+        let param = Param {
+            name: name.into(),
+            generic: true,
+            kind: ParamType::Bool,
+            values: vec![(Cmode::Runtime, ParamValue::Bool(on))],
+        };
+        // 0x15: the family id the simulated kernel gives devlink (its recorded lookup, r.devlink[0]).
+        recorded::param_get(0x15, &ParamReply { handle: h.clone(), param })
+    };
+    r.devlink[1] = get("enable_roce", false);
+    r.devlink[2] = get("enable_iwarp", true);
+    match proto(&node, "ens2f0") {
+        Observed::Unknown(why) => {
+            assert!(why.contains("devlink says iWARP") && why.contains("runs RoCEv2"), "{why}");
+        }
+        o => panic!("{o:?}"),
+    }
+    assert_eq!(proto(&node, "ens2f1"), Observed::Value(RdmaProtocol::RoceV2));
+
+    // The older irdma (roce_ena): ice has no such parameters, the auxiliary device decides.
+    let mut desc = example("e810-xxv");
+    desc.irdma_roce_ena = Some(true);
+    let node = SimNode::new(&desc);
+    assert_eq!(proto(&node, "ens2f0"), Observed::Value(RdmaProtocol::RoceV2));
+    let s = evaluate(&default_profile(), &node.read());
+    assert_eq!(check(&s, "ens2f0", "rdma-protocol").result, CheckResult::Pass);
+}

@@ -238,3 +238,47 @@ fn dcbx_is_enforced_when_the_profile_asks() {
     assert_eq!(r.outcome, "Failed");
     assert!(r.detail.contains("dcb dcbx set dev ens1f0np0 host ieee"), "{r:?}");
 }
+
+/// An E810 PF in iWARP mode: the devlink switch is planned first, refused without
+/// allowLinkFlap (it reloads the RDMA function); with it, a simulated node
+/// answers with the commands to run, as for its DCB settings.
+#[test]
+fn e810_iwarp_is_switched_to_roce_only_with_allow_link_flap() {
+    let sim = SimNode::new(&example("e810-c-iwarp"));
+    let node = sim.read();
+    let iwarp = node.interfaces.iter().find(|i| i.netdev == "ens3f0").unwrap();
+    let roce = node.interfaces.iter().find(|i| i.netdev == "ens3f1").unwrap();
+    let mut spec = default_profile_spec();
+    spec.mode = Mode::Enforce;
+    let cmds = "devlink dev param set pci/0000:5e:00.0 name enable_iwarp value false cmode runtime && \
+                devlink dev param set pci/0000:5e:00.0 name enable_roce value true cmode runtime";
+
+    let w = plan(&spec, iwarp);
+    assert_eq!(w.len(), 1, "{w:#?}");
+    assert_eq!(w[0].remedy, Remedy::EnableRoce { pci: "0000:5e:00.0".parse().unwrap() });
+    let why = w[0].refused.as_deref().unwrap();
+    assert!(why.contains("set allowLinkFlap") && why.ends_with(cmds), "{why}");
+    assert!(plan(&spec, roce).is_empty());
+
+    let (_, records) = enforce(&sim.source, &spec, node.clone());
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!((records[0].setting.as_str(), records[0].outcome.as_str()), ("rdma-protocol", "Refused"));
+
+    spec.allow_link_flap = true;
+    let w = plan(&spec, iwarp);
+    assert_eq!(w.len(), 1);
+    assert!(w[0].refused.is_none());
+    let (after, records) = enforce(&sim.source, &spec, node);
+    assert_eq!(records.len(), 1, "{records:#?}");
+    assert_eq!(records[0].outcome, "Failed");
+    assert_eq!(
+        records[0].detail,
+        format!("simulated node: devlink parameters come from its description; run: {cmds}")
+    );
+    // Nothing was written: the node still runs iWARP there.
+    let s = evaluate(&RoceProfile::new("p", spec), &after);
+    assert_eq!(
+        s.checks.iter().find(|c| c.name == "rdma-protocol" && c.interface == "ens3f0").unwrap().result,
+        CheckResult::Fail
+    );
+}

@@ -92,3 +92,22 @@ async fn the_endpoint_serves_metrics_and_health_over_http() {
     assert!(get(addr, "/nope").await.starts_with("HTTP/1.1 404 Not Found\r\n"));
     task.abort();
 }
+
+#[test]
+fn exposes_the_rdma_protocol_of_each_interface() {
+    let sim = SimNode::new(&example("e810-c-iwarp"));
+    let node = sim.read();
+    let s = evaluate(&default_profile(), &node);
+    let t = render(&node, &s.checks);
+    for line in [
+        "# TYPE kuberdma_rdma_protocol gauge",
+        "kuberdma_rdma_protocol{interface=\"ens3f0\",protocol=\"iWARP\"} 1",
+        "kuberdma_rdma_protocol{interface=\"ens3f1\",protocol=\"RoCEv2\"} 1",
+        "kuberdma_check_passing{interface=\"ens3f0\",check=\"rdma-protocol\"} 0",
+        "kuberdma_check_passing{interface=\"ens3f1\",check=\"rdma-protocol\"} 1",
+    ] {
+        assert!(t.lines().any(|l| l == line), "missing `{line}` in\n{t}");
+    }
+    // One series per interface: the protocol it runs, never the ones it does not.
+    assert_eq!(t.lines().filter(|l| l.starts_with("kuberdma_rdma_protocol{")).count(), 2);
+}

@@ -1,6 +1,7 @@
 //! Netlink codecs over one transport ([`transport`]): rtnetlink links and VFs,
-//! DCB, RDMA nldev, generic netlink, and the multicast event subscriber.
+//! DCB, RDMA nldev, generic netlink (devlink), and the multicast event subscriber.
 pub mod dcb;
+pub mod devlink;
 pub mod events;
 pub mod genl;
 pub mod link;

@@ -26,6 +26,10 @@ const ETHTOOL_GPFLAGS: u32 = 0x27;
 const ETHTOOL_SPFLAGS: u32 = 0x28;
 /// `ETHTOOL_GSSET_INFO`: string set sizes (`struct ethtool_sset_info`).
 const ETHTOOL_GSSET_INFO: u32 = 0x37;
+/// `ETHTOOL_GFECPARAM`: get `struct ethtool_fecparam`.
+const ETHTOOL_GFECPARAM: u32 = 0x50;
+/// `enum ethtool_fec_config_bits`, by bit: how `ethtool --show-fec` names them.
+const FEC_NAMES: [&str; 6] = ["none", "auto", "off", "rs", "baser", "llrs"];
 /// `ETH_SS_PRIV_FLAGS` (`enum ethtool_stringset`).
 const ETH_SS_PRIV_FLAGS: u32 = 2;
 /// `ETH_GSTRING_LEN`.
@@ -90,6 +94,17 @@ impl EthtoolExchange {
             b.extend_from_slice(&ne32(v));
         }
         Self { ifname: ifname.into(), cmd: ETHTOOL_GPAUSEPARAM, answer: Ok(b) }
+    }
+
+    /// `ETHTOOL_GFECPARAM` answered with `struct ethtool_fecparam` (`cmd`,
+    /// `active_fec`, `fec`, `reserved`): `active` and `configured` are
+    /// `ETHTOOL_FEC_*` masks (`1 << 3` = RS).
+    pub fn fec(ifname: &str, active: u32, configured: u32) -> Self {
+        let mut b = Vec::with_capacity(16);
+        for v in [ETHTOOL_GFECPARAM, active, configured, 0] {
+            b.extend_from_slice(&ne32(v));
+        }
+        Self { ifname: ifname.into(), cmd: ETHTOOL_GFECPARAM, answer: Ok(b) }
     }
 
     /// The private flags `names` (bit N = `names[N]`) with the word `bits`:
@@ -216,6 +231,37 @@ pub(crate) fn pause(e: &mut impl Ethtool, ifname: &str) -> io::Result<EthtoolAns
             "driver has no pause parameters (ETHTOOL_GPAUSEPARAM: {e})"
         ))),
         Err(e) => Err(e),
+    }
+}
+
+/// The active FEC mode (`ethtool --show-fec <if>`, "Active FEC encoding"):
+/// `rs`, `baser`, `llrs`, `off`, or several joined with `+`.
+pub(crate) fn fec(e: &mut impl Ethtool, ifname: &str) -> io::Result<EthtoolAnswer<String>> {
+    // struct ethtool_fecparam { u32 cmd, active_fec, fec, reserved }
+    let mut buf = [0u8; 16];
+    buf[..4].copy_from_slice(&ETHTOOL_GFECPARAM.to_ne_bytes());
+    match e.call(ifname, &mut buf) {
+        Ok(()) => {
+            let active = u32::from_ne_bytes([buf[4], buf[5], buf[6], buf[7]]);
+            Ok(EthtoolAnswer::Value(fec_name(active)))
+        }
+        Err(e) if unsupported(&e) => {
+            Ok(EthtoolAnswer::Unsupported(format!("driver reports no FEC (ETHTOOL_GFECPARAM: {e})")))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// An `ETHTOOL_FEC_*` mask as names (`1 << 3` → `rs`); an empty mask is `none`.
+pub(crate) fn fec_name(mask: u32) -> String {
+    let names: Vec<String> = (0..32)
+        .filter(|b| mask & (1 << b) != 0)
+        .map(|b| FEC_NAMES.get(b as usize).map_or(format!("bit{b}"), |n| n.to_string()))
+        .collect();
+    if names.is_empty() {
+        "none".into()
+    } else {
+        names.join("+")
     }
 }
 
@@ -368,6 +414,24 @@ mod tests {
 
     /// The recordings are built from the same layouts the decoder reads:
     /// what is recorded is what is read back.
+    #[test]
+    fn fec_masks_read_as_ethtool_names_them() {
+        assert_eq!(fec_name(1 << 3), "rs");
+        assert_eq!(fec_name(1 << 4), "baser");
+        assert_eq!(fec_name(1 << 2), "off");
+        assert_eq!(fec_name(0), "none");
+        assert_eq!(fec_name(1 << 1 | 1 << 3), "auto+rs");
+        assert_eq!(fec_name(1 << 9), "bit9");
+        let mut e = RecordedEthtool::new(vec![EthtoolExchange::fec("eth0", 1 << 5, 1 << 1)]);
+        assert!(matches!(fec(&mut e, "eth0").unwrap(), EthtoolAnswer::Value(ref v) if v == "llrs"));
+        let mut e = RecordedEthtool::new(vec![EthtoolExchange {
+            ifname: "eth0".into(),
+            cmd: ETHTOOL_GFECPARAM,
+            answer: Err(libc::EOPNOTSUPP),
+        }]);
+        assert!(matches!(fec(&mut e, "eth0").unwrap(), EthtoolAnswer::Unsupported(_)));
+    }
+
     #[test]
     fn recorded_answers_decode_through_the_same_reader() {
         let flags = ["link-down-on-close", "fw-lldp-agent", "vf-true-promisc-support"];

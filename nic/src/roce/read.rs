@@ -10,6 +10,7 @@ use super::write::{CmDir, CmDirMissing};
 use super::*;
 use crate::inventory::{Inventory, Netdev, RdmaDev};
 use crate::netlink::dcb::{self, IeeeState};
+use crate::netlink::devlink::{Cmode, DevHandle, Devlink, ParamValue};
 use crate::netlink::transport::{Client, Recorded, Transport};
 use crate::sysfs::{self, SysfsError};
 use crate::Roots;
@@ -23,20 +24,67 @@ pub fn observe(roots: &Roots, inv: &Inventory, src: &DcbSource, opts: &ObserveOp
         DcbSource::Netlink => {
             let dcb = dcb::open().map_err(|e| e.to_string());
             let ethtool = Ioctl::open().map_err(|e| format!("ethtool socket: {e}"));
-            observe_with(roots, inv, Kernel { dcb, ethtool }, opts)
+            let devlink = has_ice(inv).then(|| Devlink::open().map_err(|e| e.to_string()));
+            observe_with(roots, inv, Kernel { dcb, ethtool, devlink }, opts)
         }
         DcbSource::Recorded(r) => {
             let dcb = Ok(Client::new(Recorded::replaying(r.dcb.clone())));
             let ethtool = Ok(RecordedEthtool::new(r.ethtool.clone()));
-            observe_with(roots, inv, Kernel { dcb, ethtool }, opts)
+            let devlink = has_ice(inv).then(|| {
+                Devlink::new(Client::new(Recorded::replaying(r.devlink.clone()))).map_err(|e| e.to_string())
+            });
+            observe_with(roots, inv, Kernel { dcb, ethtool, devlink }, opts)
         }
     }
 }
 
-/// The kernel interfaces DCB and ethtool reads go through, or why one could not be opened.
+/// The kernel interfaces DCB, ethtool and devlink reads go through, or why one
+/// could not be opened (devlink: only opened on a node with an ice PF).
 struct Kernel<T, E> {
     dcb: Result<Client<T>, String>,
     ethtool: Result<E, String>,
+    devlink: Option<Result<Devlink<T>, String>>,
+}
+
+/// Whether the node has an E810 (ice) PF, the one driver whose RDMA protocol is a devlink parameter.
+fn has_ice(inv: &Inventory) -> bool {
+    inv.pfs.iter().any(|p| p.driver.as_deref() == Some("ice"))
+}
+
+/// An ice PF's RDMA protocol from its devlink parameters `enable_roce` /
+/// `enable_iwarp` (runtime), checked against what discovery saw (the auxiliary
+/// device kind). Where devlink has no answer (no devlink, or an older irdma
+/// without these parameters) the discovered protocol stands.
+fn devlink_protocol<T: Transport>(
+    dl: &mut Option<Result<Devlink<T>, String>>,
+    pci: PciAddr,
+    discovered: Observed<RdmaProtocol>,
+) -> Observed<RdmaProtocol> {
+    let Some(Ok(d)) = dl else { return discovered };
+    let h = DevHandle::pci(pci);
+    let mut get =
+        |name: &str| d.param_get(&h, name).map(|p| p.value(Cmode::Runtime) == Some(&ParamValue::Bool(true)));
+    let by_devlink = match (get("enable_roce"), get("enable_iwarp")) {
+        (Ok(true), Ok(false)) => RdmaProtocol::RoceV2,
+        (Ok(false), Ok(true)) => RdmaProtocol::Iwarp,
+        (Ok(false), Ok(false)) => RdmaProtocol::None,
+        (Ok(true), Ok(true)) => {
+            return Observed::Unknown(format!("{h}: devlink has both enable_roce and enable_iwarp on"))
+        }
+        (Err(e), _) | (_, Err(e)) => {
+            if !e.is_unsupported() {
+                tracing::debug!(%pci, error = %e, "devlink read failed; the auxiliary device kind stands");
+            }
+            return discovered;
+        }
+    };
+    match discovered {
+        Observed::Value(seen) if seen != by_devlink => Observed::Unknown(format!(
+            "{h}: devlink says {by_devlink} (enable_roce/enable_iwarp) but the RDMA function runs {seen} \
+             (ice did not replug its auxiliary device?)"
+        )),
+        _ => Observed::Value(by_devlink),
+    }
 }
 
 fn observe_with<T: Transport, E: Ethtool>(
@@ -56,6 +104,20 @@ fn observe_with<T: Transport, E: Ethtool>(
                 vendor: pf.vendor,
                 device: pf.device,
                 rdma: rdma_for(&pf.rdma, &nd.name),
+                protocol: match pf.driver.as_deref() {
+                    Some("ice") => devlink_protocol(
+                        &mut k.devlink,
+                        pf.pci,
+                        Observed::from_option(
+                            pf.rdma_protocol,
+                            format!("{}: RDMA protocol unreadable (see the inventory's problems)", pf.pci),
+                        ),
+                    ),
+                    _ => Observed::from_option(
+                        pf.rdma_protocol,
+                        format!("{}: RDMA protocol unreadable (see the inventory's problems)", pf.pci),
+                    ),
+                },
                 num_vfs: Observed::from_option(pf.num_vfs, format!("{}: sriov_numvfs unreadable", pf.pci)),
                 total_vfs: Observed::from_option(
                     pf.total_vfs,
@@ -76,6 +138,10 @@ fn observe_with<T: Transport, E: Ethtool>(
                 vendor: hca.vendor,
                 device: hca.device,
                 rdma: Some(&hca.rdma),
+                protocol: Observed::from_option(
+                    hca.rdma.protocol,
+                    format!("{}: node_type unreadable (see the inventory's problems)", hca.rdma.name),
+                ),
                 num_vfs: no_sriov(),
                 total_vfs: no_sriov(),
             };
@@ -100,6 +166,7 @@ struct Target<'a> {
     vendor: Option<u16>,
     device: Option<u16>,
     rdma: Option<&'a RdmaDev>,
+    protocol: Observed<RdmaProtocol>,
     num_vfs: Observed<u32>,
     total_vfs: Observed<u32>,
 }
@@ -231,6 +298,8 @@ fn observe_iface<T: Transport, E: Ethtool>(
         num_vfs: t.num_vfs.clone(),
         total_vfs: t.total_vfs.clone(),
         fw_lldp_agent: d.fw_lldp_agent,
+        fec: d.fec,
+        rdma_protocol: t.protocol.clone(),
     }
 }
 
@@ -359,6 +428,7 @@ struct DcbPart {
     ets: Observed<IeeeEts>,
     global_pause: Observed<bool>,
     fw_lldp_agent: Observed<bool>,
+    fec: Observed<String>,
 }
 
 impl DcbPart {
@@ -380,6 +450,7 @@ impl DcbPart {
             ets: o(reason, unsupported),
             global_pause: o(reason, unsupported),
             fw_lldp_agent: o(reason, unsupported),
+            fec: o(reason, unsupported),
         }
     }
 }
@@ -432,7 +503,7 @@ fn dcb_part<T: Transport, E: Ethtool>(
     name: &str,
     legacy: Option<Observed<Trust>>,
 ) -> DcbPart {
-    let (global_pause, fw_lldp_agent) = match &mut k.ethtool {
+    let (global_pause, fw_lldp_agent, fec) = match &mut k.ethtool {
         Ok(e) => {
             let pause = match ethtool::pause(e, name) {
                 Ok(EthtoolAnswer::Value((_, rx, tx))) => Observed::Value(rx || tx),
@@ -444,9 +515,14 @@ fn dcb_part<T: Transport, E: Ethtool>(
                 Ok(EthtoolAnswer::Unsupported(r)) => Observed::Unsupported(format!("{name}: {r}")),
                 Err(e) => Observed::Unknown(format!("{name}: ethtool private flags: {e}")),
             };
-            (pause, lldp)
+            let fec = match ethtool::fec(e, name) {
+                Ok(EthtoolAnswer::Value(v)) => Observed::Value(v),
+                Ok(EthtoolAnswer::Unsupported(r)) => Observed::Unsupported(format!("{name}: {r}")),
+                Err(e) => Observed::Unknown(format!("{name}: ETHTOOL_GFECPARAM: {e}")),
+            };
+            (pause, lldp, fec)
         }
-        Err(e) => (Observed::Unknown(e.clone()), Observed::Unknown(e.clone())),
+        Err(e) => (Observed::Unknown(e.clone()), Observed::Unknown(e.clone()), Observed::Unknown(e.clone())),
     };
     let client = match &mut k.dcb {
         Ok(c) => c,
@@ -454,13 +530,14 @@ fn dcb_part<T: Transport, E: Ethtool>(
             let mut p = DcbPart::all(e, false);
             p.global_pause = global_pause;
             p.fw_lldp_agent = fw_lldp_agent;
+            p.fec = fec;
             return p;
         }
     };
     match client.dcb_ieee_get(name) {
         Ok(state) => {
             let (dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets) = dcb_from_ieee(&state, legacy);
-            DcbPart { dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets, global_pause, fw_lldp_agent }
+            DcbPart { dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets, global_pause, fw_lldp_agent, fec }
         }
         Err(e) => {
             if !e.is_unsupported() {
@@ -472,6 +549,7 @@ fn dcb_part<T: Transport, E: Ethtool>(
             }
             p.global_pause = global_pause;
             p.fw_lldp_agent = fw_lldp_agent;
+            p.fec = fec;
             p
         }
     }

@@ -2,13 +2,16 @@
 //! functions: the operator puts them in check results and `kubectl rdma` prints
 //! them. Tools: iproute2 `dcb` (dcb-pfc(8), dcb-app(8), dcb-dcbx(8)), `ip`,
 //! `ethtool`, and the NVIDIA mlnx-tools scripts `mlnx_qos`, `cma_roce_mode`,
-//! `cma_roce_tos` where no upstream tool exists.
+//! `cma_roce_tos` where no upstream tool exists, and iproute2 `devlink`
+//! (devlink-dev(8)) for the E810 RDMA protocol.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 use super::{DcbxMode, Trust};
+use crate::netlink::devlink::{param_set_command, Cmode, DevHandle, ParamValue};
+use crate::pci::PciAddr;
 
 /// One setting to change, with its target value.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -74,7 +77,19 @@ pub enum Remedy {
         /// Traffic class of priorities 0..7.
         priority_to_tc: Option<[u8; 8]>,
     },
+    /// An E810 PF's RDMA function to RoCEv2: ice's devlink runtime parameters
+    /// `enable_iwarp` off, then `enable_roce` on (ice refuses `enable_roce` while
+    /// iWARP is on: the two are exclusive, `ice_devlink_enable_roce_validate`).
+    /// ice unplugs and replugs the RDMA auxiliary device, so irdma re-creates
+    /// the RDMA device.
+    EnableRoce {
+        /// The PF (its devlink instance is `pci/<bdf>`).
+        pci: PciAddr,
+    },
 }
+
+/// The devlink parameter writes of [`Remedy::EnableRoce`], in order: (name, value).
+pub const ENABLE_ROCE_PARAMS: [(&str, bool); 2] = [("enable_iwarp", false), ("enable_roce", true)];
 
 fn onoff(b: bool) -> &'static str {
     if b {
@@ -138,30 +153,39 @@ pub fn remediation(iface: &str, fix: &Remedy) -> String {
                 .unwrap_or_default();
             format!("dcb ets set dev {iface} tc-tsa all:ets tc-bw{bw}{map}")
         }
+        Remedy::EnableRoce { pci } => ENABLE_ROCE_PARAMS
+            .iter()
+            .map(|&(name, on)| {
+                param_set_command(&DevHandle::pci(*pci), name, &ParamValue::Bool(on), Cmode::Runtime)
+            })
+            .collect::<Vec<_>>()
+            .join(" && "),
     }
 }
 
 /// Execution order of remedies, earliest first (what [`Remedy::rank`] returns, by
-/// the command's leading words): the E810 firmware LLDP agent off before any DCB
+/// the command's leading words): the E810 RDMA protocol first (it re-creates the
+/// RDMA device, so rdma_cm defaults written before it would be lost); the E810 firmware LLDP agent off before any DCB
 /// write (ice refuses DCB changes while it runs); DCBX before the settings it
 /// governs; link-level pause off before PFC (802.3x pause and PFC exclude each
 /// other); PFC and ETS on the lossless priority before DSCP is steered to it
 /// (never send RoCE to a priority that drops); the APP table, then trust, ECN and
 /// CNP; rdma_cm defaults; MTU last (it bounces the link).
-const ORDER: [(&str, u8); 13] = [
-    ("ethtool --set-priv-flags", 0),
-    ("dcb dcbx", 1),
-    ("ethtool -A", 2),
-    ("dcb pfc", 3),
-    ("dcb ets", 4),
-    ("dcb app del", 5),
-    ("dcb app replace", 6),
-    ("mlnx_qos", 7),
-    ("echo", 8),
-    ("cma_roce_mode", 10),
-    ("cma_roce_tos", 11),
-    ("ip link set", 12),
-    ("ip addr", 13),
+const ORDER: [(&str, u8); 14] = [
+    ("devlink dev param set", 0),
+    ("ethtool --set-priv-flags", 1),
+    ("dcb dcbx", 2),
+    ("ethtool -A", 3),
+    ("dcb pfc", 4),
+    ("dcb ets", 5),
+    ("dcb app del", 6),
+    ("dcb app replace", 7),
+    ("mlnx_qos", 8),
+    ("echo", 9),
+    ("cma_roce_mode", 11),
+    ("cma_roce_tos", 12),
+    ("ip link set", 13),
+    ("ip addr", 14),
 ];
 
 /// Where a command (one `&&` part of a remediation) runs in [`ORDER`]; unknown
@@ -169,9 +193,9 @@ const ORDER: [(&str, u8); 13] = [
 pub fn command_rank(cmd: &str) -> u8 {
     let cmd = cmd.trim();
     if cmd.starts_with("echo") {
-        return if cmd.contains("/ecn/roce_np/cnp_") { 9 } else { 8 };
+        return if cmd.contains("/ecn/roce_np/cnp_") { 10 } else { 9 };
     }
-    ORDER.iter().find(|(p, _)| cmd.starts_with(p)).map_or(14, |&(_, r)| r)
+    ORDER.iter().find(|(p, _)| cmd.starts_with(p)).map_or(15, |&(_, r)| r)
 }
 
 /// The commands of several remediations in execution order, each once
@@ -205,9 +229,13 @@ impl Remedy {
     /// link-level pause (autonegotiation restarts), the E810 firmware LLDP agent,
     /// and PFC or ETS on ice, which resets the port to apply a new DCB
     /// configuration (ice_dcb_lib.c: `ice_pf_dcb_cfg()` quiesces and rebuilds the VSIs).
+    /// The RDMA protocol switch does not bounce the netdev but tears down the
+    /// RDMA device and every queue pair on it: treated the same way.
     pub fn flaps_link(&self, driver: Option<&str>) -> bool {
         match self {
-            Remedy::Mtu(_) | Remedy::GlobalPause(_) | Remedy::FwLldpAgent(_) => true,
+            Remedy::Mtu(_) | Remedy::GlobalPause(_) | Remedy::FwLldpAgent(_) | Remedy::EnableRoce { .. } => {
+                true
+            }
             Remedy::Pfc { .. } | Remedy::PfcDelay(_) | Remedy::Ets { .. } => driver == Some("ice"),
             _ => false,
         }
@@ -275,9 +303,15 @@ mod tests {
             ),
             "dcb ets set dev ens1f0np0 tc-tsa all:ets tc-bw 0:50 1:0 2:0 3:50 4:0 5:0 6:0 7:0 prio-tc 0:0 1:0 2:0 3:3 4:0 5:0 6:0 7:0"
         );
+        assert_eq!(
+            remediation(i, &Remedy::EnableRoce { pci: "0000:17:00.0".parse().unwrap() }),
+            "devlink dev param set pci/0000:17:00.0 name enable_iwarp value false cmode runtime && \
+             devlink dev param set pci/0000:17:00.0 name enable_roce value true cmode runtime"
+        );
         assert!(
             Remedy::Mtu(9000).flaps_link(Some("mlx5_core")) && !Remedy::CnpDscp(48).flaps_link(Some("ice"))
         );
+        assert!(Remedy::EnableRoce { pci: "0000:17:00.0".parse().unwrap() }.flaps_link(Some("ice")));
         let pfc = Remedy::Pfc { priorities: vec![3] };
         assert!(pfc.flaps_link(Some("ice")) && !pfc.flaps_link(Some("mlx5_core")));
     }
@@ -286,6 +320,7 @@ mod tests {
     fn commands_are_ordered_as_they_must_run() {
         let i = "eth0";
         let all = [
+            Remedy::EnableRoce { pci: "0000:17:00.0".parse().unwrap() },
             Remedy::FwLldpAgent(false),
             Remedy::Dcbx(DcbxMode::Os),
             Remedy::GlobalPause(false),
@@ -305,10 +340,19 @@ mod tests {
         let mut shuffled: Vec<String> = all.iter().rev().map(|r| remediation(i, r)).collect();
         shuffled.push(remediation(i, &Remedy::Pfc { priorities: vec![3] }));
         let ordered = in_execution_order(shuffled.iter().map(String::as_str));
-        assert_eq!(ordered[0], "ethtool --set-priv-flags eth0 fw-lldp-agent off");
-        assert_eq!(ordered[3], "dcb pfc set dev eth0 prio-pfc all:off 3:on");
+        // enable_iwarp off before enable_roce on: ice refuses RoCE while iWARP is on.
+        assert_eq!(
+            ordered[0],
+            "devlink dev param set pci/0000:17:00.0 name enable_iwarp value false cmode runtime"
+        );
+        assert_eq!(
+            ordered[1],
+            "devlink dev param set pci/0000:17:00.0 name enable_roce value true cmode runtime"
+        );
+        assert_eq!(ordered[2], "ethtool --set-priv-flags eth0 fw-lldp-agent off");
+        assert_eq!(ordered[5], "dcb pfc set dev eth0 prio-pfc all:off 3:on");
         assert_eq!(ordered.last().unwrap(), "ip link set dev eth0 mtu 9000");
-        // The ECN remedy is two commands; the duplicate PFC command is printed once.
-        assert_eq!(ordered.len(), all.len() + 1);
+        // The ECN and RoCE remedies are two commands each; the duplicate PFC command is printed once.
+        assert_eq!(ordered.len(), all.len() + 2);
     }
 }

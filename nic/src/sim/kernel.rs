@@ -30,9 +30,13 @@ use netlink_packet_core::{
 
 use super::layout::Role;
 use super::Sim;
+use crate::inventory::RdmaProtocol;
 use crate::netlink::dcb::{
     cmd, AppAttr, DcbApp, DcbAttr, DcbBuffer, DcbMsg, IeeeAttr, IeeeEts, IeeeMaxrate, IeeePfc, Priorities,
     RTM_GETDCB,
+};
+use crate::netlink::devlink::{
+    recorded as devlink_recorded, Cmode, DevHandle, Param, ParamReply, ParamType, ParamValue,
 };
 use crate::netlink::transport::{emit, request_message, Exchange};
 use crate::roce::{EthtoolExchange, Recording, Trust};
@@ -80,11 +84,43 @@ impl Sim {
                 }
                 r.dcb.push(ieee_get_exchange(a.model, p));
                 r.ethtool.extend(ethtool_answers(a.model, p));
+                if !a.model.is_mlx5() {
+                    let protocol = self.funcs.get(&p.bdf).map_or(RdmaProtocol::None, |f| f.rdma_protocol());
+                    r.devlink.extend(self.devlink_answers(p, protocol));
+                }
             }
+        }
+        if !r.devlink.is_empty() {
+            r.devlink.insert(0, devlink_recorded::family(SIM_DEVLINK_FAMILY));
         }
         r
     }
+
+    /// ice's `enable_roce` / `enable_iwarp` (generic, bool, runtime only:
+    /// ice_devlink.c) as a PARAM_GET answers them; with the older irdma's
+    /// `roce_ena` (no such parameters) the kernel answers EINVAL.
+    fn devlink_answers(&self, p: &PfDesc, protocol: RdmaProtocol) -> Vec<Exchange> {
+        let h = DevHandle::pci(p.bdf);
+        [("enable_roce", RdmaProtocol::RoceV2), ("enable_iwarp", RdmaProtocol::Iwarp)]
+            .into_iter()
+            .map(|(name, on_for)| {
+                if self.desc.irdma_roce_ena.is_some() {
+                    return devlink_recorded::param_get_refused(SIM_DEVLINK_FAMILY, &h, name, libc::EINVAL);
+                }
+                let param = Param {
+                    name: name.into(),
+                    generic: true,
+                    kind: ParamType::Bool,
+                    values: vec![(Cmode::Runtime, ParamValue::Bool(protocol == on_for))],
+                };
+                devlink_recorded::param_get(SIM_DEVLINK_FAMILY, &ParamReply { handle: h.clone(), param })
+            })
+            .collect()
+    }
 }
+
+/// The id a simulated kernel gives the devlink generic netlink family.
+const SIM_DEVLINK_FAMILY: u16 = 0x15;
 
 fn ieee_get_exchange(model: Model, p: &PfDesc) -> Exchange {
     let mut request = request_message(NLM_F_REQUEST | NLM_F_ACK, 0, DcbMsg::ieee_get(&p.netdev));
@@ -160,5 +196,8 @@ fn ethtool_answers(model: Model, p: &PfDesc) -> Vec<EthtoolExchange> {
     } else {
         EthtoolExchange::priv_flags(&p.netdev, &ICE_PRIV_FLAGS, u32::from(r.fw_lldp_agent) << 1)
     });
+    // FEC configured auto (ETHTOOL_FEC_AUTO, bit 1), active RS (ETHTOOL_FEC_RS,
+    // bit 3): what 25G and 100G copper/optical links settle on with both drivers.
+    v.push(EthtoolExchange::fec(&p.netdev, 1 << 3, 1 << 1));
     v
 }

@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
+use crate::inventory::RdmaProtocol;
 use crate::pci::PciAddr;
 use crate::simdesc::{AdapterDesc, DescError, Model, NodeDesc, PfDesc, RdmaNaming, RoceDesc};
 
@@ -89,6 +90,8 @@ pub(super) struct RdmaPlan {
     pub(super) hw_counters: bool,
     /// rdma_cm configfs (`default_roce_mode`, `default_roce_tos`).
     pub(super) configfs: Option<(String, u8)>,
+    /// RoCEv2 or iWARP (`node_type`, the GID table and rdma_cm's default follow).
+    pub(super) protocol: RdmaProtocol,
     /// Moved into another network namespace with its netdev (exclusive RDMA
     /// netns mode, [`super::Sim::move_vf_into_pod`]): the `infiniband` class hides it.
     pub(super) in_other_netns: bool,
@@ -98,6 +101,48 @@ impl Func {
     pub(super) fn dir(&self) -> PathBuf {
         self.parent.join(self.bdf.to_string())
     }
+    /// The function's RDMA auxiliary devices (with or without an RDMA device).
+    pub(super) fn rdma_aux(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.rdma.iter().filter_map(|r| r.aux.clone()).collect();
+        v.extend(self.aux_dirs.iter().filter(|a| is_rdma_aux_name(a)).cloned());
+        v.sort();
+        v
+    }
+
+    /// The protocol discovery must report for this function: ice's aux kind,
+    /// else the RDMA device's, else none.
+    pub(super) fn rdma_protocol(&self) -> RdmaProtocol {
+        let aux = self.rdma_aux();
+        let kind = |k: &str| aux.iter().any(|a| a.split('.').nth(1) == Some(k));
+        if kind("iwarp") {
+            RdmaProtocol::Iwarp
+        } else if kind("roce") {
+            RdmaProtocol::RoceV2
+        } else {
+            self.rdma.as_ref().map_or(RdmaProtocol::None, |r| r.protocol)
+        }
+    }
+
+    /// The GID table of port 1: RoCE fills it from the netdev's addresses
+    /// (`gid_entries`); iWARP has one entry, the MAC (`irdma_query_gid`, gid_tbl_len 1
+    /// in irdma_query_port), of the default type IB and without a netdev.
+    pub(super) fn gid_entries(&self) -> Vec<GidEntry> {
+        let Some(n) = &self.net else { return vec![] };
+        if self.rdma.as_ref().is_some_and(|r| r.protocol == RdmaProtocol::Iwarp) {
+            let mut b = [0u8; 16];
+            b[..6].copy_from_slice(&n.mac);
+            let gid = Ipv6Addr::from(b);
+            return vec![GidEntry {
+                index: 0,
+                gid,
+                kind: "IB/RoCE v1",
+                ndev: String::new(),
+                ip: IpAddr::V6(gid),
+            }];
+        }
+        gid_entries(n)
+    }
+
     /// Where the RDMA device and its char devices hang: the function or its aux device.
     pub(super) fn rdma_base(&self) -> Option<PathBuf> {
         let r = self.rdma.as_ref()?;
@@ -105,6 +150,21 @@ impl Func {
             Some(a) => self.dir().join(a),
             None => self.dir(),
         })
+    }
+}
+
+/// `<driver>.{rdma,roce,iwarp}.<id>`: an auxiliary device for RDMA.
+pub(super) fn is_rdma_aux_name(a: &str) -> bool {
+    matches!(a.split('.').nth(1), Some("rdma" | "roce" | "iwarp"))
+}
+
+/// The ida an auxiliary device's id comes from: ice numbers its `ice.roce.N`
+/// and `ice.iwarp.N` from one (`ice_aux_ida` in ice_idc.c), others per name.
+fn aux_pool(prefix: &str) -> &str {
+    if prefix.starts_with("ice.") {
+        "ice"
+    } else {
+        prefix
     }
 }
 
@@ -245,7 +305,7 @@ impl Alloc {
             for aux in f.aux_dirs.iter().chain(f.rdma.as_ref().and_then(|r| r.aux.as_ref())) {
                 if let Some((prefix, id)) = aux.rsplit_once('.') {
                     if let Ok(id) = id.parse() {
-                        a.aux.entry(prefix.to_string()).or_default().insert(id);
+                        a.aux.entry(aux_pool(prefix).to_string()).or_default().insert(id);
                     }
                 }
             }
@@ -267,7 +327,7 @@ impl Alloc {
         self.ifindex_max
     }
     pub(super) fn aux(&mut self, prefix: &str) -> String {
-        let id = lowest_free(self.aux.entry(prefix.to_string()).or_default());
+        let id = lowest_free(self.aux.entry(aux_pool(prefix).to_string()).or_default());
         format!("{prefix}.{id}")
     }
     pub(super) fn kernel_name(&mut self, prefix: &str) -> String {
@@ -427,6 +487,7 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
                 p.bdf
             ));
         }
+        let protocol = pf_protocol(desc, model, p)?;
         let parent = parent_of(p.bdf, &p.switch, &mut funcs)?;
         let is_mlx5 = model.is_mlx5();
         // VF routing offset (see the module docs).
@@ -462,13 +523,23 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             ofed,
         };
         let mut aux_dirs = vec![];
-        let rdma = p.rdma.as_ref().map(|name| {
+        // ice plugs `ice.roce.N` / `ice.iwarp.N` whenever RDMA is on, irdma loaded or not.
+        let ice_aux = match (is_mlx5, protocol) {
+            (false, RdmaProtocol::RoceV2) => Some(alloc.aux("ice.roce")),
+            (false, RdmaProtocol::Iwarp) => Some(alloc.aux("ice.iwarp")),
+            _ => None,
+        };
+        let rdma = p.rdma.as_ref().filter(|_| protocol != RdmaProtocol::None).map(|name| {
             let aux = if is_mlx5 {
                 aux_dirs.push(alloc.aux("mlx5_core.eth"));
                 alloc.aux("mlx5_core.rdma")
             } else {
-                alloc.aux("ice.roce")
+                ice_aux.clone().unwrap_or_default()
             };
+            // rdma_cm's default GID type on a port without RoCE is IB ("IB/RoCE v1":
+            // cma_add_one takes the first type roce_gid_type_mask_support allows).
+            let roce_mode =
+                if protocol == RdmaProtocol::Iwarp { "IB/RoCE v1".into() } else { p.roce.roce_mode.clone() };
             RdmaPlan {
                 name: name.clone(),
                 aux: Some(aux),
@@ -476,12 +547,16 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
                 mad: is_mlx5.then(|| lowest_free(&mut alloc.umad)),
                 guid: guid_for(&mac),
                 hw_counters: is_mlx5,
-                configfs: Some((p.roce.roce_mode.clone(), p.roce.tos)),
+                configfs: Some((roce_mode, p.roce.tos)),
+                protocol,
                 in_other_netns: false,
             }
         });
         if rdma.is_none() && is_mlx5 {
             aux_dirs.push(alloc.aux("mlx5_core.eth"));
+        }
+        if rdma.is_none() {
+            aux_dirs.extend(ice_aux);
         }
         let role = if model == Model::ConnectX6DxNoSriov {
             Role::Hca
@@ -564,6 +639,32 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
     Ok(funcs)
 }
 
+/// A PF's RDMA protocol from its description (see [`PfDesc::rdma_protocol`]).
+fn pf_protocol(desc: &NodeDesc, model: Model, p: &PfDesc) -> Result<RdmaProtocol, String> {
+    let wanted = p.rdma_protocol;
+    if model.is_mlx5() {
+        return match wanted {
+            None | Some(RdmaProtocol::RoceV2) => {
+                Ok(if p.rdma.is_some() { RdmaProtocol::RoceV2 } else { RdmaProtocol::None })
+            }
+            Some(RdmaProtocol::None) => Ok(RdmaProtocol::None),
+            Some(other) => Err(format!("PF {}: {model:?} runs RoCE, not {other}", p.bdf)),
+        };
+    }
+    let by_module = desc.irdma_roce_ena.map(|on| if on { RdmaProtocol::RoceV2 } else { RdmaProtocol::Iwarp });
+    match (wanted, by_module) {
+        (Some(RdmaProtocol::InfiniBand), _) => Err(format!("PF {}: an E810 port has no InfiniBand", p.bdf)),
+        (Some(RdmaProtocol::None), _) => Ok(RdmaProtocol::None),
+        (Some(w), Some(m)) if w != m => Err(format!(
+            "PF {}: rdmaProtocol {w} but irdmaRoceEna says {m} (the older irdma picks one protocol for every port)",
+            p.bdf
+        )),
+        (Some(w), _) => Ok(w),
+        (None, Some(m)) => Ok(m),
+        (None, None) => Ok(RdmaProtocol::RoceV2),
+    }
+}
+
 /// The VF `index` of `pf` (already planned), allocating names and numbers from `alloc`.
 pub(super) fn vf_func(pf: &Func, p: &PfDesc, index: u32, alloc: &mut Alloc) -> Result<Func, String> {
     let Role::Pf { model, offset, ordinal, .. } = pf.role else {
@@ -605,6 +706,8 @@ pub(super) fn vf_func(pf: &Func, p: &PfDesc, index: u32, alloc: &mut Alloc) -> R
             guid: guid_for(&mac),
             hw_counters: is_mlx5,
             configfs: None,
+            // iavf's RDMA (out-of-tree irdma) and mlx5 VFs: RoCE.
+            protocol: RdmaProtocol::RoceV2,
             in_other_netns: false,
         }
     });

@@ -136,6 +136,7 @@ pub fn big_node(pfs: u32, vfs_per_pf: u32) -> NodeDesc {
         gpus: vec![],
         rdma_cm: true,
         rdma_netns_mode: Default::default(),
+        irdma_roce_ena: None,
     }
 }
 
@@ -208,6 +209,10 @@ impl Sim {
         // Y = shared (the boot default), N = exclusive.
         let shared = desc.rdma_netns_mode == crate::simdesc::NetnsMode::Shared;
         w.file(Path::new("module/ib_core/parameters/netns_mode"), if shared { "Y" } else { "N" })?;
+        if let Some(on) = desc.irdma_roce_ena {
+            // Written as a bool module parameter prints; discovery also takes 1/0.
+            w.file(Path::new("module/irdma/parameters/roce_ena"), if on { "Y" } else { "N" })?;
+        }
         std::fs::create_dir_all(&w.dev).map_err(io_err(&w.dev))?;
         // Bridges first (parents), then functions in PCI order; PF directories exist before VF links.
         let order = |f: &&Func| match f.role {

@@ -6,9 +6,9 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use super::layout::{fmt_gid, fmt_mac, gid_entries, umad_dev, uverbs_dev, Func, Role, VFIO_PCI};
+use super::layout::{fmt_gid, fmt_mac, umad_dev, uverbs_dev, Func, Role, VFIO_PCI};
 use super::Sim;
-use crate::inventory::{CharDev, GidKind, Inventory, LinkLayer, Netdev, RdmaDev, RdmaVia};
+use crate::inventory::{CharDev, GidKind, Inventory, LinkLayer, Netdev, RdmaDev, RdmaProtocol, RdmaVia};
 use crate::pci::PciAddr;
 use crate::roce::roce_active_mtu;
 
@@ -45,6 +45,8 @@ impl Sim {
                         Some(*total),
                         f.numa,
                         &upstream(f),
+                        Some(f.rdma_protocol()),
+                        &f.rdma_aux(),
                     ));
                     self.func_lines(f, "  ", &mut out);
                     let mut vfs: Vec<(&u32, &Func)> = self
@@ -148,6 +150,7 @@ impl Sim {
             ind,
             &r.name,
             &via,
+            (!r.in_other_netns).then_some(r.protocol),
             (!r.in_other_netns).then_some(r.guid.as_str()),
             Some(&chardev(format!("uverbs{}", r.uverbs), uverbs_dev(r.uverbs))),
             &umad,
@@ -166,9 +169,10 @@ impl Sim {
             LinkLayer::Ethernet,
             opt(mtu)
         ));
-        for e in f.net.as_ref().map(gid_entries).unwrap_or_default() {
+        for e in f.gid_entries() {
             let kind = if e.kind == "RoCE v2" { GidKind::RoceV2 } else { GidKind::RoceV1 };
-            out.push(format!("{ind}    gid{} {} {kind:?} {} {}", e.index, fmt_gid(e.gid), e.ip, e.ndev));
+            let ndev = if e.ndev.is_empty() { "-" } else { &e.ndev };
+            out.push(format!("{ind}    gid{} {} {kind:?} {} {ndev}", e.index, fmt_gid(e.gid), e.ip));
         }
     }
 }
@@ -187,17 +191,21 @@ fn pf_line(
     total: Option<u32>,
     numa: Option<u32>,
     upstream: &[PciAddr],
+    protocol: Option<RdmaProtocol>,
+    rdma_aux: &[String],
 ) -> String {
     let up: Vec<String> = upstream.iter().map(|a| a.to_string()).collect();
     format!(
-        "pf {bdf} {}:{} driver={} vfs={}/{} numa={} upstream={}",
+        "pf {bdf} {}:{} driver={} vfs={}/{} numa={} upstream={} rdma={} aux={}",
         vendor.map(|v| format!("{v:04x}")).unwrap_or("-".into()),
         device.map(|v| format!("{v:04x}")).unwrap_or("-".into()),
         driver.unwrap_or("-"),
         opt(num),
         opt(total),
         opt(numa),
-        up.join(",")
+        up.join(","),
+        opt(protocol),
+        if rdma_aux.is_empty() { "-".to_string() } else { rdma_aux.join(",") }
     )
 }
 
@@ -233,6 +241,7 @@ fn rdma_line(
     ind: &str,
     name: &str,
     via: &RdmaVia,
+    protocol: Option<RdmaProtocol>,
     guid: Option<&str>,
     uverbs: Option<&CharDev>,
     umad: &[CharDev],
@@ -252,7 +261,8 @@ fn rdma_line(
         }
     };
     format!(
-        "{ind}rdma {name} via={via} guid={} uverbs={} umad={} issm={}{}",
+        "{ind}rdma {name} via={via} proto={} guid={} uverbs={} umad={} issm={}{}",
+        opt(protocol),
         guid.unwrap_or("-"),
         uverbs.map(chardev_str).unwrap_or("-".into()),
         list(umad),
@@ -286,6 +296,7 @@ fn rdma_lines(ind: &str, r: &RdmaDev, out: &mut Vec<String>) {
         ind,
         &r.name,
         &r.via,
+        r.protocol,
         r.node_guid.as_deref(),
         r.uverbs.as_ref(),
         &r.umad,
@@ -330,6 +341,8 @@ pub fn describe(inv: &Inventory) -> Vec<String> {
             pf.total_vfs,
             pf.numa_node,
             &pf.upstream,
+            pf.rdma_protocol,
+            &pf.rdma_aux,
         ));
         problem_lines("  ", &pf.problems, &mut out);
         for n in &pf.netdevs {

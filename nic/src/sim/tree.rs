@@ -5,10 +5,11 @@ use std::net::Ipv6Addr;
 use std::path::{Path, PathBuf};
 
 use super::layout::{
-    fmt_gid, fmt_mac, gid_entries, umad_dev, uverbs_dev, Func, RdmaPlan, Role, GID_TBL_LEN,
-    VFIO_CONTAINER_DEV, VFIO_GROUP_MAJOR, VFIO_PCI,
+    fmt_gid, fmt_mac, umad_dev, uverbs_dev, Func, RdmaPlan, Role, GID_TBL_LEN, VFIO_CONTAINER_DEV,
+    VFIO_GROUP_MAJOR, VFIO_PCI,
 };
 use super::SimError;
+use crate::inventory::RdmaProtocol;
 
 // ---------------------------------------------------------------------------------------------
 // Writing the tree.
@@ -233,7 +234,7 @@ impl Writer {
         let ib = base.join("infiniband").join(&r.name);
         self.mkdir(&ib)?;
         self.file(&ib.join("node_guid"), &r.guid)?;
-        self.file(&ib.join("node_type"), "1: CA")?;
+        self.file(&ib.join("node_type"), node_type(r.protocol))?;
         self.link(&ib.join("device"), "../../")?;
         self.link_to(&PathBuf::from("class/infiniband").join(&r.name), &ib)?;
         self.write_port(f)
@@ -260,8 +261,9 @@ impl Writer {
         self.file(&port.join("link_layer"), "Ethernet")?;
         let gbps = f.net.as_ref().map(|n| n.speed / 1000).unwrap_or(0);
         self.file(&port.join("rate"), format!("{gbps} Gb/sec ({}X EDR)", if gbps >= 100 { 4 } else { 1 }))?;
-        let entries = f.net.as_ref().map(gid_entries).unwrap_or_default();
-        for i in 0..GID_TBL_LEN {
+        let entries = f.gid_entries();
+        let len = if r.protocol == RdmaProtocol::Iwarp { 1 } else { GID_TBL_LEN };
+        for i in 0..len {
             let e = entries.iter().find(|e| e.index == i);
             self.file(
                 &port.join(format!("gids/{i}")),
@@ -323,5 +325,14 @@ impl Writer {
             self.remove(&PathBuf::from("bus/auxiliary/devices").join(aux));
         }
         self.remove(&PathBuf::from("kernel/config/rdma_cm").join(&r.name));
+    }
+}
+
+/// `node_type` as ib core prints it (`node_type_show`): RDMA_NODE_IB_CA or RDMA_NODE_RNIC.
+fn node_type(p: RdmaProtocol) -> &'static str {
+    if p == RdmaProtocol::Iwarp {
+        "4: RNIC"
+    } else {
+        "1: CA"
     }
 }
