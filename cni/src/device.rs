@@ -50,8 +50,16 @@ fn select(c: &ClaimRef, env: &Env) -> Result<(nic::PciAddr, Claimed)> {
         container_id: &env.container_id,
         ifname: &env.ifname,
     };
-    let (claim, dev) = prepared::select(&listing.claims, &listing.attachments, &w)
-        .map_err(|e| Error::Claim(format!("{e} (prepared directory {})", c.prepared_dir.display())))?;
+    let (claim, dev) = prepared::select(&listing.claims, &listing.attachments, &w).map_err(|e| {
+        // Without claim/request keys this may as well be a device plugin network
+        // whose deviceID Multus did not fill: say both.
+        let hint = if c.claim.is_none() && c.request.is_none() {
+            "; or, in device plugin mode, the configuration has no deviceID (does the network carry the k8s.v1.cni.cncf.io/resourceName annotation, and does the pod request that resource?)"
+        } else {
+            ""
+        };
+        Error::Claim(format!("{e} (prepared directory {}){hint}", c.prepared_dir.display()))
+    })?;
     tracing::debug!(claim = %claim.uid, device = %dev.device, pci = %dev.pci, "DRA: the pod's prepared device");
     Ok((
         dev.pci,

@@ -815,6 +815,14 @@ fn dra_mode_finds_the_pods_prepared_vf_by_pod_uid_and_records_the_attachment() {
     let (code, out) = lab.cni_env("ADD", "s2", pod.path(), "net1", &conf, &[("CNI_ARGS", other)]);
     assert_eq!(code, 104, "{out}");
     assert!(out["msg"].as_str().unwrap().contains("0000-other"), "{out}");
+    // A network that names no claim may be a device plugin network missing its deviceID: said too.
+    let mut plain = conf.clone();
+    for k in ["claim", "request"] {
+        plain.as_object_mut().unwrap().remove(k);
+    }
+    let (code, out) = lab.cni_env("ADD", "s2", pod.path(), "net1", &plain, &[("CNI_ARGS", other)]);
+    assert_eq!(code, 104, "{out}");
+    assert!(out["msg"].as_str().unwrap().contains("resourceName"), "{out}");
     // No deviceID and no pod UID: the configuration cannot name a VF.
     let (code, out) = lab.cni_env("ADD", "s3", pod.path(), "net1", &conf, &[("CNI_ARGS", "")]);
     assert_eq!(code, 7, "{out}");
