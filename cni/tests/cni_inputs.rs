@@ -413,8 +413,7 @@ fn status_reports_an_unwritable_state_dir() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(conf.to_string().as_bytes())?;
+            common::feed(c.stdin.take().unwrap(), conf.to_string().as_bytes());
             c.wait_with_output()
         })
         .unwrap();
@@ -444,8 +443,7 @@ fn run_with_path(cmd: &str, stdin: &Value, cni_path: &Path) -> (i32, String) {
         .stderr(std::process::Stdio::null())
         .spawn()
         .and_then(|mut c| {
-            use std::io::Write;
-            c.stdin.take().unwrap().write_all(stdin.to_string().as_bytes())?;
+            common::feed(c.stdin.take().unwrap(), stdin.to_string().as_bytes());
             c.wait_with_output()
         })
         .unwrap();

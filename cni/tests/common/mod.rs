@@ -292,7 +292,9 @@ pub fn run_plugin(
         });
     }
     let mut child = c.spawn().unwrap();
-    child.stdin.take().unwrap().write_all(stdin).unwrap();
+    // A plugin refusing its environment may exit before reading stdin: a broken
+    // pipe here is its answer, not a test failure.
+    feed(child.stdin.take().unwrap(), stdin);
     let out = child.wait_with_output().unwrap();
     drop(nsf);
     let v = if out.stdout.is_empty() {
@@ -350,4 +352,12 @@ pub fn ipam_stub(dir: &Path, name: &str) -> (PathBuf, PathBuf) {
 /// The lines of a file (empty if missing).
 pub fn lines(p: &Path) -> Vec<String> {
     std::fs::read_to_string(p).unwrap_or_default().lines().map(str::to_string).collect()
+}
+
+/// Writes `data` to a child's stdin and closes it; a child that exited without
+/// reading all of it (broken pipe) is fine: its exit status and stdout say why.
+pub fn feed(mut stdin: std::process::ChildStdin, data: &[u8]) {
+    if let Err(e) = stdin.write_all(data) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "writing the plugin's stdin: {e}");
+    }
 }
