@@ -182,10 +182,35 @@ impl Metrics {
     }
 }
 
-/// Binds `addr`; returns the bound address (port 0 picks one) and the serving future.
+/// Binds `addr`; returns the bound address (port 0 picks one) and the serving
+/// future: `/metrics`, `/healthz` (503 with the reasons when unhealthy), `/livez`.
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
+) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
+    let route: Routes = Arc::new(move |path: &str| match path {
+        "/metrics" => Some(("200 OK", "text/plain; version=0.0.4", metrics.render())),
+        "/healthz" => Some(match metrics.health() {
+            (true, body) => ("200 OK", "text/plain", body),
+            (false, body) => ("503 Service Unavailable", "text/plain", body),
+        }),
+        "/livez" => Some(("200 OK", "text/plain", "ok\n".to_string())),
+        _ => None,
+    });
+    serve_routes(addr, route).await
+}
+
+/// What one HTTP route answers: status line, content type, body.
+pub type Answer = (&'static str, &'static str, String);
+
+/// A path → answer function ([`serve_routes`]).
+pub type Routes = Arc<dyn Fn(&str) -> Option<Answer> + Send + Sync>;
+
+/// Serves GET routes over a tiny HTTP/1.1 responder: `route(path)` answers,
+/// `None` is 404. The device plugin's ([`serve`]) and DRA mode's endpoints.
+pub async fn serve_routes(
+    addr: SocketAddr,
+    route: Routes,
 ) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
     let listener = TcpListener::bind(addr).await?;
     let local = listener.local_addr()?;
@@ -200,74 +225,11 @@ pub async fn serve(
                     continue;
                 }
             };
-            let metrics = metrics.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 2048];
-                let mut n = 0;
-                // Read until the end of the request head (or 2 KiB, or 2 s).
-                let read = async {
-                    while n < buf.len() {
-                        match sock.read(&mut buf[n..]).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(k) => n += k,
-                        }
-                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                            break;
-                        }
-                    }
-                };
-                let _ = tokio::time::timeout(Duration::from_secs(2), read).await;
-                let head = String::from_utf8_lossy(&buf[..n]);
-                let path = head.split_whitespace().nth(1).unwrap_or("");
-                let (status, ctype, body) = match path {
-                    "/metrics" => ("200 OK", "text/plain; version=0.0.4", metrics.render()),
-                    "/healthz" => match metrics.health() {
-                        (true, body) => ("200 OK", "text/plain", body),
-                        (false, body) => ("503 Service Unavailable", "text/plain", body),
-                    },
-                    "/livez" => ("200 OK", "text/plain", "ok\n".to_string()),
-                    _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
-                };
-                let resp = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = sock.write_all(resp.as_bytes()).await;
-                let _ = sock.shutdown().await;
-            });
-        }
-    };
-    Ok((local, fut))
-}
-
-/// What one HTTP route answers: status line, content type, body.
-pub type Answer = (&'static str, &'static str, String);
-
-/// A path → answer function ([`serve_routes`]).
-pub type Routes = Arc<dyn Fn(&str) -> Option<Answer> + Send + Sync>;
-
-/// Serves GET routes over the same tiny HTTP/1.1 responder as [`serve`]:
-/// `route(path)` answers, `None` is 404. DRA mode's `/metrics` and `/healthz`.
-pub async fn serve_routes(
-    addr: SocketAddr,
-    route: Routes,
-) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
-    let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    let fut = async move {
-        loop {
-            let mut sock = match listener.accept().await {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "metrics accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
             let route = route.clone();
             tokio::spawn(async move {
                 let mut buf = vec![0u8; 2048];
                 let mut n = 0;
+                // Read until the end of the request head (or 2 KiB, or 2 s).
                 let read = async {
                     while n < buf.len() {
                         match sock.read(&mut buf[n..]).await {

@@ -26,6 +26,7 @@ pub mod enforce;
 pub mod fixtures;
 pub mod health;
 pub mod jitter;
+pub mod logging;
 pub mod metrics;
 pub mod profiles;
 pub mod publish;

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use kube_rdma_operator::agent::{Agent, AgentConfig};
 use kube_rdma_operator::client::{connect, ClientOpts};
 use kube_rdma_operator::controller::{Controller, STALE_AFTER};
+use kube_rdma_operator::logging::{self, LogFormat, VERSION};
 use kube_rdma_operator::source::NodeSource;
 use kube_rdma_operator::{check_once, checks, crd, crd_apply, health, load_profile, view};
 use nic::roce::{DcbSource, ObserveOpts};
@@ -25,32 +26,6 @@ struct Cli {
     /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
     #[arg(long, global = true, value_enum, env = "KUBE_RDMA_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
-}
-
-/// The release version: `KUBE_RDMA_VERSION` at build time (scripts/delivery/build-dist and the
-/// Dockerfile set it from their VERSION), else the crate version.
-const VERSION: &str = match option_env!("KUBE_RDMA_VERSION") {
-    Some(v) => v,
-    None => env!("CARGO_PKG_VERSION"),
-};
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-fn init_logging(format: LogFormat) {
-    use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => fmt.json().init(),
-        // Colour codes only help a person at a terminal; in pod logs they are noise.
-        LogFormat::Text => {
-            fmt.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()).init();
-        }
-    }
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -152,7 +127,7 @@ struct AgentArgs {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    logging::init(cli.log_format, "info");
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -195,3 +197,21 @@ def crd_sync_problem() -> str | None:
     if OPERATOR_CRDS.read_bytes() != CHART_CRDS.read_bytes():
         return f"{CHART_CRDS.relative_to(ROOT)} differs from {OPERATOR_CRDS.relative_to(ROOT)}"
     return None
+
+
+def kubernetes_validate(docs: list[dict[str, Any]], label: str, versions: list[str]) -> str:
+    """`kubernetes-validate --strict` of `docs` at each Kubernetes version; asserts on any failure."""
+    with tempfile.TemporaryDirectory(prefix="kube-rdma-kv-") as tmp:
+        files = []
+        for i, doc in enumerate(docs):
+            path = Path(tmp) / f"{i:02d}-{doc['kind']}-{doc['metadata']['name']}.yaml"
+            path.write_text(yaml.safe_dump(doc), encoding="utf-8")
+            files.append(str(path))
+        for version in versions:
+            res = subprocess.run(["kubernetes-validate", "--strict", "-k", version, *files],
+                                 capture_output=True, text=True)
+            out = res.stdout + res.stderr
+            # Anything but an INFO line (a WARN about a missing schema included) is a failure.
+            noise = [line for line in out.splitlines() if line.strip() and not line.startswith("INFO")]
+            assert res.returncode == 0 and not noise, f"{label} (k8s {version}):\n{out}"
+    return f"{len(docs)} object(s) x k8s {', '.join(versions)}"

@@ -13,9 +13,7 @@ alone: `python3 scripts/delivery/dra.py`).
 
 from __future__ import annotations
 
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -50,19 +48,7 @@ def examples() -> dict[str, list[dict[str, Any]]]:
 
 
 def validate(docs: list[dict[str, Any]], label: str) -> str:
-    with tempfile.TemporaryDirectory(prefix="kube-rdma-dra-kv-") as tmp:
-        files = []
-        for i, doc in enumerate(docs):
-            path = Path(tmp) / f"{i:02d}-{doc['kind']}-{doc['metadata']['name']}.yaml"
-            path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-            files.append(str(path))
-        for version in KUBE_VERSIONS:
-            res = subprocess.run(["kubernetes-validate", "--strict", "-k", version, *files],
-                                 capture_output=True, text=True)
-            out = res.stdout + res.stderr
-            # Anything but an INFO line (a WARN about a missing schema included) is a failure.
-            noise = [line for line in out.splitlines() if line.strip() and not line.startswith("INFO")]
-            assert res.returncode == 0 and not noise, f"{label} (k8s {version}):\n{out}"
+    chart.kubernetes_validate(docs, label, KUBE_VERSIONS)
     kinds = sorted({d["kind"] for d in docs})
     return f"{len(docs)} object(s) ({', '.join(kinds)}) x k8s {', '.join(KUBE_VERSIONS)}"
 

@@ -227,20 +227,7 @@ def test_guard(values: dict[str, Any], expect: str) -> str:
 # ---------------------------------------------------------------- kubernetes-validate and CRDs
 
 def kubernetes_validate(docs: list[dict[str, Any]], label: str) -> str:
-    with tempfile.TemporaryDirectory(prefix="kube-rdma-kv-") as tmp:
-        files = []
-        for i, doc in enumerate(docs):
-            path = Path(tmp) / f"{i:02d}-{doc['kind']}-{doc['metadata']['name']}.yaml"
-            path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-            files.append(str(path))
-        for version in KUBE_VERSIONS:
-            res = subprocess.run(["kubernetes-validate", "--strict", "-k", version, *files],
-                                 capture_output=True, text=True)
-            out = res.stdout + res.stderr
-            # Anything but an INFO line (a WARN about a missing schema included) is a failure.
-            noise = [line for line in out.splitlines() if line.strip() and not line.startswith("INFO")]
-            assert res.returncode == 0 and not noise, f"{label} (k8s {version}):\n{out}"
-    return f"{len(docs)} object(s) x k8s {', '.join(KUBE_VERSIONS)}"
+    return chart.kubernetes_validate(docs, label, KUBE_VERSIONS)
 
 
 def validate_rendered(values: dict[str, Any] | None, label: str) -> str:
@@ -249,17 +236,7 @@ def validate_rendered(values: dict[str, Any] | None, label: str) -> str:
     notes = []
     for version in KUBE_VERSIONS:
         objs = builtin(chart.objects(chart.render(values, kube_version=version)))
-        with tempfile.TemporaryDirectory(prefix="kube-rdma-kv-") as tmp:
-            files = []
-            for i, doc in enumerate(objs):
-                path = Path(tmp) / f"{i:02d}-{doc['kind']}-{doc['metadata']['name']}.yaml"
-                path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-                files.append(str(path))
-            res = subprocess.run(["kubernetes-validate", "--strict", "-k", version, *files],
-                                 capture_output=True, text=True)
-            out = res.stdout + res.stderr
-            noise = [line for line in out.splitlines() if line.strip() and not line.startswith("INFO")]
-            assert res.returncode == 0 and not noise, f"{label} (k8s {version}):\n{out}"
+        chart.kubernetes_validate(objs, label, [version])
         notes.append(f"{len(objs)} on {version}")
     return ", ".join(notes)
 

@@ -328,101 +328,67 @@ fn prepared_counts(
 #[derive(Clone)]
 pub struct DraService(pub Arc<Claims>);
 
-macro_rules! claim_refs {
-    ($claims:expr) => {
-        $claims
-            .into_iter()
-            .map(|c| ClaimRef { namespace: c.namespace, name: c.name, uid: c.uid })
-            .collect::<Vec<_>>()
+/// `DRAPlugin` for one API version: v1 and v1beta1 carry the same messages in
+/// different packages (distinct generated types), so one body serves both.
+macro_rules! dra_plugin {
+    ($v:ident) => {
+        #[tonic::async_trait]
+        impl $v::dra_plugin_server::DraPlugin for DraService {
+            async fn node_prepare_resources(
+                &self,
+                req: Request<$v::NodePrepareResourcesRequest>,
+            ) -> Result<Response<$v::NodePrepareResourcesResponse>, Status> {
+                let refs = req.into_inner().claims.into_iter();
+                let refs =
+                    refs.map(|c| ClaimRef { namespace: c.namespace, name: c.name, uid: c.uid }).collect();
+                let claims = self
+                    .0
+                    .prepare_all(refs)
+                    .await
+                    .into_iter()
+                    .map(|(uid, r)| {
+                        let entry = match r {
+                            Ok(devs) => $v::NodePrepareResourceResponse {
+                                devices: devs
+                                    .into_iter()
+                                    .map(|d| $v::Device {
+                                        request_names: vec![d.request],
+                                        pool_name: d.pool,
+                                        device_name: d.device,
+                                        cdi_device_ids: d.cdi_ids,
+                                    })
+                                    .collect(),
+                                error: String::new(),
+                            },
+                            Err(e) => $v::NodePrepareResourceResponse { devices: vec![], error: e },
+                        };
+                        (uid, entry)
+                    })
+                    .collect();
+                Ok(Response::new($v::NodePrepareResourcesResponse { claims }))
+            }
+
+            async fn node_unprepare_resources(
+                &self,
+                req: Request<$v::NodeUnprepareResourcesRequest>,
+            ) -> Result<Response<$v::NodeUnprepareResourcesResponse>, Status> {
+                let refs = req.into_inner().claims.into_iter();
+                let refs =
+                    refs.map(|c| ClaimRef { namespace: c.namespace, name: c.name, uid: c.uid }).collect();
+                let claims = self
+                    .0
+                    .unprepare_all(refs)
+                    .await
+                    .into_iter()
+                    .map(|(uid, r)| {
+                        (uid, $v::NodeUnprepareResourceResponse { error: r.err().unwrap_or_default() })
+                    })
+                    .collect();
+                Ok(Response::new($v::NodeUnprepareResourcesResponse { claims }))
+            }
+        }
     };
 }
 
-#[tonic::async_trait]
-impl v1::dra_plugin_server::DraPlugin for DraService {
-    async fn node_prepare_resources(
-        &self,
-        req: Request<v1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<v1::NodePrepareResourcesResponse>, Status> {
-        let res = self.0.prepare_all(claim_refs!(req.into_inner().claims)).await;
-        let claims = res
-            .into_iter()
-            .map(|(uid, r)| {
-                let entry = match r {
-                    Ok(devs) => v1::NodePrepareResourceResponse {
-                        devices: devs
-                            .into_iter()
-                            .map(|d| v1::Device {
-                                request_names: vec![d.request],
-                                pool_name: d.pool,
-                                device_name: d.device,
-                                cdi_device_ids: d.cdi_ids,
-                            })
-                            .collect(),
-                        error: String::new(),
-                    },
-                    Err(e) => v1::NodePrepareResourceResponse { devices: vec![], error: e },
-                };
-                (uid, entry)
-            })
-            .collect();
-        Ok(Response::new(v1::NodePrepareResourcesResponse { claims }))
-    }
-
-    async fn node_unprepare_resources(
-        &self,
-        req: Request<v1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<v1::NodeUnprepareResourcesResponse>, Status> {
-        let res = self.0.unprepare_all(claim_refs!(req.into_inner().claims)).await;
-        let claims = res
-            .into_iter()
-            .map(|(uid, r)| (uid, v1::NodeUnprepareResourceResponse { error: r.err().unwrap_or_default() }))
-            .collect();
-        Ok(Response::new(v1::NodeUnprepareResourcesResponse { claims }))
-    }
-}
-
-#[tonic::async_trait]
-impl v1beta1::dra_plugin_server::DraPlugin for DraService {
-    async fn node_prepare_resources(
-        &self,
-        req: Request<v1beta1::NodePrepareResourcesRequest>,
-    ) -> Result<Response<v1beta1::NodePrepareResourcesResponse>, Status> {
-        let res = self.0.prepare_all(claim_refs!(req.into_inner().claims)).await;
-        let claims = res
-            .into_iter()
-            .map(|(uid, r)| {
-                let entry = match r {
-                    Ok(devs) => v1beta1::NodePrepareResourceResponse {
-                        devices: devs
-                            .into_iter()
-                            .map(|d| v1beta1::Device {
-                                request_names: vec![d.request],
-                                pool_name: d.pool,
-                                device_name: d.device,
-                                cdi_device_ids: d.cdi_ids,
-                            })
-                            .collect(),
-                        error: String::new(),
-                    },
-                    Err(e) => v1beta1::NodePrepareResourceResponse { devices: vec![], error: e },
-                };
-                (uid, entry)
-            })
-            .collect();
-        Ok(Response::new(v1beta1::NodePrepareResourcesResponse { claims }))
-    }
-
-    async fn node_unprepare_resources(
-        &self,
-        req: Request<v1beta1::NodeUnprepareResourcesRequest>,
-    ) -> Result<Response<v1beta1::NodeUnprepareResourcesResponse>, Status> {
-        let res = self.0.unprepare_all(claim_refs!(req.into_inner().claims)).await;
-        let claims = res
-            .into_iter()
-            .map(|(uid, r)| {
-                (uid, v1beta1::NodeUnprepareResourceResponse { error: r.err().unwrap_or_default() })
-            })
-            .collect();
-        Ok(Response::new(v1beta1::NodeUnprepareResourcesResponse { claims }))
-    }
-}
+dra_plugin!(v1);
+dra_plugin!(v1beta1);

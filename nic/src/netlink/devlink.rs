@@ -32,10 +32,7 @@
 //! - [`param_dump`]: `devlink dev param show`
 //! - [`param_set`]: `devlink dev param set BUS/DEV name NAME value V cmode C`
 
-use netlink_packet_core::{
-    DecodeError, DefaultNla, Emitable, Nla, NlaBuffer, NlasIterator, Parseable, NLA_F_NESTED,
-    NLA_F_NET_BYTEORDER,
-};
+use netlink_packet_core::{DecodeError, DefaultNla, Emitable, Nla, NlaBuffer, NlasIterator, Parseable};
 
 use super::genl::GenlMessage;
 use super::transport::{Client, NlError, SocketTransport, Transport, NETLINK_GENERIC};
@@ -256,18 +253,7 @@ fn parse_attr<T: AsRef<[u8]> + ?Sized>(
         DEVLINK_ATTR_PARAM_VALUE => ParamValue(parse_nest(v, "DEVLINK_ATTR_PARAM_VALUE", depth)?),
         DEVLINK_ATTR_PARAM_VALUE_DATA => ParamValueData(v.to_vec()),
         DEVLINK_ATTR_PARAM_VALUE_CMODE => ParamValueCmode(parse_u8(v, "DEVLINK_ATTR_PARAM_VALUE_CMODE")?),
-        _ => {
-            // Keep what can be written back (netlink-packet-core emits one flag at
-            // most; see the same choice in nldev).
-            let flag = if buf.nested_flag() {
-                NLA_F_NESTED
-            } else if buf.network_byte_order_flag() {
-                NLA_F_NET_BYTEORDER
-            } else {
-                0
-            };
-            Other(DefaultNla::new(buf.kind() | flag, v.to_vec()))
-        }
+        _ => Other(super::kept_nla(buf)),
     })
 }
 

@@ -25,7 +25,7 @@
 
 use netlink_packet_core::{
     DecodeError, DefaultNla, Emitable, NetlinkDeserializable, NetlinkHeader, NetlinkSerializable, Nla,
-    NlaBuffer, NlasIterator, Parseable, NLA_F_NESTED, NLA_F_NET_BYTEORDER,
+    NlaBuffer, NlasIterator, Parseable,
 };
 
 use super::transport::{Client, NlError, Transport};
@@ -248,20 +248,7 @@ impl<'a, T: AsRef<[u8]> + ?Sized> Parseable<NlaBuffer<&'a T>> for NldevAttr {
             RDMA_NLDEV_ATTR_DEV_PROTOCOL => DevProtocol(parse_string(v, "RDMA_NLDEV_ATTR_DEV_PROTOCOL")?),
             RDMA_NLDEV_NET_NS_FD => NetNsFd(parse_u32(v, "RDMA_NLDEV_NET_NS_FD")?),
             RDMA_NLDEV_ATTR_PAD => Pad(v.to_vec()),
-            _ => {
-                // netlink-packet-core cannot emit a type with both NLA_F_NESTED and
-                // NLA_F_NET_BYTEORDER (its set_nested_flag re-reads the masked type and
-                // drops the byte-order bit), so keep only what can be written back:
-                // an attribute this codec does not decode re-emits as it reads.
-                let flag = if buf.nested_flag() {
-                    NLA_F_NESTED
-                } else if buf.network_byte_order_flag() {
-                    NLA_F_NET_BYTEORDER
-                } else {
-                    0
-                };
-                Other(DefaultNla::new(buf.kind() | flag, v.to_vec()))
-            }
+            _ => Other(super::kept_nla(buf)),
         })
     }
 }

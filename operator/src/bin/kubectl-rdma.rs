@@ -13,6 +13,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::jiff::Timestamp;
 use kube_rdma_operator::api::chain;
 use kube_rdma_operator::client::{connect_described, ClientOpts};
+use kube_rdma_operator::logging::{self, LogFormat, VERSION};
 use kube_rdma_operator::source::NodeSource;
 use kube_rdma_operator::view::{self, node_table, Detail};
 use kube_rdma_operator::{check_once, checks, load_profile};
@@ -44,33 +45,6 @@ struct Cli {
     /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
     #[arg(long, global = true, value_enum, env = "KUBE_RDMA_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
-}
-
-/// `KUBE_RDMA_VERSION` at build time (set by scripts/delivery/build-dist), else the crate version.
-const VERSION: &str = match option_env!("KUBE_RDMA_VERSION") {
-    Some(v) => v,
-    None => env!("CARGO_PKG_VERSION"),
-};
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-fn init_logging(format: LogFormat) {
-    use std::io::IsTerminal as _;
-    // kube logs each failed request itself; the error message on exit says it once.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "warn,kube_client=off".into());
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => fmt.json().init(),
-        // Colour codes only for a person at a terminal.
-        LogFormat::Text => {
-            fmt.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()).init();
-        }
-    }
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -121,7 +95,7 @@ enum Cmd {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    logging::init(cli.log_format, "warn,kube_client=off");
     match run(cli) {
         Ok(c) => c,
         Err(e) => {
