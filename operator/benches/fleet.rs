@@ -128,7 +128,7 @@ impl Fleet {
             "metadata": {"name": "fleet"}, "spec": spec}));
         let emu = b.start_background().expect("emulator starts");
         let sim = SimNode::new(&kube_rdma_operator::fixtures::example("cx6dx-dual"));
-        let opts = ClientOpts { kubeconfig: Some(emu.kubeconfig_path().to_path_buf()), context: None };
+        let opts = ClientOpts { kubeconfig: Some(emu.kubeconfig_path().to_path_buf()), ..Default::default() };
         let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
         Self { n, emu, sim, opts, rt }
     }

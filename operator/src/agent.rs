@@ -26,7 +26,7 @@ use nic::netlink::events::RtnlEvent;
 use nic::roce::NodeRoce;
 use tokio::sync::mpsc;
 
-use crate::api::{chain, watch_error_kind, ApiError, Backoff};
+use crate::api::{chain, describe_watch, watch_error_kind, ApiError, Backoff};
 use crate::crd::{Mode, RdmaNodeState, RdmaNodeStateStatus, RoceProfile, RoceProfileSpec};
 use crate::health::Health;
 use crate::profiles::{decode, profile_resource, select_profile, BadProfile, ProfileSet};
@@ -336,9 +336,10 @@ impl Agent {
                         Seen::Deleted => Seen::Deleted,
                         Seen::Listed(o) => Seen::Listed(o.map(|o| o.metadata)),
                     })),
-                    Some(Err(e)) => {
-                        Some(Update::Failed(watch_error_kind(&e), format!("watch nodes: {}", chain(&e))))
-                    }
+                    Some(Err(e)) => Some(Update::Failed(
+                        watch_error_kind(&e),
+                        format!("watch nodes: {}", describe_watch(&e)),
+                    )),
                 };
                 futures::future::ready(Some(out))
             });
@@ -350,7 +351,7 @@ impl Agent {
                     Some(Ok((s, _))) => Some(Update::State(Box::new(s))),
                     Some(Err(e)) => Some(Update::Failed(
                         watch_error_kind(&e),
-                        format!("watch rdmanodestates: {}", chain(&e)),
+                        format!("watch rdmanodestates: {}", describe_watch(&e)),
                     )),
                 };
                 futures::future::ready(Some(out))
@@ -368,7 +369,7 @@ impl Agent {
                         Some(Ok((s, all))) => Some(Update::Profiles(s, all)),
                         Some(Err(e)) => Some(Update::Failed(
                             watch_error_kind(&e),
-                            format!("watch roceprofiles: {}", chain(&e)),
+                            format!("watch roceprofiles: {}", describe_watch(&e)),
                         )),
                     };
                     futures::future::ready(Some(out))
@@ -484,11 +485,20 @@ impl Agent {
                             }
                         }
                     } else if heartbeat_at.is_some_and(|t| t <= now) {
-                        if let Err(e) = self.publisher.heartbeat(&now_rfc3339()).await {
-                            tracing::warn!(error = %chain(&e), "heartbeat failed");
-                            heartbeat_not_before = Instant::now() + jitter::shorten(RETRY_MAX / 10, 0.5);
-                            // Recreate a deleted object, or retry, through a pass.
-                            due = Some(Instant::now() + RETRY_FIRST);
+                        match self.publisher.heartbeat(&now_rfc3339()).await {
+                            Ok(true) => {}
+                            // Nothing applied by this process yet: a pass publishes (and
+                            // confirms), unless one is already due (backing off).
+                            Ok(false) => {
+                                heartbeat_not_before = Instant::now() + RETRY_FIRST;
+                                due.get_or_insert(now);
+                            }
+                            Err(e) => {
+                                tracing::warn!(error = %chain(&e), "heartbeat failed");
+                                heartbeat_not_before = Instant::now() + jitter::shorten(RETRY_MAX / 10, 0.5);
+                                // Recreate a deleted object, or retry, through a pass.
+                                due = Some(Instant::now() + RETRY_FIRST);
+                            }
                         }
                     }
                 }
@@ -499,10 +509,7 @@ impl Agent {
     /// A fixed per-agent lengthening of the heartbeat (0..10 %), so agents
     /// started together spread their heartbeats.
     fn heartbeat_jitter(&self) -> Duration {
-        let h =
-            self.cfg.node_name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-                (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-            });
+        let h = crate::status::fnv1a(self.cfg.node_name.as_bytes());
         self.cfg.heartbeat.mul_f64((h % 1000) as f64 / 10_000.0)
     }
 
@@ -513,7 +520,7 @@ impl Agent {
             Ok(_) => self.health.api.ok(),
             Err(e) => self.health.api.failed(
                 crate::api::error_kind(&e),
-                format!("get nodes/{}: {}", self.cfg.node_name, chain(&e)),
+                format!("get nodes/{}: {}", self.cfg.node_name, crate::api::describe(&e)),
             ),
         }
     }

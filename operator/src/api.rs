@@ -10,14 +10,55 @@ use std::time::{Duration, Instant};
 use crate::jitter;
 
 /// A Kubernetes API call that failed (after retries where it could pass).
-#[derive(Debug, thiserror::Error)]
-#[error("{op}")]
+///
+/// Displayed on one line: the operation and [`describe`] of the client error
+/// (`apply rdmanodestates/n1 status: Error from server (Conflict): ...`).
+#[derive(Debug)]
 pub struct ApiError {
     /// What was being done, e.g. `apply rdmanodestates/node-a status`.
     pub op: String,
-    /// The client error.
-    #[source]
+    /// The client error (already in the message with its causes, so not reported
+    /// again as the error's source).
     pub source: kube::Error,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.op, describe(&self.source))
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// A client error on one readable line, as kubectl prints it: `Error from server
+/// (Reason): message` for an answer of the API server (kubectl's
+/// `k8s.io/kubectl/pkg/cmd/util/helpers.go` `StandardErrorMessage`), else the
+/// error and its causes (`a: b: c`). Never the Rust `Debug` form that kube's own
+/// `Display` of [`kube::Error::Api`] appends.
+pub fn describe(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => {
+            let message = if s.message.is_empty() { format!("HTTP {}", s.code) } else { s.message.clone() };
+            if s.reason.is_empty() {
+                format!("Error from server: {message}")
+            } else {
+                format!("Error from server ({}): {message}", s.reason)
+            }
+        }
+        other => chain(other),
+    }
+}
+
+/// A watch failure on one line: what failed and [`describe`] of its cause.
+pub fn describe_watch(e: &kube::runtime::watcher::Error) -> String {
+    use kube::runtime::watcher::Error as W;
+    match e {
+        W::InitialListFailed(e) => format!("initial list failed: {}", describe(e)),
+        W::WatchStartFailed(e) => format!("starting the watch failed: {}", describe(e)),
+        W::WatchFailed(e) => format!("watch stream failed: {}", describe(e)),
+        W::WatchError(s) => format!("watch ended by the server: {}", describe(&kube::Error::Api(s.clone()))),
+        W::NoResourceVersion => e.to_string(),
+    }
 }
 
 impl ApiError {
@@ -186,12 +227,12 @@ where
                 return Err(ApiError { op: op.into(), source: e });
             }
             Err(e) => {
-                record.failed(error_kind(&e), format!("{op}: {}", chain(&e)));
+                record.failed(error_kind(&e), format!("{op}: {}", describe(&e)));
                 if attempt >= b.attempts.max(1) || !is_retriable(&e) {
                     return Err(ApiError { op: op.into(), source: e });
                 }
                 let delay = retry_after(&e).map_or(b.delay(attempt), |ra| ra.max(b.delay(attempt)));
-                tracing::warn!(op, attempt, delay_ms = delay.as_millis() as u64, error = %chain(&e), "API call failed; retrying");
+                tracing::warn!(op, attempt, delay_ms = delay.as_millis() as u64, error = %describe(&e), "API call failed; retrying");
                 tokio::time::sleep(delay).await;
                 attempt += 1;
             }
@@ -236,5 +277,28 @@ mod tests {
         assert_eq!(error_kind(&api(503)), "server");
         assert_eq!(error_kind(&api(403)), "forbidden");
         assert!(is_retriable(&api(409)) && is_retriable(&api(500)) && !is_retriable(&api(403)));
+    }
+
+    #[test]
+    fn api_errors_read_as_kubectl_prints_them_on_one_line() {
+        let forbidden = kube::Error::Api(
+            kube::core::Status::failure(
+                "rdmanodestates.kuberdma.io \"n2\" is forbidden: User \"u\" cannot get resource",
+                "Forbidden",
+            )
+            .with_code(403)
+            .boxed(),
+        );
+        let line = describe(&forbidden);
+        assert_eq!(
+            line,
+            "Error from server (Forbidden): rdmanodestates.kuberdma.io \"n2\" is forbidden: User \"u\" cannot get resource"
+        );
+        let e = ApiError { op: "get rdmanodestates/n2".into(), source: forbidden };
+        let shown = chain(&e);
+        assert_eq!(shown, format!("get rdmanodestates/n2: {line}"));
+        assert!(!shown.contains("Status {") && !shown.contains('\n'), "{shown}");
+        let bare = kube::Error::Api(kube::core::Status::failure("", "").with_code(502).boxed());
+        assert_eq!(describe(&bare), "Error from server: HTTP 502");
     }
 }

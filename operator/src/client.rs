@@ -1,6 +1,7 @@
 //! The Kubernetes client of every binary, configured as `kubectl` is: `--kubeconfig
 //! FILE`, else `KUBECONFIG`, else `~/.kube/config`, else the pod's in-cluster
-//! service account; `--context` picks a kubeconfig context. A missing or broken
+//! service account; `--context` picks a kubeconfig context; `--as` / `--as-group`
+//! impersonate, `--request-timeout` bounds each request (kubectl's flags). A missing or broken
 //! configuration is an error that says which source was tried and what to do,
 //! never a panic (the TLS stack's crypto provider is compiled in: kube's `ring`
 //! feature).
@@ -19,6 +20,42 @@ pub struct ClientOpts {
     pub kubeconfig: Option<PathBuf>,
     /// `--context NAME`.
     pub context: Option<String>,
+    /// `--as USER`: impersonate this user (header `Impersonate-User`).
+    pub impersonate: Option<String>,
+    /// `--as-group GROUP`, repeatable (header `Impersonate-Group`).
+    pub impersonate_groups: Vec<String>,
+    /// `--request-timeout`: connect, read and write timeout of each request (none when `None`).
+    pub request_timeout: Option<std::time::Duration>,
+}
+
+/// A `--request-timeout` value as kubectl takes it: `0` (no timeout: zero), a
+/// number of seconds, or a number with a unit (`500ms`, `30s`, `2m`, `1h`; combined, `1m30s`).
+pub fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
+    let bad = || format!("invalid --request-timeout {s:?}: use e.g. 0 (none), 30, 30s, 2m, 500ms");
+    let s = s.trim();
+    if s.is_empty() {
+        return Err(bad());
+    }
+    if let Ok(secs) = s.parse::<u64>() {
+        return Ok(std::time::Duration::from_secs(secs));
+    }
+    let mut total = std::time::Duration::ZERO;
+    let mut rest = s;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').ok_or_else(bad)?;
+        let n: f64 = rest[..digits].parse().map_err(|_| bad())?;
+        let unit_end = rest[digits..].find(|c: char| c.is_ascii_digit()).map_or(rest.len(), |i| digits + i);
+        let scale = match &rest[digits..unit_end] {
+            "ms" => 0.001,
+            "s" => 1.0,
+            "m" => 60.0,
+            "h" => 3600.0,
+            _ => return Err(bad()),
+        };
+        total += std::time::Duration::from_secs_f64(n * scale);
+        rest = &rest[unit_end..];
+    }
+    Ok(total)
 }
 
 /// Why no client could be made.
@@ -110,8 +147,40 @@ pub async fn connect_described(opts: &ClientOpts) -> Result<(Client, String), Cl
     // operator's own retries ([`crate::api::with_backoff`]) are bounded, count every
     // failed attempt and honour Retry-After.
     cfg.default_retry = false;
+    if let Some(user) = &opts.impersonate {
+        cfg.auth_info.impersonate = Some(user.clone());
+    }
+    if !opts.impersonate_groups.is_empty() {
+        cfg.auth_info.impersonate_groups = Some(opts.impersonate_groups.clone());
+    }
+    if let Some(t) = opts.request_timeout {
+        cfg.connect_timeout = Some(t);
+        cfg.read_timeout = Some(t);
+        cfg.write_timeout = Some(t);
+    }
     let about = format!("API server {} (from {desc})", cfg.cluster_url);
     let client =
         Client::try_from(cfg).map_err(|e| ClientError::Build { source_desc: desc, detail: chain(&e) })?;
     Ok((client, about))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn request_timeouts_read_as_kubectl_reads_them() {
+        assert_eq!(parse_timeout("0"), Ok(Duration::ZERO));
+        assert_eq!(parse_timeout("0s"), Ok(Duration::ZERO));
+        assert_eq!(parse_timeout("5"), Ok(Duration::from_secs(5)));
+        assert_eq!(parse_timeout("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
+        assert_eq!(parse_timeout("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_timeout("2h"), Ok(Duration::from_secs(7200)));
+        for bad in ["", "s", "10x", "-1s", "1.5.2s"] {
+            assert!(parse_timeout(bad).unwrap_err().contains("invalid --request-timeout"), "{bad}");
+        }
+    }
 }

@@ -8,7 +8,9 @@
 //! memory, and after a change (coalesced over [`Controller::with_debounce`])
 //! computes everything with the pure [`plan`], then writes only what differs:
 //! profile status and the `Stale` condition by server-side apply (field manager
-//! `kube-rdma-controller`), the node label to `unknown` for a stale agent, orphans
+//! `kube-rdma-controller`; of a node state's status only that one entry of the
+//! `conditions` list-map, [`stale_apply_body`]), the node label to `unknown` for
+//! a stale agent, orphans
 //! by DELETE (404 counts as done). Staleness is re-checked every minute from the
 //! heartbeats in memory, without requests.
 //!
@@ -24,7 +26,7 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event as K8sEvent;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::runtime::watcher::{self, Event};
@@ -33,7 +35,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::api::{chain, watch_error_kind, with_backoff, ApiError, Backoff};
+use crate::api::{chain, describe_watch, watch_error_kind, with_backoff, ApiError, Backoff};
 use crate::crd::{
     CheckResult, Condition, RdmaNodeState, RoceProfile, RoceProfileStatus, CONTROLLER_MANAGER, READY_LABEL,
 };
@@ -572,8 +574,8 @@ impl Controller {
         };
         match err {
             Some(e) => {
-                tracing::warn!(error = %chain(&e), "watch failed; retrying with backoff");
-                self.health.api.failed(watch_error_kind(&e), chain(&e));
+                tracing::warn!(error = %describe_watch(&e), "watch failed; retrying with backoff");
+                self.health.api.failed(watch_error_kind(&e), describe_watch(&e));
                 false
             }
             None => {
@@ -639,7 +641,7 @@ impl Controller {
                 continue;
             }
             let ev = bad_profile_event(bad, &now);
-            let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), "default");
+            let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), crate::events::NAMESPACE);
             let pp = PostParams::default();
             if let Err(e) = with_backoff(b, &errors, &format!("post event about roceprofiles/{name}"), || {
                 events.create(&pp, &ev)
@@ -657,21 +659,7 @@ impl Controller {
             Api::all_with(self.client.clone(), &kube::api::ApiResource::erase::<RdmaNodeState>(&()));
         let nodes_api: Api<Node> = Api::all(self.client.clone());
         for (node, stale) in &p.stale {
-            let msg = if *stale {
-                format!("no heartbeat from the agent for {} min or more", self.stale_after.as_secs() / 60)
-            } else {
-                String::new()
-            };
-            let mut status = json!({"conditions": [stale_condition(*stale, msg)]});
-            if *stale {
-                status["summary"] = json!({"ready": "Unknown"});
-            }
-            let body = json!({
-                "apiVersion": RdmaNodeState::api_version(&()),
-                "kind": RdmaNodeState::kind(&()),
-                "metadata": {"name": node},
-                "status": status,
-            });
+            let body = stale_apply_body(node, *stale, self.stale_after, &now);
             let pp = PatchParams::apply(CONTROLLER_MANAGER).force();
             let patch = Patch::Apply(body);
             let r = with_backoff(b, &errors, &format!("apply rdmanodestates/{node} status (Stale)"), || {
@@ -691,7 +679,8 @@ impl Controller {
                 .is_some_and(|n| n.labels.get(READY_LABEL).map(String::as_str) == Some("true"));
             if *stale && labelled_true {
                 let body = json!({"metadata": {"labels": {READY_LABEL: "unknown"}}});
-                let (patch, mp) = (Patch::Merge(body), PatchParams::default());
+                let (patch, mp) =
+                    (Patch::Merge(body), crate::publish::label_patch_params(CONTROLLER_MANAGER));
                 let op = format!("label nodes/{node}");
                 match with_backoff(b, &errors, &op, || nodes_api.patch(node, &mp, &patch)).await {
                     Ok(_) => {}
@@ -788,48 +777,51 @@ impl Controller {
     }
 }
 
-fn stale_condition(stale: bool, message: String) -> Condition {
-    Condition {
+/// The controller's server-side apply of a node state's status (field manager
+/// [`CONTROLLER_MANAGER`]): the `Stale` entry of the `conditions` list-map and
+/// nothing else. `summary.ready` and the agent's conditions stay the agent's, so
+/// neither manager's apply removes or takes over a field of the other (see
+/// [`crate::crd`]); a stale node shows `STALE True` with the agent's last READY.
+pub fn stale_apply_body(node: &str, stale: bool, stale_after: Duration, now: &str) -> serde_json::Value {
+    let message = if stale {
+        format!("no heartbeat from the agent for {} min or more", stale_after.as_secs() / 60)
+    } else {
+        String::new()
+    };
+    let condition = Condition {
         type_: "Stale".into(),
         status: if stale { "True" } else { "False" }.into(),
         reason: if stale { "NoHeartbeat" } else { "Reporting" }.into(),
         message,
-        last_transition_time: Some(crate::status::now_rfc3339()),
-    }
+        last_transition_time: Some(now.to_string()),
+    };
+    json!({
+        "apiVersion": RdmaNodeState::api_version(&()),
+        "kind": RdmaNodeState::kind(&()),
+        "metadata": {"name": node},
+        "status": {"conditions": [condition]},
+    })
 }
 
 /// A Warning Event about a profile this version cannot decode.
 pub fn bad_profile_event(bad: &BadProfile, now: &str) -> K8sEvent {
-    let time = now.parse::<Timestamp>().unwrap_or_else(|_| Timestamp::now());
-    let mut note = format!("RoceProfile {} cannot be used and is skipped: {}", bad.name, bad.error);
-    if note.len() > 1000 {
-        let mut cut = 997;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-        note.push_str("...");
-    }
-    K8sEvent {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{}.invalid-profile.", bad.name)),
-            namespace: Some("default".into()),
-            ..Default::default()
+    crate::events::warning(
+        crate::events::Warning {
+            regarding: k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("kuberdma.io/v1alpha1".into()),
+                kind: Some("RoceProfile".into()),
+                name: Some(bad.name.clone()),
+                uid: bad.uid.clone(),
+                ..Default::default()
+            },
+            action: "DecodeProfile",
+            reason: "InvalidProfile",
+            topic: "invalid-profile",
+            controller: "kuberdma.io/controller",
+            instance: "kube-rdma-controller",
+            instance_name: "",
+            note: format!("RoceProfile {} cannot be used and is skipped: {}", bad.name, bad.error),
         },
-        event_time: Some(MicroTime(time)),
-        action: Some("DecodeProfile".into()),
-        reason: Some("InvalidProfile".into()),
-        note: Some(note),
-        type_: Some("Warning".into()),
-        reporting_controller: Some("kuberdma.io/controller".into()),
-        reporting_instance: Some("kube-rdma-controller".into()),
-        regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("kuberdma.io/v1alpha1".into()),
-            kind: Some("RoceProfile".into()),
-            name: Some(bad.name.clone()),
-            uid: bad.uid.clone(),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+        now,
+    )
 }

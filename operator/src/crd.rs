@@ -9,6 +9,31 @@
 //!
 //! `kube-rdma-operator crds` prints [`crds_yaml`]; the committed copy lives at
 //! `operator/crds/crds.yaml` and a test fails when it is stale.
+//!
+//! # Field ownership of an `RdmaNodeState` (server-side apply)
+//!
+//! Two field managers write a node's state. The API server records, per manager,
+//! the fields its last apply set; a field one manager stops applying is removed
+//! only when no other manager owns it, and an apply that changes a field another
+//! manager owns is refused with 409 unless forced, which takes the field away
+//! (sigs.k8s.io/structured-merge-diff v6.3.0 `merge/update.go`: `prune`,
+//! `addBackOwnedItems`, the conflict set of `update`). `status.conditions` is a
+//! list-map keyed by `type`, so each entry has its own owner. The decision:
+//!
+//! | field | owner | how |
+//! |---|---|---|
+//! | `metadata` (owner reference to the Node), `spec` | agent ([`AGENT_MANAGER`]) | apply of the object |
+//! | all of `status` (interfaces, checks, summary incl. `summary.ready`, `observedAt`, `lastHeartbeatTime`, the `RoceReady`, `Drifted`, `Degraded` conditions) | agent | apply of the status subresource, always the whole of it ([`crate::publish::status_apply_body`]); the heartbeat applies the same configuration with a new `lastHeartbeatTime` |
+//! | `status.conditions[type=Stale]` | controller ([`CONTROLLER_MANAGER`]) | apply of that one entry ([`crate::controller::stale_apply_body`]) |
+//! | Node label `kuberdma.io/roce-ready` | both, on purpose | merge patch (an update, which never conflicts): the agent sets `true`/`false`, the controller `unknown` for a stale agent, the agent its value again once it reports |
+//!
+//! So the two managers' fields are disjoint: the controller no longer writes
+//! `summary.ready` (a stale node keeps its agent's last READY and shows `STALE
+//! True`; `kubectl rdma status` prints READY `Unknown` for it and the node label
+//! says `unknown`), and neither apply can remove or take over the other's fields.
+//! Both still apply with `force`: the status is their report, and a field someone
+//! else changed by hand (`kubectl edit`) must not stop them with a 409 for ever;
+//! between the two of them force never takes anything, since nothing is shared.
 
 // `#[kube(printcolumn(type_ = "string", ...))]` repeated per column trips this lint.
 #![allow(clippy::duplicated_attributes)]
@@ -354,7 +379,8 @@ pub struct RdmaNodeStateStatus {
     /// Checks, in a stable order.
     #[serde(default)]
     pub checks: Vec<Check>,
-    /// RoceReady, Drifted, Degraded (the agent's); Stale (the controller's).
+    /// RoceReady, Drifted, Degraded (the agent's); Stale (the controller's). A
+    /// list-map keyed by `type`: each entry has its own field manager.
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -391,7 +417,8 @@ impl NetnsModeState {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Summary {
-    /// `True` or `False`; `Unknown` when the controller found the agent stale.
+    /// `True` or `False`, the agent's verdict (see the `Stale` condition for
+    /// whether the agent still reports).
     pub ready: String,
     /// `passed/total`.
     pub pass_total: String,
@@ -597,4 +624,134 @@ pub fn crds_yaml() -> Result<String, serde_yaml::Error> {
         out.push_str(&serde_yaml::to_string(&crd)?);
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod ownership_tests {
+    //! The apply bodies of the two managers, as field sets the way the API server
+    //! computes them from the CRD schema (list-maps by key, other lists atomic).
+    use std::collections::BTreeSet;
+
+    use serde_json::Value;
+
+    use super::*;
+    use crate::checks::default_profile;
+    use crate::controller::stale_apply_body;
+    use crate::fixtures::{example, SimNode};
+    use crate::publish::{heartbeat_status, status_apply_body};
+    use crate::status::{carry_transition_times, evaluate};
+
+    /// Fields of `v` under `path`, following `schema` (an OpenAPI v3 schema): object
+    /// properties, `x-kubernetes-list-type: map` items by their keys (`[type=Stale]`,
+    /// the item itself included), any other list as one field. `apiVersion`, `kind`
+    /// and `metadata.name` are not managed (k8s.io/apiserver
+    /// pkg/util/managedfields/internal/stripmeta.go).
+    fn field_set(v: &Value, schema: &Value, path: &str, out: &mut BTreeSet<String>) {
+        match v {
+            Value::Object(m) => {
+                for (k, child) in m {
+                    let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                    if ["apiVersion", "kind", "metadata.name"].contains(&p.as_str()) {
+                        continue;
+                    }
+                    let sub = &schema["properties"][k];
+                    let sub = if sub.is_null() { &schema["additionalProperties"] } else { sub };
+                    field_set(child, sub, &p, out);
+                }
+            }
+            Value::Array(items) if schema["x-kubernetes-list-type"] == "map" => {
+                let keys: Vec<&str> = schema["x-kubernetes-list-map-keys"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|k| k.as_str())
+                    .collect();
+                for item in items {
+                    let id: Vec<String> =
+                        keys.iter().map(|k| format!("{k}={}", item[k].as_str().unwrap())).collect();
+                    let p = format!("{path}[{}]", id.join(","));
+                    out.insert(p.clone());
+                    field_set(item, &schema["items"], &p, out);
+                }
+            }
+            _ => {
+                out.insert(path.to_string());
+            }
+        }
+    }
+
+    fn fields(body: &Value) -> BTreeSet<String> {
+        let crd = serde_json::to_value(RdmaNodeState::crd()).unwrap();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let mut out = BTreeSet::new();
+        field_set(body, schema, "", &mut out);
+        out
+    }
+
+    fn agent_status() -> RdmaNodeStateStatus {
+        let node = SimNode::new(&example("cx6dx-dual"));
+        let mut st = evaluate(&default_profile(), &node.read());
+        st.observed_at = Some("2026-11-30T01:00:00Z".into());
+        st.last_heartbeat_time = Some("2026-11-30T01:00:00Z".into());
+        carry_transition_times(&mut st.conditions, &[], "2026-11-30T01:00:00Z");
+        st
+    }
+
+    #[test]
+    fn the_agent_and_the_controller_apply_disjoint_fields_of_a_node_state() {
+        let agent = fields(&status_apply_body("n1", &agent_status()));
+        let stale = std::time::Duration::from_secs(1500);
+        for marked in [true, false] {
+            let ctl = fields(&stale_apply_body("n1", marked, stale, "2026-11-30T01:30:00Z"));
+            assert!(agent.is_disjoint(&ctl), "shared: {:?}", agent.intersection(&ctl).collect::<Vec<_>>());
+            // The controller owns the Stale entry of the list-map and nothing else.
+            assert!(ctl.iter().all(|f| f.starts_with("status.conditions[type=Stale]")), "{ctl:?}");
+            assert!(
+                ctl.contains("status.conditions[type=Stale]")
+                    && ctl.contains("status.conditions[type=Stale].status")
+            );
+        }
+        for f in [
+            "status.summary.ready",
+            "status.lastHeartbeatTime",
+            "status.conditions[type=RoceReady]",
+            "status.conditions[type=Drifted].status",
+            "status.conditions[type=Degraded].reason",
+        ] {
+            assert!(agent.contains(f), "the agent owns {f}: {agent:?}");
+        }
+    }
+
+    #[test]
+    fn the_agent_never_applies_the_stale_condition_even_when_its_status_carries_one() {
+        let mut st = agent_status();
+        st.conditions.push(Condition {
+            type_: "Stale".into(),
+            status: "True".into(),
+            reason: "NoHeartbeat".into(),
+            message: String::new(),
+            last_transition_time: None,
+        });
+        let body = status_apply_body("n1", &st);
+        let types: Vec<&str> = body["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["RoceReady", "Drifted", "Degraded"]);
+        assert_eq!(body["metadata"]["name"], "n1");
+    }
+
+    #[test]
+    fn a_heartbeat_applies_the_same_fields_as_the_last_status_apply_so_it_removes_none() {
+        let last = agent_status();
+        let before = status_apply_body("n1", &last);
+        let after = status_apply_body("n1", &heartbeat_status(&last, "2026-11-30T01:10:00Z"));
+        assert_eq!(fields(&before), fields(&after));
+        let mut changed = after.clone();
+        assert_eq!(changed["status"]["lastHeartbeatTime"], "2026-11-30T01:10:00Z");
+        changed["status"]["lastHeartbeatTime"] = before["status"]["lastHeartbeatTime"].clone();
+        assert_eq!(changed, before, "only lastHeartbeatTime differs");
+    }
 }

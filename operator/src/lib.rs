@@ -22,12 +22,15 @@ pub mod controller;
 pub mod crd;
 pub mod crd_apply;
 pub mod enforce;
+pub mod events;
 #[cfg(feature = "test-fixtures")]
 pub mod fixtures;
 pub mod health;
 pub mod jitter;
+pub mod jsonpath;
 pub mod logging;
 pub mod metrics;
+pub mod output;
 pub mod profiles;
 pub mod publish;
 pub mod source;

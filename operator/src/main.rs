@@ -5,20 +5,22 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{bail, Context as _};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use kube_rdma_operator::agent::{Agent, AgentConfig};
 use kube_rdma_operator::client::{connect, ClientOpts};
 use kube_rdma_operator::controller::{Controller, STALE_AFTER};
 use kube_rdma_operator::logging::{self, LogFormat, VERSION};
+use kube_rdma_operator::output::{self, emit, error_line, Format, EXIT_ERROR, EXIT_HELP};
 use kube_rdma_operator::source::NodeSource;
-use kube_rdma_operator::{check_once, checks, crd, crd_apply, health, load_profile, view};
+use kube_rdma_operator::{check_once, checks, crd, crd_apply, health, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
 
 #[derive(Parser)]
 #[command(
     name = "kube-rdma-operator",
     version = VERSION,
-    about = "RoCE fabric settings per node: agent, controller, CRDs"
+    about = "RoCE fabric settings per node: agent, controller, CRDs",
+    after_help = EXIT_HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -26,12 +28,6 @@ struct Cli {
     /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
     #[arg(long, global = true, value_enum, env = "KUBE_RDMA_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum Output {
-    Table,
-    Json,
 }
 
 /// How to reach the API server (as kubectl: --kubeconfig, KUBECONFIG, ~/.kube/config, in-cluster).
@@ -47,17 +43,24 @@ struct ApiArgs {
 
 impl ApiArgs {
     fn opts(&self) -> ClientOpts {
-        ClientOpts { kubeconfig: self.kubeconfig.clone(), context: self.context.clone() }
+        ClientOpts {
+            kubeconfig: self.kubeconfig.clone(),
+            context: self.context.clone(),
+            ..Default::default()
+        }
     }
 }
 
 #[derive(Subcommand)]
 enum Cmd {
     /// Node agent: read RoCE settings, check them, publish RdmaNodeState.
+    #[command(after_help = EXIT_HELP)]
     Agent(AgentArgs),
     /// Controller: RoceProfile status, stale agents, cleanup of RdmaNodeStates of deleted nodes.
+    #[command(after_help = EXIT_HELP)]
     Controller(ControllerArgs),
     /// Print both CRDs as YAML; with --apply, server-side apply them to the cluster instead.
+    #[command(after_help = EXIT_HELP)]
     Crds {
         /// Apply (field manager `kube-rdma`, forcing conflicts) using the kubeconfig or in-cluster config.
         #[arg(long)]
@@ -87,12 +90,13 @@ struct ControllerArgs {
 struct AgentArgs {
     #[command(flatten)]
     api: ApiArgs,
-    /// One check without a cluster; print the result and exit.
+    /// One check without a cluster; print the result and exit (as `kubectl rdma check`:
+    /// exit 1 when a check fails).
     #[arg(long)]
     once: bool,
-    /// Output of --once.
-    #[arg(long, value_enum, default_value = "table")]
-    output: Output,
+    /// Output of --once: table (every check), json, yaml, jsonpath=TEMPLATE.
+    #[arg(short = 'o', long, default_value = "table", value_parser = output::parse_check, requires = "once")]
+    output: Format,
     /// Read a simulated node (YAML description) instead of this host.
     #[arg(long)]
     sim: Option<PathBuf>,
@@ -131,8 +135,8 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("kube-rdma-operator: {e:#}");
-            ExitCode::FAILURE
+            error_line(&format!("kube-rdma-operator: {e:#}"));
+            ExitCode::from(EXIT_ERROR)
         }
     }
 }
@@ -140,7 +144,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Crds { apply: false, .. } => {
-            print!("{}", crd::crds_yaml().context("serialising the CRDs")?);
+            emit(&crd::crds_yaml().context("serialising the CRDs")?)?;
             Ok(ExitCode::SUCCESS)
         }
         Cmd::Crds { apply: true, api } => {
@@ -148,7 +152,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rt.block_on(async {
                 let client = connect(&api.opts()).await?;
                 for a in crd_apply::apply(client).await? {
-                    println!("customresourcedefinition.apiextensions.k8s.io/{} serverside-applied (resourceVersion {})", a.name, a.resource_version);
+                    emit(&format!(
+                        "customresourcedefinition.apiextensions.k8s.io/{} serverside-applied (resourceVersion {})\n",
+                        a.name, a.resource_version
+                    ))?;
                 }
                 Ok(ExitCode::SUCCESS)
             })
@@ -188,14 +195,9 @@ fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
     if a.once {
         let profile = profile.unwrap_or_else(checks::default_profile);
         let state = check_once(&source, &profile);
-        match a.output {
-            Output::Json => println!("{}", serde_json::to_string_pretty(&state)?),
-            Output::Table => {
-                let s = state.status.as_ref().context("no status computed")?;
-                print!("{}", view::node_table(&state.spec.node_name, s, view::Detail::All));
-            }
-        }
-        return Ok(ExitCode::SUCCESS);
+        emit(&output::checked_node(&state, &a.output)?)?;
+        let ready = state.status.as_ref().is_some_and(|s| s.summary.ready == "True");
+        return Ok(output::verdict(ready));
     }
     let Some(node_name) = a.node_name.clone() else {
         bail!("--node-name (or env NODE_NAME) is required for the agent loop");

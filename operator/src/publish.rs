@@ -4,13 +4,20 @@
 //!
 //! - the `RdmaNodeState` object (server-side apply, owned by the Node, so it is
 //!   garbage-collected with it), again whenever it is deleted;
-//! - its status (server-side apply) when the checks changed, or when the object no
-//!   longer shows what the agent wrote (deleted, or marked stale by the controller);
+//! - its status (server-side apply of [`status_apply_body`]) when the checks
+//!   changed, or when the object no longer shows what the agent wrote (deleted, or
+//!   changed by someone else);
 //! - the `kuberdma.io/roce-ready` label (merge patch) whenever the Node does not
 //!   carry the wanted value (it was removed, or the controller set `unknown`);
-//! - a Warning Event when checks start failing;
-//! - a heartbeat (`status.lastHeartbeatTime`, a merge patch of that one field)
-//!   when nothing else was written for a while.
+//! - a Warning Event when checks start failing ([`crate::events`]); an Event the
+//!   server refuses does not fail the pass;
+//! - a heartbeat (the same status applied again with a new
+//!   `status.lastHeartbeatTime`) when nothing else was written for a while.
+//!
+//! Field ownership (see [`crate::crd`]): the agent's field manager owns all of the
+//! status but the controller's `Stale` condition, and its one applied
+//! configuration is always the whole of it, the heartbeat included, so no apply
+//! of the agent drops a field it wrote before.
 //!
 //! Watch events can lag behind the agent's own writes. After a write, events for
 //! that object are ignored until the write's own `resourceVersion` comes back on
@@ -21,13 +28,12 @@ use std::time::Instant;
 
 use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::api::events::v1::Event;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
-use k8s_openapi::jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::{Client, Resource, ResourceExt};
-use serde_json::json;
+use serde_json::{json, Value};
 
-use crate::api::{with_backoff, ApiError, ApiRecord, Backoff};
+use crate::api::{chain, with_backoff, ApiError, ApiRecord, Backoff};
 use crate::crd::{
     Check, CheckResult, Condition, RdmaNodeState, RdmaNodeStateSpec, RdmaNodeStateStatus, AGENT_MANAGER,
     READY_LABEL,
@@ -36,6 +42,35 @@ use crate::status::carry_transition_times;
 
 /// Condition types the agent owns (the controller owns `Stale`).
 pub const AGENT_CONDITIONS: [&str; 3] = ["RoceReady", "Drifted", "Degraded"];
+
+/// The agent's server-side apply of the status subresource (field manager
+/// [`AGENT_MANAGER`]): all of `status` as the agent computed it. Conditions other
+/// than [`AGENT_CONDITIONS`] are left out, so the controller's `Stale` entry of the
+/// list-map is never part of the agent's configuration.
+pub fn status_apply_body(node: &str, status: &RdmaNodeStateStatus) -> Value {
+    let mut status = status.clone();
+    status.conditions.retain(|c| AGENT_CONDITIONS.contains(&c.type_.as_str()));
+    json!({
+        "apiVersion": RdmaNodeState::api_version(&()),
+        "kind": RdmaNodeState::kind(&()),
+        "metadata": {"name": node},
+        "status": status,
+    })
+}
+
+/// The status a heartbeat applies: the last one applied with `lastHeartbeatTime`
+/// set to `now`. Re-applying the whole configuration (rather than patching the one
+/// field) keeps every field in the agent's managed set: an apply that left them out
+/// would remove them from the object.
+pub fn heartbeat_status(last_applied: &RdmaNodeStateStatus, now: &str) -> RdmaNodeStateStatus {
+    RdmaNodeStateStatus { last_heartbeat_time: Some(now.to_string()), ..last_applied.clone() }
+}
+
+/// Merge-patch parameters naming `manager`: the label is written by an update, which
+/// never conflicts, and the Node's managedFields show who set it.
+pub fn label_patch_params(manager: &str) -> PatchParams {
+    PatchParams { field_manager: Some(manager.to_string()), ..Default::default() }
+}
 
 /// What [`Publisher::publish`] did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -224,7 +259,8 @@ impl Publisher {
     }
 
     /// Whether the server's object shows the status we want (our fingerprint,
-    /// readiness and conditions); without a synced watch, whether we wrote it.
+    /// readiness and conditions, and no `Stale` mark); without a synced watch,
+    /// whether we wrote it.
     fn state_shows(&self, want: &RdmaNodeStateStatus) -> bool {
         let have = if self.state.synced {
             match self.state.view.as_ref().and_then(|v| v.status.as_ref()) {
@@ -238,7 +274,10 @@ impl Publisher {
             }
         };
         let cond = |c: &[Condition], t: &str| c.iter().find(|x| x.type_ == t).map(|x| x.status.clone());
-        have.fingerprint == want.fingerprint
+        // Marked stale by the controller: confirm at once rather than at the next heartbeat.
+        let marked_stale = cond(&have.conditions, "Stale").as_deref() == Some("True");
+        !marked_stale
+            && have.fingerprint == want.fingerprint
             && have.summary.ready == want.summary.ready
             && AGENT_CONDITIONS.iter().all(|t| cond(&have.conditions, t) == cond(&want.conditions, t))
     }
@@ -313,11 +352,7 @@ impl Publisher {
                 .unwrap_or_default();
             carry_transition_times(&mut status.conditions, &old_conditions, now);
             status.last_heartbeat_time = Some(now.to_string());
-            let body = json!({
-                "apiVersion": RdmaNodeState::api_version(&()),
-                "kind": RdmaNodeState::kind(&()),
-                "status": status,
-            });
+            let body = status_apply_body(&self.node, &status);
             let op = format!("apply rdmanodestates/{} status", self.node);
             let patch = Patch::Apply(body);
             let r = with_backoff(b, &self.api, &op, || api.patch_status(&self.node, &pp, &patch)).await;
@@ -350,7 +385,7 @@ impl Publisher {
             let nodes: Api<Node> = Api::all(self.client.clone());
             let body = json!({"metadata": {"labels": {READY_LABEL: want}}});
             let op = format!("label nodes/{}", self.node);
-            let (patch, mp) = (Patch::Merge(body), PatchParams::default());
+            let (patch, mp) = (Patch::Merge(body), label_patch_params(AGENT_MANAGER));
             let r = with_backoff(b, &self.api, &op, || nodes.patch(&self.node, &mp, &patch)).await?;
             let current = self.node_obj.view.as_ref().and_then(|v| v.rv.clone());
             self.node_obj.wrote(r.resource_version(), current);
@@ -374,38 +409,52 @@ impl Publisher {
                     && !self.last_failing.contains(&(c.interface.clone(), c.name.clone()))
             })
             .collect();
-        if !new.is_empty() {
+        if new.is_empty() {
+            self.last_failing = failing;
+        } else {
             let ev = drift_event(&self.node, node_uid.as_deref(), &new, now);
-            let events: Api<Event> = Api::namespaced(self.client.clone(), "default");
+            let events: Api<Event> = Api::namespaced(self.client.clone(), crate::events::NAMESPACE);
             let op = format!("post drift event for {}", self.node);
             let pp = PostParams::default();
-            with_backoff(b, &self.api, &op, || events.create(&pp, &ev)).await?;
-            done.event_posted = true;
+            match with_backoff(b, &self.api, &op, || events.create(&pp, &ev)).await {
+                Ok(_) => {
+                    done.event_posted = true;
+                    self.last_failing = failing;
+                }
+                // Refused for good (invalid, forbidden): posting it again would not help.
+                Err(e) if e.code().is_some_and(|c| (400..500).contains(&c) && c != 409 && c != 429) => {
+                    tracing::warn!(error = %chain(&e), "drift Event refused; the RdmaNodeState has the checks");
+                    self.last_failing = failing;
+                }
+                // The status and label are written: a lost Event must not fail the pass.
+                // It is posted again by the next pass.
+                Err(e) => tracing::warn!(error = %chain(&e), "drift Event not posted; retried next pass"),
+            }
         }
-        self.last_failing = failing;
         Ok(done)
     }
 
-    /// Refreshes `status.lastHeartbeatTime` alone (a merge patch of one field, so
-    /// the checks are not rewritten). A missing object is recreated by the next
-    /// [`Publisher::publish`].
-    pub async fn heartbeat(&mut self, now: &str) -> Result<(), ApiError> {
+    /// Refreshes `status.lastHeartbeatTime`: applies the last applied status again
+    /// with the new time ([`heartbeat_status`]). `Ok(false)` when this process has
+    /// applied nothing yet (a pass must publish first). A missing object is
+    /// recreated by the next [`Publisher::publish`].
+    pub async fn heartbeat(&mut self, now: &str) -> Result<bool, ApiError> {
+        let Some(last) = &self.written else { return Ok(false) };
+        let status = heartbeat_status(last, now);
         let api: Api<RdmaNodeState> = Api::all(self.client.clone());
-        let body = json!({"status": {"lastHeartbeatTime": now}});
+        let pp = PatchParams::apply(AGENT_MANAGER).force();
+        let patch = Patch::Apply(status_apply_body(&self.node, &status));
         let op = format!("heartbeat rdmanodestates/{}", self.node);
-        let (patch, mp) = (Patch::Merge(body), PatchParams::default());
         let r =
-            with_backoff(self.backoff, &self.api, &op, || api.patch_status(&self.node, &mp, &patch)).await;
+            with_backoff(self.backoff, &self.api, &op, || api.patch_status(&self.node, &pp, &patch)).await;
         match r {
             Ok(r) => {
                 let current = self.state.view.as_ref().and_then(|v| v.rv.clone());
                 self.state.wrote(r.resource_version(), current);
                 self.state.view = Some(StateView::of(&r));
-                if let Some(w) = &mut self.written {
-                    w.last_heartbeat_time = Some(now.to_string());
-                }
+                self.written = Some(status);
                 self.last_write = Some(Instant::now());
-                Ok(())
+                Ok(true)
             }
             Err(e) => {
                 if e.code() == Some(404) {
@@ -421,41 +470,28 @@ impl Publisher {
 
 /// An `events.k8s.io/v1` Warning about the Node: which checks started failing and how to fix them.
 pub fn drift_event(node: &str, uid: Option<&str>, new: &[&Check], now: &str) -> Event {
-    let mut note = new
+    let note = new
         .iter()
         .map(|c| format!("{}/{}: want {}, have {}", c.interface, c.name, c.expected, c.actual))
         .collect::<Vec<_>>()
         .join("; ");
-    // The API server rejects notes over 1 kB.
-    if note.len() > 1000 {
-        let mut cut = 997;
-        while !note.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        note.truncate(cut);
-        note.push_str("...");
-    }
-    let time = now.parse::<Timestamp>().unwrap_or_else(|_| Timestamp::now());
-    Event {
-        metadata: ObjectMeta {
-            generate_name: Some(format!("{node}.roce-drift.")),
-            namespace: Some("default".into()),
-            ..Default::default()
+    crate::events::warning(
+        crate::events::Warning {
+            regarding: k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(node.into()),
+                uid: uid.map(String::from),
+                ..Default::default()
+            },
+            action: "CheckRoce",
+            reason: "RoceDrift",
+            topic: "roce-drift",
+            controller: "kuberdma.io/agent",
+            instance: "kube-rdma-agent",
+            instance_name: node,
+            note,
         },
-        event_time: Some(MicroTime(time)),
-        action: Some("CheckRoce".into()),
-        reason: Some("RoceDrift".into()),
-        note: Some(note),
-        type_: Some("Warning".into()),
-        reporting_controller: Some("kuberdma.io/agent".into()),
-        reporting_instance: Some(format!("kube-rdma-agent-{node}")),
-        regarding: Some(k8s_openapi::api::core::v1::ObjectReference {
-            api_version: Some("v1".into()),
-            kind: Some("Node".into()),
-            name: Some(node.into()),
-            uid: uid.map(String::from),
-            ..Default::default()
-        }),
-        ..Default::default()
-    }
+        now,
+    )
 }

@@ -64,13 +64,14 @@ pub fn fingerprint(status: &RdmaNodeStateStatus) -> String {
     for c in &mut s.conditions {
         c.last_transition_time = None;
     }
-    let bytes = serde_json::to_vec(&s).unwrap_or_default();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    format!("{h:016x}")
+    format!("{:016x}", fnv1a(&serde_json::to_vec(&s).unwrap_or_default()))
+}
+
+/// FNV-1a, 64 bits: a stable hash for names and fingerprints.
+pub fn fnv1a(bytes: &[u8]) -> u64 {
+    bytes
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325u64, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// The CRD view of one observed interface (counters stay in metrics, so the status

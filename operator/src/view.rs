@@ -28,7 +28,7 @@ pub fn node_table(node: &str, s: &RdmaNodeStateStatus, detail: Detail) -> String
         "NODE {node}  profile {} ({:?})  READY {}  PASS/TOTAL {}  PFC {}  TRUST {}  ECN {}  MTU {}  ROCE {}  NETNS {}",
         s.profile,
         s.mode,
-        s.summary.ready,
+        shown_ready(s),
         s.summary.pass_total,
         s.summary.pfc,
         s.summary.trust,
@@ -145,6 +145,17 @@ fn is_marked_stale(s: &RdmaNodeStateStatus) -> bool {
     s.conditions.iter().any(|c| c.type_ == "Stale" && c.status == "True")
 }
 
+/// READY as shown: the agent's `summary.ready`, or `Unknown` while the controller
+/// marks the agent stale (the controller never writes `summary.ready`, see
+/// [`crate::crd`]).
+pub fn shown_ready(s: &RdmaNodeStateStatus) -> &str {
+    if is_marked_stale(s) {
+        "Unknown"
+    } else {
+        &s.summary.ready
+    }
+}
+
 /// `42s`, `5m`, `3h`, `2d` since the RFC 3339 time `since`; `?` when unreadable.
 pub fn age(since: &str, now: Timestamp) -> String {
     let Ok(t) = since.parse::<Timestamp>() else { return "?".into() };
@@ -176,21 +187,101 @@ impl NodeReport {
     }
 }
 
-/// The states of `nodes` (every state when empty), sorted by name. A named node
-/// without a state is reported as such, not as an error.
-pub async fn fetch(client: Client, nodes: &[String]) -> Result<Vec<NodeReport>, kube::Error> {
-    let api: Api<RdmaNodeState> = Api::all(client);
-    let mut out = Vec::new();
-    if nodes.is_empty() {
-        for s in api.list(&ListParams::default()).await?.items {
-            out.push(NodeReport { name: s.name_any(), state: Some(s) });
+/// Which nodes `kubectl rdma status` shows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Selection {
+    /// Every node with an `RdmaNodeState`.
+    All,
+    /// These nodes, by name.
+    Named(Vec<String>),
+    /// The Nodes whose labels match this selector (`-l`, as `kubectl get nodes -l`).
+    Labels(String),
+}
+
+/// What [`fetch`] found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Fetched {
+    /// The nodes shown, sorted by name; with [`Selection::Labels`], also those
+    /// without a state (`state: None`).
+    pub reports: Vec<NodeReport>,
+    /// Named nodes without an `RdmaNodeState` (kubectl's "not found").
+    pub not_found: Vec<String>,
+}
+
+/// Why [`fetch`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The API server refused or failed a request.
+    #[error(transparent)]
+    Api(#[from] crate::api::ApiError),
+    /// No answer within `--request-timeout`.
+    #[error("{op}: no answer within {}s (--request-timeout)", after.as_secs_f64())]
+    Timeout {
+        /// The request.
+        op: String,
+        /// The timeout.
+        after: std::time::Duration,
+    },
+}
+
+async fn call<T>(
+    op: String,
+    timeout: Option<std::time::Duration>,
+    f: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, FetchError> {
+    let r = match timeout {
+        Some(after) => {
+            tokio::time::timeout(after, f).await.map_err(|_| FetchError::Timeout { op: op.clone(), after })?
         }
-    } else {
-        for n in nodes {
-            out.push(NodeReport { name: n.clone(), state: api.get_opt(n).await? });
+        None => f.await,
+    };
+    r.map_err(|source| FetchError::Api(crate::api::ApiError { op, source }))
+}
+
+/// The states `sel` asks for, each request bounded by `timeout`, sorted by name.
+pub async fn fetch(
+    client: Client,
+    sel: &Selection,
+    timeout: Option<std::time::Duration>,
+) -> Result<Fetched, FetchError> {
+    let api: Api<RdmaNodeState> = Api::all(client.clone());
+    let mut out = Fetched::default();
+    match sel {
+        Selection::All => {
+            let list = call("list rdmanodestates".into(), timeout, api.list(&ListParams::default())).await?;
+            out.reports =
+                list.items.into_iter().map(|s| NodeReport { name: s.name_any(), state: Some(s) }).collect();
+        }
+        Selection::Named(names) => {
+            for n in names {
+                match call(format!("get rdmanodestates/{n}"), timeout, api.get_opt(n)).await? {
+                    Some(s) => out.reports.push(NodeReport { name: n.clone(), state: Some(s) }),
+                    None => out.not_found.push(n.clone()),
+                }
+            }
+        }
+        Selection::Labels(selector) => {
+            let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client);
+            let lp = ListParams::default().labels(selector);
+            let op = format!("list nodes -l {selector}");
+            let names: Vec<String> = call(op, timeout, nodes.list_metadata(&lp))
+                .await?
+                .items
+                .iter()
+                .map(|n| n.name_any())
+                .collect();
+            let mut states: std::collections::BTreeMap<String, RdmaNodeState> =
+                call("list rdmanodestates".into(), timeout, api.list(&ListParams::default()))
+                    .await?
+                    .items
+                    .into_iter()
+                    .map(|s| (s.name_any(), s))
+                    .collect();
+            out.reports =
+                names.into_iter().map(|n| NodeReport { state: states.remove(&n), name: n }).collect();
         }
     }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out.reports.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(out)
 }
 
@@ -229,7 +320,7 @@ pub fn summary_table(reports: &[NodeReport], wide: bool, now: Timestamp) -> Stri
                     .collect();
                 [
                     r.name.clone(),
-                    s.summary.ready.clone(),
+                    shown_ready(s).to_string(),
                     if is_marked_stale(s) { "True".into() } else { "False".into() },
                     s.profile.clone(),
                     s.summary.pass_total.clone(),

@@ -1,6 +1,7 @@
 //! The real binaries on the bundled simulated nodes, without a cluster: checks,
-//! profile files validated like the CRD, and clear errors (never a panic) when
-//! there is no usable Kubernetes configuration.
+//! profile files validated like the CRD, clear errors (never a panic) when there
+//! is no usable Kubernetes configuration, and the one command-line convention of
+//! both binaries (`-o`, exit status, a closed stdout).
 use std::process::Command;
 
 use kube_rdma_operator::crd::RdmaNodeState;
@@ -84,23 +85,151 @@ fn kubectl_rdma_check_exits_1_on_failing_checks_and_shows_remediation() {
 }
 
 #[test]
-fn bad_inputs_fail_with_a_message() {
+fn bad_inputs_fail_with_a_message_and_exit_2() {
     let (code, _, err) = run(kubectl_rdma().arg("check"));
-    assert_eq!(code, 2, "errors exit 2, not-ready nodes 1");
-    assert!(err.contains("--sim FILE or --local"), "{err}");
+    assert_eq!(code, 2, "usage errors exit 2, failing checks 1");
+    assert!(err.contains("--sim") && err.contains("--local"), "{err}");
     let (code, _, err) = run(op().args(["agent", "--once", "--sim", "/nonexistent.yaml"]));
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(err.contains("/nonexistent.yaml"), "{err}");
     let dir = tempfile::tempdir().unwrap();
     let p = dir.path().join("p.yaml");
     std::fs::write(&p, "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x}\n").unwrap();
     let (code, _, err) =
         run(op().args(["agent", "--once", "--profile"]).arg(&p).arg("--sim").arg(example_path("cx6dx-dual")));
-    assert_eq!(code, 1);
+    assert_eq!(code, 2);
     assert!(
         err.contains("expected apiVersion kuberdma.io/v1alpha1 kind RoceProfile, found v1 ConfigMap"),
         "{err}"
     );
+    // Formats a command does not offer, and broken templates: usage errors that say why.
+    let sim = example_path("cx6dx-dual");
+    for (args, want) in [
+        (vec!["check", "-o", "wide"], "-o wide does not apply here"),
+        (vec!["check", "-o", "name"], "-o name does not apply here"),
+        (vec!["check", "-o", "jsonpath={.status"], "unclosed {"),
+        (vec!["status", "-o", "xml"], "unknown output format"),
+        (vec!["status", "--request-timeout", "soon"], "invalid --request-timeout"),
+        (vec!["status", "n1", "-l", "a=b"], "cannot be used with"),
+    ] {
+        let mut c = kubectl_rdma();
+        c.args(&args);
+        if args[0] == "check" {
+            c.arg("--sim").arg(&sim);
+        }
+        let (code, _, err) = run(&mut c);
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let (code, _, err) = run(op().args(["agent", "--once", "-o", "wide", "--sim"]).arg(&sim));
+    assert_eq!(code, 2);
+    assert!(err.contains("-o wide does not apply here"), "{err}");
+}
+
+/// `kube-rdma-operator agent --once` and `kubectl rdma check` on `sim` with `profile`
+/// and `-o format`: (exit code, stdout) of each.
+fn both(sim: &std::path::Path, profile: Option<&std::path::Path>, format: &str) -> [(i32, String); 2] {
+    let mut a = op();
+    a.args(["agent", "--once", "-o", format, "--sim"]).arg(sim);
+    let mut k = kubectl_rdma();
+    k.args(["check", "-o", format, "--sim"]).arg(sim);
+    for c in [&mut a, &mut k] {
+        if let Some(p) = profile {
+            c.arg("--profile").arg(p);
+        }
+    }
+    [&mut a, &mut k].map(|c| {
+        let (code, out, err) = run(c);
+        assert!(code == 0 || code == 1, "{format}: {err}");
+        (code, out)
+    })
+}
+
+/// Times differ between two runs; everything else must not.
+fn without_times(text: &str) -> String {
+    text.lines()
+        .filter(|l| !["observedAt", "lastTransitionTime", "lastHeartbeatTime"].iter().any(|t| l.contains(t)))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+#[test]
+fn agent_once_and_kubectl_rdma_check_print_the_same_and_exit_the_same_on_the_same_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let prio4 = profile_file(dir.path(), "{pfc: {priorities: [4]}}");
+    let mut seen = std::collections::BTreeSet::new();
+    for example_name in ["cx6dx-dual", "e810-xxv"] {
+        let sim = example_path(example_name);
+        for profile in [None, Some(prio4.as_path())] {
+            for format in ["table", "json", "yaml", "jsonpath={.status.summary.ready} {.status.profile}"] {
+                let [(ca, oa), (ck, ok)] = both(&sim, profile, format);
+                assert_eq!(ca, ck, "{example_name} {profile:?} -o {format}: exit codes differ");
+                assert_eq!(without_times(&oa), without_times(&ok), "{example_name} {profile:?} -o {format}");
+                if format.starts_with("jsonpath") {
+                    let want = if ca == 0 { "True" } else { "False" };
+                    assert!(oa.starts_with(want), "exit {ca} and READY {oa}");
+                }
+                seen.insert(ca);
+            }
+        }
+    }
+    assert_eq!(seen, [0, 1].into(), "both verdicts exercised");
+}
+
+#[test]
+fn a_closed_stdout_ends_the_output_quietly_with_the_same_exit_status() {
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let sim = example_path("cx6dx-dual");
+    let dir = tempfile::tempdir().unwrap();
+    let prio4 = profile_file(dir.path(), "{pfc: {priorities: [4]}}");
+    let cmds: [(&str, Command, i32); 4] = [
+        (
+            "agent --once",
+            {
+                let mut c = op();
+                c.args(["agent", "--once", "-o", "yaml", "--sim"]).arg(&sim);
+                c
+            },
+            0,
+        ),
+        (
+            "check",
+            {
+                let mut c = kubectl_rdma();
+                c.args(["check", "-o", "json", "--sim"]).arg(&sim);
+                c
+            },
+            0,
+        ),
+        (
+            "check, failing",
+            {
+                let mut c = kubectl_rdma();
+                c.args(["check", "--sim"]).arg(&sim).arg("--profile").arg(&prio4);
+                c
+            },
+            1,
+        ),
+        (
+            "crds",
+            {
+                let mut c = op();
+                c.arg("crds");
+                c
+            },
+            0,
+        ),
+    ];
+    for (what, mut c, want) in cmds {
+        // A reader that is gone before the first write: every write fails with EPIPE.
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        drop(ours);
+        let o = c.stdout(std::process::Stdio::from(OwnedFd::from(theirs))).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(want), "{what}: {err}");
+        assert!(err.is_empty(), "{what}: quiet, got {err}");
+    }
 }
 
 fn profile_file(dir: &std::path::Path, spec: &str) -> std::path::PathBuf {
@@ -230,11 +359,30 @@ fn missing_or_broken_kubeconfig_is_a_clear_error_not_a_panic() {
 }
 
 #[test]
-fn help_documents_the_exit_codes() {
+fn help_documents_one_exit_status_and_check_offers_no_cluster_flags() {
     let (code, out, _) = run(kubectl_rdma().args(["status", "--help"]));
     assert_eq!(code, 0);
-    assert!(out.contains("Exit status:") && out.contains("1  a node shown is not ready"), "{out}");
-    for flag in ["--kubeconfig", "--context", "-o, --output"] {
+    assert!(
+        out.contains("Exit status:") && out.contains("1  a check fails, a node shown is not ready"),
+        "{out}"
+    );
+    for flag in [
+        "--kubeconfig",
+        "--context",
+        "--as <USER>",
+        "--as-group",
+        "--request-timeout",
+        "-l, --selector",
+        "-o, --output",
+    ] {
         assert!(out.contains(flag), "{flag}: {out}");
     }
+    let (_, check, _) = run(kubectl_rdma().args(["check", "--help"]));
+    for flag in ["--kubeconfig", "--context", "--as", "--request-timeout"] {
+        assert!(!check.contains(flag), "check runs without a cluster, yet offers {flag}: {check}");
+    }
+    let (_, agent, _) = run(op().args(["agent", "--help"]));
+    let exit_help = |t: &str| t[t.find("Exit status:").unwrap_or(t.len())..].to_string();
+    assert_eq!(exit_help(&check), exit_help(&agent), "one exit status for both");
+    assert!(!exit_help(&agent).is_empty(), "{agent}");
 }

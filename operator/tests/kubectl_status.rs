@@ -1,6 +1,7 @@
 //! `kubectl rdma status` views against a scripted API server: one line per node with
 //! heartbeat age and staleness, the named nodes in detail with their remediation in
-//! execution order, and a readable line for a node without state.
+//! execution order, a named node without state reported as not found, and `-l`
+//! selecting Nodes by label (those without a state shown as such).
 mod common;
 
 use common::{client, expect, list};
@@ -8,7 +9,7 @@ use kube_rdma_operator::checks::default_profile;
 use kube_rdma_operator::crd::{RdmaNodeState, RdmaNodeStateSpec};
 use kube_rdma_operator::fixtures::{example, with_roce, SimNode};
 use kube_rdma_operator::status::evaluate;
-use kube_rdma_operator::view::{details, fetch, summary_table, Detail};
+use kube_rdma_operator::view::{details, fetch, summary_table, Detail, Selection};
 use serde_json::json;
 
 fn state(desc: &nic::simdesc::NodeDesc, heartbeat: &str) -> serde_json::Value {
@@ -48,7 +49,7 @@ async fn all_nodes_one_line_each_with_heartbeat_age_and_failing_checks() {
         )
         .await;
     });
-    let reports = fetch(client, &[]).await.unwrap();
+    let reports = fetch(client, &Selection::All, None).await.unwrap().reports;
     server.await.unwrap();
     let out = summary_table(&reports, false, t("2026-11-30T01:10:00Z"));
     let lines: Vec<&str> = out.lines().collect();
@@ -61,7 +62,8 @@ async fn all_nodes_one_line_each_with_heartbeat_age_and_failing_checks() {
     assert!(cx[5].starts_with("ens1f0np0/pfc,ens1f0np0/chain-tos-pfc"), "{out}");
     assert_eq!(cx[6], "10m", "{out}");
     let e8: Vec<&str> = lines[2].split_whitespace().collect();
-    assert_eq!(e8[..3], ["e810-xxv", "True", "True"], "stale shows: {out}");
+    // The agent's summary.ready says True, but its agent is stale: READY Unknown.
+    assert_eq!(e8[..3], ["e810-xxv", "Unknown", "True"], "stale shows: {out}");
     assert_eq!(e8[6], "3m");
     assert_eq!(lines[3].split_whitespace().take(3).collect::<Vec<_>>(), ["new", "Unknown", "-"]);
     assert!(lines[3].contains("no status yet"), "{out}");
@@ -76,7 +78,7 @@ async fn all_nodes_one_line_each_with_heartbeat_age_and_failing_checks() {
 }
 
 #[tokio::test]
-async fn named_nodes_in_detail_with_remediation_in_order_and_a_sentence_for_a_node_without_state() {
+async fn named_nodes_in_detail_with_remediation_in_order_and_a_node_without_state_not_found() {
     let (client, mut h) = client();
     let bad = state(
         &with_roce(example("cx6dx-dual"), |r| {
@@ -96,8 +98,13 @@ async fn named_nodes_in_detail_with_remediation_in_order_and_a_sentence_for_a_no
         )
         .await;
     });
-    let reports = fetch(client, &["cx6dx-dual".into(), "nope".into()]).await.unwrap();
+    let fetched =
+        fetch(client, &Selection::Named(vec!["cx6dx-dual".into(), "nope".into()]), None).await.unwrap();
     server.await.unwrap();
+    // kubectl's "not found": reported apart, not shown as a node.
+    assert_eq!(fetched.not_found, ["nope"]);
+    let reports = fetched.reports;
+    assert_eq!(reports.len(), 1);
     let out = details(&reports, Detail::Problems);
     assert!(out.contains("NODE cx6dx-dual  profile default (Audit)  READY False"), "{out}");
     assert!(out.contains("heartbeat "), "{out}");
@@ -124,9 +131,49 @@ async fn named_nodes_in_detail_with_remediation_in_order_and_a_sentence_for_a_no
         ),
         "{out}"
     );
-    assert!(
-        out.contains("NODE nope  no RdmaNodeState: the kube-rdma agent has not reported this node"),
-        "{out}"
-    );
-    assert!(!reports[1].ready());
+    assert!(!out.contains("nope"), "{out}");
+    assert!(!reports[0].ready());
+}
+
+#[tokio::test]
+async fn a_label_selector_picks_nodes_and_shows_those_without_state() {
+    let (client, mut h) = client();
+    let good = state(&example("e810-xxv"), "2026-11-30T01:07:00Z");
+    let server = tokio::spawn(async move {
+        let nodes = list(
+            "v1",
+            "Node",
+            vec![common::node("e810-xxv", json!({"pool": "a"})), common::node("bare", json!({"pool": "a"}))],
+        );
+        let seen = expect(&mut h, "GET", "/api/v1/nodes?&labelSelector=pool%3Da", 200, nodes).await;
+        assert!(seen.uri.contains("labelSelector=pool%3Da"));
+        expect(
+            &mut h,
+            "GET",
+            "/apis/kuberdma.io/v1alpha1/rdmanodestates?",
+            200,
+            list("kuberdma.io/v1alpha1", "RdmaNodeState", vec![good]),
+        )
+        .await;
+    });
+    let f = fetch(client, &Selection::Labels("pool=a".into()), None).await.unwrap();
+    server.await.unwrap();
+    let names: Vec<(&str, bool)> = f.reports.iter().map(|r| (r.name.as_str(), r.state.is_some())).collect();
+    assert_eq!(names, [("bare", false), ("e810-xxv", true)]);
+    assert!(f.not_found.is_empty());
+    let out = summary_table(&f.reports, false, t("2026-11-30T01:10:00Z"));
+    assert!(out.lines().any(|l| l.starts_with("bare") && l.contains("no RdmaNodeState")), "{out}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_server_that_does_not_answer_gives_up_after_the_request_timeout() {
+    let (client, mut h) = client();
+    let server = tokio::spawn(async move {
+        // Take the request and never answer it.
+        let (_req, _send) = h.next_request().await.unwrap();
+        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+    });
+    let e = fetch(client, &Selection::All, Some(std::time::Duration::from_secs(2))).await.unwrap_err();
+    assert_eq!(e.to_string(), "list rdmanodestates: no answer within 2s (--request-timeout)");
+    server.abort();
 }

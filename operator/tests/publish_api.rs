@@ -24,8 +24,7 @@ const APPLY_OBJ: &str =
     "/apis/kuberdma.io/v1alpha1/rdmanodestates/cx6dx-dual?&force=true&fieldManager=kube-rdma-agent";
 const APPLY_STATUS: &str =
     "/apis/kuberdma.io/v1alpha1/rdmanodestates/cx6dx-dual/status?&force=true&fieldManager=kube-rdma-agent";
-const HEARTBEAT: &str = "/apis/kuberdma.io/v1alpha1/rdmanodestates/cx6dx-dual/status?";
-const LABEL: &str = "/api/v1/nodes/cx6dx-dual?";
+const LABEL: &str = "/api/v1/nodes/cx6dx-dual?&fieldManager=kube-rdma-agent";
 const EVENTS: &str = "/apis/events.k8s.io/v1/namespaces/default/events?";
 
 fn status_of(desc: &nic::simdesc::NodeDesc) -> RdmaNodeStateStatus {
@@ -185,6 +184,32 @@ async fn drift_posts_one_warning_event_with_the_failing_checks_and_flips_the_lab
     assert!(h.next_request().await.is_none());
 }
 
+#[tokio::test(start_paused = true)]
+async fn an_event_the_server_refuses_does_not_fail_the_pass_and_is_not_posted_again() {
+    let good = status_of(&example(NAME));
+    let bad = status_of(&with_roce(example(NAME), |r| r.pfc = vec![]));
+    let (client, mut h) = client();
+    let mut p = Publisher::new(client, NAME, Default::default()).with_backoff(backoff());
+    p.node_seen(Seen::Listed(Some(node_meta("1", None))));
+    let server = tokio::spawn(async move {
+        expect_with(&mut h, "PATCH", APPLY_OBJ, 200, stored("5")).await;
+        expect_with(&mut h, "PATCH", APPLY_STATUS, 200, stored("6")).await;
+        expect(&mut h, "PATCH", LABEL, 200, labelled("2", Some("true"))).await;
+        expect_with(&mut h, "PATCH", APPLY_STATUS, 200, stored("7")).await;
+        expect(&mut h, "PATCH", LABEL, 200, labelled("3", Some("false"))).await;
+        // 422 (an Event the API server's validation refuses): answered at once, not retried.
+        expect(&mut h, "POST", EVENTS, 422, status_err(422, "Invalid")).await;
+        h
+    });
+    p.publish(good, "2026-11-30T01:00:00Z").await.unwrap();
+    let r = p.publish(bad.clone(), "2026-11-30T02:00:00Z").await.unwrap();
+    assert!(r.status_applied && r.label_patched && !r.event_posted, "{r:?}");
+    let mut h = server.await.unwrap();
+    assert_eq!(p.publish(bad, "2026-11-30T03:00:00Z").await.unwrap(), Default::default());
+    drop(p);
+    assert!(h.next_request().await.is_none(), "the refused Event is not posted again");
+}
+
 #[tokio::test]
 async fn a_deleted_state_and_a_removed_label_are_written_again() {
     let st = status_of(&example(NAME));
@@ -228,9 +253,18 @@ async fn an_event_older_than_our_write_does_not_cause_a_rewrite_but_the_controll
         expect_with(&mut h, "PATCH", APPLY_OBJ, 200, stored("5")).await;
         expect_with(&mut h, "PATCH", APPLY_STATUS, 200, stored("6")).await;
         expect(&mut h, "PATCH", LABEL, 200, labelled("2", Some("true"))).await;
-        // The controller's mark: one status apply restores the agent's view.
+        // The controller's mark: the agent confirms at once, applying its own status again
+        // (its conditions only: the Stale entry stays the controller's).
         let again = expect_with(&mut h, "PATCH", APPLY_STATUS, 200, stored("8")).await;
         assert_eq!(again.body["status"]["summary"]["ready"], "True");
+        assert_eq!(again.body["status"]["lastHeartbeatTime"], "2026-11-30T01:00:20Z");
+        let types: Vec<&str> = again.body["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(types, ["RoceReady", "Drifted", "Degraded"]);
         h
     });
     p.publish(st.clone(), "2026-11-30T01:00:00Z").await.unwrap();
@@ -247,7 +281,6 @@ async fn an_event_older_than_our_write_does_not_cause_a_rewrite_but_the_controll
     assert!(p.state_seen(Seen::Applied(state_obj(&echo))));
     let mut marked = echo.clone();
     marked["metadata"]["resourceVersion"] = json!("7");
-    marked["status"]["summary"]["ready"] = json!("Unknown");
     marked["status"]["conditions"]
         .as_array_mut()
         .unwrap()
@@ -261,16 +294,28 @@ async fn an_event_older_than_our_write_does_not_cause_a_rewrite_but_the_controll
 }
 
 #[tokio::test]
-async fn heartbeat_is_a_merge_patch_of_one_field() {
+async fn heartbeat_applies_the_last_status_again_with_only_the_time_changed() {
+    let st = status_of(&example(NAME));
     let (client, mut h) = client();
     let mut p = synced(client);
     let server = tokio::spawn(async move {
-        let hb = expect_with(&mut h, "PATCH", HEARTBEAT, 200, stored("11")).await;
-        assert_eq!(hb.content_type, "application/merge-patch+json");
-        assert_eq!(hb.body, json!({"status": {"lastHeartbeatTime": "2026-11-30T01:10:00Z"}}));
+        expect_with(&mut h, "PATCH", APPLY_OBJ, 200, stored("5")).await;
+        let first = expect_with(&mut h, "PATCH", APPLY_STATUS, 200, stored("6")).await;
+        expect(&mut h, "PATCH", LABEL, 200, labelled("2", Some("true"))).await;
+        // Same manager, same fields: an apply that left fields out would remove them.
+        let hb = expect_with(&mut h, "PATCH", APPLY_STATUS, 200, stored("11")).await;
+        assert_eq!(hb.content_type, "application/apply-patch+yaml");
+        assert_eq!(hb.body["status"]["lastHeartbeatTime"], "2026-11-30T01:10:00Z");
+        let mut same = hb.body.clone();
+        same["status"]["lastHeartbeatTime"] = first.body["status"]["lastHeartbeatTime"].clone();
+        assert_eq!(same, first.body, "only lastHeartbeatTime differs");
         h
     });
-    p.heartbeat("2026-11-30T01:10:00Z").await.unwrap();
+    // Nothing applied yet by this process: nothing to confirm, a pass must publish.
+    let (c2, _h2) = common::client();
+    assert!(!synced(c2).heartbeat("2026-11-30T01:00:00Z").await.unwrap());
+    p.publish(st, "2026-11-30T01:00:00Z").await.unwrap();
+    assert!(p.heartbeat("2026-11-30T01:10:00Z").await.unwrap());
     assert!(p.last_write().is_some());
     server.await.unwrap();
 }

@@ -1,29 +1,29 @@
 //! `kubectl rdma`: the RoCE state of nodes.
 //!
-//! - `kubectl rdma status [NODE...] [-o table|wide|json|yaml] [--all]`: every node
-//!   one line each, or the named nodes in detail (failing checks and the commands
-//!   that fix them, in the order they must run), from the agents' `RdmaNodeState`s.
-//! - `kubectl rdma check --sim FILE | --local [--profile FILE]`: check a simulated
-//!   node or this host without a cluster.
+//! - `kubectl rdma status [NODE...] [-l SELECTOR] [-o FORMAT] [--all]`: every node
+//!   one line each (or the Nodes matching the label selector), or the named nodes in
+//!   detail (failing checks and the commands that fix them, in the order they must
+//!   run), from the agents' `RdmaNodeState`s. Cluster flags as kubectl's:
+//!   `--kubeconfig`, `--context`, `--as`, `--as-group`, `--request-timeout`.
+//! - `kubectl rdma check --sim FILE | --local [--profile FILE] [-o FORMAT]`: check a
+//!   simulated node or this host without a cluster, as `kube-rdma-operator agent
+//!   --once` does.
+//!
+//! Output formats and exit status: `kube_rdma_operator::output`.
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 use k8s_openapi::jiff::Timestamp;
-use kube_rdma_operator::api::chain;
-use kube_rdma_operator::client::{connect_described, ClientOpts};
+use kube::ResourceExt;
+use kube_rdma_operator::client::{connect_described, parse_timeout, ClientOpts};
 use kube_rdma_operator::logging::{self, LogFormat, VERSION};
+use kube_rdma_operator::output::{self, emit, error_line, Format, EXIT_ERROR, EXIT_HELP};
 use kube_rdma_operator::source::NodeSource;
-use kube_rdma_operator::view::{self, node_table, Detail};
+use kube_rdma_operator::view::{self, Detail, Selection};
 use kube_rdma_operator::{check_once, checks, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
-
-const EXIT_HELP: &str = "\
-Exit status:
-  0  every node shown is ready (RoceReady, agent reporting)
-  1  a node shown is not ready: a check fails, its agent is stale, or it has no RdmaNodeState
-  2  an error: bad arguments, no cluster access, an API error";
 
 #[derive(Parser)]
 #[command(
@@ -34,12 +34,6 @@ Exit status:
     after_help = EXIT_HELP
 )]
 struct Cli {
-    /// Kubeconfig file (default: env KUBECONFIG, then ~/.kube/config).
-    #[arg(long, global = true)]
-    kubeconfig: Option<PathBuf>,
-    /// Kubeconfig context to use.
-    #[arg(long, global = true)]
-    context: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
     /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
@@ -47,16 +41,24 @@ struct Cli {
     log_format: LogFormat,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum Output {
-    /// One line per node; the named nodes in detail.
-    Table,
-    /// As table, with PFC, TRUST, ECN, MTU, ROCE and NETNS columns and every check.
-    Wide,
-    /// The RdmaNodeState objects.
-    Json,
-    /// The RdmaNodeState objects.
-    Yaml,
+/// How to reach the API server, as kubectl's flags.
+#[derive(clap::Args)]
+struct ClusterArgs {
+    /// Kubeconfig file (default: env KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Kubeconfig context to use.
+    #[arg(long)]
+    context: Option<String>,
+    /// User to impersonate for the requests.
+    #[arg(long = "as", value_name = "USER")]
+    impersonate: Option<String>,
+    /// Group to impersonate (repeat for several).
+    #[arg(long = "as-group", value_name = "GROUP")]
+    impersonate_groups: Vec<String>,
+    /// Time to wait for each request before giving up (0: no limit; e.g. 30s, 2m).
+    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_timeout)]
+    request_timeout: std::time::Duration,
 }
 
 #[derive(Subcommand)]
@@ -66,17 +68,24 @@ enum Cmd {
     Status {
         /// Node names (default: every node with an RdmaNodeState).
         nodes: Vec<String>,
-        /// Output format.
-        #[arg(short = 'o', long, value_enum, default_value = "table")]
-        output: Output,
+        /// Only the Nodes whose labels match this selector (as `kubectl get nodes -l`; needs list on nodes).
+        #[arg(short = 'l', long = "selector", conflicts_with = "nodes")]
+        selector: Option<String>,
+        /// Output format: table, wide (PFC, TRUST, ECN, MTU, ROCE and NETNS columns; every check of named
+        /// nodes), json, yaml, name, jsonpath=TEMPLATE.
+        #[arg(short = 'o', long, default_value = "table", value_parser = output::parse_objects)]
+        output: Format,
         /// Show every check of detailed nodes, not only problems.
         #[arg(long)]
         all: bool,
+        #[command(flatten)]
+        cluster: ClusterArgs,
     },
     /// Check a simulated node or this host, without a cluster (exit 1 when a check fails).
+    #[command(after_help = EXIT_HELP, group(clap::ArgGroup::new("node").required(true).args(["sim", "local"])))]
     Check {
         /// Simulated node description (YAML).
-        #[arg(long, conflicts_with = "local")]
+        #[arg(long)]
         sim: Option<PathBuf>,
         /// This host (honours KUBE_RDMA_SYSFS_ROOT / KUBE_RDMA_DEV_ROOT).
         #[arg(long)]
@@ -84,12 +93,9 @@ enum Cmd {
         /// RoceProfile YAML (default: the built-in RoCE v2 lossless profile).
         #[arg(long)]
         profile: Option<PathBuf>,
-        /// Output format (table, json or yaml).
-        #[arg(short = 'o', long, value_enum, default_value = "table")]
-        output: Output,
-        /// Same as `-o json`.
-        #[arg(long)]
-        json: bool,
+        /// Output format: table (every check), json, yaml, jsonpath=TEMPLATE.
+        #[arg(short = 'o', long, default_value = "table", value_parser = output::parse_check)]
+        output: Format,
     },
 }
 
@@ -99,23 +105,31 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("kubectl-rdma: {e:#}");
-            ExitCode::from(2)
+            error_line(&format!("kubectl-rdma: {e:#}"));
+            ExitCode::from(EXIT_ERROR)
         }
     }
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    let api = ClientOpts { kubeconfig: cli.kubeconfig, context: cli.context };
     match cli.cmd {
-        Cmd::Status { nodes, output, all } => {
+        Cmd::Status { nodes, selector, output, all, cluster } => {
+            let api = ClientOpts {
+                kubeconfig: cluster.kubeconfig,
+                context: cluster.context,
+                impersonate: cluster.impersonate,
+                impersonate_groups: cluster.impersonate_groups,
+                request_timeout: Some(cluster.request_timeout).filter(|t| !t.is_zero()),
+            };
+            let sel = match (selector, nodes.is_empty()) {
+                (Some(s), _) => Selection::Labels(s),
+                (None, true) => Selection::All,
+                (None, false) => Selection::Named(nodes),
+            };
             let rt = tokio::runtime::Runtime::new()?;
-            rt.block_on(status(&api, nodes, output, all))
+            rt.block_on(status(&api, sel, output, all))
         }
-        Cmd::Check { sim, local, profile, output, json } => {
-            if sim.is_none() && !local {
-                bail!("give --sim FILE or --local");
-            }
+        Cmd::Check { sim, local: _, profile, output } => {
             let profile =
                 profile.as_deref().map(load_profile).transpose()?.unwrap_or_else(checks::default_profile);
             let (_sim, src) = match sim {
@@ -142,64 +156,77 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 ),
             };
             let state = check_once(&src, &profile);
-            let st = state.status.as_ref().context("no status computed")?;
-            match if json { Output::Json } else { output } {
-                Output::Json => println!("{}", serde_json::to_string_pretty(&state)?),
-                Output::Yaml => print!("{}", serde_yaml::to_string(&state)?),
-                Output::Table => print!("{}", node_table(&state.spec.node_name, st, Detail::All)),
-                Output::Wide => print!("{}", node_table(&state.spec.node_name, st, Detail::All)),
-            }
-            Ok(if st.summary.ready == "True" { ExitCode::SUCCESS } else { ExitCode::from(1) })
+            emit(&output::checked_node(&state, &output)?)?;
+            let ready = state.status.as_ref().is_some_and(|s| s.summary.ready == "True");
+            Ok(output::verdict(ready))
         }
     }
 }
 
-async fn status(api: &ClientOpts, nodes: Vec<String>, output: Output, all: bool) -> anyhow::Result<ExitCode> {
+async fn status(api: &ClientOpts, sel: Selection, output: Format, all: bool) -> anyhow::Result<ExitCode> {
     let (client, about) = connect_described(api).await?;
-    let what = if nodes.is_empty() {
-        "rdmanodestates".to_string()
-    } else {
-        format!("rdmanodestates/{}", nodes.join(","))
+    let fetched = match view::fetch(client, &sel, api.request_timeout).await {
+        Ok(f) => f,
+        Err(e) => bail!("{e} ({about})"),
     };
-    let reports = match view::fetch(client, &nodes).await {
-        Ok(r) => r,
-        Err(e) => bail!("reading {what} from the {about}: {}", chain(&e)),
+    let reports = &fetched.reports;
+    let states: Vec<_> = reports.iter().filter_map(|r| r.state.clone()).collect();
+    // One named node prints as the object, anything else as a List (as kubectl get).
+    let single = matches!(&sel, Selection::Named(n) if n.len() == 1);
+    let value = match states.first() {
+        Some(s) if single => serde_json::to_value(s)?,
+        _ => {
+            serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": ""}, "items": states})
+        }
     };
-    match output {
-        Output::Json | Output::Yaml => {
-            let items: Vec<_> = reports.iter().filter_map(|r| r.state.clone()).collect();
-            let v = if nodes.len() == 1 {
-                serde_json::to_value(items.first())?
-            } else {
-                serde_json::json!({"apiVersion": "v1", "kind": "List", "metadata": {}, "items": items})
-            };
-            if output == Output::Json {
-                println!("{}", serde_json::to_string_pretty(&v)?);
-            } else {
-                print!("{}", serde_yaml::to_string(&v)?);
-            }
-            for r in reports.iter().filter(|r| r.state.is_none()) {
-                eprintln!(
-                    "kubectl-rdma: node {}: no RdmaNodeState (is the kube-rdma agent running there?)",
-                    r.name
-                );
-            }
-        }
-        Output::Table | Output::Wide => {
-            let wide = output == Output::Wide;
-            if reports.is_empty() {
-                println!("No RdmaNodeState found: is the kube-rdma agent running?");
-            } else if nodes.is_empty() {
-                print!("{}", view::summary_table(&reports, wide, Timestamp::now()));
-            } else {
-                let detail = if all || wide { Detail::All } else { Detail::Problems };
-                print!("{}", view::details(&reports, detail));
-            }
-        }
-    }
     let not_ready: Vec<&str> = reports.iter().filter(|r| !r.ready()).map(|r| r.name.as_str()).collect();
-    if !not_ready.is_empty() && matches!(output, Output::Table | Output::Wide) && nodes.is_empty() {
-        println!("\n{} of {} nodes not ready: {}", not_ready.len(), reports.len(), not_ready.join(", "));
+    match &output {
+        Format::Table | Format::Wide => {
+            let wide = output == Format::Wide;
+            if !reports.is_empty() {
+                let text = match &sel {
+                    Selection::Named(_) => {
+                        view::details(reports, if all || wide { Detail::All } else { Detail::Problems })
+                    }
+                    _ => {
+                        let mut t = view::summary_table(reports, wide, Timestamp::now());
+                        if !not_ready.is_empty() {
+                            t.push_str(&format!(
+                                "\n{} of {} nodes not ready: {}\n",
+                                not_ready.len(),
+                                reports.len(),
+                                not_ready.join(", ")
+                            ));
+                        }
+                        t
+                    }
+                };
+                emit(&text)?;
+            }
+        }
+        Format::Name => {
+            let names: String =
+                states.iter().map(|s| format!("rdmanodestate.kuberdma.io/{}\n", s.name_any())).collect();
+            emit(&names)?;
+        }
+        data => {
+            if !(single && states.is_empty()) {
+                emit(&output::data(&value, data)?.unwrap_or_default())?;
+            }
+        }
     }
-    Ok(if not_ready.is_empty() && !reports.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(1) })
+    for n in &fetched.not_found {
+        error_line(&format!("Error from server (NotFound): rdmanodestates.kuberdma.io \"{n}\" not found"));
+    }
+    if reports.is_empty() && fetched.not_found.is_empty() {
+        error_line(
+            match &sel {
+                Selection::Labels(s) => format!("No Node matches -l {s}"),
+                _ => "No RdmaNodeState found: is the kube-rdma agent running?".to_string(),
+            }
+            .as_str(),
+        );
+    }
+    let ok = fetched.not_found.is_empty() && !reports.is_empty() && not_ready.is_empty();
+    Ok(output::verdict(ok))
 }

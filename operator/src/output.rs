@@ -1,0 +1,176 @@
+//! The one command-line convention of the operator binaries (`kube-rdma-operator`,
+//! `kubectl-rdma`): output formats, exit status, and stdout that may close.
+//!
+//! - `-o, --output FORMAT`: `table` (default), `wide` (more columns: `kubectl rdma
+//!   status`), `json`, `yaml`, `name` (`rdmanodestate.kuberdma.io/NODE` per line:
+//!   `kubectl rdma status`), `jsonpath=TEMPLATE` ([`crate::jsonpath`]). A command
+//!   that checks one node without a cluster (`kube-rdma-operator agent --once`,
+//!   `kubectl rdma check`) offers `table`, `json`, `yaml` and `jsonpath` and prints
+//!   the same for the same node.
+//! - Exit status ([`EXIT_HELP`]): 0 all is well; 1 a check fails, a node is not
+//!   ready, or something asked for was not found; 2 a usage or environment error
+//!   (bad flags or files, no cluster access, an API error).
+//! - Results on stdout, errors (one line each) and logs on stderr. A stdout closed
+//!   early (`| head`) ends the output quietly ([`emit`]); the exit status is still
+//!   the verdict.
+
+use std::io::Write as _;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::crd::RdmaNodeState;
+use crate::jsonpath::Template;
+
+/// An output format (see the module docs).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Format {
+    /// Human table.
+    Table,
+    /// Table with more columns.
+    Wide,
+    /// JSON.
+    Json,
+    /// YAML.
+    Yaml,
+    /// `kind.group/name` per object.
+    Name,
+    /// A JSONPath template.
+    JsonPath(Template),
+}
+
+fn parse(s: &str, offered: &[&str]) -> Result<Format, String> {
+    let (word, template) = match s.split_once('=') {
+        Some((w, t)) => (w, Some(t)),
+        None => (s, None),
+    };
+    let f = match (word, template) {
+        ("table", None) => Format::Table,
+        ("wide", None) => Format::Wide,
+        ("json", None) => Format::Json,
+        ("yaml", None) => Format::Yaml,
+        ("name", None) => Format::Name,
+        ("jsonpath", Some(t)) => {
+            // kubectl users quote the template for the shell; quotes that reach us are part of it.
+            let t = t.trim_matches('\'');
+            Format::JsonPath(t.parse().map_err(|e: crate::jsonpath::JsonPathError| e.to_string())?)
+        }
+        ("jsonpath", None) => {
+            return Err("jsonpath needs a template: -o jsonpath='{.status.summary.ready}'".into())
+        }
+        _ => return Err(format!("unknown output format {s:?}: use one of {}", offered.join(", "))),
+    };
+    if !offered.iter().any(|o| o.split('=').next() == Some(word)) {
+        return Err(format!("-o {word} does not apply here: use one of {}", offered.join(", ")));
+    }
+    Ok(f)
+}
+
+/// `-o` of commands that show cluster objects (`kubectl rdma status`).
+pub fn parse_objects(s: &str) -> Result<Format, String> {
+    parse(s, &["table", "wide", "json", "yaml", "name", "jsonpath=TEMPLATE"])
+}
+
+/// `-o` of commands that check one node without a cluster (`agent --once`, `check`).
+pub fn parse_check(s: &str) -> Result<Format, String> {
+    parse(s, &["table", "json", "yaml", "jsonpath=TEMPLATE"])
+}
+
+/// The exit status of every operator binary, for `--help`.
+pub const EXIT_HELP: &str = "\
+Exit status:
+  0  all is well: every check passes, every node shown is ready
+  1  a check fails, a node shown is not ready or its agent is stale, or a node asked for has no RdmaNodeState
+  2  a usage or environment error: bad flags or files, no cluster access, an API error";
+
+/// Exit 0.
+pub const EXIT_OK: u8 = 0;
+/// Exit 1: checks failed, not ready, not found.
+pub const EXIT_FAILED: u8 = 1;
+/// Exit 2: usage or environment error.
+pub const EXIT_ERROR: u8 = 2;
+
+/// 0 when `ok`, else 1.
+pub fn verdict(ok: bool) -> ExitCode {
+    ExitCode::from(if ok { EXIT_OK } else { EXIT_FAILED })
+}
+
+static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
+
+/// Writes `text` to stdout. Once stdout is closed by the reader (EPIPE, e.g. `|
+/// head`), this and every later call write nothing and succeed: the output simply
+/// ends there. (Rust ignores SIGPIPE, so `print!` would panic instead.)
+pub fn emit(text: &str) -> std::io::Result<()> {
+    if STDOUT_CLOSED.load(Ordering::Relaxed) {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+            Ok(())
+        }
+        r => r,
+    }
+}
+
+/// Writes one error line to stderr; a closed stderr is ignored (nothing else could be done).
+pub fn error_line(text: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "{text}");
+}
+
+/// Why an object could not be printed (never expected: our types serialise).
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// JSON.
+    #[error("encoding JSON")]
+    Json(#[from] serde_json::Error),
+    /// YAML.
+    #[error("encoding YAML")]
+    Yaml(#[from] serde_yaml::Error),
+}
+
+/// `v` as JSON, YAML or through a template; `None` for the table formats and `name`.
+pub fn data(v: &serde_json::Value, format: &Format) -> Result<Option<String>, RenderError> {
+    Ok(match format {
+        Format::Json => Some(format!("{}\n", serde_json::to_string_pretty(v)?)),
+        Format::Yaml => Some(serde_yaml::to_string(v)?),
+        Format::JsonPath(t) => Some(t.render(v)),
+        Format::Table | Format::Wide | Format::Name => None,
+    })
+}
+
+/// One node checked without a cluster (`agent --once`, `kubectl rdma check`), as
+/// `format` shows it: the table of every check, or the `RdmaNodeState`.
+pub fn checked_node(state: &RdmaNodeState, format: &Format) -> Result<String, RenderError> {
+    let v = serde_json::to_value(state)?;
+    if let Some(text) = data(&v, format)? {
+        return Ok(text);
+    }
+    Ok(match &state.status {
+        Some(s) => crate::view::node_table(&state.spec.node_name, s, crate::view::Detail::All),
+        None => format!("NODE {}  (no status computed)\n", state.spec.node_name),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_command_offers_its_formats_and_names_the_others() {
+        assert_eq!(parse_objects("wide").unwrap(), Format::Wide);
+        assert_eq!(parse_objects("name").unwrap(), Format::Name);
+        assert!(matches!(parse_objects("jsonpath={.kind}").unwrap(), Format::JsonPath(_)));
+        assert!(matches!(parse_check("jsonpath='{.kind}'").unwrap(), Format::JsonPath(_)));
+        let e = parse_check("wide").unwrap_err();
+        assert!(
+            e.contains("-o wide does not apply here: use one of table, json, yaml, jsonpath=TEMPLATE"),
+            "{e}"
+        );
+        assert!(parse_check("name").is_err());
+        let e = parse_objects("xml").unwrap_err();
+        assert!(e.contains("unknown output format \"xml\""), "{e}");
+        assert!(parse_objects("jsonpath").unwrap_err().contains("needs a template"));
+        assert!(parse_objects("jsonpath={.a").unwrap_err().contains("unclosed {"));
+    }
+}
