@@ -143,7 +143,7 @@ def check_rbac(objs: list[dict[str, Any]]) -> list[str]:
     """Least privilege for RBAC: no wildcards, no secrets, no escalation; one role per account."""
     problems: list[str] = []
     sas = {o["metadata"]["name"] for o in objs if o["kind"] == "ServiceAccount"}
-    bound: dict[str, list[str]] = {}
+    bound: dict[str, list[tuple[str, str]]] = {}
     for o in objs:
         if o["kind"] in ("ClusterRole", "Role"):
             for rule in o.get("rules", []):
@@ -163,12 +163,16 @@ def check_rbac(objs: list[dict[str, Any]]) -> list[str]:
             if o["roleRef"]["name"] in ("cluster-admin", "admin", "edit"):
                 problems.append(f"{o['kind']}/{o['metadata']['name']}: binds {o['roleRef']['name']}")
             for s in o.get("subjects", []):
-                bound.setdefault(s["name"], []).append(o["roleRef"]["name"])
+                bound.setdefault(s["name"], []).append((o["roleRef"]["kind"], o["roleRef"]["name"]))
     for sa, roles in bound.items():
         if sa not in sas:
             problems.append(f"binding to unknown ServiceAccount {sa}")
-        if len(roles) > 1:
-            problems.append(f"ServiceAccount {sa} has several roles: {roles}")
+        # One ClusterRole per account, plus the Role for Events in `default` (events.k8s.io
+        # validation keeps Events about cluster-scoped objects there).
+        for kind in ("ClusterRole", "Role"):
+            of_kind = [r for k, r in roles if k == kind]
+            if len(of_kind) > 1:
+                problems.append(f"ServiceAccount {sa} has several {kind}s: {of_kind}")
     workload_sas = {}
     for o in objs:
         if o["kind"] in WORKLOAD_KINDS:
@@ -182,69 +186,121 @@ def check_rbac(objs: list[dict[str, Any]]) -> list[str]:
     return problems
 
 
-# What each component's code calls (operator/src/agent.rs, controller.rs, crd_apply.rs); the
-# ClusterRoles must grant exactly this. `patch` on rdmanodestates is server-side apply, which also
-# needs `create` when the object does not exist yet. The CRD hook may touch our two CRDs only.
+# What each component's code calls (operator/src/agent.rs, publish.rs, controller.rs,
+# crd_apply.rs); the chart must grant exactly this, as (scope, apiGroup, resource, verb) with scope
+# "cluster" (a ClusterRole) or the namespace of a Role. `patch` on rdmanodestates is server-side
+# apply, which also needs `create` when the object does not exist yet; the status subresources are
+# only ever applied (patch). Events about cluster-scoped objects must be in `default`
+# (k8s.io/kubernetes pkg/apis/core/validation/events.go), so both writers get a Role there.
 CRD_NAMES = ("rdmanodestates.kuberdma.io", "roceprofiles.kuberdma.io")
+EVENTS_NAMESPACE = "default"
 # kube-rbac-proxy (metrics.rbacProxy): authenticate and authorise each scrape.
-PROXY_RBAC = {("authentication.k8s.io", "tokenreviews", "create"),
-              ("authorization.k8s.io", "subjectaccessreviews", "create")}
-EXPECTED_RBAC: dict[str, set[tuple[str, str, str]]] = {
+PROXY_RBAC = {("cluster", "authentication.k8s.io", "tokenreviews", "create"),
+              ("cluster", "authorization.k8s.io", "subjectaccessreviews", "create")}
+EVENTS_RBAC = {(EVENTS_NAMESPACE, "events.k8s.io", "events", "create")}
+EXPECTED_RBAC: dict[str, set[tuple[str, str, str, str]]] = {
     "agent": {
-        *(("kuberdma.io", "rdmanodestates", v) for v in ("get", "list", "watch", "create", "patch")),
-        *(("kuberdma.io", "rdmanodestates/status", v) for v in ("get", "patch")),
-        *(("kuberdma.io", "roceprofiles", v) for v in ("get", "list", "watch")),
-        *(("", "nodes", v) for v in ("get", "list", "watch", "patch")),
-        *((g, "events", v) for g in ("", "events.k8s.io") for v in ("create", "patch")),
+        *(("cluster", "kuberdma.io", "rdmanodestates", v) for v in ("list", "watch", "create", "patch")),
+        ("cluster", "kuberdma.io", "rdmanodestates/status", "patch"),
+        *(("cluster", "kuberdma.io", "roceprofiles", v) for v in ("list", "watch")),
+        # get: the probe of its own Node while the API server looks down.
+        *(("cluster", "", "nodes", v) for v in ("get", "list", "watch", "patch")),
+        *EVENTS_RBAC,
     },
     "controller": {
-        *(("kuberdma.io", "roceprofiles", v) for v in ("get", "list", "watch")),
-        *(("kuberdma.io", "roceprofiles/status", v) for v in ("get", "patch", "update")),
-        *(("kuberdma.io", "rdmanodestates", v) for v in ("get", "list", "watch", "delete")),
-        ("kuberdma.io", "rdmanodestates/status", "patch"),
-        *(("", "nodes", v) for v in ("get", "list", "watch", "patch")),
-        ("events.k8s.io", "events", "create"),
+        *(("cluster", "kuberdma.io", "roceprofiles", v) for v in ("list", "watch")),
+        ("cluster", "kuberdma.io", "roceprofiles/status", "patch"),
+        *(("cluster", "kuberdma.io", "rdmanodestates", v) for v in ("list", "watch", "delete")),
+        ("cluster", "kuberdma.io", "rdmanodestates/status", "patch"),
+        *(("cluster", "", "nodes", v) for v in ("list", "watch", "patch")),
+        *EVENTS_RBAC,
     },
-    "crd-upgrade": {("apiextensions.k8s.io", "customresourcedefinitions", v) for v in ("get", "patch")},
+    "crd-upgrade": {("cluster", "apiextensions.k8s.io", "customresourcedefinitions", v)
+                    for v in ("create", "patch")},
+    # Aggregated into the built-in `view` role: read our CRDs.
+    "view": {("cluster", "kuberdma.io", r, v) for r in ("rdmanodestates", "roceprofiles")
+             for v in ("get", "list", "watch")},
 }
+# Roles whose rules may carry resourceNames, and the names they must list.
+RESOURCE_NAMES = {"crd-upgrade": CRD_NAMES}
+AGGREGATE_TO = {"view": "rbac.authorization.k8s.io/aggregate-to-view"}
 
 
-def expected_rbac(values: dict[str, Any]) -> dict[str, set[tuple[str, str, str]]]:
+def expected_rbac(values: dict[str, Any]) -> dict[str, set[tuple[str, str, str, str]]]:
     """EXPECTED_RBAC for these values: the proxy's reviews join every proxied component."""
     out = {k: set(v) for k, v in EXPECTED_RBAC.items()}
+    enabled = {c: values.get(k, {}).get("enabled", True)
+               for c, k in (("agent", "agent"), ("controller", "controller"), ("device-plugin", "devicePlugin"))}
+    for comp in ("agent", "controller"):
+        if not enabled[comp]:
+            out.pop(comp)
     if values.get("metrics", {}).get("rbacProxy", {}).get("enabled"):
         for comp in ("agent", "controller", "device-plugin"):
-            out[comp] = out.get(comp, set()) | PROXY_RBAC
+            if enabled[comp]:
+                out[comp] = out.get(comp, set()) | PROXY_RBAC
     if not values.get("crds", {}).get("upgradeJob", {}).get("enabled", True):
         out.pop("crd-upgrade")
     return out
 
 
+def granted(objs: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, str, str]]]:
+    """(scope, group, resource, verb) each component's Roles and ClusterRoles grant."""
+    out: dict[str, set[tuple[str, str, str, str]]] = {}
+    for o in objs:
+        if o["kind"] not in ("ClusterRole", "Role") or _component(o) == "metrics-reader":
+            continue
+        scope = "cluster" if o["kind"] == "ClusterRole" else o["metadata"].get("namespace", "?")
+        out.setdefault(_component(o), set()).update(
+            (scope, g, r, v) for rule in o.get("rules", []) for g in rule.get("apiGroups", [])
+            for r in rule.get("resources", []) for v in rule.get("verbs", []))
+    return out
+
+
 def check_rbac_exact(objs: list[dict[str, Any]], values: dict[str, Any] | None = None) -> list[str]:
-    """Each component's ClusterRole grants exactly expected_rbac(values); the device plugin has a
-    role only for its kube-rbac-proxy sidecar; the CRD hook's rules name our two CRDs."""
+    """Each component's roles grant exactly expected_rbac(values); the device plugin has a role
+    only for its kube-rbac-proxy sidecar; the CRD hook's rules name our two CRDs; every Role and
+    ClusterRole is bound to its component's ServiceAccount, but the aggregated view role, which
+    is bound to nothing and carries its aggregation label."""
     problems = []
     values = values or {}
     want_all = expected_rbac(values)
-    roles = {_component(o): o for o in objs if o["kind"] == "ClusterRole" and _component(o) != "metrics-reader"}
-    if "device-plugin" in roles and "device-plugin" not in want_all:
+    got_all = granted(objs)
+    if "device-plugin" in got_all and "device-plugin" not in want_all:
         problems.append("the device plugin has a ClusterRole; it never calls the API server")
-    for extra in sorted(set(roles) - set(want_all)):
-        problems.append(f"unexpected ClusterRole for {extra}")
-    hook = roles.get("crd-upgrade")
-    if hook is not None:
-        for rule in hook.get("rules", []):
-            if sorted(rule.get("resourceNames", [])) != sorted(CRD_NAMES):
-                problems.append(f"crd-upgrade rule {rule} is not limited to {CRD_NAMES}")
-    for comp, want in want_all.items():
-        role = roles.get(comp)
-        if role is None:
-            problems.append(f"no ClusterRole for {comp}")
+    for extra in sorted(set(got_all) - set(want_all)):
+        problems.append(f"unexpected role for {extra}")
+    for o in objs:
+        if o["kind"] not in ("ClusterRole", "Role"):
             continue
-        got = {(g, r, v) for rule in role.get("rules", []) for g in rule.get("apiGroups", [])
-               for r in rule.get("resources", []) for v in rule.get("verbs", [])}
+        comp = _component(o)
+        names = RESOURCE_NAMES.get(comp)
+        for rule in o.get("rules", []):
+            if names is not None and sorted(rule.get("resourceNames", [])) != sorted(names):
+                problems.append(f"{comp} rule {rule} is not limited to {names}")
+            if names is None and rule.get("resourceNames"):
+                problems.append(f"{comp} rule {rule} has resourceNames")
+        label = AGGREGATE_TO.get(comp)
+        if label is not None and o["metadata"].get("labels", {}).get(label) != "true":
+            problems.append(f"ClusterRole {o['metadata']['name']} lacks the label {label}: \"true\"")
+        bindings = [b for b in objs if b["kind"] in ("ClusterRoleBinding", "RoleBinding")
+                    and b["roleRef"]["kind"] == o["kind"] and b["roleRef"]["name"] == o["metadata"]["name"]
+                    and b["metadata"].get("namespace") == o["metadata"].get("namespace")]
+        if label is not None and bindings:
+            problems.append(f"{o['kind']}/{o['metadata']['name']} is aggregated and must not be bound")
+        if label is None and comp != "metrics-reader" and not bindings:
+            problems.append(f"{o['kind']}/{o['metadata']['name']} is bound to nothing")
+    for comp, want in want_all.items():
+        got = got_all.get(comp)
+        if got is None:
+            problems.append(f"no role for {comp}")
+            continue
+
+        def show(t: tuple[str, str, str, str]) -> str:
+            where = "cluster-wide" if t[0] == "cluster" else f"in namespace {t[0]}"
+            return f"{t[3]} {t[1] or 'core'}/{t[2]} {where}"
+
         for extra in sorted(got - want):
-            problems.append(f"{comp} may {extra[2]} {extra[0] or 'core'}/{extra[1]}, which it never does")
+            problems.append(f"{comp} may {show(extra)}, which it never does")
         for missing in sorted(want - got):
-            problems.append(f"{comp} cannot {missing[2]} {missing[0] or 'core'}/{missing[1]}, which it needs")
+            problems.append(f"{comp} cannot {show(missing)}, which it needs")
     return problems

@@ -457,14 +457,16 @@ def test_security(values: dict[str, Any]) -> str:
 
 def test_security_catches_mutations() -> str:
     """The checker is not vacuous: each privilege we might add by mistake is reported."""
-    values = default_values()
-    base = chart.objects(chart.render(values))
+    values = effective_values(default_values())
+    # Rendered as on `helm upgrade`, so the CRD hook's role is there too; clean before mutating,
+    # or every mutation would be "caught" by the same unrelated problem.
+    base = chart.objects(chart.render(values, upgrade=True))
 
-    def mutate(fn: Callable[[dict[str, Any]], None], kind: str = "Deployment") -> list[str]:
-        objs = copy.deepcopy(base)
-        fn(next(o for o in objs if o["kind"] == kind))
+    def problems(objs: list[dict[str, Any]]) -> list[str]:
         return security.check_workloads(objs, values) + security.check_rbac(objs) + \
             security.check_rbac_exact(objs, values)
+
+    assert not problems(base), "\n".join(problems(base))
 
     def c0(o: dict[str, Any]) -> dict[str, Any]:
         return o["spec"]["template"]["spec"]["containers"][0]
@@ -478,10 +480,34 @@ def test_security_catches_mutations() -> str:
         "hostNetwork": lambda o: o["spec"]["template"]["spec"].update(hostNetwork=True),
         "secrets": lambda o: o["rules"].append({"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}),
         "list pods": lambda o: o["rules"].append({"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}),
+        # Verbs the binaries never use (issue 21): each one must be reported.
+        "get status": lambda o: o["rules"].append(
+            {"apiGroups": ["kuberdma.io"], "resources": ["rdmanodestates/status"], "verbs": ["get"]}),
+        "update profile status": lambda o: o["rules"].append(
+            {"apiGroups": ["kuberdma.io"], "resources": ["roceprofiles/status"], "verbs": ["update"]}),
+        "core events": lambda o: o["rules"].append({"apiGroups": [""], "resources": ["events"], "verbs": ["create"]}),
+        "events everywhere": lambda o: o["rules"].append(
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]}),
+        "patch events": lambda o: o["rules"][0]["verbs"].append("patch"),
+        "drop the view aggregation": lambda o: o["metadata"]["labels"].pop(
+            "rbac.authorization.k8s.io/aggregate-to-view"),
+        "hook may get": lambda o: o["rules"][0]["verbs"].append("get"),
+        "hook without create": lambda o: o["rules"][0]["verbs"].remove("create"),
+    }
+    targets = {
+        "secrets": ("ClusterRole", "agent"), "list pods": ("ClusterRole", "controller"),
+        "get status": ("ClusterRole", "agent"), "update profile status": ("ClusterRole", "controller"),
+        "core events": ("ClusterRole", "agent"), "events everywhere": ("ClusterRole", "controller"),
+        "patch events": ("Role", "agent"), "drop the view aggregation": ("ClusterRole", "view"),
+        "hook may get": ("ClusterRole", "crd-upgrade"), "hook without create": ("ClusterRole", "crd-upgrade"),
     }
     for name, fn in cases.items():
-        found = mutate(fn, "ClusterRole" if name in ("secrets", "list pods") else "Deployment")
-        assert found, f"mutation '{name}' went unnoticed"
+        kind, comp = targets.get(name, ("Deployment", None))
+        objs = copy.deepcopy(base)
+        target = next(o for o in objs if o["kind"] == kind
+                      and (comp is None or o["metadata"].get("labels", {}).get("app.kubernetes.io/component") == comp))
+        fn(target)
+        assert problems(objs), f"mutation '{name}' went unnoticed"
     return f"{len(cases)} mutations caught"
 
 
@@ -838,8 +864,9 @@ def test_rbac_proxy() -> str:
 
 # ---------------------------------------------------------------- node label policy (CEL)
 
-def vap(objs: list[dict[str, Any]]) -> dict[str, Any]:
-    return next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
+def vap(objs: list[dict[str, Any]], component: str = "agent") -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
+                and o["metadata"]["name"].endswith(f"-{component}-node-label"))
 
 
 def admit(policy: dict[str, Any], username: str, node_claim: list[str] | None, old: dict[str, Any],
@@ -863,49 +890,113 @@ def admit(policy: dict[str, Any], username: str, node_claim: list[str] | None, o
             for v in policy["spec"]["validations"] if not run(v["expression"])]
 
 
-def test_node_label_policy() -> str:
-    """The agent's ServiceAccount may set kuberdma.io/roce-ready on its own node and nothing else."""
-    objs = chart.objects(chart.render(None, kube_version="1.30.0"))
-    policy = vap(objs)
-    binding = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding")
-    assert binding["spec"]["policyName"] == policy["metadata"]["name"] and \
-        binding["spec"]["validationActions"] == ["Deny"], binding
-    assert policy["spec"]["failurePolicy"] == "Fail"
-    rules = policy["spec"]["matchConstraints"]["resourceRules"]
-    assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"], "resources": ["nodes"]}]
-    agent = f"system:serviceaccount:{chart.NAMESPACE}:{chart.RELEASE}-agent"
-    node = {"metadata": {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"},
-                         "annotations": {"a": "b"}}, "spec": {"podCIDR": "10.0.0.0/24"}}
+READY = "kuberdma.io/roce-ready"
 
-    def labelled(obj: dict[str, Any], **labels: str) -> dict[str, Any]:
-        out = copy.deepcopy(obj)
-        out["metadata"]["labels"].update(labels)
-        return out
 
-    ready = labelled(node, **{"kuberdma.io/roce-ready": "true"})
-    cases = [
-        ("own node, roce-ready label", agent, ["n1"], node, ready, 0),
-        ("own node, flip the label", agent, ["n1"], ready, labelled(ready, **{"kuberdma.io/roce-ready": "false"}), 0),
-        ("another node", agent, ["n2"], node, ready, 1),
-        ("token without a node claim", agent, None, node, ready, 1),
-        ("another label", agent, ["n1"], node, labelled(node, **{"node-role.kubernetes.io/gpu": ""}), 1),
-        ("remove a label", agent, ["n1"], ready, {**ready, "metadata": {**ready["metadata"], "labels": {
-            "kuberdma.io/roce-ready": "true"}}}, 1),
-        ("cordon", agent, ["n1"], node, {**node, "spec": {**node["spec"], "unschedulable": True}}, 1),
-        ("annotate", agent, ["n1"], node, {**node, "metadata": {**node["metadata"], "annotations": {"x": "y"}}}, 1),
-        ("someone else", "system:serviceaccount:kube-system:node-controller", ["n9"], node,
-         labelled(node, other="x"), 0),
+def node_object(**meta: Any) -> dict[str, Any]:
+    """A Node as the API server hands it to admission, with `meta` over its metadata."""
+    base = {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}, "annotations": {"a": "b"}}
+    return {"metadata": {**base, **meta}, "spec": {"podCIDR": "10.0.0.0/24"}}
+
+
+def with_labels(obj: dict[str, Any], **labels: str | None) -> dict[str, Any]:
+    """`obj` with labels set (None removes one)."""
+    out = copy.deepcopy(obj)
+    for k, v in labels.items():
+        k = k.replace("__", "/").replace("_", ".")
+        if v is None:
+            out["metadata"]["labels"].pop(k, None)
+        else:
+            out["metadata"]["labels"][k] = v
+    return out
+
+
+def ready_label(obj: dict[str, Any], value: str | None) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    if value is None:
+        out["metadata"]["labels"].pop(READY, None)
+    else:
+        out["metadata"]["labels"][READY] = value
+    return out
+
+
+def node_label_policy_cases(agent: str, controller: str) -> list[tuple[str, str, str, list[str] | None,
+                                                                       dict[str, Any], dict[str, Any], bool]]:
+    """(component, case, user, node claim, old, new, denied): every metadata change a writer of
+    the label might make, for the agent (own node, claim) and the controller (any node)."""
+    node = node_object()
+    ready = ready_label(node, "true")
+    meta = lambda **m: node_object(**{**ready["metadata"], **m})  # noqa: E731
+    cases = []
+    for comp, user, claim, allowed, refused in (
+            ("agent", agent, ["n1"], ["true", "false"], "unknown"),
+            ("controller", controller, None, ["unknown"], "true")):
+        cases += [
+            (comp, f"set the label to {allowed[0]}", user, claim, node, ready_label(node, allowed[0]), False),
+            (comp, f"flip the label to {allowed[-1]}", user, claim, ready_label(node, "x"),
+             ready_label(node, allowed[-1]), False),
+            (comp, f"set the label to {refused}", user, claim, node, ready_label(node, refused), True),
+            (comp, "remove the label", user, claim, ready, ready_label(ready, None), True),
+            (comp, "another label", user, claim, ready, {**ready, "metadata": {
+                **ready["metadata"], "labels": {**ready["metadata"]["labels"], "node-role.kubernetes.io/gpu": ""}}},
+             True),
+            (comp, "remove another label", user, claim, ready, {**ready, "metadata": {
+                **ready["metadata"], "labels": {READY: "true"}}}, True),
+            (comp, "cordon", user, claim, ready, {**ready, "spec": {**ready["spec"], "unschedulable": True}}, True),
+            (comp, "annotate", user, claim, ready, meta(annotations={"x": "y"}), True),
+            (comp, "drop the annotations", user, claim, ready,
+             {**ready, "metadata": {k: v for k, v in ready["metadata"].items() if k != "annotations"}}, True),
+            # A finalizer would block the Node's deletion; an ownerReference would let the GC delete it.
+            (comp, "add a finalizer", user, claim, ready, meta(finalizers=["kuberdma.io/keep"]), True),
+            (comp, "add an ownerReference", user, claim, ready, meta(ownerReferences=[{
+                "apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u1"}]), True),
+            (comp, "change generateName", user, claim, ready, meta(generateName="n-"), True),
+            (comp, "the label and a finalizer at once", user, claim, node,
+             node_object(**{**ready_label(node, allowed[0])["metadata"], "finalizers": ["f"]}), True),
+        ]
+    other = ready_label(node_object(name="n2", labels={"kubernetes.io/hostname": "n2"}), None)
+    cases += [
+        ("agent", "another node", agent, ["n1"], other, ready_label(other, "true"), True),
+        ("agent", "token without a node claim", agent, None, node, ready_label(node, "true"), True),
+        ("controller", "any node", controller, None, ready_label(other, "true"), ready_label(other, "unknown"), False),
+        ("agent", "someone else", "system:serviceaccount:kube-system:node-controller", ["n9"], node,
+         with_labels(node, other="x"), False),
+        ("controller", "someone else", "system:serviceaccount:kube-system:node-controller", None, node,
+         meta(finalizers=["f"]), False),
     ]
-    for label, user, claim, old, new, n_denied in cases:
-        denied = admit(policy, user, claim, old, new)
-        assert len(denied) == n_denied, f"{label}: {denied}"
-    off = chart.objects(chart.render(merged(default_values(), agent={**default_values()["agent"],
-                                                                     "nodeLabelPolicy": {"enabled": False}}),
-                                     kube_version="1.30.0"))
-    assert not [o for o in off if o["kind"] == "ValidatingAdmissionPolicy"]
+    return cases
+
+
+def test_node_label_policy() -> str:
+    """The agent's ServiceAccount may set kuberdma.io/roce-ready (true|false) on its own node, the
+    controller's may set it to unknown on any node; nothing else of a Node changes."""
+    objs = chart.objects(chart.render(None, kube_version="1.30.0"))
+    policies = {c: vap(objs, c) for c in ("agent", "controller")}
+    for comp, policy in policies.items():
+        binding = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                       and o["spec"]["policyName"] == policy["metadata"]["name"])
+        assert binding["spec"]["validationActions"] == ["Deny"], binding
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        rules = policy["spec"]["matchConstraints"]["resourceRules"]
+        assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                          "resources": ["nodes"]}], rules
+    users = {c: f"system:serviceaccount:{chart.NAMESPACE}:{chart.RELEASE}-{c}" for c in ("agent", "controller")}
+    cases = node_label_policy_cases(users["agent"], users["controller"])
+    for comp, label, user, claim, old, new, denied in cases:
+        why = admit(policies[comp], user, claim, old, new)
+        assert bool(why) == denied, f"{comp}, {label}: {'admitted' if not why else why}"
+        # The other component's policy never matches this user.
+        other = "controller" if comp == "agent" else "agent"
+        if user in users.values() and user != users[other]:
+            assert not admit(policies[other], user, claim, old, new), f"{other} policy matched {comp}: {label}"
+    for comp in ("agent", "controller"):
+        off_values = merged(default_values(), **{comp: {**default_values()[comp], "nodeLabelPolicy": {"enabled": False}}})
+        off = chart.objects(chart.render(off_values, kube_version="1.30.0"))
+        names = [o["metadata"]["name"] for o in off if o["kind"] == "ValidatingAdmissionPolicy"]
+        assert names == [policies["controller" if comp == "agent" else "agent"]["metadata"]["name"]], names
     assert not [o for o in chart.objects(chart.render(None, kube_version="1.29.0"))
                 if o["kind"] == "ValidatingAdmissionPolicy"], "rendered for a cluster without the API"
-    return f"{len(cases)} admission cases evaluated with CEL (cel-python)"
+    return f"{len(cases)} admission cases evaluated with CEL (cel-python), 2 policies"
 
 
 # ---------------------------------------------------------------- CRD upgrade hook
@@ -927,7 +1018,7 @@ def test_crd_upgrade_hook() -> str:
     assert "crd-upgrade" not in manifests, "the hook belongs to Helm, not to manifests/"
     off = chart.objects(chart.render(merged(default_values(), crds={"upgradeJob": {"enabled": False}})))
     assert not [o for o in off if chart.is_hook(o)]
-    return "pre-upgrade Job runs `kube-rdma-operator crds --apply`; RBAC: get/patch of our 2 CRDs"
+    return "pre-upgrade Job runs `kube-rdma-operator crds --apply`; RBAC: create/patch of our 2 CRDs"
 
 
 # ---------------------------------------------------------------- alerts, dashboard, metrics

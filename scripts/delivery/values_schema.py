@@ -240,6 +240,7 @@ def schema() -> dict[str, Any]:
         "controller": component({
             "replicas": {"type": "integer", "minimum": 0, "maximum": 1},
             "interval": {"type": "integer", "minimum": 1},
+            "nodeLabelPolicy": closed({"enabled": {"type": "boolean"}}),
             "metrics": ref("metricsPort"),
             "readinessProbe": ref("probe"),
             "livenessProbe": ref("probe"),
