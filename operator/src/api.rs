@@ -39,13 +39,40 @@ pub fn describe(e: &kube::Error) -> String {
     match e {
         kube::Error::Api(s) => {
             let message = if s.message.is_empty() { format!("HTTP {}", s.code) } else { s.message.clone() };
-            if s.reason.is_empty() {
+            // kube's stand-in reason for a body that is not a Status: name the HTTP status instead.
+            let reason = if s.reason.is_empty() || s.reason == "Failed to parse error data" {
+                reason_of(s.code)
+            } else {
+                s.reason.as_str()
+            };
+            if reason.is_empty() {
                 format!("Error from server: {message}")
             } else {
-                format!("Error from server ({}): {message}", s.reason)
+                format!("Error from server ({reason}): {message}")
             }
         }
         other => chain(other),
+    }
+}
+
+/// The `metav1.StatusReason` the API server uses for an HTTP status (k8s.io/apimachinery
+/// `pkg/api/errors`), empty for others.
+fn reason_of(code: u16) -> &'static str {
+    match code {
+        400 => "BadRequest",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "NotFound",
+        405 => "MethodNotAllowed",
+        409 => "Conflict",
+        410 => "Gone",
+        415 => "UnsupportedMediaType",
+        422 => "Invalid",
+        429 => "TooManyRequests",
+        500 => "InternalError",
+        503 => "ServiceUnavailable",
+        504 => "Timeout",
+        _ => "",
     }
 }
 
@@ -300,5 +327,18 @@ mod tests {
         assert!(!shown.contains("Status {") && !shown.contains('\n'), "{shown}");
         let bare = kube::Error::Api(kube::core::Status::failure("", "").with_code(502).boxed());
         assert_eq!(describe(&bare), "Error from server: HTTP 502");
+        // A plain-text error body, as kube reconstructs it.
+        let plain = kube::Error::Api(
+            kube::core::Status::failure(
+                "Too many requests, please try again later.",
+                "Failed to parse error data",
+            )
+            .with_code(429)
+            .boxed(),
+        );
+        assert_eq!(
+            describe(&plain),
+            "Error from server (TooManyRequests): Too many requests, please try again later."
+        );
     }
 }

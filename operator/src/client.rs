@@ -5,6 +5,13 @@
 //! configuration is an error that says which source was tried and what to do,
 //! never a panic (the TLS stack's crypto provider is compiled in: kube's `ring`
 //! feature).
+//!
+//! The API server's own throttling (max-in-flight and API Priority and Fairness)
+//! answers 429 with a plain-text body and a `Retry-After` header
+//! (k8s.io/apiserver v0.34.4 `pkg/server/filters/priority-and-fairness.go`
+//! `tooManyRequests`), which kube turns into a `Status` without the delay. The
+//! [`RetryAfterLayer`] puts the header's delay into `details.retryAfterSeconds`,
+//! where [`crate::api::with_backoff`] reads it.
 
 use std::path::{Path, PathBuf};
 
@@ -159,9 +166,90 @@ pub async fn connect_described(opts: &ClientOpts) -> Result<(Client, String), Cl
         cfg.write_timeout = Some(t);
     }
     let about = format!("API server {} (from {desc})", cfg.cluster_url);
-    let client =
-        Client::try_from(cfg).map_err(|e| ClientError::Build { source_desc: desc, detail: chain(&e) })?;
-    Ok((client, about))
+    let builder = kube::client::ClientBuilder::try_from(cfg)
+        .map_err(|e| ClientError::Build { source_desc: desc, detail: chain(&e) })?;
+    Ok((builder.with_layer(&RetryAfterLayer).build(), about))
+}
+
+/// The `Status` body to put in place of a plain-text 429 or 503 that carries a
+/// `Retry-After` header in seconds; `None` for anything else (a JSON body is the
+/// server's own `Status` and is kept).
+pub fn retry_after_status(
+    code: u16,
+    retry_after: Option<&str>,
+    content_type: Option<&str>,
+) -> Option<serde_json::Value> {
+    let (reason, message) = match code {
+        429 => ("TooManyRequests", "Too many requests, please try again later."),
+        503 => ("ServiceUnavailable", "The server is unavailable, please try again later."),
+        _ => return None,
+    };
+    if content_type.is_some_and(|c| c.starts_with("application/json")) {
+        return None;
+    }
+    let secs: u32 = retry_after?.trim().parse().ok()?;
+    Some(serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "code": code, "reason": reason, "message": format!("{message} (Retry-After: {secs})"),
+        "details": {"retryAfterSeconds": secs},
+    }))
+}
+
+/// See the module docs.
+#[derive(Debug, Clone, Copy)]
+pub struct RetryAfterLayer;
+
+impl<S> tower::Layer<S> for RetryAfterLayer {
+    type Service = RetryAfter<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RetryAfter(inner)
+    }
+}
+
+/// The service of [`RetryAfterLayer`].
+#[derive(Debug, Clone)]
+pub struct RetryAfter<S>(S);
+
+type DynResponse = http::Response<Box<kube::client::DynBody>>;
+
+impl<S> tower::Service<http::Request<kube::client::Body>> for RetryAfter<S>
+where
+    S: tower::Service<http::Request<kube::client::Body>, Response = DynResponse>,
+    S::Future: Send + 'static,
+{
+    type Response = DynResponse;
+    type Error = S::Error;
+    type Future = std::pin::Pin<Box<dyn std::future::Future<Output = Result<DynResponse, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Result<(), Self::Error>> {
+        self.0.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: http::Request<kube::client::Body>) -> Self::Future {
+        let fut = self.0.call(req);
+        Box::pin(async move {
+            let res = fut.await?;
+            let header = |h: http::header::HeaderName| res.headers().get(h).and_then(|v| v.to_str().ok());
+            let Some(status) = retry_after_status(
+                res.status().as_u16(),
+                header(http::header::RETRY_AFTER),
+                header(http::header::CONTENT_TYPE),
+            ) else {
+                return Ok(res);
+            };
+            let (mut parts, _plain_text) = res.into_parts();
+            parts
+                .headers
+                .insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            let body = http_body_util::BodyExt::map_err(
+                http_body_util::Full::new(bytes::Bytes::from(status.to_string())),
+                |never| -> tower::BoxError { match never {} },
+            );
+            Ok(http::Response::from_parts(parts, Box::new(body) as Box<kube::client::DynBody>))
+        })
+    }
 }
 
 #[cfg(test)]
@@ -182,5 +270,21 @@ mod tests {
         for bad in ["", "s", "10x", "-1s", "1.5.2s"] {
             assert!(parse_timeout(bad).unwrap_err().contains("invalid --request-timeout"), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_plain_429_with_retry_after_becomes_a_status_with_the_delay() {
+        // What priority-and-fairness.go and maxinflight.go send: http.Error text and the header.
+        let s = retry_after_status(429, Some("3"), Some("text/plain; charset=utf-8")).unwrap();
+        assert_eq!(s["details"]["retryAfterSeconds"], 3);
+        assert_eq!(s["reason"], "TooManyRequests");
+        let st: kube::core::Status = serde_json::from_value(s).unwrap();
+        assert_eq!(st.code, 429);
+        assert_eq!(retry_after_status(503, Some("1"), None).unwrap()["code"], 503);
+        // The server's own Status is kept; no header, no delay to carry; other codes untouched.
+        assert!(retry_after_status(429, Some("3"), Some("application/json")).is_none());
+        assert!(retry_after_status(429, None, Some("text/plain")).is_none());
+        assert!(retry_after_status(429, Some("Wed, 21 Oct 2026 07:28:00 GMT"), None).is_none());
+        assert!(retry_after_status(500, Some("3"), None).is_none());
     }
 }

@@ -121,6 +121,9 @@ fn bad_inputs_fail_with_a_message_and_exit_2() {
         assert_eq!(code, 2, "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
+    let (code, _, err) = run(kubectl_rdma().args(["--context", "x", "check", "--sim"]).arg(&sim));
+    assert_eq!(code, 2);
+    assert!(err.contains("check runs without a cluster: --context does not apply"), "{err}");
     let (code, _, err) = run(op().args(["agent", "--once", "-o", "wide", "--sim"]).arg(&sim));
     assert_eq!(code, 2);
     assert!(err.contains("-o wide does not apply here"), "{err}");

@@ -36,13 +36,17 @@ use nic::roce::{DcbSource, ObserveOpts};
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Cluster flags may also come before the command, as `kubectl rdma --context x status`.
+    #[command(flatten)]
+    cluster: ClusterArgs,
     /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
     #[arg(long, global = true, value_enum, env = "KUBE_RDMA_LOG_FORMAT", default_value = "text")]
     log_format: LogFormat,
 }
 
-/// How to reach the API server, as kubectl's flags.
-#[derive(clap::Args)]
+/// How to reach the API server, as kubectl's flags (`kubectl rdma status` only).
+#[derive(clap::Args, Default)]
+#[command(next_help_heading = "Cluster options (status)")]
 struct ClusterArgs {
     /// Kubeconfig file (default: env KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
@@ -56,9 +60,38 @@ struct ClusterArgs {
     /// Group to impersonate (repeat for several).
     #[arg(long = "as-group", value_name = "GROUP")]
     impersonate_groups: Vec<String>,
-    /// Time to wait for each request before giving up (0: no limit; e.g. 30s, 2m).
-    #[arg(long, value_name = "DURATION", default_value = "0", value_parser = parse_timeout)]
-    request_timeout: std::time::Duration,
+    /// Time to wait for each request before giving up (0, the default: no limit; e.g. 30s, 2m).
+    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    request_timeout: Option<std::time::Duration>,
+}
+
+impl ClusterArgs {
+    /// These flags, each falling back to `outer` (given before the command).
+    fn or(self, outer: ClusterArgs) -> ClientOpts {
+        ClientOpts {
+            kubeconfig: self.kubeconfig.or(outer.kubeconfig),
+            context: self.context.or(outer.context),
+            impersonate: self.impersonate.or(outer.impersonate),
+            impersonate_groups: if self.impersonate_groups.is_empty() {
+                outer.impersonate_groups
+            } else {
+                self.impersonate_groups
+            },
+            request_timeout: self.request_timeout.or(outer.request_timeout).filter(|t| !t.is_zero()),
+        }
+    }
+
+    fn given(&self) -> Option<&'static str> {
+        [
+            (self.kubeconfig.is_some(), "--kubeconfig"),
+            (self.context.is_some(), "--context"),
+            (self.impersonate.is_some(), "--as"),
+            (!self.impersonate_groups.is_empty(), "--as-group"),
+            (self.request_timeout.is_some(), "--request-timeout"),
+        ]
+        .into_iter()
+        .find_map(|(set, name)| set.then_some(name))
+    }
 }
 
 #[derive(Subcommand)]
@@ -114,13 +147,7 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Status { nodes, selector, output, all, cluster } => {
-            let api = ClientOpts {
-                kubeconfig: cluster.kubeconfig,
-                context: cluster.context,
-                impersonate: cluster.impersonate,
-                impersonate_groups: cluster.impersonate_groups,
-                request_timeout: Some(cluster.request_timeout).filter(|t| !t.is_zero()),
-            };
+            let api = cluster.or(cli.cluster);
             let sel = match (selector, nodes.is_empty()) {
                 (Some(s), _) => Selection::Labels(s),
                 (None, true) => Selection::All,
@@ -130,6 +157,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             rt.block_on(status(&api, sel, output, all))
         }
         Cmd::Check { sim, local: _, profile, output } => {
+            if let Some(flag) = cli.cluster.given() {
+                bail!("check runs without a cluster: {flag} does not apply (it is an option of status)");
+            }
             let profile =
                 profile.as_deref().map(load_profile).transpose()?.unwrap_or_else(checks::default_profile);
             let (_sim, src) = match sim {
