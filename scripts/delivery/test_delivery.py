@@ -989,14 +989,34 @@ def test_node_label_policy() -> str:
         other = "controller" if comp == "agent" else "agent"
         if user in users.values() and user != users[other]:
             assert not admit(policies[other], user, claim, old, new), f"{other} policy matched {comp}: {label}"
-    for comp in ("agent", "controller"):
+    # The agent's own RdmaNodeState, by the same node claim (RBAC cannot name it).
+    state_policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
+                        and o["metadata"]["name"].endswith("-agent-node-state"))
+    rules = state_policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [{"apiGroups": ["kuberdma.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+                      "resources": ["rdmanodestates", "rdmanodestates/status"]}], rules
+    state = lambda n: {"metadata": {"name": n}, "spec": {"nodeName": n}}  # noqa: E731
+    state_cases = [
+        ("own state", users["agent"], ["n1"], state("n1"), False),
+        ("another node's state", users["agent"], ["n1"], state("n2"), True),
+        ("no node claim", users["agent"], None, state("n1"), True),
+        ("the controller", users["controller"], None, state("n2"), False),
+    ]
+    for label, user, claim, obj, denied in state_cases:
+        why = admit(state_policy, user, claim, obj, obj)
+        assert bool(why) == denied, f"rdmanodestates, {label}: {'admitted' if not why else why}"
+    assert not admit(state_policy, users["agent"], ["n1"], state("n1"), state("n1"))
+    assert "may write only the RdmaNodeState of the node its pod runs on, not n2" in \
+        admit(state_policy, users["agent"], ["n1"], state("n2"), state("n2"))[0]
+    all_names = sorted(o["metadata"]["name"] for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
+    for comp, left in (("agent", ["controller-node-label"]), ("controller", ["agent-node-label", "agent-node-state"])):
         off_values = merged(default_values(), **{comp: {**default_values()[comp], "nodeLabelPolicy": {"enabled": False}}})
         off = chart.objects(chart.render(off_values, kube_version="1.30.0"))
-        names = [o["metadata"]["name"] for o in off if o["kind"] == "ValidatingAdmissionPolicy"]
-        assert names == [policies["controller" if comp == "agent" else "agent"]["metadata"]["name"]], names
+        names = sorted(o["metadata"]["name"] for o in off if o["kind"] == "ValidatingAdmissionPolicy")
+        assert names == [n for n in all_names if any(n.endswith(x) for x in left)], names
     assert not [o for o in chart.objects(chart.render(None, kube_version="1.29.0"))
                 if o["kind"] == "ValidatingAdmissionPolicy"], "rendered for a cluster without the API"
-    return f"{len(cases)} admission cases evaluated with CEL (cel-python), 2 policies"
+    return f"{len(cases) + len(state_cases)} admission cases evaluated with CEL (cel-python), 3 policies"
 
 
 # ---------------------------------------------------------------- CRD upgrade hook
