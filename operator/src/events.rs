@@ -8,7 +8,10 @@
 //! `reportingInstance` at most 128 bytes, `note` at most 1024 bytes, `action` and
 //! `reason` at most 128; and an Event about a cluster-scoped object (a Node, a
 //! RoceProfile: `regarding.namespace` empty) must live in namespace `default` or
-//! `kube-system`, hence [`NAMESPACE`] (and the chart's Role for it there).
+//! `kube-system`, hence [`NAMESPACE`] (and the chart's Role for it there). The
+//! events.k8s.io API also validates `metadata.generateName` as a DNS subdomain
+//! prefix (k8s.io/apimachinery `pkg/api/validation/objectmeta.go`: only a trailing
+//! `-` is allowed), see [`generate_name`].
 
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
@@ -23,6 +26,27 @@ pub const NAMESPACE: &str = "default";
 pub const REPORTING_INSTANCE_MAX: usize = 128;
 /// `note` limit, bytes.
 pub const NOTE_MAX: usize = 1024;
+
+/// The server appends 5 random characters to a generateName cut to this length
+/// (k8s.io/apiserver `pkg/storage/names/generate.go`, `maxGeneratedNameLength`).
+pub const GENERATE_NAME_MAX: usize = 58;
+
+/// `<base>.<topic>-`, at most [`GENERATE_NAME_MAX`] characters: `base` (a DNS
+/// subdomain, e.g. a Node name) is shortened when needed, never ending in `.` or
+/// `-`, so the prefix is valid and the server does not cut it further.
+pub fn generate_name(base: &str, topic: &str) -> String {
+    let room = GENERATE_NAME_MAX.saturating_sub(topic.len() + 2);
+    let mut cut = room.min(base.len());
+    while !base.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    let base = base[..cut].trim_end_matches(['.', '-']);
+    if base.is_empty() {
+        format!("{topic}-")
+    } else {
+        format!("{base}.{topic}-")
+    }
+}
 
 /// `text` cut to [`NOTE_MAX`] bytes at a character boundary, ending in `...` when cut.
 pub fn note(mut text: String) -> String {
@@ -76,15 +100,13 @@ pub struct Warning<'a> {
 }
 
 /// The Event of `w` at `now` (RFC 3339; the current time when unreadable), named
-/// `<regarding name>.<topic>.<random>` by the API server.
+/// `<regarding name>.<topic>-<random>` by the API server ([`generate_name`]).
 pub fn warning(w: Warning<'_>, now: &str) -> Event {
     let time = now.parse::<Timestamp>().unwrap_or_else(|_| Timestamp::now());
     let base = w.regarding.name.clone().unwrap_or_default();
     Event {
         metadata: ObjectMeta {
-            // The server cuts a generateName to 58 characters before adding 5 random ones
-            // (k8s.io/apiserver pkg/storage/names/generate.go), so a long name still fits.
-            generate_name: Some(format!("{base}.{}.", w.topic)),
+            generate_name: Some(generate_name(&base, w.topic)),
             namespace: Some(NAMESPACE.into()),
             ..Default::default()
         },
@@ -115,6 +137,39 @@ mod tests {
         assert!(n.len() <= NOTE_MAX, "{}", n.len());
         assert!(n.ends_with("..."));
         assert!(n.trim_end_matches("...").chars().all(|c| c == '→'));
+    }
+
+    /// k8s.io/apimachinery `IsDNS1123Subdomain`, for a generateName with its trailing
+    /// `-` masked as `NameIsDNSSubdomain(name, prefix=true)` does.
+    fn valid_prefix(p: &str) -> bool {
+        let p = p.strip_suffix('-').map(|s| format!("{s}a")).unwrap_or_else(|| p.to_string());
+        p.len() <= 253
+            && p.split('.').all(|label| {
+                !label.is_empty()
+                    && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                    && !label.starts_with('-')
+                    && !label.ends_with('-')
+            })
+    }
+
+    #[test]
+    fn generate_names_are_valid_prefixes_the_server_does_not_cut() {
+        // Regression: `node-a.roce-drift.` (a trailing dot) was refused by every real API server.
+        assert_eq!(generate_name("node-a", "roce-drift"), "node-a.roce-drift-");
+        let long = format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61));
+        for base in [
+            long.as_str(),
+            "x",
+            "a-b.c",
+            &format!("{}.tail", "a".repeat(46)),
+            &format!("{}-x", "b".repeat(46)),
+        ] {
+            let g = generate_name(base, "roce-drift");
+            assert!(g.len() <= GENERATE_NAME_MAX, "{g}");
+            assert!(valid_prefix(&g), "{g}");
+            assert!(g.ends_with(".roce-drift-"), "{g}");
+        }
+        assert!(!valid_prefix("node-a.roce-drift."), "the old form is refused");
     }
 
     #[test]

@@ -157,7 +157,7 @@ async fn drift_posts_one_warning_event_with_the_failing_checks_and_flips_the_lab
         let b = &ev.body;
         assert_eq!(b["apiVersion"], "events.k8s.io/v1");
         assert_eq!(b["kind"], "Event");
-        assert_eq!(b["metadata"]["generateName"], "cx6dx-dual.roce-drift.");
+        assert_eq!(b["metadata"]["generateName"], "cx6dx-dual.roce-drift-");
         assert_eq!(b["type"], "Warning");
         assert_eq!(b["reason"], "RoceDrift");
         assert_eq!(b["action"], "CheckRoce");

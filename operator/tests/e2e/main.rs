@@ -1,18 +1,37 @@
-//! End to end through the production path: the real executables against the API
-//! emulator over TLS, configured by kubeconfig (`KUBECONFIG`, `--kubeconfig`,
-//! `--context`) as users run them. Each test has its own emulator and processes.
+//! End to end through the production path on a real API server (etcd and
+//! kube-apiserver v1.34.4 from the Go module proxy): the real executables
+//! configured by kubeconfig (`KUBECONFIG`, `--kubeconfig`, `--context`, `--as`,
+//! ServiceAccount tokens) as users and the chart run them. Each test has its own
+//! control plane and processes; faults are made by the server itself.
 mod harness;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use harness::*;
-use kube_rdma_apiemu::{Fault, CONTEXT, OTHER_CONTEXT};
+use kube_rdma_operator::controller::stale_apply_body;
+use kube_rdma_operator::crd::{AGENT_MANAGER, CONTROLLER_MANAGER};
+use kube_rdma_operator::publish::status_apply_body;
 use serde_json::{json, Value};
 
 const NODE: &str = "node-a";
 
 fn ready(v: Option<&Value>, want: &str) -> bool {
     v.is_some_and(|s| s["status"]["summary"]["ready"] == want)
+}
+
+fn agent_conditions(s: &Value) -> Vec<(String, String)> {
+    ["RoceReady", "Drifted", "Degraded"]
+        .iter()
+        .map(|t| {
+            (t.to_string(), condition(s, t).map_or("-".into(), |c| c["status"].as_str().unwrap().to_string()))
+        })
+        .collect()
+}
+
+/// The context name of a kubeconfig written by the fixture.
+fn current_context(kc: &std::path::Path) -> String {
+    let v: Value = serde_yaml::from_str(&std::fs::read_to_string(kc).unwrap()).unwrap();
+    v["current-context"].as_str().unwrap().to_string()
 }
 
 #[test]
@@ -31,28 +50,47 @@ fn the_agent_publishes_its_state_labels_its_node_and_reports_drift_with_an_event
     assert_eq!(status["netnsMode"], "exclusive");
     assert_eq!(status["fingerprint"].as_str().unwrap().len(), 16);
     assert!(status["lastHeartbeatTime"].is_string() && status["observedAt"].is_string(), "{status}");
-    assert_eq!(st["metadata"]["ownerReferences"][0]["kind"], "Node");
+    let node = c.get("nodes", NODE).unwrap();
+    let owner = &st["metadata"]["ownerReferences"][0];
+    assert_eq!((owner["kind"].as_str(), &owner["uid"]), (Some("Node"), &node["metadata"]["uid"]));
     assert_eq!(condition(&st, "Drifted").unwrap()["status"], "True");
+    // Field managers as the server recorded them.
+    let managers: Vec<(&str, &str, &str)> = st["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| {
+            (
+                m["manager"].as_str().unwrap(),
+                m["operation"].as_str().unwrap(),
+                m["subresource"].as_str().unwrap_or(""),
+            )
+        })
+        .collect();
+    assert!(managers.contains(&(AGENT_MANAGER, "Apply", "")), "{managers:?}");
+    assert!(managers.contains(&(AGENT_MANAGER, "Apply", "status")), "{managers:?}");
     let n = c.wait("nodes", NODE, "node labelled", &[&agent], |n| {
         n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("false"))
     });
     assert_eq!(label(&n, "gpu"), Some("yes"), "other labels kept");
-    let ev = c.wait_until("drift Event", &[&agent], |_| {
+    let ev = c.wait_until("drift Event", &[&agent], || {
         c.events().into_iter().find(|e| e["reason"] == "RoceDrift" && e["regarding"]["name"] == NODE)
     });
     assert_eq!(ev["type"], "Warning");
     assert_eq!(ev["regarding"]["kind"], "Node");
+    assert_eq!(ev["reportingInstance"], format!("kube-rdma-agent-{NODE}"));
     let note = ev["note"].as_str().unwrap();
     assert!(note.contains("ens1f0np0/pfc: want 3, have none"), "{note}");
 
     // kubectl rdma reads it with --kubeconfig and --context, and exits 1: not ready.
-    let (code, out, err) = kubectl(&c, &["--context", CONTEXT, "status"]);
+    let ctx = current_context(&c.kubeconfig());
+    let (code, out, err) = kubectl(&c, &["status", "--context", &ctx]);
     assert_eq!(code, 1, "{out}{err}");
     let row: Vec<&str> = out.lines().find(|l| l.starts_with(NODE)).unwrap().split_whitespace().collect();
     assert_eq!(row[..4], [NODE, "False", "False", "default"], "{out}");
     assert!(row[5].contains("ens1f0np0/pfc"), "{out}");
     assert!(out.contains("1 of 1 nodes not ready: node-a"), "{out}");
-    let (code, out, _) = kubectl(&c, &["--context", CONTEXT, "status", NODE]);
+    let (code, out, _) = kubectl(&c, &["status", NODE]);
     assert_eq!(code, 1);
     assert!(
         out.contains("REMEDIATION (in this order)\n  dcb pfc set dev ens1f0np0 prio-pfc all:off 3:on"),
@@ -71,6 +109,79 @@ fn the_agent_publishes_its_state_labels_its_node_and_reports_drift_with_an_event
 }
 
 #[test]
+fn kubectl_rdma_reads_as_kubectl_does_names_jsonpath_selectors_impersonation_and_not_found() {
+    let c = Cluster::new(&[(NODE, json!({"pool": "a"})), ("node-b", json!({"pool": "b"}))]);
+    let sim = c.sim(NODE, "cx6dx-dual", |_| {});
+    let agent = c.agent(NODE, &sim, false, &[]);
+    c.wait("rdmanodestates", NODE, "state published", &[&agent], |s| ready(s, "True"));
+    // -o name and -o jsonpath, of one node and of all.
+    assert_eq!(
+        kubectl(&c, &["status", "-o", "name"]),
+        (0, format!("rdmanodestate.kuberdma.io/{NODE}\n"), String::new())
+    );
+    let (code, out, _) = kubectl(&c, &["status", NODE, "-o", "jsonpath={.status.summary.ready}"]);
+    assert_eq!((code, out.as_str()), (0, "True"));
+    let (_, out, _) = kubectl(
+        &c,
+        &["status", "-o", "jsonpath={range .items[*]}{.metadata.name} {.status.conditions[?(@.type==\"RoceReady\")].status}{\"\\n\"}{end}"],
+    );
+    assert_eq!(out, format!("{NODE} True\n"));
+    // Not found: stderr, exit 1, the found node still shown.
+    let (code, out, err) = kubectl(&c, &["status", NODE, "nope", "-o", "name"]);
+    assert_eq!(code, 1);
+    assert_eq!(out, format!("rdmanodestate.kuberdma.io/{NODE}\n"));
+    assert_eq!(err, "Error from server (NotFound): rdmanodestates.kuberdma.io \"nope\" not found\n");
+    // -l selects Nodes: node-b has no state yet, which is a node not ready.
+    let (code, out, _) = kubectl(&c, &["status", "-l", "pool in (a,b)"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.lines().any(|l| l.starts_with("node-b") && l.contains("no RdmaNodeState")), "{out}");
+    let (code, out, _) = kubectl(&c, &["status", "-l", "pool=a"]);
+    assert_eq!(code, 0, "{out}");
+    // --as: a user bound only to the chart's view role reads; one bound to nothing gets one line.
+    let view = chart_objects(false)
+        .into_iter()
+        .find(|o| {
+            o["kind"] == "ClusterRole"
+                && o["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-view"] == "true"
+        })
+        .expect("the chart's view role");
+    let view_name = view["metadata"]["name"].as_str().unwrap().to_string();
+    c.kubectl_apply(&[
+        view,
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+               "metadata": {"name": "viewer"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": view_name},
+               "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "viewer"}]}),
+    ]);
+    let (code, out, err) = kubectl(&c, &["status", "--as", "viewer"]);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = kubectl(&c, &["status", "--as", "nobody", "--as-group", "nogroup"]);
+    assert_eq!(code, 2, "{out}");
+    assert_eq!(err.lines().count(), 1, "one line: {err}");
+    assert!(
+        err.starts_with("kubectl-rdma: list rdmanodestates: Error from server (Forbidden): rdmanodestates.kuberdma.io is forbidden: User \"nobody\" cannot list resource \"rdmanodestates\""),
+        "{err}"
+    );
+    // --request-timeout against a server that accepts and never answers.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let kc = c.dir.path().join("silent.kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: s, cluster: {{server: 'https://{}', insecure-skip-tls-verify: true}}}}]\nusers: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: s, context: {{cluster: s, user: u}}}}]\ncurrent-context: s\n",
+            silent.local_addr().unwrap()
+        ),
+    )
+    .unwrap();
+    let t0 = Instant::now();
+    let (code, _, err) = kubectl_with(&kc, &["status", "--request-timeout", "2s"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(t0.elapsed() < Duration::from_secs(20), "gave up after {:?}", t0.elapsed());
+    assert_eq!(err.lines().count(), 1, "{err}");
+    drop(silent);
+}
+
+#[test]
 fn a_deleted_state_and_a_removed_label_come_back_within_seconds() {
     let c = Cluster::new(&[(NODE, json!({}))]);
     let sim = c.sim(NODE, "cx6dx-dual", |_| {});
@@ -79,66 +190,39 @@ fn a_deleted_state_and_a_removed_label_come_back_within_seconds() {
     c.wait("nodes", NODE, "labelled", &[&agent], |n| {
         n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("true"))
     });
-
-    c.emu.store().delete("rdmanodestates", None, NODE).unwrap();
-    let t0 = std::time::Instant::now();
-    let st = c.wait("rdmanodestates", NODE, "state recreated", &[&agent], |s| ready(s, "True"));
-    assert!(t0.elapsed() < Duration::from_secs(5), "recreated after {:?}", t0.elapsed());
+    let old_uid = c.get("rdmanodestates", NODE).unwrap()["metadata"]["uid"].clone();
+    c.delete("rdmanodestates", NODE);
+    let t0 = Instant::now();
+    let st = c.wait("rdmanodestates", NODE, "state recreated", &[&agent], |s| {
+        ready(s, "True") && s.is_some_and(|s| s["metadata"]["uid"] != old_uid)
+    });
+    assert!(t0.elapsed() < Duration::from_secs(10), "recreated after {:?}", t0.elapsed());
     assert!(st["status"]["checks"].as_array().is_some_and(|a| !a.is_empty()));
 
-    c.emu
-        .store()
-        .update("nodes", None, NODE, |n| {
-            n["metadata"]["labels"].as_object_mut().map(|l| l.remove("kuberdma.io/roce-ready"));
-        })
-        .unwrap();
-    let t0 = std::time::Instant::now();
+    c.merge("nodes", NODE, json!({"metadata": {"labels": {"kuberdma.io/roce-ready": null}}}));
+    let t0 = Instant::now();
     c.wait("nodes", NODE, "label restored", &[&agent], |n| {
         n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("true"))
     });
-    assert!(t0.elapsed() < Duration::from_secs(5), "restored after {:?}", t0.elapsed());
-
-    // KUBECONFIG with an explicit --context of the file's second user also reads it.
-    let o = kubectl_rdma()
-        .env("KUBECONFIG", c.kubeconfig())
-        .args(["--context", OTHER_CONTEXT, "status"])
-        .output()
-        .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
-    assert_eq!(o.status.code(), Some(0), "{out}{}", String::from_utf8_lossy(&o.stderr));
-    assert!(out.lines().any(|l| l.starts_with(NODE) && l.contains("True")), "{out}");
+    assert!(t0.elapsed() < Duration::from_secs(10), "restored after {:?}", t0.elapsed());
 }
 
 #[test]
-fn the_agent_survives_conflicts_server_errors_dropped_and_expired_watches() {
-    let c = Cluster::new(&[(NODE, json!({"pool": "a"}))]);
+fn the_agent_rides_out_a_restarted_api_server_and_a_compacted_etcd() {
+    let mut c = Cluster::new(&[(NODE, json!({"pool": "a"}))]);
     let sim = c.sim(NODE, "cx6dx-dual", |_| {});
     let agent = c.agent(NODE, &sim, true, &[]);
     let metrics = agent.metrics_addr();
     c.wait("rdmanodestates", NODE, "state published", &[&agent], |s| ready(s, "True"));
-
-    // Conflicts and server errors on the writes, dropped and expired watches.
-    let f = c.emu.faults();
-    let conflicts = f.add(
-        Fault::conflict().path_prefix("/apis/kuberdma.io/v1alpha1/rdmanodestates").not_watches().times(2),
-    );
-    let errors = f.add(
-        Fault::internal_error()
-            .path_prefix("/apis/kuberdma.io/v1alpha1/rdmanodestates")
-            .not_watches()
-            .times(2),
-    );
-    f.add(Fault::drop_watch_after(0).times(3));
-    f.add(Fault::expire_watch_after(0).times(3));
-    c.emu.disconnect_watches();
-    c.emu.compact();
-
-    // A new profile for this node: the agent must see it through the watch and write
-    // the new checks through the faults.
-    c.emu
-        .store()
-        .create(profile("pool-a", json!({"nodeSelector": {"pool": "a"}, "pfc": {"priorities": [4]}})))
-        .unwrap();
+    // Writes the agent's watches have not seen yet, then everything before them compacted
+    // away and kube-apiserver restarted: its watches drop, and resuming from where they were
+    // is too old for the new watch cache and for etcd (410 Gone), so they re-list.
+    c.merge("nodes", NODE, json!({"metadata": {"annotations": {"e2e/touch": "1"}}}));
+    c.api.compact().unwrap();
+    c.api.restart().unwrap();
+    // A new profile for this node, made after the restart: the agent must see it through
+    // its re-established watches and write the new checks.
+    c.create(profile("pool-a", json!({"nodeSelector": {"pool": "a"}, "pfc": {"priorities": [4]}})));
     let st = c.wait("rdmanodestates", NODE, "checked against the new profile", &[&agent], |s| {
         s.is_some_and(|s| s["status"]["profile"] == "pool-a" && s["status"]["summary"]["ready"] == "False")
     });
@@ -147,57 +231,44 @@ fn the_agent_survives_conflicts_server_errors_dropped_and_expired_watches() {
         .unwrap()
         .iter()
         .any(|c| c["name"] == "pfc" && c["result"] == "Fail"));
-    assert_eq!(f.fired(conflicts), 2);
-    assert_eq!(f.fired(errors), 2);
-    let text = eventually("error metrics", &[&agent], || {
-        http_get(metrics, "/metrics").map(|(_, b)| b).filter(|b| {
-            sample(b, "kuberdma_api_errors_total{kind=\"conflict\"}").is_some_and(|v| v >= 2.0)
-                && sample(b, "kuberdma_api_errors_total{kind=\"server\"}").is_some_and(|v| v >= 2.0)
-        })
-    });
-    assert!(sample(&text, "kuberdma_agent_last_success_timestamp_seconds").unwrap() > 1.0e9, "{text}");
-    // Still alive, still healthy, and the label followed.
     c.wait("nodes", NODE, "label false", &[&agent], |n| {
         n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("false"))
     });
-    // The label lands during the pass that records the success: healthy right after it.
+    let text = eventually("error metrics", &[&agent], || {
+        http_get(metrics, "/metrics").map(|(_, b)| b).filter(|b| {
+            sample(b, "kuberdma_api_errors_total{kind=\"transport\"}").is_some_and(|v| v >= 1.0)
+                && sample(b, "kuberdma_api_errors_total{kind=\"gone\"}").is_some_and(|v| v >= 1.0)
+        })
+    });
+    assert!(sample(&text, "kuberdma_agent_last_success_timestamp_seconds").unwrap() > 1.0e9, "{text}");
     eventually("healthy again", &[&agent], || http_get(metrics, "/healthz").filter(|r| r.0 == 200));
 }
 
 #[test]
 fn healthz_reports_an_unreachable_api_server_and_recovers() {
-    let c = Cluster::new(&[(NODE, json!({}))]);
+    let mut c = Cluster::new(&[(NODE, json!({}))]);
     let sim = c.sim(NODE, "cx6dx-dual", |_| {});
     let agent = c.agent(NODE, &sim, true, &[]);
     let metrics = agent.metrics_addr();
     c.wait("rdmanodestates", NODE, "state published", &[&agent], |s| ready(s, "True"));
-    // The first pass is complete (label written, success recorded) and healthy.
-    eventually("a successful pass", &[&agent], || {
-        let m = http_get(metrics, "/metrics")?.1;
-        sample(&m, "kuberdma_agent_last_success_timestamp_seconds").filter(|t| *t > 0.0)
-    });
     eventually("healthy", &[&agent], || http_get(metrics, "/healthz").filter(|r| r.0 == 200));
-    let down = c.emu.faults().add(Fault::unavailable());
-    c.emu.disconnect_watches();
+    // kube-apiserver down (until started again below).
+    c.api.apiserver.stop(Duration::from_secs(10));
     let (_, body) = eventually("unhealthy while the API is down", &[&agent], || {
         http_get(metrics, "/healthz").filter(|r| r.0 == 503)
     });
-    assert!(body.contains("API server"), "{body}\n{}", agent.log());
-    assert!(body.contains("503") || body.contains("ServiceUnavailable"), "names the failure: {body}");
-    c.emu.faults().remove(down);
+    assert!(body.contains("API server unreachable"), "{body}\n{}", agent.log());
+    assert!(body.contains("Connection refused") || body.contains("connect"), "names the failure: {body}");
+    c.api.restart().unwrap();
     eventually("healthy again", &[&agent], || http_get(metrics, "/healthz").filter(|r| r.0 == 200));
     let (_, m) = http_get(metrics, "/metrics").unwrap();
-    assert!(sample(&m, "kuberdma_api_errors_total{kind=\"server\"}").unwrap() >= 1.0, "{m}");
-    assert!(sample(&m, "kuberdma_node_roce_ready").is_some(), "{m}");
+    assert!(sample(&m, "kuberdma_api_errors_total{kind=\"transport\"}").unwrap() >= 1.0, "{m}");
 }
 
 #[test]
-fn the_controller_counts_profiles_and_marks_a_dead_agent_stale_until_it_reports_again() {
+fn a_stale_agent_comes_back_with_every_condition_and_its_ready_intact() {
     let c = Cluster::new(&[("n1", json!({"gpu": "yes"})), ("n2", json!({"gpu": "yes"}))]);
-    c.emu
-        .store()
-        .create(profile("gpu", json!({"nodeSelector": {"gpu": "yes"}, "pfc": {"priorities": [3]}})))
-        .unwrap();
+    c.create(profile("gpu", json!({"nodeSelector": {"gpu": "yes"}, "pfc": {"priorities": [3]}})));
     let s1 = c.sim("n1", "cx6dx-dual", |_| {});
     let s2 = c.sim("n2", "e810-xxv", |_| {});
     let ctl = c.controller(true);
@@ -209,20 +280,28 @@ fn the_controller_counts_profiles_and_marks_a_dead_agent_stale_until_it_reports_
     });
     assert_eq!(p["status"]["nodesMatched"], 2);
     assert_eq!(p["status"]["conditions"][0]["type"], "Valid");
-    assert_eq!(p["status"]["conditions"][0]["status"], "True");
-    // Heartbeats (every 2 s) keep a live agent from going stale (after 4 s).
-    std::thread::sleep(Duration::from_secs(6));
-    assert!(
-        condition(&c.get("rdmanodestates", "n1").unwrap(), "Stale").is_none_or(|s| s["status"] == "False")
-    );
+    let fresh = c.get("rdmanodestates", "n2").unwrap();
+    let before = agent_conditions(&fresh);
+    assert_eq!(before.iter().filter(|(_, s)| s != "-").count(), 3, "{before:?}");
 
-    // A dead agent: Stale, READY Unknown, label unknown, counted as stale.
+    // A dead agent: Stale, label unknown, counted as stale; its own fields untouched.
     a2.kill();
     let st = c.wait("rdmanodestates", "n2", "marked stale", &[&ctl], |s| {
         s.is_some_and(|s| condition(s, "Stale").is_some_and(|c| c["status"] == "True"))
     });
-    // The controller writes only its Stale condition: the agent's last READY stays.
-    assert_eq!(st["status"]["summary"]["ready"], "True");
+    assert_eq!(agent_conditions(&st), before, "the controller's apply removed nothing of the agent's");
+    assert_eq!(st["status"]["summary"], fresh["status"]["summary"], "summary.ready stays the agent's");
+    assert_eq!(st["status"]["checks"], fresh["status"]["checks"]);
+    let owners: Vec<(String, String)> = st["metadata"]["managedFields"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| (m["manager"].as_str().unwrap().to_string(), m["fieldsV1"].to_string()))
+        .collect();
+    let of = |who: &str| owners.iter().filter(|(m, _)| m == who).map(|(_, f)| f.clone()).collect::<String>();
+    assert!(of(CONTROLLER_MANAGER).contains("k:{\\\"type\\\":\\\"Stale\\\"}"), "{owners:?}");
+    assert!(!of(CONTROLLER_MANAGER).contains("f:summary"), "{owners:?}");
+    assert!(of(AGENT_MANAGER).contains("f:summary") && of(AGENT_MANAGER).contains("RoceReady"), "{owners:?}");
     c.wait("nodes", "n2", "label unknown", &[&ctl], |n| {
         n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("unknown"))
     });
@@ -239,17 +318,14 @@ fn the_controller_counts_profiles_and_marks_a_dead_agent_stale_until_it_reports_
             .filter(|b| sample(b, "kuberdma_node_stale{node=\"n2\"}") == Some(1.0))
     });
     assert_eq!(sample(&m, "kuberdma_node_stale{node=\"n1\"}"), Some(0.0), "{m}");
-    assert_eq!(sample(&m, "kuberdma_profile_nodes{profile=\"gpu\",state=\"matched\"}"), Some(2.0), "{m}");
-    assert_eq!(http_get(cm, "/healthz").map(|r| r.0), Some(200));
 
-    // It comes back: fresh heartbeat, Stale False, ready and labelled again.
+    // It comes back: Stale False, every condition and summary.ready as before, labelled again.
     let a2 = c.agent("n2", &s2, false, &[]);
-    c.wait("rdmanodestates", "n2", "fresh again", &[&ctl, &a2], |s| {
-        s.is_some_and(|s| {
-            s["status"]["summary"]["ready"] == "True"
-                && condition(s, "Stale").is_none_or(|c| c["status"] == "False")
-        })
+    let st = c.wait("rdmanodestates", "n2", "fresh again", &[&ctl, &a2], |s| {
+        s.is_some_and(|s| condition(s, "Stale").is_some_and(|c| c["status"] == "False"))
     });
+    assert_eq!(agent_conditions(&st), before);
+    assert_eq!(st["status"]["summary"]["ready"], "True");
     c.wait("nodes", "n2", "label true", &[&ctl, &a2], |n| {
         n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("true"))
     });
@@ -260,14 +336,105 @@ fn the_controller_counts_profiles_and_marks_a_dead_agent_stale_until_it_reports_
 }
 
 #[test]
-fn a_profile_that_cannot_be_decoded_is_reported_by_name_and_skipped() {
+fn each_manager_applies_its_own_fields_without_force_and_a_conflicting_apply_gets_409() {
     let c = Cluster::new(&[(NODE, json!({}))]);
-    // Sorted before `good`, and written for a newer CRD (an enum value this version lacks).
-    c.emu
-        .store()
-        .create(profile("a-newer", json!({"mode": "Remediate", "pfc": {"priorities": [4]}})))
+    // The exact bodies the agent and the controller send, applied WITHOUT force: they
+    // succeed only because no field is owned by the other (a conflict would be a 409).
+    let sim = c.sim(NODE, "cx6dx-dual", |_| {});
+    let observed =
+        kube_rdma_operator::fixtures::SimNode::new(&kube_rdma_operator::fixtures::example("cx6dx-dual"))
+            .read();
+    let _ = sim;
+    let mut st =
+        kube_rdma_operator::status::evaluate(&kube_rdma_operator::checks::default_profile(), &observed);
+    st.last_heartbeat_time = Some("2026-11-30T01:00:00Z".into());
+    kube_rdma_operator::status::carry_transition_times(&mut st.conditions, &[], "2026-11-30T01:00:00Z");
+    let obj = json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaNodeState", "metadata": {"name": NODE},
+                     "spec": {"nodeName": NODE}});
+    c.apply("rdmanodestates", NODE, AGENT_MANAGER, &obj, false, false).unwrap();
+    let agent_body = status_apply_body(NODE, &st);
+    c.apply("rdmanodestates", NODE, AGENT_MANAGER, &agent_body, true, false).expect("agent status apply");
+    let stale_after = Duration::from_secs(1500);
+    let marked = c
+        .apply(
+            "rdmanodestates",
+            NODE,
+            CONTROLLER_MANAGER,
+            &stale_apply_body(NODE, true, stale_after, "2026-11-30T01:30:00Z"),
+            true,
+            false,
+        )
+        .expect("controller apply without force: no conflict with the agent");
+    assert_eq!(agent_conditions(&marked), agent_conditions(&json!({"status": agent_body["status"]})));
+    assert_eq!(condition(&marked, "Stale").unwrap()["status"], "True");
+    assert_eq!(marked["status"]["summary"]["ready"], "True");
+    // The agent applies again (a fresh heartbeat), still without force: the Stale entry stays.
+    let mut again = st.clone();
+    again.last_heartbeat_time = Some("2026-11-30T01:31:00Z".into());
+    let back = c
+        .apply("rdmanodestates", NODE, AGENT_MANAGER, &status_apply_body(NODE, &again), true, false)
+        .expect("agent apply without force");
+    assert_eq!(condition(&back, "Stale").unwrap()["status"], "True", "not the agent's to remove");
+    let fresh = c
+        .apply(
+            "rdmanodestates",
+            NODE,
+            CONTROLLER_MANAGER,
+            &stale_apply_body(NODE, false, stale_after, "2026-11-30T01:31:05Z"),
+            true,
+            false,
+        )
         .unwrap();
-    c.emu.store().create(profile("good", json!({"pfc": {"priorities": [3]}}))).unwrap();
+    assert_eq!(condition(&fresh, "Stale").unwrap()["status"], "False");
+    assert_eq!(agent_conditions(&fresh), agent_conditions(&back));
+    assert_eq!(fresh["status"]["summary"]["ready"], "True");
+    assert_eq!(fresh["status"]["lastHeartbeatTime"], "2026-11-30T01:31:00Z");
+
+    // A concurrent writer changing a field the agent owns, without force: 409 naming the owner.
+    let other = json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaNodeState", "metadata": {"name": NODE},
+                       "status": {"summary": {"ready": "Unknown"}}});
+    let e = c.apply("rdmanodestates", NODE, "someone-else", &other, true, false).unwrap_err();
+    let kube::Error::Api(s) = &e else { panic!("{e}") };
+    assert_eq!(s.code, 409, "{s:?}");
+    assert!(
+        s.message.contains(AGENT_MANAGER) && s.message.contains(".status.summary.ready"),
+        "{}",
+        s.message
+    );
+    // The old design's controller body (READY Unknown) would conflict the same way.
+    let old = json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaNodeState", "metadata": {"name": NODE},
+                     "status": {"conditions": [{"type": "Stale", "status": "True", "reason": "NoHeartbeat"}],
+                                "summary": {"ready": "Unknown"}}});
+    let e = c.apply("rdmanodestates", NODE, CONTROLLER_MANAGER, &old, true, false).unwrap_err();
+    assert!(matches!(&e, kube::Error::Api(s) if s.code == 409), "{e}");
+    // Forced, it takes the field; the agent's next (forced) apply takes it back.
+    c.apply("rdmanodestates", NODE, "someone-else", &other, true, true).unwrap();
+    let restored =
+        c.apply("rdmanodestates", NODE, AGENT_MANAGER, &status_apply_body(NODE, &again), true, true).unwrap();
+    assert_eq!(restored["status"]["summary"]["ready"], "True");
+}
+
+#[test]
+fn a_profile_written_for_a_newer_crd_is_reported_by_name_and_skipped() {
+    let c = Cluster::new(&[(NODE, json!({}))]);
+    // A newer release's CRD: one more mode. The API server then accepts such profiles.
+    let mut crd = c.get("customresourcedefinitions", "roceprofiles.kuberdma.io").unwrap();
+    let modes = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+        ["properties"]["mode"]["enum"];
+    modes.as_array_mut().unwrap().push(json!("Remediate"));
+    for k in ["managedFields", "resourceVersion", "uid", "creationTimestamp", "generation"] {
+        crd["metadata"].as_object_mut().unwrap().remove(k);
+    }
+    crd.as_object_mut().unwrap().remove("status");
+    c.kubectl_apply(&[crd]);
+    let sorted_first = profile("a-newer", json!({"mode": "Remediate", "pfc": {"priorities": [4]}}));
+    c.wait_until("the newer CRD serves", &[], || {
+        let api: kube::Api<kube::api::DynamicObject> =
+            kube::Api::all_with(c.client.clone(), &resource("roceprofiles"));
+        let obj: kube::api::DynamicObject = serde_json::from_value(sorted_first.clone()).unwrap();
+        c.rt.block_on(api.create(&Default::default(), &obj)).ok()
+    });
+    c.create(profile("good", json!({"pfc": {"priorities": [3]}})));
     let sim = c.sim(NODE, "cx6dx-dual", |_| {});
     let ctl = c.controller(false);
     let agent = c.agent(NODE, &sim, false, &[]);
@@ -281,15 +448,38 @@ fn a_profile_that_cannot_be_decoded_is_reported_by_name_and_skipped() {
     let cond = &p["status"]["conditions"][0];
     assert_eq!((cond["type"].as_str(), cond["reason"].as_str()), (Some("Valid"), Some("CannotDecode")));
     assert!(cond["message"].as_str().unwrap().contains("Remediate"), "{cond}");
-    let ev = c.wait_until("InvalidProfile Event", &[&ctl], |_| {
+    let ev = c.wait_until("InvalidProfile Event", &[&ctl], || {
         c.events().into_iter().find(|e| e["reason"] == "InvalidProfile")
     });
     assert_eq!(ev["regarding"]["name"], "a-newer");
-    assert_eq!(ev["regarding"]["kind"], "RoceProfile");
     assert!(agent.log().contains("a-newer"), "the agent names what it skips: {}", agent.log());
     c.wait("roceprofiles", "good", "good counted", &[&ctl], |p| {
         p.is_some_and(|p| p["status"]["nodesCompliant"] == 1)
     });
+}
+
+/// Requests to our resources the server counted (`apiserver_request_total`), watches aside.
+fn our_requests(c: &Cluster) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for ((verb, res, sub, code), n) in c.requests() {
+        if verb == "WATCH" || !["nodes", "rdmanodestates", "roceprofiles", "events"].contains(&res.as_str()) {
+            continue;
+        }
+        *out.entry(format!("{verb} {res}{}{} {code}", if sub.is_empty() { "" } else { "/" }, sub))
+            .or_insert(0.0) += n;
+    }
+    out
+}
+
+fn delta(
+    before: &std::collections::BTreeMap<String, f64>,
+    after: &std::collections::BTreeMap<String, f64>,
+) -> Vec<(String, f64)> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, d)| *d > 0.0)
+        .collect()
 }
 
 #[test]
@@ -301,46 +491,75 @@ fn an_idle_agent_sends_only_heartbeats() {
     c.wait("nodes", NODE, "labelled", &[&agent], |n| {
         n.is_some_and(|n| label(n, "kuberdma.io/roce-ready").is_some())
     });
-    // Settle, then watch 10 s of idle traffic (the agent polls its node every second).
+    // Settle, then 10 s of idle traffic (the agent re-reads its node every second),
+    // as kube-apiserver counts it; the test sends nothing in between.
     std::thread::sleep(Duration::from_secs(2));
-    let t0 = std::time::Instant::now();
+    let before = our_requests(&c);
     std::thread::sleep(Duration::from_secs(10));
-    let reqs: Vec<_> = c.emu.log().since(t0).into_iter().filter(|r| !r.watch).collect();
-    let hb = reqs
-        .iter()
-        .filter(|r| r.method == "PATCH" && r.path.ends_with("/rdmanodestates/node-a/status"))
-        .count();
-    assert!(
-        reqs.len() == hb,
-        "only heartbeats at idle: {:?}",
-        reqs.iter().map(|r| format!("{} {}", r.method, r.path)).collect::<Vec<_>>()
-    );
+    let d = delta(&before, &our_requests(&c));
+    let hb = d.iter().find(|(k, _)| k == "APPLY rdmanodestates/status 200").map_or(0.0, |(_, n)| *n);
+    assert_eq!(d.len(), usize::from(hb > 0.0), "only heartbeats at idle: {d:?}");
     // One every 3 s (+ up to 10 %): 3 or 4 in 10 s.
-    assert!((2..=4).contains(&hb), "{hb} heartbeats in 10 s\n{}", agent.log());
-    let st = c.get("rdmanodestates", NODE).unwrap();
-    assert!(st["status"]["lastHeartbeatTime"].is_string());
+    assert!((2.0..=4.0).contains(&hb), "{hb} heartbeats in 10 s\n{}", agent.log());
 }
 
 #[test]
-fn throttling_waits_as_long_as_the_server_asks() {
-    let c = Cluster::new(&[(NODE, json!({}))]);
-    let path = format!("/apis/kuberdma.io/v1alpha1/rdmanodestates/{NODE}/status");
-    let throttle =
-        c.emu.faults().add(Fault::too_many_requests(2).path(&path).method(http::Method::PATCH).times(1));
-    let sim = c.sim(NODE, "cx6dx-dual", |_| {});
-    let agent = c.agent(NODE, &sim, false, &[]);
-    c.wait("rdmanodestates", NODE, "state published", &[&agent], |s| ready(s, "True"));
-    assert_eq!(c.emu.faults().fired(throttle), 1);
-    // The log records a status once the answer is sent, just after the store changed.
-    let writes = eventually("answered writes in the log", &[&agent], || {
-        let w: Vec<_> =
-            c.emu.log().records().into_iter().filter(|r| r.method == "PATCH" && r.path == path).collect();
-        (w.len() >= 2 && w[1].status != 0).then_some(w)
-    });
-    assert_eq!(writes[0].status, 429);
-    assert_eq!(writes[1].status, 200);
-    let waited = writes[1].at - writes[0].at;
-    assert!(waited >= Duration::from_secs(2), "retried after {waited:?}, the server asked for 2 s");
+fn throttled_agents_wait_as_long_as_the_server_asks() {
+    // kube-apiserver's own in-flight limit: one mutating request at a time for users outside
+    // system:masters, the rest answered 429 with Retry-After: 1 (maxinflight.go).
+    let nodes: Vec<String> = (0..8).map(|i| format!("t{i}")).collect();
+    let labelled: Vec<(&str, Value)> = nodes.iter().map(|n| (n.as_str(), json!({}))).collect();
+    let c = Cluster::with_args(
+        &[
+            "--enable-priority-and-fairness=false",
+            "--max-mutating-requests-inflight=1",
+            "--max-requests-inflight=2",
+        ],
+        &labelled,
+    );
+    let objs = chart_objects(false);
+    let rbac: Vec<Value> = objs
+        .into_iter()
+        .filter(|o| {
+            matches!(o["kind"].as_str(), Some("ClusterRole" | "ClusterRoleBinding" | "Role" | "RoleBinding"))
+                && o["metadata"]["labels"]["app.kubernetes.io/component"] == "agent"
+        })
+        .collect();
+    c.service_account("kube-rdma", "kube-rdma-agent");
+    c.kubectl_apply(&rbac);
+    let agents: Vec<Proc> = nodes
+        .iter()
+        .map(|n| {
+            let kc = c.service_account_kubeconfig("kube-rdma", "kube-rdma-agent", Some(n));
+            let sim = c.sim(n, "cx6dx-dual", |_| {});
+            c.agent_as(n, &sim, false, &[], Some(&kc))
+        })
+        .collect();
+    let procs: Vec<&Proc> = agents.iter().collect();
+    for n in &nodes {
+        c.wait("rdmanodestates", n, "published despite throttling", &procs, |s| ready(s, "True"));
+    }
+    // The retries of writes the server throttled (watches back off on their own schedule).
+    let throttled: Vec<String> = agents
+        .iter()
+        .flat_map(|a| {
+            strip_ansi(&a.log())
+                .lines()
+                .filter(|l| l.contains("API call failed; retrying") && l.contains("TooManyRequests"))
+                .map(String::from)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    assert!(!throttled.is_empty(), "no 429 seen: the limit was not reached");
+    for l in &throttled {
+        let ms: u64 = l
+            .split("delay_ms=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        assert!(ms >= 1000, "retried after {ms} ms, the server asked for 1 s: {l}");
+    }
 }
 
 #[test]
@@ -360,10 +579,7 @@ fn an_enforce_profile_from_a_file_fixes_what_it_may_and_records_the_rest() {
          spec: {mode: Enforce, ecn: {priorities: [3]}, cnp: {dscp: 48, priority: 6}, minMtu: 4200}\n",
     )
     .unwrap();
-    let profile_arg = profile_file.display().to_string();
-    let agent = c.agent(NODE, &sim, false, &["--profile", &profile_arg]);
-    // The description has ECN off and CNPs on priority 3: a pass that sees them
-    // on priority 6 with ECN on read back what Enforce wrote into the node's sysfs.
+    let agent = c.agent(NODE, &sim, false, &["--profile", &profile_file.display().to_string()]);
     let fixed = |s: &Value| {
         s["status"]["checks"].as_array().is_some_and(|cs| {
             ["ecn", "cnp"].iter().all(|n| {
@@ -373,37 +589,218 @@ fn an_enforce_profile_from_a_file_fixes_what_it_may_and_records_the_rest() {
     };
     let st = c.wait("rdmanodestates", NODE, "enforced", &[&agent], |s| s.is_some_and(fixed));
     let status = &st["status"];
-    assert_eq!(status["profile"], "enforce");
-    assert_eq!(status["mode"], "Enforce");
-    let rec = |iface: &str, setting: &str| {
-        status["enforcement"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|r| r["interface"] == iface && r["setting"] == setting)
-            .cloned()
-            .unwrap_or_else(|| panic!("{iface}/{setting}: {status:#}"))
-    };
-    // `enforcement` is the last run's: ECN and CNP are in place now, the MTU is refused.
-    let mtu = rec("ens1f0np0", "mtu");
+    assert_eq!((status["profile"].as_str(), status["mode"].as_str()), (Some("enforce"), Some("Enforce")));
+    let mtu = status["enforcement"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["interface"] == "ens1f0np0" && r["setting"] == "mtu")
+        .cloned()
+        .unwrap_or_else(|| panic!("{status:#}"));
     assert_eq!(mtu["outcome"], "Refused");
     assert!(mtu["detail"].as_str().unwrap().contains("ip link set dev ens1f0np0 mtu 4200"), "{mtu}");
-    // What was applied now passes; the refused MTU still fails.
-    let check = |name: &str| {
-        status["checks"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["interface"] == "ens1f0np0" && c["name"] == name)
-            .unwrap()["result"]
-            .clone()
-    };
-    assert_eq!(check("ecn"), "Pass");
-    assert_eq!(check("cnp"), "Pass");
-    assert_eq!(check("mtu"), "Fail");
-    // A fixed profile: the agent does not watch RoceProfiles.
+    // A fixed profile: the agent neither lists nor watches RoceProfiles.
+    let after = c.requests();
+    let profile_calls: f64 =
+        after.iter().filter(|((_, r, _, _), _)| r == "roceprofiles").map(|(_, n)| n).sum();
+    assert_eq!(profile_calls, 0.0, "no RoceProfile requests");
+}
+
+#[test]
+fn a_node_name_of_253_characters_still_gets_its_state_label_and_event() {
+    // The longest Node name there is (a DNS subdomain); the Event's reportingInstance
+    // would be 269 characters before it is shortened (the server's limit is 128).
+    let long = format!("{}.{}.{}.{}", "a".repeat(63), "b".repeat(63), "c".repeat(63), "d".repeat(61));
+    assert_eq!(long.len(), 253);
+    let c = Cluster::new(&[(long.as_str(), json!({}))]);
+    let sim = c.sim(&long, "cx6dx-dual", |d| {
+        for pf in &mut d.adapters[0].pfs {
+            pf.roce.pfc = vec![];
+        }
+    });
+    let agent = c.agent(&long, &sim, false, &[]);
+    c.wait("rdmanodestates", &long, "state published", &[&agent], |s| ready(s, "False"));
+    c.wait("nodes", &long, "labelled", &[&agent], |n| {
+        n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("false"))
+    });
+    let ev = c.wait_until("drift Event accepted", &[&agent], || {
+        c.events().into_iter().find(|e| e["reason"] == "RoceDrift" && e["regarding"]["name"] == long.as_str())
+    });
+    assert!(ev["reportingInstance"].as_str().unwrap().len() <= 128, "{ev}");
+    assert!(!agent.log().contains("Invalid"), "{}", agent.log());
+}
+
+/// The chart's objects that grant or limit API access, and its ServiceAccounts' namespace.
+fn chart_access(upgrade: bool) -> Vec<Value> {
+    chart_objects(upgrade)
+        .into_iter()
+        .filter(|o| {
+            matches!(
+                o["kind"].as_str(),
+                Some(
+                    "ServiceAccount"
+                        | "ClusterRole"
+                        | "ClusterRoleBinding"
+                        | "Role"
+                        | "RoleBinding"
+                        | "ValidatingAdmissionPolicy"
+                        | "ValidatingAdmissionPolicyBinding"
+                )
+            )
+        })
+        .map(|mut o| {
+            // Helm's hook annotations mean nothing to kubectl; the objects are the same.
+            if let Some(a) = o["metadata"]["annotations"].as_object_mut() {
+                a.retain(|k, _| !k.starts_with("helm.sh/"));
+            }
+            o
+        })
+        .collect()
+}
+
+/// `kubectl ARGS` as the holder of `kc`; exit status and stderr.
+fn kubectl_as(c: &Cluster, kc: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let o = kube_rdma_e2e::apiserver::kubectl(kc).args(args).output().unwrap();
+    let _ = c;
+    (o.status.success(), String::from_utf8_lossy(&o.stderr).into())
+}
+
+#[test]
+fn the_charts_service_accounts_may_do_their_jobs_and_nothing_more() {
+    let c = Cluster::new(&[("n1", json!({})), ("n2", json!({}))]);
+    let _ = c.api.kubectl().args(["create", "namespace", "kube-rdma"]).output();
+    c.kubectl_apply(&chart_access(false));
+    // Policies are enforced once the API server has loaded them.
+    std::thread::sleep(Duration::from_secs(3));
+    let agent_kc = c.service_account_kubeconfig("kube-rdma", "kube-rdma-agent", Some("n1"));
+    let ctl_kc = c.service_account_kubeconfig("kube-rdma", "kube-rdma-controller", None);
+    let s1 = c.sim("n1", "cx6dx-dual", |_| {});
+    let mut agent = c.agent_as("n1", &s1, false, &[], Some(&agent_kc));
+    let ctl = c.controller_as(false, Some(&ctl_kc));
+    c.wait("rdmanodestates", "n1", "state published under the chart's RBAC", &[&agent, &ctl], |s| {
+        ready(s, "True")
+    });
+    c.wait("nodes", "n1", "labelled", &[&agent], |n| {
+        n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("true"))
+    });
+    assert!(!agent.log().contains("Forbidden"), "{}", agent.log());
+
+    // The agent's token (bound to a pod on n1): every other write is refused.
+    let refused = [
+        (
+            vec!["label", "node", "n2", "kuberdma.io/roce-ready=true"],
+            "may change only the node its pod runs on, not n2",
+        ),
+        (vec!["label", "node", "n1", "other=x"], "may change only the kuberdma.io/roce-ready label"),
+        (vec!["label", "node", "n1", "kuberdma.io/roce-ready=unknown", "--overwrite"], "only to one of"),
+        (vec!["annotate", "node", "n1", "x=y"], "may not change a node's spec, annotations, finalizers"),
+        (
+            vec![
+                "patch",
+                "node",
+                "n1",
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"finalizers":["kuberdma.io/keep"]}}"#,
+            ],
+            "finalizers",
+        ),
+        (
+            vec![
+                "patch",
+                "node",
+                "n1",
+                "--type=merge",
+                "-p",
+                r#"{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"ConfigMap","name":"x","uid":"u"}]}}"#,
+            ],
+            "ownerReferences",
+        ),
+        // (`kubectl cordon` reports a denial but exits 0; the patch it sends, directly:)
+        (vec!["patch", "node", "n1", "--type=merge", "-p", r#"{"spec":{"unschedulable":true}}"#], "spec"),
+        (
+            vec!["apply", "--server-side", "-f", "-"],
+            "may write only the RdmaNodeState of the node its pod runs on, not n2",
+        ),
+        (vec!["get", "secrets", "-A"], "forbidden"),
+        (vec!["delete", "rdmanodestate", "n1"], "forbidden"),
+    ];
+    for (args, want) in refused {
+        let mut cmd = kube_rdma_e2e::apiserver::kubectl(&agent_kc);
+        cmd.args(&args);
+        let o = if args[0] == "apply" {
+            use std::io::Write as _;
+            let mut ch = cmd
+                .stdin(std::process::Stdio::piped())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            ch.stdin.take().unwrap().write_all(br#"{"apiVersion":"kuberdma.io/v1alpha1","kind":"RdmaNodeState","metadata":{"name":"n2"},"spec":{"nodeName":"n2"}}"#).unwrap();
+            ch.wait_with_output().unwrap()
+        } else {
+            cmd.output().unwrap()
+        };
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "agent may {args:?}: {}{err}", String::from_utf8_lossy(&o.stdout));
+        assert!(err.contains(want), "{args:?}: {err}");
+    }
+    let node1 = c.get("nodes", "n1").unwrap();
+    assert!(node1["metadata"]["finalizers"].is_null() && label(&node1, "other").is_none(), "{node1}");
     assert!(
-        c.emu.log().records().iter().all(|r| !r.path.contains("roceprofiles")),
-        "no RoceProfile requests"
+        node1["spec"]["unschedulable"].is_null() && node1["metadata"]["ownerReferences"].is_null(),
+        "{node1}"
     );
+
+    // The controller's token: the label to unknown for a stale agent, nothing else.
+    agent.kill();
+    c.wait("nodes", "n1", "label unknown by the controller", &[&ctl], |n| {
+        n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("unknown"))
+    });
+    // (Patches as the controller sends them: kubectl would GET first, which it may not.)
+    for (patch, node, want) in [
+        (
+            json!({"metadata": {"labels": {"kuberdma.io/roce-ready": "true"}}}),
+            "n1",
+            "only to one of ['unknown']",
+        ),
+        (
+            json!({"metadata": {"labels": {"other": "x"}}}),
+            "n2",
+            "may change only the kuberdma.io/roce-ready label",
+        ),
+        (json!({"metadata": {"finalizers": ["kuberdma.io/keep"]}}), "n2", "finalizers"),
+        (json!({"spec": {"unschedulable": true}}), "n2", "spec"),
+    ] {
+        let e = c.merge_as(&ctl_kc, "nodes", node, patch.clone()).unwrap_err();
+        assert!(
+            matches!(&e, kube::Error::Api(s) if s.code == 403 && s.message.contains(want)),
+            "controller {patch}: {e}"
+        );
+    }
+    for (args, want) in [
+        (vec!["get", "node", "n1"], "forbidden"),
+        (vec!["create", "clusterrolebinding", "x", "--clusterrole=cluster-admin", "--user=me"], "forbidden"),
+    ] {
+        let (ok, err) = kubectl_as(&c, &ctl_kc, &args);
+        assert!(!ok && err.contains(want), "controller {args:?}: {err}");
+    }
+
+    // The CRD upgrade hook's account: server-side apply creates a CRD that is missing.
+    c.kubectl_apply(
+        &chart_access(true)
+            .into_iter()
+            .filter(|o| o["metadata"]["labels"]["app.kubernetes.io/component"] == "crd-upgrade")
+            .collect::<Vec<_>>(),
+    );
+    c.delete("customresourcedefinitions", "roceprofiles.kuberdma.io");
+    c.wait("customresourcedefinitions", "roceprofiles.kuberdma.io", "CRD gone", &[], |v| v.is_none());
+    let hook_kc = c.service_account_kubeconfig("kube-rdma", "kube-rdma-crd-upgrade", None);
+    for attempt in 1..=2 {
+        let o = operator().args(["crds", "--apply", "--kubeconfig"]).arg(&hook_kc).output().unwrap();
+        assert!(o.status.success(), "hook apply #{attempt}: {}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert!(c.get("customresourcedefinitions", "roceprofiles.kuberdma.io").is_some());
+    let (ok, err) = kubectl_as(&c, &hook_kc, &["delete", "crd", "roceprofiles.kuberdma.io"]);
+    assert!(!ok && err.contains("forbidden"), "{err}");
 }
