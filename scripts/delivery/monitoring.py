@@ -256,54 +256,50 @@ def load_json(text: str) -> dict[str, Any]:
     return json.loads(text)
 
 
-class ApiEmulator:
-    """The in-repo Kubernetes API emulator (`kube-rdma-apiemu serve`, TLS, token users) as a
-    context manager: `.kubeconfig` for our binaries, `.get(path)` for the test's own reads."""
+class ApiServer:
+    """A real etcd + kube-apiserver (`cargo run -p kube-rdma-operator --example apiserver`, the
+    e2e fixture kube_rdma_e2e::ApiServer: v1.34.4 from the Go module proxy) with `seeds` (YAML
+    texts) applied, as a context manager: `.kubeconfig` (the admin's) for our binaries,
+    `.get(path)` for the test's own reads (the pinned kubectl's `get --raw`)."""
 
     def __init__(self, binary: Path, seeds: list[str]) -> None:
         self.binary = binary
         self.seeds = seeds
 
-    def __enter__(self) -> "ApiEmulator":
-        self.tmp = tempfile.TemporaryDirectory(prefix="kube-rdma-apiemu-")
-        seed_args = []
+    def __enter__(self) -> "ApiServer":
+        self.tmp = tempfile.TemporaryDirectory(prefix="kube-rdma-apiserver-seeds-")
+        paths = []
         for i, text in enumerate(self.seeds):
             p = Path(self.tmp.name, f"seed-{i}.yaml")
             p.write_text(text, encoding="utf-8")
-            seed_args += ["--seed", str(p)]
-        self.kubeconfig = Path(self.tmp.name, "kubeconfig")
-        self.proc = subprocess.Popen([str(self.binary), "serve", "--listen", "127.0.0.1:0", "--kubeconfig",
-                                      str(self.kubeconfig), *seed_args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            paths.append(str(p))
+        # stdin stays open while we run: the control plane stops when it closes.
+        self.proc = subprocess.Popen([str(self.binary), *paths], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.PIPE, text=True)
         assert self.proc.stdout is not None
-        self.url = self.proc.stdout.readline().strip()
-        line = self.proc.stdout.readline().strip()
-        if not line.startswith("kubeconfig:"):
+        lines = [self.proc.stdout.readline().strip() for _ in range(3)]
+        if not (lines[1].startswith("kubeconfig: ") and lines[2].startswith("kubectl: ")):
             self.proc.kill()
-            raise AssertionError(f"the API emulator did not start: {self.url} {line} {self.proc.stderr.read()}")
-        kc = yaml.safe_load(self.kubeconfig.read_text(encoding="utf-8"))
-        ctx = next(c["context"] for c in kc["contexts"] if c["name"] == kc["current-context"])
-        self.token = next(u["user"]["token"] for u in kc["users"] if u["name"] == ctx["user"])
-        cluster = next(c["cluster"] for c in kc["clusters"] if c["name"] == ctx["cluster"])
-        import base64
-        import ssl
-
-        self.ssl = ssl.create_default_context(
-            cadata=base64.b64decode(cluster["certificate-authority-data"]).decode())
+            raise AssertionError(f"the API server did not start: {lines} {self.proc.stderr.read()[-2000:]}")
+        self.url = lines[0]
+        self.kubeconfig = Path(lines[1].removeprefix("kubeconfig: "))
+        self.kubectl = lines[2].removeprefix("kubectl: ")
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.proc.terminate()
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self.tmp.cleanup()
 
     def get(self, path: str) -> dict[str, Any]:
-        req = urllib.request.Request(self.url + path, headers={"Authorization": f"Bearer {self.token}"})
-        with urllib.request.urlopen(req, context=self.ssl, timeout=5) as r:
-            return json.loads(r.read())
+        res = subprocess.run([self.kubectl, f"--kubeconfig={self.kubeconfig}", "get", "--raw", path],
+                             capture_output=True, text=True, timeout=30)
+        assert res.returncode == 0, f"GET {path}: {res.stderr}"
+        return json.loads(res.stdout)
 
 
 def run_until_scraped(cmd: list[str], env: dict[str, str], port: int, wants: list[str],
