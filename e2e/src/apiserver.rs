@@ -145,8 +145,9 @@ impl ApiServer {
         let etcd_url = format!("http://127.0.0.1:{}", opts.etcd_ports.0);
         let mut etcd = daemon::spawn(&etcd_spec(&dir, &opts))?;
         let probe = etcd_url.clone();
+        let ns_of = opts.ns_of;
         daemon::wait_ready(&mut etcd, "serving", Duration::from_secs(60), || {
-            http_post(&probe, "/v3/kv/range", r#"{"key":"AA=="}"#).is_ok()
+            daemon::in_netns_of(ns_of, || http_post(&probe, "/v3/kv/range", r#"{"key":"AA=="}"#)).is_ok()
         })?;
         let spec = apiserver_spec(&dir, &opts, &etcd_url);
         let apiserver = daemon::spawn(&spec)?;
@@ -227,13 +228,16 @@ impl ApiServer {
     /// Compacts etcd at its current revision: watches and lists from an older
     /// resourceVersion then get `410 Gone` ("too old resource version").
     pub fn compact(&self) -> Result<u64> {
-        let body = http_post(&self.etcd_url, "/v3/kv/range", r#"{"key":"AA=="}"#)?;
+        let (ns, url) = (self.opts.ns_of, self.etcd_url.clone());
+        let body = daemon::in_netns_of(ns, || http_post(&url, "/v3/kv/range", r#"{"key":"AA=="}"#))?;
         let v: serde_json::Value = serde_json::from_str(&body).context("etcd range reply")?;
         let rev: u64 = v["header"]["revision"]
             .as_str()
             .and_then(|s| s.parse().ok())
             .with_context(|| format!("no revision in etcd's reply {body}"))?;
-        http_post(&self.etcd_url, "/v3/kv/compaction", &format!(r#"{{"revision":"{rev}","physical":true}}"#))?;
+        daemon::in_netns_of(ns, || {
+            http_post(&url, "/v3/kv/compaction", &format!(r#"{{"revision":"{rev}","physical":true}}"#))
+        })?;
         Ok(rev)
     }
 

@@ -168,6 +168,7 @@ impl Phases {
 /// Brings the cluster up (see the module docs). Idempotent: returns at once
 /// when it is up already.
 pub fn up(opts: &UpOptions) -> Result<State> {
+    let _lock = lock()?;
     let l = Layout::new();
     if is_up() {
         eprintln!("cluster: already up ({})", l.base.display());
@@ -175,7 +176,7 @@ pub fn up(opts: &UpOptions) -> Result<State> {
     }
     if l.state().exists() {
         eprintln!("cluster: a previous cluster is not fully up; taking it down first");
-        down()?;
+        down_locked()?;
     }
     nix::unistd::geteuid().is_root().then_some(()).context("the e2e cluster needs root (it makes namespaces, cgroups and device nodes)")?;
     peers::check_host_tools()?;
@@ -427,6 +428,9 @@ state = "{state}"
     sandbox = "{pause}"
 
 [plugins.'io.containerd.cri.v1.runtime']
+  # This machine may not lower oom_score_adj (runc's write of -998 for the sandbox fails with
+  # EACCES): keep it at containerd's own, as the option's docs say for such hosts.
+  restrict_oom_score_adj = true
   enable_cdi = true
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
   netns_mounts_under_state_dir = true
@@ -437,6 +441,8 @@ state = "{state}"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = "/usr/sbin/runc"
         SystemdCgroup = false
+        # runc's state under ours, not the host's /run/containerd.
+        Root = "{runc_root}"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/opt/cni/bin"]
     conf_dir = "/etc/cni/net.d"
@@ -446,6 +452,7 @@ state = "{state}"
         state = b.join("state").display(),
         sock = l.containerd_sock().display(),
         pause = images::PAUSE,
+        runc_root = b.join("runc").display(),
     )
 }
 
@@ -680,6 +687,21 @@ pub fn kubectl(l: &Layout) -> Command {
 /// Stops everything `up` started and removes what it created; returns how
 /// the host now differs from before `up` (empty: as it was).
 pub fn down() -> Result<Vec<String>> {
+    let _lock = lock()?;
+    down_locked()
+}
+
+/// One `up` or `down` at a time (a second waits): they read and write state.json.
+fn lock() -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let dir = peers::cache_dir();
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(".cluster.lock");
+    let f = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow::anyhow!("locking {}: {e}", path.display()))
+}
+
+fn down_locked() -> Result<Vec<String>> {
     let l = Layout::new();
     let Some(st) = State::load(&l) else {
         eprintln!("cluster: not up (no {})", l.state().display());

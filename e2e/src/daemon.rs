@@ -207,6 +207,23 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
     }
 }
 
+/// Runs `f` in the network namespace of `pid` (on a thread of its own, which
+/// alone joins it: a netns belongs to a thread), or here when `None`.
+pub fn in_netns_of<T: Send>(pid: Option<i32>, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    let Some(pid) = pid else { return f() };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
+                .with_context(|| format!("opening the network namespace of {pid}"))?;
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                .with_context(|| format!("joining the network namespace of {pid}"))?;
+            f()
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread in the network namespace of {pid} panicked"))?
+    })
+}
+
 /// A free TCP port on loopback (bound, read and released: good enough for
 /// tests that start one server right after).
 pub fn free_port() -> Result<u16> {

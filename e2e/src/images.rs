@@ -20,6 +20,9 @@ pub const BUSYBOX: &str = "localhost/kube-rdma-e2e/busybox:1";
 /// Repository of kube-rdma's image (the tag is a hash of its binaries).
 pub const KUBE_RDMA_REPO: &str = "localhost/kube-rdma";
 
+/// The version compiled into the e2e image's binaries (`--version`).
+pub const E2E_VERSION: &str = "0.0.0-e2e";
+
 /// An image saved as a docker-archive.
 #[derive(Debug, Clone)]
 pub struct Image {
@@ -115,12 +118,12 @@ pub fn busybox() -> Result<Image> {
 pub fn kube_rdma() -> Result<Image> {
     let root = peers::repo_root();
     let dist = peers::cache_dir().join("dist");
-    let static_target = peers::cache_dir().join("target-static");
+    // build-dist's own target dir (KUBE_RDMA_STATIC_TARGET_DIR or target-static), shared with
+    // the delivery checks' image build.
     let st = Command::new(root.join("scripts/delivery/build-dist"))
         .args(["--debug", "--out"])
         .arg(&dist)
-        .env("VERSION", "0.0.0-e2e")
-        .env("KUBE_RDMA_STATIC_TARGET_DIR", &static_target)
+        .env("VERSION", E2E_VERSION)
         .status()
         .context("running scripts/delivery/build-dist")?;
     anyhow::ensure!(st.success(), "scripts/delivery/build-dist failed ({st})");
@@ -141,7 +144,7 @@ pub fn kube_rdma() -> Result<Image> {
         std::fs::copy(dist.join(b), ctx.path().join("dist").join(b)).with_context(|| format!("copying {b}"))?;
     }
     std::fs::copy(&dockerfile, ctx.path().join("Dockerfile"))?;
-    run(podman().args(["build", "--pull=never", "--build-arg", "VERSION=0.0.0-e2e", "-t", &name]).arg(ctx.path()))?;
+    run(podman().args(["build", "--pull=never", "--build-arg", &format!("VERSION={E2E_VERSION}"), "-t", &name]).arg(ctx.path()))?;
     save(&name, &archive)?;
     Ok(Image { name, archive })
 }

@@ -8,9 +8,9 @@
 //!   in the node) so `kubectl` on the host reaches the API server. The
 //!   simulated VFs' netdevs are real veth links there; their peers ("the
 //!   cable to the switch") sit in `kube-rdma-e2e-wire`.
-//! - **Mount namespace**: a holder process (`ip netns exec kube-rdma-e2e
-//!   sleep infinity`: slave mount propagation from the host, `/sys` showing
-//!   the node's netns) that every daemon joins. Paths a real node has
+//! - **Mount namespace**: a holder process (`unshare --mount
+//!   --propagation=slave nsenter --net=… sleep infinity`) whose mount and
+//!   network namespaces every daemon joins. Paths a real node has
 //!   (`/var/lib/kubelet`, `/opt/cni/bin`, `/etc/cni/net.d`, `/var/run/cdi`,
 //!   `/dev/infiniband`, ...) are bind mounts of directories under the base
 //!   directory there, so the chart's default values work and the host's own
@@ -54,6 +54,8 @@ pub const SHADOWED: &[&str] = &[
     "/run/cdi",
     "/etc/cdi",
     "/run/k8s.cni.cncf.io",
+    // containerd's shim sockets (/run/containerd/s) and ctr's FIFOs are fixed paths there.
+    "/run/containerd",
 ];
 
 /// What `up` created on the host, in creation order.
@@ -114,14 +116,27 @@ pub fn link_host_to_node(c: &mut Created) -> Result<()> {
     Ok(())
 }
 
-/// Starts the mount-namespace holder (recorded).
+/// Starts the mount-namespace holder (recorded): a new mount namespace with
+/// slave propagation (host mounts show inside, ours never leak out) joined to
+/// the node's network namespace. Not `ip netns exec`: it remounts /sys, which
+/// detaches the cgroup hierarchies under /sys/fs/cgroup that the kubelet and
+/// runc need. So /sys is the host's; what reads links uses netlink or
+/// /proc/net (per network namespace) instead.
 pub fn start_holder(c: &mut Created, log: &Path) -> Result<i32> {
-    let spec = daemon::Spec::new("holder", "/usr/sbin/ip", log).args(["netns", "exec", NETNS, "sleep", "infinity"]);
-    let spec = if Path::new("/usr/sbin/ip").exists() { spec } else { daemon::Spec { program: "/sbin/ip".into(), ..spec } };
+    let spec = daemon::Spec::new("holder", "/usr/bin/unshare", log).args([
+        "--mount".to_string(),
+        "--propagation=slave".into(),
+        "--".into(),
+        "nsenter".into(),
+        format!("--net=/run/netns/{NETNS}"),
+        "--".into(),
+        "sleep".into(),
+        "infinity".into(),
+    ]);
     let d = daemon::spawn(&spec)?;
     let (_, pid) = d.detach();
     c.holder = Some(pid);
-    // `ip netns exec` execs sleep once it has unshared the mount namespace and remounted /sys.
+    // unshare and nsenter exec in turn; the holder is ready once sleep runs.
     daemon::wait_for("the mount-namespace holder", Duration::from_secs(10), || {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
         (comm.trim() == "sleep").then_some(())
