@@ -49,10 +49,14 @@ pub struct Client {
 }
 
 /// The cluster administrator (group `system:masters`, beyond RBAC).
-pub const ADMIN: Client = Client { stem: "admin", user: "kube-rdma-e2e:admin", group: Some("system:masters") };
+pub const ADMIN: Client =
+    Client { stem: "admin", user: "kube-rdma-e2e:admin", group: Some("system:masters") };
 /// The API server's identity towards kubelets (exec, logs, port-forward).
-pub const APISERVER_KUBELET_CLIENT: Client =
-    Client { stem: "apiserver-kubelet-client", user: "kube-apiserver-kubelet-client", group: Some("system:masters") };
+pub const APISERVER_KUBELET_CLIENT: Client = Client {
+    stem: "apiserver-kubelet-client",
+    user: "kube-apiserver-kubelet-client",
+    group: Some("system:masters"),
+};
 
 /// How to run the control plane.
 #[derive(Debug, Clone)]
@@ -126,7 +130,10 @@ impl ApiServer {
         let (tmp, dir) = match &opts.dir {
             Some(d) => (None, d.clone()),
             None => {
-                let t = tempfile::Builder::new().prefix("kube-rdma-apiserver-").tempdir().context("creating a temp dir")?;
+                let t = tempfile::Builder::new()
+                    .prefix("kube-rdma-apiserver-")
+                    .tempdir()
+                    .context("creating a temp dir")?;
                 let d = t.path().to_path_buf();
                 (Some(t), d)
             }
@@ -279,10 +286,18 @@ fn write_pki(dir: &Path, url: &str, opts: &Options) -> Result<()> {
     std::fs::create_dir_all(&pki).with_context(|| format!("creating {}", pki.display()))?;
     let ca = Ca::new("kube-rdma-e2e CA")?;
     std::fs::write(pki.join("ca.crt"), &ca.cert_pem)?;
-    let mut sans: Vec<String> = ["127.0.0.1", "localhost", KUBERNETES_SERVICE_IP, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut sans: Vec<String> = [
+        "127.0.0.1",
+        "localhost",
+        KUBERNETES_SERVICE_IP,
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     sans.push(opts.advertise.clone());
     sans.extend(opts.sans.iter().cloned());
     sans.sort();
@@ -302,7 +317,13 @@ fn write_pki(dir: &Path, url: &str, opts: &Options) -> Result<()> {
         let crt = pki.join(format!("{}.crt", c.stem));
         std::fs::write(&crt, &p.cert_pem)?;
         let key = pki::write_private(&pki, &format!("{}.key", c.stem), &p.key_pem)?;
-        let kc = pki::kubeconfig(url, &pki.join("ca.crt"), c.user, Credentials::Cert { cert: &crt, key: &key }, "kube-rdma-e2e");
+        let kc = pki::kubeconfig(
+            url,
+            &pki.join("ca.crt"),
+            c.user,
+            Credentials::Cert { cert: &crt, key: &key },
+            "kube-rdma-e2e",
+        );
         pki::write_private(dir, &format!("{}.kubeconfig", c.stem), &kc)?;
     }
     Ok(())
@@ -364,7 +385,8 @@ fn apiserver_spec(dir: &Path, opts: &Options, etcd_url: &str) -> Spec {
 /// A minimal HTTP/1.1 POST (etcd's JSON gateway); returns the body of a 200.
 fn http_post(base: &str, path: &str, body: &str) -> Result<String> {
     let hostport = base.strip_prefix("http://").context("an http:// URL")?;
-    let mut s = std::net::TcpStream::connect(hostport).with_context(|| format!("connecting to {hostport}"))?;
+    let mut s =
+        std::net::TcpStream::connect(hostport).with_context(|| format!("connecting to {hostport}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         s,
@@ -387,7 +409,7 @@ fn http_post(base: &str, path: &str, body: &str) -> Result<String> {
                 break;
             }
             body.push_str(&tail[..n]);
-            rest = &tail[n..].trim_start_matches("\r\n");
+            rest = tail[n..].trim_start_matches("\r\n");
         }
         return Ok(body);
     }

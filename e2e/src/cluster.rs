@@ -10,7 +10,8 @@
 //! `<base>/state.json` first, so `down` removes exactly that, also after a
 //! failed `up`.
 //!
-//! Base directory: `$KUBE_RDMA_E2E_DIR`, default `/var/lib/kube-rdma-e2e`.
+//! Base directory: `$KUBE_RDMA_E2E_DIR`, default `/var/lib/kube-rdma-e2e` (`-N` for
+//! instance N, see [`node::instance`]).
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -48,10 +49,12 @@ const KUBELET: Client = Client { stem: "kubelet", user: "system:node:e2e-node", 
 
 /// The base directory.
 pub fn base_dir() -> PathBuf {
-    std::env::var_os("KUBE_RDMA_E2E_DIR")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "/var/lib/kube-rdma-e2e".into())
+    std::env::var_os("KUBE_RDMA_E2E_DIR").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
+        match node::instance() {
+            0 => "/var/lib/kube-rdma-e2e".into(),
+            n => format!("/var/lib/kube-rdma-e2e-{n}").into(),
+        }
+    })
 }
 
 /// Paths under the base directory.
@@ -178,7 +181,10 @@ pub fn up(opts: &UpOptions) -> Result<State> {
         eprintln!("cluster: a previous cluster is not fully up; taking it down first");
         down_locked()?;
     }
-    nix::unistd::geteuid().is_root().then_some(()).context("the e2e cluster needs root (it makes namespaces, cgroups and device nodes)")?;
+    nix::unistd::geteuid()
+        .is_root()
+        .then_some(())
+        .context("the e2e cluster needs root (it makes namespaces, cgroups and device nodes)")?;
     peers::check_host_tools()?;
     let mut ph = Phases::new();
     peers::ensure_built()?;
@@ -193,22 +199,33 @@ pub fn up(opts: &UpOptions) -> Result<State> {
     st.timings = ph.out.clone();
     st.save(&l)?;
     if let Err(e) = r {
-        return Err(e.context(format!("cluster up failed; logs in {}; `scripts/cluster down` cleans up", l.logs().display())));
+        return Err(e.context(format!(
+            "cluster up failed; logs in {}; `scripts/cluster down` cleans up",
+            l.logs().display()
+        )));
     }
     eprintln!("cluster: up in {:.0} s", ph.t0.elapsed().as_secs_f64());
     Ok(st)
 }
 
 fn build_images() -> Result<Vec<images::Image>> {
+    // Instances share the image cache (and podman's store).
+    let _lock = lock_file(".images.lock")?;
     Ok(vec![images::pause()?, images::busybox()?, images::kube_rdma()?])
 }
 
-fn bring_up(l: &Layout, st: &mut State, imgs: &[images::Image], opts: &UpOptions, ph: &mut Phases) -> Result<()> {
+fn bring_up(
+    l: &Layout,
+    st: &mut State,
+    imgs: &[images::Image],
+    opts: &UpOptions,
+    ph: &mut Phases,
+) -> Result<()> {
     let c = &mut st.created;
     // Host side: cgroups first, so every process started below is in them.
     node::enter_cgroups(c)?;
-    node::add_netns(c, node::NETNS)?;
-    node::add_netns(c, node::WIRE_NETNS)?;
+    node::add_netns(c, &node::netns())?;
+    node::add_netns(c, &node::wire_netns())?;
     node::link_host_to_node(c)?;
     let holder = node::start_holder(c, &l.logs().join("holder.log"))?;
     for p in node::SHADOWED {
@@ -230,19 +247,15 @@ fn bring_up(l: &Layout, st: &mut State, imgs: &[images::Image], opts: &UpOptions
     let api = ApiServer::start_with(apiserver::Options {
         dir: Some(l.control()),
         bind: "0.0.0.0".into(),
-        advertise: node::NODE_IP.into(),
+        advertise: node::node_ip(),
         port: 6443,
         etcd_ports: (2379, 2380),
-        sans: vec![node::NODE_IP.into(), NODE_NAME.into()],
+        sans: vec![node::node_ip(), NODE_NAME.into()],
         clients: vec![CONTROLLER_MANAGER, SCHEDULER, PROXY, KUBELET],
         extra_args: vec![],
         ns_of: Some(holder),
         ready_timeout: Duration::from_secs(180),
-    });
-    let api = match api {
-        Ok(a) => a,
-        Err(e) => return Err(e),
-    };
+    })?;
     c.daemons.extend(api.detach());
     st.save(l)?;
     let c = &mut st.created;
@@ -250,25 +263,29 @@ fn bring_up(l: &Layout, st: &mut State, imgs: &[images::Image], opts: &UpOptions
     let ctl = l.control();
     let pki = ctl.join("pki");
     let kc = |cl: &Client| ctl.join(format!("{}.kubeconfig", cl.stem)).display().to_string();
-    let cm = Spec::new("kube-controller-manager", peers::bin("kube"), l.logs().join("kube-controller-manager.log"))
-        .args([
-            "controller-manager".to_string(),
-            format!("--kubeconfig={}", kc(&CONTROLLER_MANAGER)),
-            format!("--authentication-kubeconfig={}", kc(&CONTROLLER_MANAGER)),
-            format!("--authorization-kubeconfig={}", kc(&CONTROLLER_MANAGER)),
-            "--bind-address=127.0.0.1".into(),
-            "--secure-port=10257".into(),
-            "--controllers=*".into(),
-            "--leader-elect=false".into(),
-            "--use-service-account-credentials=true".into(),
-            format!("--service-account-private-key-file={}", pki.join("sa.key").display()),
-            format!("--root-ca-file={}", pki.join("ca.crt").display()),
-            format!("--cluster-signing-cert-file={}", pki.join("ca.crt").display()),
-            format!("--cluster-signing-key-file={}", pki.join("ca.key").display()),
-            format!("--cluster-cidr={CLUSTER_CIDR}"),
-            "--v=1".into(),
-        ])
-        .in_ns_of(Some(holder));
+    let cm = Spec::new(
+        "kube-controller-manager",
+        peers::bin("kube"),
+        l.logs().join("kube-controller-manager.log"),
+    )
+    .args([
+        "controller-manager".to_string(),
+        format!("--kubeconfig={}", kc(&CONTROLLER_MANAGER)),
+        format!("--authentication-kubeconfig={}", kc(&CONTROLLER_MANAGER)),
+        format!("--authorization-kubeconfig={}", kc(&CONTROLLER_MANAGER)),
+        "--bind-address=127.0.0.1".into(),
+        "--secure-port=10257".into(),
+        "--controllers=*".into(),
+        "--leader-elect=false".into(),
+        "--use-service-account-credentials=true".into(),
+        format!("--service-account-private-key-file={}", pki.join("sa.key").display()),
+        format!("--root-ca-file={}", pki.join("ca.crt").display()),
+        format!("--cluster-signing-cert-file={}", pki.join("ca.crt").display()),
+        format!("--cluster-signing-key-file={}", pki.join("ca.key").display()),
+        format!("--cluster-cidr={CLUSTER_CIDR}"),
+        "--v=1".into(),
+    ])
+    .in_ns_of(Some(holder));
     let sched = Spec::new("kube-scheduler", peers::bin("kube"), l.logs().join("kube-scheduler.log"))
         .args([
             "scheduler".to_string(),
@@ -341,7 +358,8 @@ fn wire_sim_links(sim: &nic::sim::Sim) -> Result<()> {
         let (name, mac, mtu) = (&nd.name, nd.mac.as_deref().unwrap_or(""), nd.mtu.unwrap_or(1500));
         let peer = format!("w{n}");
         n += 1;
-        batch_node.push_str(&format!("link add {name} type veth peer name {peer} netns {}\n", node::WIRE_NETNS));
+        batch_node
+            .push_str(&format!("link add {name} type veth peer name {peer} netns {}\n", node::wire_netns()));
         if !mac.is_empty() {
             batch_node.push_str(&format!("link set {name} address {mac}\n"));
         }
@@ -354,8 +372,8 @@ fn wire_sim_links(sim: &nic::sim::Sim) -> Result<()> {
             vf.netdev.iter().for_each(&mut add);
         }
     }
-    batch(node::NETNS, &batch_node)?;
-    batch(node::WIRE_NETNS, &batch_wire)?;
+    batch(&node::netns(), &batch_node)?;
+    batch(&node::wire_netns(), &batch_wire)?;
     Ok(())
 }
 
@@ -404,7 +422,8 @@ fn start_containerd(l: &Layout, holder: i32, sim: &nic::sim::Sim) -> Result<(Str
     let mut d = daemon::spawn(&spec)?;
     let sock = l.containerd_sock();
     daemon::wait_ready(&mut d, "serving its socket", Duration::from_secs(60), || {
-        run(Command::new(peers::bin("ctr")).arg(format!("--address={}", sock.display())).arg("version")).is_ok()
+        run(Command::new(peers::bin("ctr")).arg(format!("--address={}", sock.display())).arg("version"))
+            .is_ok()
     })?;
     Ok(d.detach())
 }
@@ -490,7 +509,10 @@ fn multus_setup(l: &Layout) -> Result<()> {
     for doc in serde_yaml::Deserializer::from_str(&manifest) {
         let v = serde_yaml::Value::deserialize(doc)?;
         let kind = v.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-        if matches!(kind, "CustomResourceDefinition" | "ClusterRole" | "ClusterRoleBinding" | "ServiceAccount") {
+        if matches!(
+            kind,
+            "CustomResourceDefinition" | "ClusterRole" | "ClusterRoleBinding" | "ServiceAccount"
+        ) {
             keep.push_str("---\n");
             keep.push_str(&serde_yaml::to_string(&v)?);
         }
@@ -503,7 +525,7 @@ fn multus_setup(l: &Layout) -> Result<()> {
     })?;
     let netd = l.root("/etc/cni/net.d");
     std::fs::create_dir_all(netd.join("multus.d"))?;
-    let server = format!("https://{}:6443", node::NODE_IP);
+    let server = format!("https://{}:6443", node::node_ip());
     let kcfg = crate::pki::kubeconfig(
         &server,
         &l.control().join("pki/ca.crt"),
@@ -536,9 +558,13 @@ fn multus_setup(l: &Layout) -> Result<()> {
 }
 
 fn multus_module_dir() -> Result<PathBuf> {
-    let out = run(Command::new("go")
-        .current_dir(peers::repo_root().join("e2e/peers/multus"))
-        .args(["list", "-m", "-f", "{{.Dir}}", "gopkg.in/k8snetworkplumbingwg/multus-cni.v4"]))?;
+    let out = run(Command::new("go").current_dir(peers::repo_root().join("e2e/peers/multus")).args([
+        "list",
+        "-m",
+        "-f",
+        "{{.Dir}}",
+        "gopkg.in/k8snetworkplumbingwg/multus-cni.v4",
+    ]))?;
     Ok(PathBuf::from(out.trim()))
 }
 
@@ -552,7 +578,7 @@ fn start_kubelet(l: &Layout, holder: i32) -> Result<Daemon> {
             format!("--config={}", cfg.display()),
             format!("--kubeconfig={}", ctl.join("kubelet.kubeconfig").display()),
             format!("--hostname-override={NODE_NAME}"),
-            format!("--node-ip={}", node::NODE_IP),
+            format!("--node-ip={}", node::node_ip()),
             format!("--node-labels={RDMA_LABEL}"),
             "--v=2".into(),
         ])
@@ -597,7 +623,7 @@ shutdownGracePeriod: 0s
 shutdownGracePeriodCriticalPods: 0s
 resolvConf: /etc/resolv.conf
 "#,
-        cgroup = node::CGROUP,
+        cgroup = node::cgroup(),
         sock = l.containerd_sock().display(),
         ca = l.control().join("pki/ca.crt").display(),
     )
@@ -691,11 +717,16 @@ pub fn down() -> Result<Vec<String>> {
     down_locked()
 }
 
-/// One `up` or `down` at a time (a second waits): they read and write state.json.
+/// One `up` or `down` at a time per instance (a second waits): they read and write state.json.
 fn lock() -> Result<nix::fcntl::Flock<std::fs::File>> {
+    lock_file(&format!(".cluster-{}.lock", node::instance()))
+}
+
+/// An exclusive lock on `<cache>/<name>`, held while the value lives.
+fn lock_file(name: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
     let dir = peers::cache_dir();
     std::fs::create_dir_all(&dir)?;
-    let path = dir.join(".cluster.lock");
+    let path = dir.join(name);
     let f = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
     nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
         .map_err(|(_, e)| anyhow::anyhow!("locking {}: {e}", path.display()))
@@ -720,7 +751,10 @@ fn down_locked() -> Result<Vec<String>> {
     // `ip netns add` makes /run/netns a mount point; undo that if it was not one before
     // and no namespace is left in it.
     let netns_empty = std::fs::read_dir("/run/netns").map(|mut d| d.next().is_none()).unwrap_or(true);
-    if !st.before.mounts.contains("/run/netns") && netns_empty && node::snapshot().mounts.contains("/run/netns") {
+    if !st.before.mounts.contains("/run/netns")
+        && netns_empty
+        && node::snapshot().mounts.contains("/run/netns")
+    {
         let _ = run(Command::new("umount").arg("/run/netns"));
     }
     for cg in c.cgroups.iter().rev() {
@@ -766,9 +800,14 @@ pub fn status() -> Result<String> {
     let st = State::load(&l).context("the cluster is not up (scripts/cluster up)")?;
     let mut out = String::new();
     for (name, pid) in &st.created.daemons {
-        out.push_str(&format!("{name:<24} pid {pid:<8} {}\n", if daemon::alive(*pid) { "running" } else { "DEAD" }));
+        out.push_str(&format!(
+            "{name:<24} pid {pid:<8} {}\n",
+            if daemon::alive(*pid) { "running" } else { "DEAD" }
+        ));
     }
-    out.push_str(&run(kubectl(&l).args(["get", "nodes", "-o", "wide"])).unwrap_or_else(|e| format!("{e:#}\n")));
+    out.push_str(
+        &run(kubectl(&l).args(["get", "nodes", "-o", "wide"])).unwrap_or_else(|e| format!("{e:#}\n")),
+    );
     out.push_str(&pods_summary(&l));
     Ok(out)
 }

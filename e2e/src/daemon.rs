@@ -34,7 +34,14 @@ pub struct Spec {
 impl Spec {
     /// A daemon `name` running `program` with `args`, logging to `log`.
     pub fn new(name: &str, program: impl Into<PathBuf>, log: impl Into<PathBuf>) -> Spec {
-        Spec { name: name.into(), program: program.into(), args: vec![], env: vec![], log: log.into(), ns_of: None }
+        Spec {
+            name: name.into(),
+            program: program.into(),
+            args: vec![],
+            env: vec![],
+            log: log.into(),
+            ns_of: None,
+        }
     }
 
     /// Appends arguments.
@@ -109,7 +116,8 @@ pub fn spawn(spec: &Spec) -> Result<Daemon> {
             Ok(())
         });
     }
-    let child = cmd.spawn().with_context(|| format!("starting {} ({})", spec.name, spec.program.display()))?;
+    let child =
+        cmd.spawn().with_context(|| format!("starting {} ({})", spec.name, spec.program.display()))?;
     Ok(Daemon { name: spec.name.clone(), pid: child.id() as i32, log: spec.log.clone(), child: Some(child) })
 }
 
@@ -163,7 +171,10 @@ impl Daemon {
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // Field 3 (after the parenthesised command) is the state; Z = zombie, X = dead.
-        Ok(s) => s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|st| st != "Z" && st != "X"),
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|st| st != "Z" && st != "X"),
         Err(_) => false,
     }
 }
@@ -177,7 +188,12 @@ pub fn log_tail(path: &Path, n: usize) -> String {
 
 /// Polls `ready` every 100 ms until it answers true, failing after `timeout`
 /// with `what` and, if the daemon died meanwhile, its log.
-pub fn wait_ready(d: &mut Daemon, what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<Duration> {
+pub fn wait_ready(
+    d: &mut Daemon,
+    what: &str,
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<Duration> {
     let t0 = Instant::now();
     loop {
         if ready() {
@@ -187,7 +203,13 @@ pub fn wait_ready(d: &mut Daemon, what: &str, timeout: Duration, mut ready: impl
             bail!("{} exited before {what}; last lines of {}:\n{}", d.name, d.log.display(), d.log_tail(30));
         }
         if t0.elapsed() > timeout {
-            bail!("{} not {what} after {:?}; last lines of {}:\n{}", d.name, timeout, d.log.display(), d.log_tail(30));
+            bail!(
+                "{} not {what} after {:?}; last lines of {}:\n{}",
+                d.name,
+                timeout,
+                d.log.display(),
+                d.log_tail(30)
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }

@@ -58,12 +58,18 @@ fn hash_files(files: &[&Path]) -> Result<String> {
 
 /// `podman import` of `rootfs` (a directory) as `name`, saved to the cache.
 fn import_rootfs(name: &str, rootfs: &Path, changes: &[&str], key: &str) -> Result<Image> {
-    let archive = images_dir()?.join(format!("{}-{key}.tar", name.rsplit('/').next().unwrap_or(name).replace(':', "-")));
+    let archive = images_dir()?
+        .join(format!("{}-{key}.tar", name.rsplit('/').next().unwrap_or(name).replace(':', "-")));
     if archive.exists() {
         return Ok(Image { name: name.into(), archive });
     }
     let tar = rootfs.with_extension("tar");
-    run(Command::new("tar").arg("-C").arg(rootfs).args(["--owner=0", "--group=0", "-cf"]).arg(&tar).arg("."))?;
+    run(Command::new("tar")
+        .arg("-C")
+        .arg(rootfs)
+        .args(["--owner=0", "--group=0", "-cf"])
+        .arg(&tar)
+        .arg("."))?;
     let mut c = podman();
     c.arg("import");
     for ch in changes {
@@ -108,7 +114,10 @@ pub fn busybox() -> Result<Image> {
     for applet in list.lines().map(str::trim).filter(|a| !a.is_empty() && *a != "busybox") {
         let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
     }
-    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")?;
+    std::fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+    )?;
     std::fs::write(root.join("etc/group"), "root:x:0:\nnobody:x:65534:\n")?;
     import_rootfs(BUSYBOX, &root, &["CMD [\"sh\"]", "ENV PATH=/bin"], &key)
 }
@@ -141,10 +150,13 @@ pub fn kube_rdma() -> Result<Image> {
     let ctx = tempfile::tempdir()?;
     std::fs::create_dir_all(ctx.path().join("dist"))?;
     for b in bins {
-        std::fs::copy(dist.join(b), ctx.path().join("dist").join(b)).with_context(|| format!("copying {b}"))?;
+        std::fs::copy(dist.join(b), ctx.path().join("dist").join(b))
+            .with_context(|| format!("copying {b}"))?;
     }
     std::fs::copy(&dockerfile, ctx.path().join("Dockerfile"))?;
-    run(podman().args(["build", "--pull=never", "--build-arg", &format!("VERSION={E2E_VERSION}"), "-t", &name]).arg(ctx.path()))?;
+    run(podman()
+        .args(["build", "--pull=never", "--build-arg", &format!("VERSION={E2E_VERSION}"), "-t", &name])
+        .arg(ctx.path()))?;
     save(&name, &archive)?;
     Ok(Image { name, archive })
 }

@@ -5,7 +5,7 @@
 //! - **Network namespace** `kube-rdma-e2e`: the node's own network (its
 //!   links, iptables rules, ports), joined to the host by a veth pair
 //!   (`kre2e-host` 10.213.0.1/30 on the host, `kre2e-node` 10.213.0.2/30
-//!   in the node) so `kubectl` on the host reaches the API server. The
+//!   in the node; other instances: [`instance`]) so `kubectl` on the host reaches the API server. The
 //!   simulated VFs' netdevs are real veth links there; their peers ("the
 //!   cable to the switch") sit in `kube-rdma-e2e-wire`.
 //! - **Mount namespace**: a holder process (`unshare --mount
@@ -29,20 +29,49 @@ use serde::{Deserialize, Serialize};
 
 use crate::daemon::{self, run};
 
+/// Which local cluster this is (`KUBE_RDMA_E2E_INSTANCE`, 0-9, default 0).
+/// Several run side by side: each has its own network and mount namespaces,
+/// cgroup, base directory and host link, so only the host-side names below
+/// and the host link's subnet (10.213.<instance>.0/30) differ.
+pub fn instance() -> u8 {
+    std::env::var("KUBE_RDMA_E2E_INSTANCE").ok().and_then(|v| v.parse().ok()).filter(|n| *n <= 9).unwrap_or(0)
+}
+
+fn suffixed(base: &str) -> String {
+    match instance() {
+        0 => base.to_string(),
+        n => format!("{base}-{n}"),
+    }
+}
+
 /// The node's network namespace.
-pub const NETNS: &str = "kube-rdma-e2e";
+pub fn netns() -> String {
+    suffixed("kube-rdma-e2e")
+}
 /// Where the simulated VFs' cables end.
-pub const WIRE_NETNS: &str = "kube-rdma-e2e-wire";
+pub fn wire_netns() -> String {
+    format!("{}-wire", netns())
+}
 /// Host end of the host-node veth.
-pub const HOST_LINK: &str = "kre2e-host";
+pub fn host_link() -> String {
+    format!("kre2e{}-host", if instance() == 0 { String::new() } else { instance().to_string() })
+}
 /// Node end of the host-node veth.
-pub const NODE_LINK: &str = "kre2e-node";
+pub fn node_link() -> String {
+    format!("kre2e{}-node", if instance() == 0 { String::new() } else { instance().to_string() })
+}
 /// Host address on the host-node link.
-pub const HOST_IP: &str = "10.213.0.1";
+pub fn host_ip() -> String {
+    format!("10.213.{}.1", instance())
+}
 /// The node's IP (InternalIP; the API server binds here).
-pub const NODE_IP: &str = "10.213.0.2";
+pub fn node_ip() -> String {
+    format!("10.213.{}.2", instance())
+}
 /// cgroup under every hierarchy.
-pub const CGROUP: &str = "kube-rdma-e2e";
+pub fn cgroup() -> String {
+    suffixed("kube-rdma-e2e")
+}
 /// Paths of a real node that live under the base directory inside the node's mount namespace.
 pub const SHADOWED: &[&str] = &[
     "/var/lib/kubelet",
@@ -103,16 +132,17 @@ pub fn add_netns(c: &mut Created, ns: &str) -> Result<()> {
 
 /// The veth between the host and the node, addressed, with a default route in the node.
 pub fn link_host_to_node(c: &mut Created) -> Result<()> {
-    if Path::new("/sys/class/net").join(HOST_LINK).exists() {
-        bail!("link {HOST_LINK} already exists on the host (scripts/cluster down removes it)");
+    let (host, node, ns) = (host_link(), node_link(), netns());
+    if Path::new("/sys/class/net").join(&host).exists() {
+        bail!("link {host} already exists on the host (scripts/cluster down removes it)");
     }
-    ip(&["link", "add", HOST_LINK, "type", "veth", "peer", "name", NODE_LINK, "netns", NETNS])?;
-    c.links.push(HOST_LINK.into());
-    ip(&["addr", "add", &format!("{HOST_IP}/30"), "dev", HOST_LINK])?;
-    ip(&["link", "set", HOST_LINK, "up"])?;
-    ip_in(NETNS, &["addr", "add", &format!("{NODE_IP}/30"), "dev", NODE_LINK])?;
-    ip_in(NETNS, &["link", "set", NODE_LINK, "up"])?;
-    ip_in(NETNS, &["route", "add", "default", "via", HOST_IP])?;
+    ip(&["link", "add", &host, "type", "veth", "peer", "name", &node, "netns", &ns])?;
+    c.links.push(host.clone());
+    ip(&["addr", "add", &format!("{}/30", host_ip()), "dev", &host])?;
+    ip(&["link", "set", &host, "up"])?;
+    ip_in(&ns, &["addr", "add", &format!("{}/30", node_ip()), "dev", &node])?;
+    ip_in(&ns, &["link", "set", &node, "up"])?;
+    ip_in(&ns, &["route", "add", "default", "via", &host_ip()])?;
     Ok(())
 }
 
@@ -128,7 +158,7 @@ pub fn start_holder(c: &mut Created, log: &Path) -> Result<i32> {
         "--propagation=slave".into(),
         "--".into(),
         "nsenter".into(),
-        format!("--net=/run/netns/{NETNS}"),
+        format!("--net=/run/netns/{}", netns()),
         "--".into(),
         "sleep".into(),
         "infinity".into(),
@@ -146,7 +176,10 @@ pub fn start_holder(c: &mut Created, log: &Path) -> Result<i32> {
 
 /// Runs a command inside the holder's network and mount namespaces.
 pub fn in_node(holder: i32, prog: &str, args: &[&str]) -> Result<String> {
-    run(Command::new("nsenter").arg(format!("--target={holder}")).args(["--net", "--mount", "--", prog]).args(args))
+    run(Command::new("nsenter")
+        .arg(format!("--target={holder}"))
+        .args(["--net", "--mount", "--", prog])
+        .args(args))
 }
 
 /// Makes `target` (a path of a real node) show `source` inside the node's mount
@@ -162,7 +195,8 @@ pub fn shadow(c: &mut Created, holder: i32, source: &Path, target: &Path) -> Res
             }
             first_missing = parent.to_path_buf();
         }
-        std::fs::create_dir_all(target).with_context(|| format!("creating mount point {}", target.display()))?;
+        std::fs::create_dir_all(target)
+            .with_context(|| format!("creating mount point {}", target.display()))?;
         c.dirs.push(first_missing);
     }
     let (s, t) = (source.display().to_string(), target.display().to_string());
@@ -187,13 +221,14 @@ pub fn cgroup_hierarchies() -> Vec<PathBuf> {
 /// process into `kube-rdma-e2e/daemons`, so every daemon it starts is there.
 pub fn enter_cgroups(c: &mut Created) -> Result<()> {
     for h in cgroup_hierarchies() {
-        let top = h.join(CGROUP);
+        let top = h.join(cgroup());
         if !top.exists() {
             std::fs::create_dir(&top).with_context(|| format!("creating cgroup {}", top.display()))?;
             c.cgroups.push(top.clone());
         }
         let daemons = top.join("daemons");
-        std::fs::create_dir_all(&daemons).with_context(|| format!("creating cgroup {}", daemons.display()))?;
+        std::fs::create_dir_all(&daemons)
+            .with_context(|| format!("creating cgroup {}", daemons.display()))?;
         if h.join("cpuset.cpus").exists() {
             for d in [&top, &daemons] {
                 for f in ["cpuset.cpus", "cpuset.mems"] {
@@ -212,7 +247,7 @@ pub fn enter_cgroups(c: &mut Created) -> Result<()> {
 pub fn cgroup_pids() -> BTreeSet<i32> {
     let mut out = BTreeSet::new();
     for h in cgroup_hierarchies() {
-        walk_procs(&h.join(CGROUP), &mut out);
+        walk_procs(&h.join(cgroup()), &mut out);
     }
     out
 }
@@ -233,7 +268,8 @@ fn walk_procs(dir: &Path, out: &mut BTreeSet<i32>) {
 /// Kills every process in our cgroups (frozen first, so none forks meanwhile)
 /// and the recorded pids; waits until they are gone.
 pub fn kill_all(c: &Created) {
-    let freezer = cgroup_hierarchies().into_iter().find(|h| h.join("freezer.state").exists() || h.ends_with("freezer"));
+    let freezer =
+        cgroup_hierarchies().into_iter().find(|h| h.join("freezer.state").exists() || h.ends_with("freezer"));
     let me = std::process::id() as i32;
     for round in 0..50 {
         let mut pids = cgroup_pids();
@@ -243,7 +279,7 @@ pub fn kill_all(c: &Created) {
         if pids.is_empty() {
             return;
         }
-        let top_freezer = freezer.as_ref().map(|h| h.join(CGROUP).join("freezer.state"));
+        let top_freezer = freezer.as_ref().map(|h| h.join(cgroup()).join("freezer.state"));
         if let Some(f) = top_freezer.as_ref().filter(|f| f.exists()) {
             let _ = std::fs::write(f, "FROZEN");
         }
@@ -316,14 +352,14 @@ pub fn snapshot() -> Snapshot {
         }
     }
     for h in cgroup_hierarchies() {
-        let p = h.join(CGROUP);
+        let p = h.join(cgroup());
         if p.exists() {
             s.cgroups.insert(p.display().to_string());
         }
     }
     let bin = crate::peers::cache_dir().join("bin");
     for pid in cgroup_pids() {
-        s.processes.insert(format!("{pid} in cgroup {CGROUP}"));
+        s.processes.insert(format!("{pid} in cgroup {}", cgroup()));
     }
     if let Ok(rd) = std::fs::read_dir("/proc") {
         for e in rd.flatten() {
@@ -373,9 +409,12 @@ mod tests {
         let mut a = Snapshot::default();
         a.links.insert("eth0".into());
         let mut b = a.clone();
-        b.links.insert(HOST_LINK.into());
+        b.links.insert(host_link());
         b.links.remove("eth0");
-        assert_eq!(diff(&a, &b), vec![format!("link added: {HOST_LINK}"), "link removed: eth0".to_string()]);
+        assert_eq!(
+            diff(&a, &b),
+            vec![format!("link added: {}", host_link()), "link removed: eth0".to_string()]
+        );
         assert!(diff(&a, &a).is_empty());
     }
 }

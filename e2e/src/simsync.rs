@@ -49,7 +49,10 @@ pub fn run(dir: &Path) -> Result<()> {
             let r = if now { sim.add_netdev_back(n) } else { sim.remove_netdev(n) };
             match r {
                 Ok(()) => {
-                    eprintln!("simsync: {n} {}", if now { "back on the host" } else { "left the host (in a pod)" });
+                    eprintln!(
+                        "simsync: {n} {}",
+                        if now { "back on the host" } else { "left the host (in a pod)" }
+                    );
                     if now {
                         on_host.insert(n.clone());
                     } else {
