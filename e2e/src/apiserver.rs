@@ -112,6 +112,7 @@ pub struct ApiServer {
     pub etcd: Daemon,
     /// The kube-apiserver process.
     pub apiserver: Daemon,
+    etcd_spec: Spec,
     apiserver_spec: Spec,
     opts: Options,
     owned: bool,
@@ -150,7 +151,8 @@ impl ApiServer {
             write_pki(&dir, &url, &opts)?;
         }
         let etcd_url = format!("http://127.0.0.1:{}", opts.etcd_ports.0);
-        let mut etcd = daemon::spawn(&etcd_spec(&dir, &opts))?;
+        let e_spec = etcd_spec(&dir, &opts);
+        let mut etcd = daemon::spawn(&e_spec)?;
         let probe = etcd_url.clone();
         let ns_of = opts.ns_of;
         daemon::wait_ready(&mut etcd, "serving", Duration::from_secs(60), || {
@@ -164,6 +166,7 @@ impl ApiServer {
             etcd_url,
             etcd,
             apiserver,
+            etcd_spec: e_spec,
             apiserver_spec: spec,
             opts,
             owned: true,
@@ -254,15 +257,18 @@ impl ApiServer {
         self.etcd.stop(Duration::from_secs(10));
     }
 
-    /// Keeps both running after this value is gone (the local cluster).
-    pub fn detach(mut self) -> Vec<(String, i32)> {
+    /// Keeps both running after this value is gone (the local cluster):
+    /// their names, pids and how to start them again.
+    pub fn detach(mut self) -> Vec<(String, i32, Spec)> {
         self.owned = false;
         let e = std::mem::replace(&mut self.etcd, Daemon::from_pid("etcd", 0, Path::new("/")));
         let a = std::mem::replace(&mut self.apiserver, Daemon::from_pid("kube-apiserver", 0, Path::new("/")));
         if let Some(t) = self._tmp.take() {
             let _ = t.keep();
         }
-        vec![e.detach(), a.detach()]
+        let (en, ep) = e.detach();
+        let (an, ap) = a.detach();
+        vec![(en, ep, self.etcd_spec.clone()), (an, ap, self.apiserver_spec.clone())]
     }
 }
 

@@ -13,7 +13,6 @@
 //! Base directory: `$KUBE_RDMA_E2E_DIR`, default `/var/lib/kube-rdma-e2e` (`-N` for
 //! instance N, see [`node::instance`]).
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -116,6 +115,9 @@ pub struct State {
     pub image: String,
     /// Seconds per phase of the last `up`.
     pub timings: Vec<(String, f64)>,
+    /// How each daemon was started (to restart it: [`restart_daemon`]).
+    #[serde(default)]
+    pub specs: std::collections::BTreeMap<String, Spec>,
 }
 
 impl State {
@@ -192,7 +194,7 @@ pub fn up(opts: &UpOptions) -> Result<State> {
     let imgs = build_images()?;
     ph.done("images built");
 
-    let mut st = State { before: node::snapshot(), image: imgs[2].name.clone(), ..State::default() };
+    let mut st = State { before: node::snapshot(&[]), image: imgs[2].name.clone(), ..State::default() };
     std::fs::create_dir_all(&l.base)?;
     st.save(&l)?;
     let r = bring_up(&l, &mut st, &imgs, opts, &mut ph);
@@ -237,9 +239,9 @@ fn bring_up(
     node::shadow(c, holder, &sim.roots().dev.join("vfio"), Path::new("/dev/vfio"))?;
     wire_sim_links(&sim)?;
     let sync = Spec::new("simsync", std::env::current_exe()?, l.logs().join("simsync.log"))
-        .args([OsString::from("simsync"), l.sim().into_os_string()])
+        .args(["simsync".to_string(), l.sim().display().to_string()])
         .in_ns_of(Some(holder));
-    c.daemons.push(daemon::spawn(&sync)?.detach());
+    record(st, &sync, daemon::spawn(&sync)?);
     install_cni_plugins(l)?;
     ph.done("node laid out (netns, mounts, cgroups, simulated RDMA node)");
 
@@ -256,9 +258,11 @@ fn bring_up(
         ns_of: Some(holder),
         ready_timeout: Duration::from_secs(180),
     })?;
-    c.daemons.extend(api.detach());
+    for (name, pid, spec) in api.detach() {
+        st.created.daemons.push((name.clone(), pid));
+        st.specs.insert(name, spec);
+    }
     st.save(l)?;
-    let c = &mut st.created;
     ph.done("etcd and kube-apiserver ready");
     let ctl = l.control();
     let pki = ctl.join("pki");
@@ -299,16 +303,15 @@ fn bring_up(
         ])
         .in_ns_of(Some(holder));
     for s in [cm, sched] {
-        c.daemons.push(daemon::spawn(&s)?.detach());
+        let d = daemon::spawn(&s)?;
+        record(st, &s, d);
     }
     st.save(l)?;
-    let c = &mut st.created;
 
     // Runtime.
-    let ctrd = start_containerd(l, holder, &sim)?;
-    c.daemons.push(ctrd);
+    let (spec, ctrd) = start_containerd(l, holder, &sim)?;
+    record(st, &spec, ctrd);
     st.save(l)?;
-    let c = &mut st.created;
     for img in imgs {
         images::import(&l.containerd_sock(), img)?;
     }
@@ -322,13 +325,14 @@ fn bring_up(
         .args(["proxy".to_string(), format!("--config={}", proxy_cfg.display()), "--v=1".into()])
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .in_ns_of(Some(holder));
-    c.daemons.push(daemon::spawn(&proxy)?.detach());
+    let d = daemon::spawn(&proxy)?;
+    record(st, &proxy, d);
     st.save(l)?;
-    let c = &mut st.created;
 
     // The kubelet.
-    let kubelet = start_kubelet(l, holder)?;
-    c.daemons.push(kubelet.detach());
+    let kubelet = kubelet_spec(l, holder)?;
+    let d = daemon::spawn(&kubelet)?;
+    record(st, &kubelet, d);
     st.save(l)?;
     wait_node_ready(l)?;
     ph.done("kubelet registered, node Ready");
@@ -406,7 +410,15 @@ fn install_cni_plugins(l: &Layout) -> Result<()> {
     Ok(())
 }
 
-fn start_containerd(l: &Layout, holder: i32, sim: &nic::sim::Sim) -> Result<(String, i32)> {
+/// Notes a started daemon in the state (pid, and its spec for restarts).
+fn record(st: &mut State, spec: &Spec, d: Daemon) {
+    let (name, pid) = d.detach();
+    st.created.daemons.retain(|(n, _)| *n != name);
+    st.created.daemons.push((name.clone(), pid));
+    st.specs.insert(name, spec.clone());
+}
+
+fn start_containerd(l: &Layout, holder: i32, sim: &nic::sim::Sim) -> Result<(Spec, Daemon)> {
     let cfg = l.base.join("containerd/config.toml");
     std::fs::create_dir_all(cfg.parent().expect("has a parent"))?;
     std::fs::write(&cfg, containerd_config(l))?;
@@ -425,7 +437,7 @@ fn start_containerd(l: &Layout, holder: i32, sim: &nic::sim::Sim) -> Result<(Str
         run(Command::new(peers::bin("ctr")).arg(format!("--address={}", sock.display())).arg("version"))
             .is_ok()
     })?;
-    Ok(d.detach())
+    Ok((spec, d))
 }
 
 /// containerd 2.x configuration (version 3): CDI on, our pause image
@@ -568,7 +580,7 @@ fn multus_module_dir() -> Result<PathBuf> {
     Ok(PathBuf::from(out.trim()))
 }
 
-fn start_kubelet(l: &Layout, holder: i32) -> Result<Daemon> {
+fn kubelet_spec(l: &Layout, holder: i32) -> Result<Spec> {
     let cfg = l.base.join("kubelet.yaml");
     std::fs::write(&cfg, kubelet_config(l))?;
     let ctl = l.control();
@@ -584,7 +596,7 @@ fn start_kubelet(l: &Layout, holder: i32) -> Result<Daemon> {
         ])
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .in_ns_of(Some(holder));
-    daemon::spawn(&spec)
+    Ok(spec)
 }
 
 /// KubeletConfiguration as `hack/local-up-cluster.sh` would write it for this
@@ -753,7 +765,7 @@ fn down_locked() -> Result<Vec<String>> {
     let netns_empty = std::fs::read_dir("/run/netns").map(|mut d| d.next().is_none()).unwrap_or(true);
     if !st.before.mounts.contains("/run/netns")
         && netns_empty
-        && node::snapshot().mounts.contains("/run/netns")
+        && node::snapshot(&[]).mounts.contains("/run/netns")
     {
         let _ = run(Command::new("umount").arg("/run/netns"));
     }
@@ -764,7 +776,7 @@ fn down_locked() -> Result<Vec<String>> {
         let _ = remove_empty_tree(d);
     }
     let _ = std::fs::remove_dir_all(&l.base);
-    let after = node::snapshot();
+    let after = node::snapshot(&c.ns_inodes);
     let diff = node::diff(&st.before, &after);
     for d in &diff {
         eprintln!("cluster down: host differs: {d}");
@@ -783,6 +795,42 @@ fn remove_empty_tree(d: &Path) -> std::io::Result<()> {
         }
     }
     std::fs::remove_dir(d)
+}
+
+/// Stops daemon `name` of the running cluster (kubelet, containerd,
+/// kube-apiserver, ...): SIGTERM, then SIGKILL after `grace`.
+pub fn stop_daemon(name: &str, grace: Duration) -> Result<()> {
+    let _lock = lock()?;
+    let l = Layout::new();
+    let st = State::load(&l).context("the cluster is not up")?;
+    let (_, pid) =
+        st.created.daemons.iter().find(|(n, _)| n == name).with_context(|| format!("no daemon {name}"))?;
+    Daemon::from_pid(name, *pid, &l.logs()).stop(grace);
+    Ok(())
+}
+
+/// Starts daemon `name` again with its recorded command line (stopping it
+/// first if it runs) and records its new pid; returns it. The new process
+/// joins the cluster's cgroups, so `down` still finds it.
+pub fn restart_daemon(name: &str, grace: Duration) -> Result<i32> {
+    let _lock = lock()?;
+    let l = Layout::new();
+    let mut st = State::load(&l).context("the cluster is not up")?;
+    let spec = st.specs.get(name).cloned().with_context(|| format!("no daemon {name} to restart"))?;
+    if let Some((_, pid)) = st.created.daemons.iter().find(|(n, _)| n == name) {
+        Daemon::from_pid(name, *pid, &spec.log).stop(grace);
+    }
+    let d = daemon::spawn(&spec)?;
+    node::join_cgroups(d.pid);
+    let pid = d.pid;
+    record(&mut st, &spec, d);
+    st.save(&l)?;
+    Ok(pid)
+}
+
+/// The state of the running cluster.
+pub fn state() -> Result<State> {
+    State::load(&Layout::new()).context("the cluster is not up (scripts/cluster up)")
 }
 
 /// `export KUBECONFIG=...` for the shell.

@@ -4,7 +4,6 @@
 //! execs the program, so the pid we keep is the daemon's own), and stopped by
 //! pid: SIGTERM, then SIGKILL after a grace period.
 
-use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,14 +14,14 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 /// How to start one daemon.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Spec {
     /// Short name (logs, messages).
     pub name: String,
     /// Absolute path of the program.
     pub program: PathBuf,
     /// Its arguments.
-    pub args: Vec<OsString>,
+    pub args: Vec<String>,
     /// Extra environment.
     pub env: Vec<(String, String)>,
     /// Where stdout and stderr go (appended).
@@ -48,7 +47,7 @@ impl Spec {
     pub fn args<I, S>(mut self, args: I) -> Spec
     where
         I: IntoIterator<Item = S>,
-        S: Into<OsString>,
+        S: Into<String>,
     {
         self.args.extend(args.into_iter().map(Into::into));
         self

@@ -102,6 +102,9 @@ pub struct Created {
     pub holder: Option<i32>,
     /// Daemons: (name, pid).
     pub daemons: Vec<(String, i32)>,
+    /// Inodes of the node's network and mount namespaces (the holder's).
+    #[serde(default)]
+    pub ns_inodes: Vec<u64>,
 }
 
 /// `ip` in the host namespace.
@@ -171,6 +174,10 @@ pub fn start_holder(c: &mut Created, log: &Path) -> Result<i32> {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
         (comm.trim() == "sleep").then_some(())
     })?;
+    use std::os::unix::fs::MetadataExt;
+    for ns in ["net", "mnt"] {
+        c.ns_inodes.push(std::fs::metadata(format!("/proc/{pid}/ns/{ns}"))?.ino());
+    }
     Ok(pid)
 }
 
@@ -241,6 +248,14 @@ pub fn enter_cgroups(c: &mut Created) -> Result<()> {
             .with_context(|| format!("joining cgroup {}", daemons.display()))?;
     }
     Ok(())
+}
+
+/// Moves `pid` into `<cgroup>/daemons` of every hierarchy (a daemon restarted
+/// by a process that is not in them itself).
+pub fn join_cgroups(pid: i32) {
+    for h in cgroup_hierarchies() {
+        let _ = std::fs::write(h.join(cgroup()).join("daemons/cgroup.procs"), pid.to_string());
+    }
 }
 
 /// Every pid in `kube-rdma-e2e` of any hierarchy.
@@ -314,7 +329,7 @@ pub fn remove_cgroup(dir: &Path) {
 /// What the host looks like, for "down leaves it as it was": links and
 /// network namespaces, mounts of the host's mount namespace, device nodes
 /// under /dev/infiniband and /dev/vfio, cgroups named ours, and processes
-/// in them.
+/// in them or in the node's namespaces.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Snapshot {
     /// Host link names.
@@ -333,8 +348,10 @@ pub struct Snapshot {
     pub paths: BTreeSet<String>,
 }
 
-/// Reads a [`Snapshot`] of the host.
-pub fn snapshot() -> Snapshot {
+/// Reads a [`Snapshot`] of the host; `ns_inodes` are the node's namespaces
+/// (see [`Created::ns_inodes`]).
+pub fn snapshot(ns_inodes: &[u64]) -> Snapshot {
+    use std::os::unix::fs::MetadataExt;
     let mut s = Snapshot::default();
     if let Ok(rd) = std::fs::read_dir("/sys/class/net") {
         s.links = rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
@@ -357,16 +374,20 @@ pub fn snapshot() -> Snapshot {
             s.cgroups.insert(p.display().to_string());
         }
     }
-    let bin = crate::peers::cache_dir().join("bin");
     for pid in cgroup_pids() {
         s.processes.insert(format!("{pid} in cgroup {}", cgroup()));
     }
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-            if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
-                if exe.starts_with(&bin) {
-                    s.processes.insert(format!("{pid} {}", exe.display()));
+    // Anything still in the node's network or mount namespace (identified by inode, as
+    // recorded at `up`), wherever its cgroup.
+    if !ns_inodes.is_empty() {
+        if let Ok(rd) = std::fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+                for ns in ["net", "mnt"] {
+                    let ino = std::fs::metadata(format!("/proc/{pid}/ns/{ns}")).map(|m| m.ino()).unwrap_or(0);
+                    if ns_inodes.contains(&ino) {
+                        s.processes.insert(format!("{pid} in the node's {ns} namespace"));
+                    }
                 }
             }
         }
@@ -391,8 +412,12 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<String> {
         }
     };
     cmp("link", &before.links, &after.links);
-    cmp("netns", &before.netns, &after.netns);
-    cmp("mount", &before.mounts, &after.mounts);
+    // The CNI and lab suites make namespaces named kr-* while they run; they are not ours.
+    let foreign = |x: &String| x.starts_with("kr-") || x.starts_with("/run/netns/kr-");
+    let strip =
+        |v: &BTreeSet<String>| v.iter().filter(|x| !foreign(x)).cloned().collect::<BTreeSet<String>>();
+    cmp("netns", &strip(&before.netns), &strip(&after.netns));
+    cmp("mount", &strip(&before.mounts), &strip(&after.mounts));
     cmp("device", &before.devices, &after.devices);
     cmp("cgroup", &before.cgroups, &after.cgroups);
     cmp("process", &before.processes, &after.processes);

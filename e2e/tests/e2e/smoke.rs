@@ -32,6 +32,10 @@ pub fn cases() -> Vec<Case> {
             name: "the_default_pool_is_allocatable_on_the_node",
             run: the_default_pool_is_allocatable_on_the_node,
         },
+        Case {
+            name: "a_restarted_kubelet_comes_back_with_the_node_ready",
+            run: a_restarted_kubelet_comes_back_with_the_node_ready,
+        },
     ]
 }
 
@@ -114,6 +118,24 @@ fn the_default_pool_is_allocatable_on_the_node(ctx: &Ctx) -> Result<()> {
     })
 }
 
+fn a_restarted_kubelet_comes_back_with_the_node_ready(ctx: &Ctx) -> Result<()> {
+    let before = kube_rdma_e2e::cluster::state()?;
+    let old = before.created.daemons.iter().find(|(n, _)| n == "kubelet").map(|(_, p)| *p);
+    let pid = kube_rdma_e2e::cluster::restart_daemon("kubelet", Duration::from_secs(10))?;
+    ensure!(Some(pid) != old, "same pid after a restart");
+    ensure!(
+        kube_rdma_e2e::node::cgroup_pids().contains(&pid),
+        "the restarted kubelet is outside the cluster's cgroups"
+    );
+    eventually("the node Ready after the kubelet restart", Duration::from_secs(60), || {
+        let n = ctx.json(&["get", "node", NODE_NAME])?;
+        let ready = n["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        Ok(ready.then_some(()))
+    })
+}
+
 /// The last case: `scripts/cluster down` leaves links, netns, mounts, device
 /// nodes, cgroups and processes as they were before `up`.
 pub fn down_leaves_the_host_as_it_found_it(_ctx: &Ctx) -> Result<()> {
@@ -127,7 +149,7 @@ pub fn down_leaves_the_host_as_it_found_it(_ctx: &Ctx) -> Result<()> {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    let after = kube_rdma_e2e::node::snapshot();
+    let after = kube_rdma_e2e::node::snapshot(&[]);
     ensure!(!after.netns.contains(&kube_rdma_e2e::node::netns()), "netns still there");
     ensure!(!after.links.contains(&kube_rdma_e2e::node::host_link()), "host link still there");
     ensure!(!kube_rdma_e2e::cluster::base_dir().exists(), "base dir still there");
