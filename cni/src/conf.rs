@@ -468,17 +468,24 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
         .map(|(_, o)| Value::Object(o.map.clone()));
     let valid_attachments = if cmd == Command::Gc { parse_attachments(&top)? } else { None };
 
-    // The VF: runtimeConfig.deviceID (Multus), then deviceID, then pciBusID.
+    // The VF: runtimeConfig.deviceID (Multus), then deviceID, then pciBusID
+    // (Multus writes both, delegateAddDeviceID). DEL takes the first usable
+    // one: a wrong type or a case duplicate is an ADD-only problem.
     let device = match cmd {
         Command::Add | Command::Check | Command::Del => {
-            let named = match rc.str("deviceID")? {
-                Some(d) => Some(d),
-                None => match top.str("deviceID")? {
-                    Some(d) => Some(d),
-                    None => top.str("pciBusID")?,
-                },
-            };
-            s.take("deviceID", pci(named))?
+            let sources = [
+                ("runtimeConfig.deviceID", rc.str("deviceID")),
+                ("deviceID", top.str("deviceID")),
+                ("pciBusID", top.str("pciBusID")),
+            ];
+            let mut device = None;
+            for (what, named) in sources {
+                if let Some(p) = s.take(what, named.and_then(pci))? {
+                    device = Some(p);
+                    break;
+                }
+            }
+            device
         }
         _ => None,
     };
@@ -518,6 +525,16 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
             "missing: set deviceID (Multus fills it from the device plugin), runtimeConfig.deviceID or pciBusID; in DRA mode the runtime must pass K8S_POD_UID in CNI_ARGS (Multus does)",
         ));
     }
+    if matches!(cmd, Command::Add | Command::Check | Command::Status) {
+        for k in unknown_keys(&raw) {
+            match suggest(k) {
+                Some(near) => {
+                    tracing::warn!(key = %k, "unknown configuration key {k:?} ignored; did you mean {near:?}?");
+                }
+                None => tracing::warn!(key = %k, "unknown configuration key {k:?} ignored"),
+            }
+        }
+    }
     let attach = match cmd {
         Command::Add | Command::Check => Some(parse_attach(&top, &rc, env)?),
         // STATUS gets the same configuration as ADD: one that no ADD could take is
@@ -541,6 +558,99 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
         valid_attachments,
         raw,
     })
+}
+
+/// Top-level keys a configuration of ours may carry, besides our own
+/// ([`OURS`]): the CNI spec's (SPEC.md 1.1.0, "Network configuration" and
+/// "Plugin configuration objects": well-known fields, what runtimes insert
+/// for a plugin, GC's attachment list), and what Multus writes into a
+/// delegate (`deviceID` and `pciBusID`, pkg/types/conf.go
+/// `delegateAddDeviceID`).
+const KNOWN: &[&str] = &[
+    "cniVersion",
+    "cniVersions",
+    "name",
+    "type",
+    "disableCheck",
+    "disableGC",
+    "capabilities",
+    "ipMasq",
+    "ipam",
+    "dns",
+    "args",
+    "runtimeConfig",
+    "prevResult",
+    "cni.dev/valid-attachments",
+    "cni.dev/attachments",
+    "deviceID",
+    "pciBusID",
+];
+
+/// Our own keys: configuration of the VF and of this plugin (matched ASCII
+/// case-insensitively, as every key; kept from IPAM plugins).
+pub const OURS: &[&str] = &[
+    "stateDir",
+    "logLevel",
+    "logFile",
+    "logFormat",
+    "vlan",
+    "vlanQoS",
+    "vlanProto",
+    "mac",
+    "mtu",
+    "spoofchk",
+    "trust",
+    "link_state",
+    "min_tx_rate",
+    "max_tx_rate",
+    "rdma",
+    "claim",
+    "request",
+    "preparedDir",
+];
+
+/// Top-level keys that are neither ours nor the spec's nor Multus's. They are
+/// accepted (a meta-plugin may add its own) and logged, so that a typo
+/// (`vlna`) does not pass unnoticed.
+pub fn unknown_keys(raw: &Value) -> Vec<&str> {
+    raw.as_object()
+        .into_iter()
+        .flat_map(|m| m.keys())
+        .filter(|k| !KNOWN.iter().chain(OURS).any(|x| x.eq_ignore_ascii_case(k)))
+        .map(String::as_str)
+        .collect()
+}
+
+/// The known key `k` is most likely a typo of: at most two edits away
+/// (insertions, deletions, substitutions, swaps of neighbours), ignoring case.
+fn suggest(k: &str) -> Option<&'static str> {
+    let k = k.to_ascii_lowercase();
+    KNOWN
+        .iter()
+        .chain(OURS)
+        .map(|x| (osa_distance(&k, &x.to_ascii_lowercase()), *x))
+        .filter(|(d, _)| *d <= 2)
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, x)| x)
+}
+
+/// Optimal string alignment distance (Levenshtein plus transpositions).
+fn osa_distance(a: &str, b: &str) -> usize {
+    let (a, b): (Vec<char>, Vec<char>) = (a.chars().collect(), b.chars().collect());
+    // d[i][j]: the distance between a[..i] and b[..j].
+    let mut d: Vec<Vec<usize>> = (0..=a.len())
+        .map(|i| (0..=b.len()).map(|j| i.max(j) * usize::from(i == 0 || j == 0)).collect())
+        .collect();
+    for i in 1..=a.len() {
+        for j in 1..=b.len() {
+            let cost = usize::from(a[i - 1] != b[j - 1]);
+            d[i][j] = (d[i - 1][j] + 1).min(d[i][j - 1] + 1).min(d[i - 1][j - 1] + cost);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                d[i][j] = d[i][j].min(d[i - 2][j - 2] + 1);
+            }
+        }
+    }
+    d[a.len()][b.len()]
 }
 
 fn parse_ipam(top: &Keys) -> Result<Option<Ipam>> {
@@ -818,6 +928,55 @@ mod tests {
         }
         assert!(parse(with("vlan", json!(5000)), &env(), Command::Add).is_err());
         assert!(parse(base(), &e, Command::Add).is_err(), "ADD refuses a malformed CNI_ARGS");
+    }
+
+    #[test]
+    fn del_takes_the_first_usable_device_source() {
+        // Wrong types and case duplicates are ADD's problem: DEL falls through to the next source.
+        let mut v = json!({"cniVersion": "1.1.0", "name": "n", "deviceID": 7, "pciBusID": "0000:01:00.4"});
+        assert_eq!(
+            parse(v.clone(), &env(), Command::Del).unwrap().device.unwrap().to_string(),
+            "0000:01:00.4"
+        );
+        assert!(parse(v.clone(), &env(), Command::Add).is_err());
+        v["deviceID"] = json!("0000:01:00.5");
+        v["DeviceID"] = json!("0000:01:00.6");
+        v["runtimeConfig"] = json!({"deviceID": ["x"]});
+        assert_eq!(
+            parse(v.clone(), &env(), Command::Del).unwrap().device.unwrap().to_string(),
+            "0000:01:00.4"
+        );
+        let e = parse(v, &env(), Command::Add).unwrap_err();
+        assert!(e.to_string().contains("runtimeConfig.deviceID"), "{e}");
+    }
+
+    #[test]
+    fn unknown_keys_are_named_and_what_runtimes_and_multus_add_is_not() {
+        let mut v = base();
+        for k in [
+            "type",
+            "ipam",
+            "dns",
+            "args",
+            "runtimeConfig",
+            "capabilities",
+            "prevResult",
+            "pciBusID",
+            "disableCheck",
+            "cni.dev/valid-attachments",
+            "LogLevel",
+            "preparedDir",
+        ] {
+            v[k] = json!({});
+        }
+        assert!(unknown_keys(&v).is_empty(), "{:?}", unknown_keys(&v));
+        v["vlna"] = json!(3);
+        v["kubernetes"] = json!({});
+        assert_eq!(unknown_keys(&v), ["kubernetes", "vlna"]);
+        assert_eq!(
+            (suggest("vlna"), suggest("Spoofchek"), suggest("kubernetes")),
+            (Some("vlan"), Some("spoofchk"), None)
+        );
     }
 
     #[test]

@@ -80,13 +80,24 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A journal cannot be read (left in place for inspection).
-    #[error("journal {} is unreadable ({why}); left in place, remove it once its attachment is dealt with", path.display())]
+    /// A journal cannot be read.
+    #[error("journal {} is unreadable ({why}); the attachment's DEL tears down without it and removes it", path.display())]
     Corrupt {
         /// The file.
         path: PathBuf,
         /// What is wrong.
         why: String,
+    },
+    /// The journal file an attachment's name hashes to holds another
+    /// attachment (a hash collision): it is that one's, never ours to use.
+    #[error("journal {} belongs to {owner}, not {wanted} (hash collision of their container IDs)", path.display())]
+    Collision {
+        /// The file.
+        path: PathBuf,
+        /// `containerID/ifname` it holds.
+        owner: String,
+        /// `containerID/ifname` looked for.
+        wanted: String,
     },
     /// A netlink request failed.
     #[error("{step}")]
@@ -131,7 +142,7 @@ impl Error {
             Error::Netns(_) => 3,
             Error::Busy { .. } => 11,
             Error::Unavailable(_) => 50,
-            Error::Io { .. } | Error::Corrupt { .. } => 5,
+            Error::Io { .. } | Error::Corrupt { .. } | Error::Collision { .. } => 5,
             Error::Netlink { .. } => 100,
             // Well-known codes the IPAM plugin gave (1-11; 50/51 from its STATUS).
             Error::Ipam { code: Some(c), .. } if (1..=11).contains(c) || *c == 50 || *c == 51 => *c,
@@ -154,7 +165,7 @@ impl Error {
             Error::Busy { .. } => "busy",
             Error::Unavailable(_) => "unavailable",
             Error::Io { .. } => "io",
-            Error::Corrupt { .. } => "journal",
+            Error::Corrupt { .. } | Error::Collision { .. } => "journal",
             Error::Netlink { .. } => "netlink",
             Error::Ipam { .. } => "ipam",
             Error::Rdma(_) => "rdma",

@@ -6,6 +6,7 @@
 //! while runtimes send it; the result is converted back to what the runtime asked.
 
 use std::io::Write;
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -35,7 +36,18 @@ pub fn find_plugin(env: &Env, name: &str) -> Result<PathBuf> {
     })
 }
 
-fn command(plugin: &Path, cmd: &str, env: &Env) -> Proc {
+/// The plugin's process: the runtime's `CNI_*` values (as libcni's
+/// `DelegateArgs` passes them: our environment, `CNI_COMMAND` replaced) and,
+/// when `held` is given, that lock descriptor left open across `exec`.
+///
+/// The child is not tied to our life (no `PR_SET_PDEATHSIG`), as in the
+/// reference delegation (containernetworking/cni `pkg/invoke`, `exec.Cmd`
+/// with the plugin's own context): killed by the runtime's timeout, we must
+/// not kill host-local between creating a lease file and writing its owner
+/// into it, which leaves an empty lease no DEL can match. The VF lock it
+/// inherits makes the DEL that follows wait for it to finish, so the DEL's
+/// release sees its lease (issue 22, defect 3).
+fn command(plugin: &Path, cmd: &str, env: &Env, held: Option<RawFd>) -> Proc {
     let mut c = Proc::new(plugin);
     // CNI_ARGS and CNI_PATH exactly as we got them (spec: delegates see the
     // runtime's values).
@@ -54,16 +66,17 @@ fn command(plugin: &Path, cmd: &str, env: &Env) -> Proc {
         Some(p) => c.env("CNI_PATH", p),
         None => c.env_remove("CNI_PATH"),
     };
-    // If we die (crash, runtime timeout), the IPAM plugin dies with us rather
-    // than finishing an allocation nobody will see; DEL then releases
-    // whatever it had written. The signal follows the *thread* that forked,
-    // so the thread that starts a plugin also waits for it (see `start`).
-    // SAFETY: prctl is async-signal-safe.
-    unsafe {
-        c.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
-            Ok(())
-        });
+    if let Some(fd) = held {
+        // SAFETY: fcntl is async-signal-safe; `fd` is open in the parent (a
+        // lock it holds while the child runs), hence in the forked child.
+        unsafe {
+            c.pre_exec(move || {
+                if libc::fcntl(fd, libc::F_SETFD, 0) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
     }
     c
 }
@@ -78,9 +91,10 @@ pub struct Pending {
     cmd: &'static str,
 }
 
-/// Starts `plugin` with `cmd` and `conf` on stdin.
-pub fn start(plugin: &Path, cmd: &'static str, env: &Env, conf: &Value) -> Pending {
-    let mut c = command(plugin, cmd, env);
+/// Starts `plugin` with `cmd` and `conf` on stdin; `held`: a lock the
+/// plugin inherits (see [`command`]).
+pub fn start(plugin: &Path, cmd: &'static str, env: &Env, conf: &Value, held: Option<RawFd>) -> Pending {
+    let mut c = command(plugin, cmd, env, held);
     let stdin = serde_json::to_vec(conf).unwrap_or_default();
     let name = plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam").to_string();
     let thread = std::thread::spawn(move || {
@@ -133,7 +147,7 @@ impl Pending {
 }
 
 fn exec(plugin: &Path, cmd: &'static str, env: &Env, stdin: &[u8]) -> std::io::Result<(bool, Vec<u8>)> {
-    let mut child = command(plugin, cmd, env).spawn()?;
+    let mut child = command(plugin, cmd, env, None).spawn()?;
     if let Some(mut i) = child.stdin.take() {
         // VERSION answers without reading stdin: EPIPE here is normal.
         let _ = i.write_all(stdin);
@@ -193,12 +207,32 @@ fn plugin_versions(plugin: &Path, env: &Env, state_dir: &Path) -> Result<Vec<Str
         .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
         .unwrap_or_default();
     cache.insert(key, json!(vs));
-    // Best effort: a lost cache only costs one more VERSION exec.
-    let tmp = state_dir.join(format!(".ipam-versions.{}.tmp", std::process::id()));
-    if std::fs::write(&tmp, serde_json::to_vec(&cache).unwrap_or_default()).is_ok() {
-        let _ = std::fs::rename(&tmp, &cache_path);
-    }
+    store_versions(&cache_path, cache);
     Ok(vs)
+}
+
+/// Adds `ours` to the VERSION cache in place, under an exclusive `flock` of
+/// the file (entries other processes added meanwhile kept). Best effort: a
+/// lost or torn cache (a reader racing the write, a process killed during
+/// it) reads as empty and only costs one more VERSION exec, and in place no
+/// temp file is left behind by a kill.
+fn store_versions(path: &Path, ours: serde_json::Map<String, Value>) {
+    use std::io::{Read, Seek};
+    let Ok(mut f) =
+        std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)
+    else {
+        return;
+    };
+    // SAFETY: flock on a descriptor we own; released when `f` is closed.
+    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+        return;
+    }
+    let mut have = Vec::new();
+    let mut cache: serde_json::Map<String, Value> =
+        f.read_to_end(&mut have).ok().and_then(|_| serde_json::from_slice(&have).ok()).unwrap_or_default();
+    cache.extend(ours);
+    let body = serde_json::to_vec(&cache).unwrap_or_default();
+    let _ = f.set_len(0).and_then(|_| f.rewind()).and_then(|_| f.write_all(&body));
 }
 
 /// Picks the newest version both sides speak, not above what the runtime asked
@@ -212,30 +246,11 @@ pub fn negotiate(requested: &str, plugin: &[String]) -> Option<String> {
     ours.iter().max_by_key(|v| version_key(v)).map(|v| v.to_string())
 }
 
-/// Our own keys: configuration of the VF and of this plugin, which an IPAM
-/// plugin has no use for (compared ASCII case-insensitively, as read).
-const OURS: &[&str] = &[
-    "deviceID",
-    "pciBusID",
-    "vlan",
-    "vlanQoS",
-    "vlanProto",
-    "mac",
-    "mtu",
-    "spoofchk",
-    "trust",
-    "link_state",
-    "min_tx_rate",
-    "max_tx_rate",
-    "rdma",
-    "stateDir",
-    "logLevel",
-    "logFile",
-    "logFormat",
-    "prevResult",
-    "cni.dev/valid-attachments",
-    "cni.dev/attachments",
-];
+/// Keys an IPAM plugin has no use for besides our own ([`crate::conf::OURS`]):
+/// which VF, the previous result, GC's list (compared ASCII
+/// case-insensitively, as read).
+const NOT_FOR_IPAM: &[&str] =
+    &["deviceID", "pciBusID", "prevResult", "cni.dev/valid-attachments", "cni.dev/attachments"];
 
 /// The stdin for the IPAM plugin: the network configuration with
 /// `cniVersion` replaced, without our own keys and `prevResult`. Which other
@@ -246,7 +261,9 @@ pub fn delegate_conf(raw: &Value, version: &str) -> Value {
         .as_object()
         .map(|o| {
             o.iter()
-                .filter(|(k, _)| !OURS.iter().any(|x| x.eq_ignore_ascii_case(k)))
+                .filter(|(k, _)| {
+                    !NOT_FOR_IPAM.iter().chain(crate::conf::OURS).any(|x| x.eq_ignore_ascii_case(k))
+                })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         })
@@ -295,7 +312,7 @@ pub fn forward_v11(
         m.retain(|k, _| !k.eq_ignore_ascii_case("cniVersion"));
         m.insert("cniVersion".into(), json!("1.1.0"));
     }
-    start(&plugin, cmd, env, &conf).wait()?;
+    start(&plugin, cmd, env, &conf, None).wait()?;
     Ok(true)
 }
 

@@ -6,9 +6,9 @@
 //! (which VF) → a command of [`cmd`]: ADD plans [`step`]s (PF-side
 //! attributes, IPAM via [`ipam`], netdev move+rename+config in one request,
 //! RDMA move via [`rdma`], device-info file), journals them once
-//! ([`journal`]) and applies them; any failure, DEL and GC undo them
-//! ([`txn`]) → result JSON ([`result`]) on stdout. Link requests go through
-//! [`nic::netlink::link`] (rtnetlink). Logging settings: [`logging`].
+//! ([`journal`]) and applies them; any failure, DEL and GC undo them, best
+//! effort ([`txn`]) → result JSON ([`result`]) on stdout. Link requests go
+//! through [`nic::netlink::link`] (rtnetlink). Logging settings: [`logging`].
 //!
 //! ```no_run
 //! let env = |k: &str| std::env::var(k).ok();

@@ -56,20 +56,35 @@ pub fn plan(mode: RdmaMode, vf: &VfDev, roots: &Roots) -> Result<Vec<String>> {
     }
 }
 
-fn client(from: Option<&Netns>) -> Result<Client<SocketTransport>> {
-    match from {
+/// An nldev client in our netns or in `from`; `None` when the kernel has no
+/// RDMA netlink family (`EPROTONOSUPPORT`: ib_core is not loaded).
+fn client(from: Option<&Netns>) -> Result<Option<Client<SocketTransport>>> {
+    let opened = match from {
         None => SocketTransport::open(NETLINK_RDMA),
         Some(ns) => SocketTransport::open_in(ns, NETLINK_RDMA).map_err(Error::Netns)?,
+    };
+    match opened {
+        Ok(t) => Ok(Some(Client::new(t))),
+        Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => Ok(None),
+        Err(e) => Err(Error::Rdma(format!("cannot open a NETLINK_RDMA socket: {e}"))),
     }
-    .map(Client::new)
-    .map_err(|e| Error::Rdma(format!("cannot open a NETLINK_RDMA socket: {e}")))
 }
+
+const NO_FAMILY: &str = "no RDMA subsystem: the kernel has no NETLINK_RDMA family (is ib_core loaded?)";
 
 /// `rdma dev set NAME netns TO` for each of `names`, seen from our netns
 /// (ADD: `from` = None) or from `from` (DEL, back to us). Devices already
-/// gone from `from` are skipped.
+/// gone from `from` are skipped; so are all of them when the RDMA subsystem
+/// is gone (ib_core unloaded destroyed them, nothing is left to move back).
 pub fn move_devices(names: &[String], to: &Netns, from: Option<&Netns>) -> Result<()> {
-    let mut c = client(from)?;
+    let mut c = match client(from)? {
+        Some(c) => c,
+        None if from.is_some() => {
+            tracing::warn!(rdma = ?names, "{NO_FAMILY}; its devices went with it, nothing to move back");
+            return Ok(());
+        }
+        None => return Err(Error::Rdma(NO_FAMILY.into())),
+    };
     let devs = c.rdma_devices().map_err(rdma_err)?;
     for n in names {
         let d: &RdmaDevice = match devs.iter().find(|d| &d.name == n) {
@@ -84,7 +99,7 @@ pub fn move_devices(names: &[String], to: &Netns, from: Option<&Netns>) -> Resul
 
 /// The RDMA devices visible in `ns`, by name.
 pub fn devices_in(ns: &Netns) -> Result<Vec<String>> {
-    let mut c = client(Some(ns))?;
+    let mut c = client(Some(ns))?.ok_or_else(|| Error::Rdma(NO_FAMILY.into()))?;
     Ok(c.rdma_devices().map_err(rdma_err)?.into_iter().map(|d| d.name).collect())
 }
 

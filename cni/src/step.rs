@@ -6,6 +6,7 @@
 //! the journal lists all planned steps before the first one runs: a crash
 //! anywhere leaves DEL enough to restore the host.
 
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 
 use nic::netlink::link::{Link, LinkChange, LinkError, RouteSocket};
@@ -57,7 +58,7 @@ impl Step {
     pub fn undo(&self, cx: &mut UndoCx) -> Result<()> {
         match self {
             Step::PfAttrs(s) => s.undo(cx),
-            Step::Ipam(s) => s.start_undo(cx.env).and_then(ipam::Pending::wait).map(|_| ()),
+            Step::Ipam(s) => s.start_undo(cx.env, cx.held).and_then(ipam::Pending::wait).map(|_| ()),
             Step::MoveNetdev(s) => s.undo(cx),
             Step::MoveRdma(s) => s.undo(cx),
             Step::DeviceInfo(s) => s.undo(),
@@ -67,7 +68,8 @@ impl Step {
 }
 
 /// What undo runs against: the process's roots, an environment for delegated
-/// plugins, the attachment's pod netns (if it still exists) and the VF.
+/// plugins, the attachment's pod netns (if it still exists), the VF and the
+/// VF lock held for it.
 pub struct UndoCx<'a> {
     /// Sysfs/dev roots.
     pub roots: &'a Roots,
@@ -77,6 +79,8 @@ pub struct UndoCx<'a> {
     pub pod: Option<Netns>,
     /// The VF's PCI address.
     pub pci: Option<PciAddr>,
+    /// The VF lock's descriptor, which IPAM plugins inherit ([`crate::ipam::start`]).
+    pub held: Option<RawFd>,
     host: Option<RouteSocket>,
     /// The pod's route socket, being opened on a thread in the pod.
     pod_socket: Option<Spawned<std::result::Result<RouteSocket, LinkError>>>,
@@ -86,10 +90,16 @@ impl<'a> UndoCx<'a> {
     /// A context for undoing an attachment whose pod netns is at `netns`.
     /// Starts opening a route socket in the pod right away: the netdev's
     /// way home starts there.
-    pub fn new(roots: &'a Roots, env: &'a Env, netns: &str, pci: Option<PciAddr>) -> Self {
+    pub fn new(
+        roots: &'a Roots,
+        env: &'a Env,
+        netns: &str,
+        pci: Option<PciAddr>,
+        held: Option<RawFd>,
+    ) -> Self {
         let pod = if netns.is_empty() { None } else { Netns::open(netns).ok() };
         let pod_socket = pod.as_ref().and_then(|p| p.spawn(RouteSocket::open_here).ok());
-        UndoCx { roots, env, pod, pci, host: None, pod_socket }
+        UndoCx { roots, env, pod, pci, held, host: None, pod_socket }
     }
 
     /// The pod's route socket (`None`: no pod netns).
@@ -232,16 +242,17 @@ impl IpamLease {
         IpamLease { plugin, conf }
     }
 
-    /// Starts the plugin's ADD (it runs while the kernel moves the netdev).
-    pub fn apply(&self, env: &Env) -> Result<ipam::Pending> {
+    /// Starts the plugin's ADD (it runs while the kernel moves the netdev),
+    /// holding the VF lock `held` until it ends.
+    pub fn apply(&self, env: &Env, held: Option<RawFd>) -> Result<ipam::Pending> {
         let p = ipam::find_plugin(env, &self.plugin)?;
-        Ok(ipam::start(&p, "ADD", env, &self.conf))
+        Ok(ipam::start(&p, "ADD", env, &self.conf, held))
     }
 
     /// Starts the plugin's DEL.
-    pub fn start_undo(&self, env: &Env) -> Result<ipam::Pending> {
+    pub fn start_undo(&self, env: &Env, held: Option<RawFd>) -> Result<ipam::Pending> {
         let p = ipam::find_plugin(env, &self.plugin)?;
-        Ok(ipam::start(&p, "DEL", env, &self.conf))
+        Ok(ipam::start(&p, "DEL", env, &self.conf, held))
     }
 }
 
@@ -333,6 +344,14 @@ impl NetdevMove {
         }
     }
 
+    /// Whether `l`, on the host, is this VF: [`Self::is_ours`], or a virtual
+    /// stand-in already given its original MAC back by an earlier undo.
+    fn is_ours_home(&self, l: &Link, pci: Option<PciAddr>) -> bool {
+        self.is_ours(l, pci)
+            || (l.parent.is_none()
+                && matches!((&self.original.mac, &l.mac), (Some(want), Some(have)) if want.eq_ignore_ascii_case(&fmt_mac(have))))
+    }
+
     /// The restoring part of a change, for a link now in state `l`.
     fn restore(&self, l: &Link) -> LinkChange {
         let mac =
@@ -365,34 +384,48 @@ impl NetdevMove {
         }
         let (pci, roots) = (cx.pci, cx.roots);
         let host = cx.host()?;
-        let mut link = host.link_by_name(&self.host_name)?;
-        if link.is_none() {
-            // The kernel's name for it: sysfs shows it, or it kept its pod name.
-            let current = pci.and_then(|pci| VfDev::lookup(roots, pci).ok()).and_then(|v| v.netdev);
-            for cand in current.iter().chain(std::iter::once(&self.pod_name)) {
-                let Some(l) = host.link_by_name(cand)?.filter(|l| self.is_ours(l, pci)) else { continue };
-                if l.up {
-                    let down = LinkChange { up: Some(false), ..LinkChange::default() };
-                    host.set_link(l.index, &down)
-                        .map_err(|e| Error::link(format!("bring {cand} down"), e))?;
-                }
-                let rename = LinkChange { name: Some(self.host_name.clone()), ..LinkChange::default() };
-                host.set_link(l.index, &rename)
-                    .map_err(|e| Error::link(format!("rename {cand} back to {}", self.host_name), e))?;
-                link = host.link_by_name(&self.host_name)?;
-                break;
+        // Its host name may have been taken meanwhile by a link that is not
+        // ours: that one is never renamed, brought down or reconfigured.
+        let named = host.link_by_name(&self.host_name)?;
+        match &named {
+            Some(l) if self.is_ours_home(l, pci) => return self.restore_on_host(host, l),
+            Some(_) => {
+                tracing::warn!(name = %self.host_name, "another link has the VF's host name; leaving it alone");
             }
+            None => {}
         }
-        let Some(l) = link else {
-            tracing::warn!(name = %self.host_name, "VF netdev not found on the host or in the pod; nothing to restore");
-            return Ok(());
-        };
-        let change = self.restore(&l);
+        // The kernel's name for it: sysfs shows it, or it kept its pod name.
+        let current = pci.and_then(|pci| VfDev::lookup(roots, pci).ok()).and_then(|v| v.netdev);
+        for cand in current.iter().chain(std::iter::once(&self.pod_name)).filter(|c| **c != self.host_name) {
+            let Some(l) = host.link_by_name(cand)?.filter(|l| self.is_ours(l, pci)) else { continue };
+            if named.is_some() {
+                tracing::warn!(name = %cand, "the VF stays under this name: its host name is taken");
+                return self.restore_on_host(host, &l);
+            }
+            if l.up {
+                let down = LinkChange { up: Some(false), ..LinkChange::default() };
+                host.set_link(l.index, &down).map_err(|e| Error::link(format!("bring {cand} down"), e))?;
+            }
+            let rename = LinkChange { name: Some(self.host_name.clone()), ..LinkChange::default() };
+            host.set_link(l.index, &rename)
+                .map_err(|e| Error::link(format!("rename {cand} back to {}", self.host_name), e))?;
+            return match host.link_by_name(&self.host_name)? {
+                Some(l) => self.restore_on_host(host, &l),
+                None => Ok(()),
+            };
+        }
+        tracing::warn!(name = %self.host_name, "VF netdev not found on the host or in the pod; nothing to restore");
+        Ok(())
+    }
+
+    /// Puts back MAC, MTU and state of `l`, our VF on the host.
+    fn restore_on_host(&self, host: &mut RouteSocket, l: &Link) -> Result<()> {
+        let change = self.restore(l);
         if change.is_empty() {
             return Ok(());
         }
         host.set_link(l.index, &change)
-            .map_err(|e| Error::link(format!("restore MAC/MTU/state of {}", self.host_name), e))
+            .map_err(|e| Error::link(format!("restore MAC/MTU/state of {}", l.name), e))
     }
 
     /// `ip -n POD link set IFNAME netns HOST name HOSTNAME [address] [mtu] [up|down]`.

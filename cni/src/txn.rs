@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::step::{Step, UndoCx};
 
 /// How long ADD/DEL/GC wait for the per-VF lock.
@@ -42,37 +42,59 @@ pub fn failpoint(point: &str) {
     }
 }
 
-/// Undoes `steps`, last first, each whether or not it ran. The IPAM release
-/// is started first, so that it runs while the netdev moves back. Goes on
-/// past a failing undo and returns the first error.
-pub fn undo(steps: &[Step], cx: &mut UndoCx) -> Result<()> {
-    let mut first: Option<Error> = None;
-    let mut keep = |what: &str, r: Result<()>| {
-        if let Err(e) = r {
-            tracing::error!(step = what, error = %e.chain(), "undo failed");
-            first.get_or_insert(e);
-        }
-    };
+/// What an undo could not do; each failure was logged as it happened.
+#[derive(Debug, Default)]
+pub struct Undone {
+    /// Steps other than the IPAM release whose undo failed.
+    pub steps: Vec<(&'static str, Error)>,
+    /// The IPAM release, if it failed: only the plugin can release its
+    /// lease, and a retried DEL may still succeed at it.
+    pub ipam: Option<Error>,
+}
+
+impl Undone {
+    /// Whether everything was undone.
+    pub fn complete(&self) -> bool {
+        self.steps.is_empty() && self.ipam.is_none()
+    }
+
+    /// The first failure, the IPAM release's first.
+    pub fn first(self) -> Option<Error> {
+        self.ipam.or_else(|| self.steps.into_iter().next().map(|(_, e)| e))
+    }
+}
+
+/// Undoes `steps`, last first, each whether or not it ran, going on past a
+/// failing one (best effort, as DEL must be: CNI spec 1.1.0, "DEL"). The
+/// IPAM release is started first, so that it runs while the netdev moves
+/// back.
+pub fn undo(steps: &[Step], cx: &mut UndoCx) -> Undone {
+    let mut undone = Undone::default();
     // Measured (cni/benches/add_del.rs, 30 interleaved rounds each): a DEL
     // that releases IPAM while the netdev moves back took 23.8 ms, one that
     // releases it after the move 32.9 ms.
     let releases: Vec<_> = steps
         .iter()
         .filter_map(|s| match s {
-            Step::Ipam(l) => Some(l.start_undo(cx.env)),
+            Step::Ipam(l) => Some(l.start_undo(cx.env, cx.held)),
             _ => None,
         })
         .collect();
     for s in steps.iter().rev().filter(|s| !matches!(s, Step::Ipam(_))) {
         let t = std::time::Instant::now();
-        keep(s.name(), s.undo(cx));
-        tracing::debug!(step = s.name(), ms = t.elapsed().as_secs_f64() * 1e3, "undone");
+        match s.undo(cx) {
+            Ok(()) => tracing::debug!(step = s.name(), ms = t.elapsed().as_secs_f64() * 1e3, "undone"),
+            Err(e) => {
+                tracing::error!(step = s.name(), error = %e.chain(), "undo failed; going on with the rest");
+                undone.steps.push((s.name(), e));
+            }
+        }
     }
     for r in releases {
-        keep("ipam", r.and_then(|p| p.wait()).map(|_| ()));
+        if let Err(e) = r.and_then(|p| p.wait()) {
+            tracing::error!(step = "ipam", error = %e.chain(), "IPAM release failed");
+            undone.ipam.get_or_insert(e);
+        }
     }
-    match first {
-        Some(e) => Err(e),
-        None => Ok(()),
-    }
+    undone
 }

@@ -516,3 +516,48 @@ fn gc_and_status_are_forwarded_to_a_spec_1_1_ipam_plugin() {
         calls().lines().filter(|l| l.starts_with("ipam10 ")).map(str::to_string).collect();
     assert!(ipam10.iter().all(|l| l.starts_with("ipam10 VERSION")), "{ipam10:?}");
 }
+
+/// Issue 22, defect 6: an unknown key (`"vlna": 3`) is accepted, never
+/// refused (meta-plugins add keys of their own), and logged as a warning that
+/// names it; the keys the CNI spec, runtimes and Multus put in a
+/// configuration are not.
+#[test]
+fn unknown_keys_are_accepted_and_logged_by_name_but_spec_runtime_and_multus_keys_are_not() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let dir = tempfile::tempdir().unwrap();
+    let run = |extra: &[(&str, Value)]| -> Vec<String> {
+        let log = dir.path().join(format!("{}.log", extra.len()));
+        let mut conf = lab.conf("1.1.0", pci, "10.236.0.0/24");
+        conf["logFile"] = json!(log);
+        for (k, v) in extra {
+            conf[*k] = v.clone();
+        }
+        let (code, out) = lab.cni("ADD", "uk1", pod.path(), "net1", &conf);
+        assert_eq!(code, 0, "{out}");
+        let (code, out) = lab.cni("DEL", "uk1", pod.path(), "net1", &conf);
+        assert_eq!(code, 0, "{out}");
+        lines(&log).into_iter().filter(|l| l.contains("WARN")).collect()
+    };
+    // As Multus and libcni hand a delegate over: deviceID and pciBusID
+    // (delegateAddDeviceID), runtimeConfig for the capabilities, args.
+    let pci_s = json!(pci.to_string());
+    let multus = [
+        ("pciBusID", pci_s.clone()),
+        ("runtimeConfig", json!({"deviceID": pci_s, "CNIDeviceInfoFile": dir.path().join("none.json")})),
+        ("capabilities", json!({"deviceID": true, "ips": true})),
+        ("args", json!({"cni": {"ips": []}})),
+        ("dns", json!({"nameservers": ["10.96.0.10"]})),
+        ("disableCheck", json!(false)),
+    ];
+    let warnings = run(&multus);
+    assert!(warnings.is_empty(), "{warnings:#?}");
+    let warnings = run(&[("vlna", json!(3)), ("kubernetes", json!({"kubeconfig": "/x"}))]);
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
+    assert!(
+        warnings.iter().any(|l| l.contains("\"vlna\"") && l.contains("did you mean \"vlan\"")),
+        "{warnings:#?}"
+    );
+    assert!(warnings.iter().any(|l| l.contains("\"kubernetes\"")), "{warnings:#?}");
+}

@@ -433,6 +433,15 @@ fn del_after_each_refused_add_succeeds_and_leaves_the_host_as_before() {
     refused_add_then_del(&lab, &pod, "CNI_ARGS MAC=zz", &ok, &[("CNI_ARGS", "IgnoreUnknown=1;MAC=zz")], 7);
     refused_add_then_del(&lab, &pod, "cniVersion 9.9.9", &with("cniVersion", json!("9.9.9")), &[], 1);
     refused_add_then_del(&lab, &pod, "malformed JSON", b"{\"cniVersion\": ", &[], 6);
+    refused_add_then_del(&lab, &pod, "deviceID of the wrong type", &with("deviceID", json!(7)), &[], 7);
+    refused_add_then_del(
+        &lab,
+        &pod,
+        "deviceID twice in different case",
+        &with("DeviceID", json!(pci.to_string())),
+        &[],
+        7,
+    );
     let mut big = base.clone();
     big["padding"] = json!("x".repeat(1 << 20));
     refused_add_then_del(&lab, &pod, "stdin over 1 MiB", &serde_json::to_vec(&big).unwrap(), &[], 6);
@@ -675,12 +684,15 @@ fn gc_goes_past_a_corrupt_journal_and_reports_it() {
     assert!(out["msg"].as_str().unwrap().contains("gx0:net1.json"), "{out}");
     assert!(lab.host_links().contains(&lab.vfs[1].1), "the readable one was collected");
     assert_eq!(journal_files(&lab), vec![bad.clone()], "the unreadable one is left for inspection");
-    // DEL of the broken one still tears down (here: IPAM; its VF is in the pod,
-    // found through prevResult-less DEL only by its journal, which is gone).
+    // DEL of the broken one still tears down: IPAM from its configuration, and
+    // its VF, which deviceID names and the unreadable journal shows it took,
+    // comes home (under its pod name: the host name was in the journal).
     let (code, out) = lab.cni("DEL", "gx0", pods[0].path(), "net1", &conf(0));
     assert_eq!(code, 0, "{out}");
-    assert!(!bad.exists(), "moved aside");
+    assert!(links(pods[0].name()).is_empty(), "the VF left the pod");
+    assert!(lab.host_links().contains("net1"), "{:?}", lab.host_links());
     assert_eq!(lab.ipam_allocations().len(), 0);
+    assert!(lab.state_files().is_empty(), "removed, no .corrupt copy: {:?}", lab.state_files());
 }
 
 #[test]
@@ -758,8 +770,6 @@ fn dra_mode_finds_the_pods_prepared_vf_by_pod_uid_and_records_the_attachment() {
     prepared::write_claim(dir.path(), &claim).unwrap();
     let mut conf = lab.conf("1.1.0", lab.vfs[0].0, "10.209.0.0/24");
     conf.as_object_mut().unwrap().remove("deviceID");
-    // Two interfaces on one network: one route would clash.
-    conf["ipam"]["routes"] = json!([]);
     conf["claim"] = json!("rdma");
     conf["request"] = json!("vf");
     conf["preparedDir"] = json!(dir.path());
@@ -827,4 +837,489 @@ fn dra_mode_finds_the_pods_prepared_vf_by_pod_uid_and_records_the_attachment() {
     let (code, out) = lab.cni_env("ADD", "s3", pod.path(), "net1", &conf, &[("CNI_ARGS", "")]);
     assert_eq!(code, 7, "{out}");
     assert!(links(pod.name()).is_empty());
+}
+
+/// A pod whose `eth0` has its default route, as the cluster network leaves it.
+fn pod_with_eth0(lab: &Lab) -> nic::netns::NamedNetns {
+    let pod = lab.pod(0);
+    ip(pod.name(), &["link", "add", "eth0", "type", "veth", "peer", "name", "eth0p"]);
+    ip(pod.name(), &["addr", "add", "10.9.0.5/16", "dev", "eth0"]);
+    ip(pod.name(), &["link", "set", "eth0", "up"]);
+    ip(pod.name(), &["link", "set", "eth0p", "up"]);
+    ip(pod.name(), &["route", "add", "default", "via", "10.9.0.1", "dev", "eth0"]);
+    pod
+}
+
+/// `n` VFs of one network in one pod (the multi-rail RDMA workload), the
+/// network's IPAM giving each a route and a default route (both families with
+/// `v6`): every ADD succeeds beside the routes the others and eth0 already
+/// have, every `netN` is up with its address, CHECK passes, and the DELs
+/// bring every VF home as it was and leave no lease or journal.
+fn vfs_of_one_network_come_up_with_their_routes(n: u32, v4: &str, v6: Option<&str>) {
+    let lab = Lab::new("e810-xxv", n, "");
+    let pod = pod_with_eth0(&lab);
+    let before: Vec<_> = lab.vfs.iter().map(|(_, name)| link_info(lab.host.name(), name)).collect();
+    let mut conf = lab.conf("1.1.0", lab.vfs[0].0, v4);
+    let mut routes = vec![json!({"dst": "10.250.0.0/16"}), json!({"dst": "0.0.0.0/0"})];
+    if let Some(v6) = v6 {
+        conf["ipam"]["ranges"] = json!([[{"subnet": v4}], [{"subnet": v6}]]);
+        routes.push(json!({"dst": "::/0"}));
+    }
+    conf["ipam"]["routes"] = json!(routes);
+    let confs: Vec<Value> = (0..n as usize)
+        .map(|i| {
+            let mut c = conf.clone();
+            c["deviceID"] = json!(lab.vfs[i].0.to_string());
+            c
+        })
+        .collect();
+    let ifname = |i: usize| format!("net{}", i + 1);
+    let mut results = Vec::new();
+    for (i, c) in confs.iter().enumerate() {
+        let (code, res) = lab.cni("ADD", "mr1", pod.path(), &ifname(i), c);
+        assert_eq!(code, 0, "ADD {}: {res}", ifname(i));
+        results.push(res);
+    }
+    let table = ip(pod.name(), &["route", "show"]);
+    assert!(table.contains("default via 10.9.0.1 dev eth0"), "eth0's default route stays: {table}");
+    let table6 = ip(pod.name(), &["-6", "route", "show"]);
+    for (i, res) in results.iter().enumerate() {
+        let dev = ifname(i);
+        assert!(link_info(pod.name(), &dev).2, "{dev} is up");
+        let want: Vec<String> = res["ips"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["address"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(want.len(), 1 + usize::from(v6.is_some()), "{res}");
+        let have = addrs(pod.name(), &dev);
+        for a in &want {
+            assert!(have.contains(a), "{dev} lacks {a}: {have:?}");
+        }
+        let gw = res["ips"][0]["gateway"].as_str().unwrap();
+        for r in [format!("10.250.0.0/16 via {gw} dev {dev}"), format!("default via {gw} dev {dev}")] {
+            assert!(table.contains(&r), "missing {r:?}: {table}");
+        }
+        if v6.is_some() {
+            assert!(table6.contains(&format!("dev {dev}")) && table6.contains("default"), "{table6}");
+        }
+        let mut check = confs[i].clone();
+        check["prevResult"] = res.clone();
+        let (code, out) = lab.cni("CHECK", "mr1", pod.path(), &dev, &check);
+        assert_eq!(code, 0, "CHECK {dev}: {out}");
+    }
+    assert_eq!(lab.ipam_allocations().len(), results.len() * (1 + usize::from(v6.is_some())));
+    for (i, c) in confs.iter().enumerate() {
+        let (code, out) = lab.cni("DEL", "mr1", pod.path(), &ifname(i), c);
+        assert_eq!(code, 0, "DEL {}: {out}", ifname(i));
+    }
+    let after: Vec<_> = lab.vfs.iter().map(|(_, name)| link_info(lab.host.name(), name)).collect();
+    assert_eq!(after, before, "every VF home with its name, MAC, MTU and state");
+    assert_eq!(links(pod.name()), ["eth0".to_string(), "eth0p".to_string()].into());
+    assert!(ip(pod.name(), &["route", "show"]).contains("default via 10.9.0.1 dev eth0"));
+    assert!(lab.ipam_allocations().is_empty(), "{:?}", lab.ipam_allocations());
+    assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
+}
+
+/// Regression (issue 22, defect 1): the second VF's route and a default
+/// route beside eth0's failed ADD with `RTM_NEWROUTE ... File exists`.
+#[test]
+fn two_vfs_of_one_network_come_up_with_a_route_and_default_routes_in_both_families() {
+    vfs_of_one_network_come_up_with_their_routes(2, "10.224.0.0/24", Some("fd00:224::/64"));
+}
+
+#[test]
+fn four_vfs_of_one_network_come_up_with_a_route_and_a_default_route_each() {
+    vfs_of_one_network_come_up_with_their_routes(4, "10.225.0.0/24", None);
+}
+
+/// The journal of `(cid, ifname)` as JSON.
+fn journal_of(lab: &Lab, cid: &str, ifname: &str) -> (std::path::PathBuf, Value) {
+    let p = lab.state.path().join(format!("attachments/{cid}:{ifname}.json"));
+    let j = serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+        .unwrap();
+    (p, j)
+}
+
+/// Inserts `step` into the journal of `(cid, ifname)` at `at`, as an ADD
+/// that planned it would have written it.
+fn add_journal_step(lab: &Lab, cid: &str, ifname: &str, at: usize, step: Value) {
+    let (p, mut j) = journal_of(lab, cid, ifname);
+    j["steps"].as_array_mut().unwrap().insert(at, step);
+    std::fs::write(&p, j.to_string()).unwrap();
+}
+
+/// Regression (issue 22, defect 2): a journal with an RDMA step on a node
+/// where the RDMA netlink family is gone (ib_core unloaded, which destroys
+/// its devices) failed DEL with code 103, also with an empty CNI_NETNS (DEL
+/// then uses the journal's netns). The journals here are what an ADD that
+/// moved the RDMA device wrote; this kernel has no RDMA netlink family.
+#[test]
+fn del_finishes_when_the_rdma_netlink_family_is_gone_with_a_journal_holding_an_rdma_step() {
+    // SAFETY: a socket we close at once.
+    let fd = unsafe {
+        libc::socket(libc::AF_NETLINK, libc::SOCK_RAW, 20 /* NETLINK_RDMA */)
+    };
+    let errno = std::io::Error::last_os_error().raw_os_error();
+    assert!(
+        fd < 0 && errno == Some(libc::EPROTONOSUPPORT),
+        "this test needs a kernel without the RDMA netlink family (no ib_core), as CI's"
+    );
+    let lab = Lab::new("connectx-6dx", 1, "        rdma: mlx5_0\n");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let before = link_info(lab.host.name(), &vfname);
+    let pod = lab.pod(0);
+    let log = lab.state.path().join("cni.log");
+    let mut conf = lab.conf("1.1.0", pci, "10.226.0.0/24");
+    conf["logFile"] = json!(log);
+    for (cid, netns) in [("rg1", pod.path().display().to_string()), ("rg2", String::new())] {
+        let (code, out) = lab.cni("ADD", cid, pod.path(), "net1", &conf);
+        assert_eq!(code, 0, "{out}");
+        let (_, j) = journal_of(&lab, cid, "net1");
+        let at =
+            j["steps"].as_array().unwrap().iter().position(|s| s.get("moveNetdev").is_some()).unwrap() + 1;
+        add_journal_step(&lab, cid, "net1", at, json!({"moveRdma": {"devices": ["mlx5_2"]}}));
+        assert_eq!(lab.ipam_allocations().len(), 1);
+        let (code, out) = lab.cni_env("DEL", cid, pod.path(), "net1", &conf, &[("CNI_NETNS", &netns)]);
+        assert_eq!(code, 0, "{cid} (CNI_NETNS {netns:?}): {out}");
+        assert_eq!(link_info(lab.host.name(), &vfname), before, "{cid}: the VF is home as it was");
+        assert!(links(pod.name()).is_empty());
+        assert!(lab.ipam_allocations().is_empty(), "{cid}: lease not released");
+        assert!(lab.state_files().iter().all(|f| f == "cni.log"), "{:?}", lab.state_files());
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("no RDMA subsystem") && text.contains("mlx5_2"), "{text}");
+}
+
+/// Regression (issue 22, defect 2): a PF refusing to restore a PF-side
+/// setting failed DEL with code 100 and kept the lease. The stand-in PF is a
+/// veth named as the PF, which refuses VF attributes (`EOPNOTSUPP`: no
+/// `ndo_set_vf_trust`), as a PF driver that lost its VFs' state does.
+#[test]
+fn del_finishes_when_the_pf_refuses_to_restore_a_vf_setting_and_releases_the_lease() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pf = format!("k{}p", lab.tag);
+    ip(lab.host.name(), &["link", "add", &pf, "type", "veth", "peer", "name", &format!("k{}q", lab.tag)]);
+    let before = link_info(lab.host.name(), &vfname);
+    let pod = lab.pod(0);
+    let log = lab.state.path().join("cni.log");
+    let mut conf = lab.conf("1.1.0", pci, "10.227.0.0/24");
+    conf["logFile"] = json!(log);
+    let (code, out) = lab.cni("ADD", "pr1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    // What an ADD with `"trust": "on"` journals first.
+    let restore =
+        json!({"mac": null, "vlan": null, "spoofchk": null, "trust": false, "rate": null, "linkState": null});
+    add_journal_step(
+        &lab,
+        "pr1",
+        "net1",
+        0,
+        json!({"pfAttrs": {"pfNetdev": pf, "vf": 0, "restore": restore}}),
+    );
+    let (code, out) = lab.cni("DEL", "pr1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(link_info(lab.host.name(), &vfname), before, "the VF is home as it was");
+    assert!(lab.ipam_allocations().is_empty(), "lease not released");
+    assert!(lab.state_files().iter().all(|f| f == "cni.log"), "{:?}", lab.state_files());
+    let text = std::fs::read_to_string(&log).unwrap();
+    let refused = text.lines().find(|l| l.contains("undo failed") && l.contains("pf_attrs"));
+    assert!(
+        refused.is_some_and(|l| l.contains("restore VF 0 attributes on")),
+        "the refusal is logged: {text}"
+    );
+    // The repeated DEL a runtime may send is a no-op success.
+    let (code, out) = lab.cni("DEL", "pr1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// Regression (issue 22, defect 2): a `stateDir` that is a dangling symlink
+/// or a regular file failed DEL with code 5 before anything ran, so the
+/// lease stayed. DEL now releases IPAM from its configuration and, the ADD
+/// result (`prevResult`, which libcni passes on DEL) naming the VF, brings it home.
+#[test]
+fn del_with_a_state_dir_that_is_a_dangling_symlink_or_a_file_releases_the_lease() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.228.0.0/24");
+    let odd = tempfile::tempdir().unwrap();
+    let dangling = odd.path().join("dangling");
+    std::os::unix::fs::symlink(odd.path().join("gone"), &dangling).unwrap();
+    let file = odd.path().join("file");
+    std::fs::write(&file, "").unwrap();
+    for (case, state) in [("dangling symlink", &dangling), ("regular file", &file)] {
+        let (code, res) = lab.cni("ADD", "sd1", pod.path(), "net1", &conf);
+        assert_eq!(code, 0, "{case}: {res}");
+        assert_eq!(lab.ipam_allocations().len(), 1);
+        let mut del = conf.clone();
+        del["stateDir"] = json!(state);
+        // Without the ADD result: the lease is released, the VF cannot be told from the pod's own links.
+        let (code, out) = lab.cni("DEL", "sd1", pod.path(), "net1", &del);
+        assert_eq!(code, 0, "{case}: {out}");
+        assert!(lab.ipam_allocations().is_empty(), "{case}: lease not released");
+        assert!(links(pod.name()).contains("net1"));
+        // With it, the VF comes home (under its pod name: its host name was in the journal).
+        del["prevResult"] = res;
+        let (code, out) = lab.cni("DEL", "sd1", pod.path(), "net1", &del);
+        assert_eq!(code, 0, "{case}: {out}");
+        assert!(links(pod.name()).is_empty(), "{case}");
+        assert!(lab.host_links().contains("net1"), "{case}: {:?}", lab.host_links());
+        assert!(std::fs::symlink_metadata(state).is_ok() && !state.is_dir(), "{case}: DEL changed it");
+        // Put the VF back under its name and forget the journal DEL could not see.
+        ip(lab.host.name(), &["link", "set", "net1", "name", &lab.vfs[0].1]);
+        std::fs::remove_file(journal_of(&lab, "sd1", "net1").0).unwrap();
+    }
+}
+
+/// Regression (issue 22, defect 4): a VF bound to vfio-pci was given to two
+/// pods (both ADDs succeeded). While the first pod's netns lives the second
+/// is refused with code 7, as a netdev VF in a pod is; once that netns is
+/// gone (a pod whose DEL never came) the VF can be taken again.
+#[test]
+fn a_vfio_vf_given_to_a_pod_whose_netns_lives_is_refused_to_another_with_code_7() {
+    let lab = Lab::new("e810-xxv", 2, "        vfsVfio: [0]\n");
+    let (pci, _) = lab.vfs[0];
+    let (pod0, pod1) = (lab.pod(0), lab.pod(1));
+    let conf = lab.conf("1.1.0", pci, "10.229.0.0/24");
+    let (code, out) = lab.cni("ADD", "vf1", pod0.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    for (cid, pod, ifname) in [("vf2", &pod1, "net1"), ("vf1", &pod0, "net2")] {
+        let (code, out) = lab.cni("ADD", cid, pod.path(), ifname, &conf);
+        assert_eq!(code, 7, "{cid}/{ifname}: {out}");
+        let msg = out["msg"].as_str().unwrap();
+        assert!(msg.contains("already given to container vf1") && msg.contains(pod0.name()), "{out}");
+        let (code, out) = lab.cni("DEL", cid, pod.path(), ifname, &conf);
+        assert_eq!(code, 0, "{out}");
+    }
+    assert_eq!(lab.ipam_allocations().len(), 1, "the refused ADDs took no lease");
+    let (code, out) = lab.cni("DEL", "vf1", pod0.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = lab.cni("ADD", "vf2", pod1.path(), "net1", &conf);
+    assert_eq!(code, 0, "free again after the first DEL: {out}");
+    // The pod dies without a DEL: its attachment is stale, the VF can be taken.
+    let gone = pod1.path().to_path_buf();
+    pod1.delete().unwrap();
+    let (code, out) = lab.cni("ADD", "vf3", pod0.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    for (cid, netns) in [("vf2", gone.as_path()), ("vf3", pod0.path())] {
+        let (code, out) = lab.cni("DEL", cid, netns, "net1", &conf);
+        assert_eq!(code, 0, "{out}");
+    }
+    assert!(lab.ipam_allocations().is_empty() && lab.state_files().is_empty());
+}
+
+/// Regression (issue 22, defect 5): DEL refused (code 7) a configuration
+/// whose deviceID/pciBusID had the wrong type or a case duplicate, values
+/// only ADD uses: DEL tears down from the journal whatever they are.
+#[test]
+fn del_never_fails_on_a_wrong_typed_or_case_duplicate_device_id() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let before = link_info(lab.host.name(), &vfname);
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.230.0.0/24");
+    let bad: [(&str, Value); 4] = [
+        ("deviceID", json!(7)),
+        ("DeviceID", json!("0000:99:00.1")),
+        ("pciBusID", json!(["x"])),
+        ("runtimeConfig", json!({"deviceID": 5, "DEVICEID": "0000:99:00.1"})),
+    ];
+    for (k, v) in bad {
+        let (code, out) = lab.cni("ADD", "dt1", pod.path(), "net1", &conf);
+        assert_eq!(code, 0, "{out}");
+        let mut del = conf.clone();
+        del[k] = v.clone();
+        let (code, out) = lab.cni("DEL", "dt1", pod.path(), "net1", &del);
+        assert_eq!(code, 0, "{k}={v}: {out}");
+        assert_eq!(link_info(lab.host.name(), &vfname), before, "{k}={v}");
+        assert!(lab.ipam_allocations().is_empty() && lab.state_files().is_empty(), "{k}={v}");
+    }
+}
+
+/// Regression (issue 22, defect 5): container IDs of 241 to 1024 bytes failed
+/// ADD (a temp journal name over 255 bytes, a legacy journal name looked up
+/// past NAME_MAX) although the journal design hashes long names.
+#[test]
+fn container_ids_up_to_1024_bytes_attach_with_every_journal_name_under_name_max() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.231.0.0/24");
+    for (n, ifname) in [
+        (240, "net1"),
+        (241, "net1"),
+        (245, "net1"),
+        (246, "net1"),
+        (250, "eth15"),
+        (1024, "averyverylongif"),
+    ] {
+        let cid = format!("c{}", "x".repeat(n - 1));
+        let (code, out) = lab.cni("ADD", &cid, pod.path(), ifname, &conf);
+        assert_eq!(code, 0, "{n} bytes: {out}");
+        for f in journal_files(&lab) {
+            // `.<name>.tmp` is written first and must fit as well.
+            let tmp = format!(".{}.tmp", f.file_name().unwrap().to_str().unwrap());
+            assert!(tmp.len() <= 255, "{n} bytes: {tmp} ({} bytes)", tmp.len());
+        }
+        let (code, out) = lab.cni("DEL", &cid, pod.path(), ifname, &conf);
+        assert_eq!(code, 0, "{n} bytes: {out}");
+        assert!(lab.host_links().contains(&vfname), "{n} bytes");
+        assert!(lab.ipam_allocations().is_empty() && lab.state_files().is_empty(), "{n} bytes");
+    }
+}
+
+/// Regression (issue 22, defect 5): undoing the rename reconfigured (down,
+/// MTU) an unrelated link that had taken the VF's host name meanwhile. Now
+/// the VF comes home under another name with its own settings restored, and
+/// the other link is left exactly as it was, whether the pod still exists
+/// or the kernel returned the VF when it died.
+#[test]
+fn undo_of_the_rename_never_touches_a_link_that_took_the_vfs_host_name() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let (_, mtu, up) = link_info(lab.host.name(), &vfname);
+    let mut conf = lab.conf("1.1.0", pci, "10.232.0.0/24");
+    conf["mtu"] = json!(1400);
+    for (n, pod_dies) in [(0, false), (1, true)] {
+        let pod = lab.pod(n);
+        let (code, out) = lab.cni("ADD", "tk1", pod.path(), "net1", &conf);
+        assert_eq!(code, 0, "{out}");
+        // Another link takes the name, up, with its own MTU.
+        ip(lab.host.name(), &["link", "add", &vfname, "type", "veth", "peer", "name", "tk1peer"]);
+        ip(lab.host.name(), &["link", "set", &vfname, "mtu", "1300", "up"]);
+        let other = link_info(lab.host.name(), &vfname);
+        let path = pod.path().to_path_buf();
+        if pod_dies {
+            // The kernel returns a physical VF to the host under its pod name.
+            ip(pod.name(), &["link", "set", "net1", "netns", lab.host.name()]);
+            pod.delete().unwrap();
+        }
+        let (code, out) = lab.cni("DEL", "tk1", &path, "net1", &conf);
+        assert_eq!(code, 0, "pod dies {pod_dies}: {out}");
+        assert_eq!(link_info(lab.host.name(), &vfname), other, "pod dies {pod_dies}: the other link changed");
+        let home = link_info(lab.host.name(), "net1");
+        assert_eq!((home.1, home.2), (mtu, up), "pod dies {pod_dies}: the VF's MTU and state restored");
+        assert!(lab.ipam_allocations().is_empty() && lab.state_files().is_empty());
+        ip(lab.host.name(), &["link", "del", &vfname]);
+        ip(lab.host.name(), &["link", "set", "net1", "name", &vfname]);
+    }
+}
+
+/// Regression (issue 22, defect 5): a corrupt journal and no prevResult left
+/// the VF in the pod although deviceID names it. The journal file shows the
+/// ADD ran: the VF comes home (under its pod name, down), the lease is
+/// released, the unreadable file is removed (no `.corrupt` copy).
+#[test]
+fn a_corrupt_journal_without_prev_result_still_brings_the_vf_home_when_device_id_names_it() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.233.0.0/24");
+    let (code, out) = lab.cni("ADD", "cj1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    // What a power loss during an ADD of an earlier build could leave.
+    std::fs::write(journal_of(&lab, "cj1", "net1").0, b"").unwrap();
+    let (code, out) = lab.cni("DEL", "cj1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert!(links(pod.name()).is_empty(), "the VF left the pod");
+    assert!(lab.host_links().contains("net1") && !link_info(lab.host.name(), "net1").2);
+    assert!(!lab.host_links().contains(&vfname));
+    assert!(lab.ipam_allocations().is_empty());
+    assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
+}
+
+/// Issue 22, defect 3: what a killed ADD or an earlier build leaves beside a
+/// journal is removed by the attachment's DEL (the temp file of a write
+/// killed before its rename, the `.corrupt` copy earlier builds made); GC
+/// removes `.corrupt` copies and temp files too old to be in flight.
+#[test]
+fn leftover_temp_and_corrupt_journal_files_are_removed_by_del_and_gc() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.234.0.0/24");
+    let dir = lab.state.path().join("attachments");
+    std::fs::create_dir_all(&dir).unwrap();
+    let left = [dir.join(".lf1:net1.json.tmp"), dir.join("lf1:net1.json.corrupt")];
+    for f in &left {
+        std::fs::write(f, b"{\"version\": 2, \"trunc").unwrap();
+    }
+    let (code, out) = lab.cni("DEL", "lf1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
+    // Others' leftovers, for GC: a fresh temp file (an ADD may be writing it) stays.
+    let (old, fresh, corrupt) =
+        (dir.join(".old:net1.json.tmp"), dir.join(".new:net1.json.tmp"), dir.join("x:net1.json.corrupt"));
+    for f in [&old, &fresh, &corrupt] {
+        std::fs::write(f, b"").unwrap();
+    }
+    let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+    std::fs::File::options().write(true).open(&old).unwrap().set_modified(hour_ago).unwrap();
+    let mut gc = conf.clone();
+    gc["cni.dev/valid-attachments"] = json!([]);
+    let (code, out) = lab.cni("GC", "", std::path::Path::new(""), "", &gc);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(lab.state_files(), ["attachments/.new:net1.json.tmp".to_string()].into());
+}
+
+/// Issue 22, defect 5: a journal is flushed to disk, file and directory (the
+/// rename), before ADD returns (else a power loss could leave an empty
+/// journal of an attachment the runtime knows of). Seen from the system calls
+/// of the real ADD, under strace; `journal::save` says why the flushes follow
+/// the rename.
+#[test]
+fn the_journal_and_its_directory_are_flushed_before_add_returns() {
+    assert!(
+        std::process::Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success()),
+        "this test needs strace (Debian package strace)"
+    );
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.235.0.0/24");
+    let trace = lab.state.path().join("strace.out");
+    let wrap: Vec<String> =
+        ["strace", "-f", "-y", "-e", "trace=openat,fsync,fdatasync,rename,renameat,renameat2,write", "-o"]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([trace.display().to_string()])
+            .collect();
+    let stdin = serde_json::to_vec(&conf).unwrap();
+    let child = spawn_plugin(
+        lab.host.path(),
+        &lab.sim.roots().sysfs,
+        "ADD",
+        "fs1",
+        pod.path(),
+        "net1",
+        &stdin,
+        &[],
+        &wrap,
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let calls: Vec<String> = lines(&trace)
+        .into_iter()
+        .filter(|l| (l.contains("attachments") || l.contains("write(1<")) && !l.contains("ENOENT"))
+        .map(|l| l.split_once(' ').map_or(l.clone(), |(_, c)| c.trim().to_string()))
+        .collect();
+    let at = |what: &str, path: &str| {
+        calls
+            .iter()
+            .position(|c| c.starts_with(what) && c.contains(path))
+            .unwrap_or_else(|| panic!("no {what} of {path} in {calls:#?}"))
+    };
+    let (created, renamed) = (at("openat(", ".fs1:net1.json.tmp"), at("rename", ".fs1:net1.json.tmp"));
+    // strace -y names a descriptor by its path at the time of the call.
+    let flushed = at("fdatasync(", "/attachments/fs1:net1.json>");
+    let dir_flushed = at("fsync(", "/attachments>)");
+    // The plugin's own answer is the last one on a stdout (its IPAM plugin's come before).
+    let answered = calls.iter().rposition(|c| c.starts_with("write(1<") && c.contains("cniVersion")).unwrap();
+    assert!(created < renamed && renamed < flushed && renamed < dir_flushed, "{calls:#?}");
+    assert!(flushed < answered && dir_flushed < answered, "the result before the flushes: {calls:#?}");
+    let (code, out) = lab.cni("DEL", "fs1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
 }

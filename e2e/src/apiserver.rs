@@ -49,10 +49,14 @@ pub struct Client {
 }
 
 /// The cluster administrator (group `system:masters`, beyond RBAC).
-pub const ADMIN: Client = Client { stem: "admin", user: "kube-rdma-e2e:admin", group: Some("system:masters") };
+pub const ADMIN: Client =
+    Client { stem: "admin", user: "kube-rdma-e2e:admin", group: Some("system:masters") };
 /// The API server's identity towards kubelets (exec, logs, port-forward).
-pub const APISERVER_KUBELET_CLIENT: Client =
-    Client { stem: "apiserver-kubelet-client", user: "kube-apiserver-kubelet-client", group: Some("system:masters") };
+pub const APISERVER_KUBELET_CLIENT: Client = Client {
+    stem: "apiserver-kubelet-client",
+    user: "kube-apiserver-kubelet-client",
+    group: Some("system:masters"),
+};
 
 /// How to run the control plane.
 #[derive(Debug, Clone)]
@@ -108,6 +112,7 @@ pub struct ApiServer {
     pub etcd: Daemon,
     /// The kube-apiserver process.
     pub apiserver: Daemon,
+    etcd_spec: Spec,
     apiserver_spec: Spec,
     opts: Options,
     owned: bool,
@@ -126,7 +131,10 @@ impl ApiServer {
         let (tmp, dir) = match &opts.dir {
             Some(d) => (None, d.clone()),
             None => {
-                let t = tempfile::Builder::new().prefix("kube-rdma-apiserver-").tempdir().context("creating a temp dir")?;
+                let t = tempfile::Builder::new()
+                    .prefix("kube-rdma-apiserver-")
+                    .tempdir()
+                    .context("creating a temp dir")?;
                 let d = t.path().to_path_buf();
                 (Some(t), d)
             }
@@ -143,10 +151,12 @@ impl ApiServer {
             write_pki(&dir, &url, &opts)?;
         }
         let etcd_url = format!("http://127.0.0.1:{}", opts.etcd_ports.0);
-        let mut etcd = daemon::spawn(&etcd_spec(&dir, &opts))?;
+        let e_spec = etcd_spec(&dir, &opts);
+        let mut etcd = daemon::spawn(&e_spec)?;
         let probe = etcd_url.clone();
+        let ns_of = opts.ns_of;
         daemon::wait_ready(&mut etcd, "serving", Duration::from_secs(60), || {
-            http_post(&probe, "/v3/kv/range", r#"{"key":"AA=="}"#).is_ok()
+            daemon::in_netns_of(ns_of, || http_post(&probe, "/v3/kv/range", r#"{"key":"AA=="}"#)).is_ok()
         })?;
         let spec = apiserver_spec(&dir, &opts, &etcd_url);
         let apiserver = daemon::spawn(&spec)?;
@@ -156,6 +166,7 @@ impl ApiServer {
             etcd_url,
             etcd,
             apiserver,
+            etcd_spec: e_spec,
             apiserver_spec: spec,
             opts,
             owned: true,
@@ -227,13 +238,16 @@ impl ApiServer {
     /// Compacts etcd at its current revision: watches and lists from an older
     /// resourceVersion then get `410 Gone` ("too old resource version").
     pub fn compact(&self) -> Result<u64> {
-        let body = http_post(&self.etcd_url, "/v3/kv/range", r#"{"key":"AA=="}"#)?;
+        let (ns, url) = (self.opts.ns_of, self.etcd_url.clone());
+        let body = daemon::in_netns_of(ns, || http_post(&url, "/v3/kv/range", r#"{"key":"AA=="}"#))?;
         let v: serde_json::Value = serde_json::from_str(&body).context("etcd range reply")?;
         let rev: u64 = v["header"]["revision"]
             .as_str()
             .and_then(|s| s.parse().ok())
             .with_context(|| format!("no revision in etcd's reply {body}"))?;
-        http_post(&self.etcd_url, "/v3/kv/compaction", &format!(r#"{{"revision":"{rev}","physical":true}}"#))?;
+        daemon::in_netns_of(ns, || {
+            http_post(&url, "/v3/kv/compaction", &format!(r#"{{"revision":"{rev}","physical":true}}"#))
+        })?;
         Ok(rev)
     }
 
@@ -243,15 +257,18 @@ impl ApiServer {
         self.etcd.stop(Duration::from_secs(10));
     }
 
-    /// Keeps both running after this value is gone (the local cluster).
-    pub fn detach(mut self) -> Vec<(String, i32)> {
+    /// Keeps both running after this value is gone (the local cluster):
+    /// their names, pids and how to start them again.
+    pub fn detach(mut self) -> Vec<(String, i32, Spec)> {
         self.owned = false;
         let e = std::mem::replace(&mut self.etcd, Daemon::from_pid("etcd", 0, Path::new("/")));
         let a = std::mem::replace(&mut self.apiserver, Daemon::from_pid("kube-apiserver", 0, Path::new("/")));
         if let Some(t) = self._tmp.take() {
             let _ = t.keep();
         }
-        vec![e.detach(), a.detach()]
+        let (en, ep) = e.detach();
+        let (an, ap) = a.detach();
+        vec![(en, ep, self.etcd_spec.clone()), (an, ap, self.apiserver_spec.clone())]
     }
 }
 
@@ -275,10 +292,18 @@ fn write_pki(dir: &Path, url: &str, opts: &Options) -> Result<()> {
     std::fs::create_dir_all(&pki).with_context(|| format!("creating {}", pki.display()))?;
     let ca = Ca::new("kube-rdma-e2e CA")?;
     std::fs::write(pki.join("ca.crt"), &ca.cert_pem)?;
-    let mut sans: Vec<String> = ["127.0.0.1", "localhost", KUBERNETES_SERVICE_IP, "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"]
-        .iter()
-        .map(|s| s.to_string())
-        .collect();
+    let mut sans: Vec<String> = [
+        "127.0.0.1",
+        "localhost",
+        KUBERNETES_SERVICE_IP,
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
     sans.push(opts.advertise.clone());
     sans.extend(opts.sans.iter().cloned());
     sans.sort();
@@ -298,7 +323,13 @@ fn write_pki(dir: &Path, url: &str, opts: &Options) -> Result<()> {
         let crt = pki.join(format!("{}.crt", c.stem));
         std::fs::write(&crt, &p.cert_pem)?;
         let key = pki::write_private(&pki, &format!("{}.key", c.stem), &p.key_pem)?;
-        let kc = pki::kubeconfig(url, &pki.join("ca.crt"), c.user, Credentials::Cert { cert: &crt, key: &key }, "kube-rdma-e2e");
+        let kc = pki::kubeconfig(
+            url,
+            &pki.join("ca.crt"),
+            c.user,
+            Credentials::Cert { cert: &crt, key: &key },
+            "kube-rdma-e2e",
+        );
         pki::write_private(dir, &format!("{}.kubeconfig", c.stem), &kc)?;
     }
     Ok(())
@@ -360,7 +391,8 @@ fn apiserver_spec(dir: &Path, opts: &Options, etcd_url: &str) -> Spec {
 /// A minimal HTTP/1.1 POST (etcd's JSON gateway); returns the body of a 200.
 fn http_post(base: &str, path: &str, body: &str) -> Result<String> {
     let hostport = base.strip_prefix("http://").context("an http:// URL")?;
-    let mut s = std::net::TcpStream::connect(hostport).with_context(|| format!("connecting to {hostport}"))?;
+    let mut s =
+        std::net::TcpStream::connect(hostport).with_context(|| format!("connecting to {hostport}"))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     write!(
         s,
@@ -383,7 +415,7 @@ fn http_post(base: &str, path: &str, body: &str) -> Result<String> {
                 break;
             }
             body.push_str(&tail[..n]);
-            rest = &tail[n..].trim_start_matches("\r\n");
+            rest = tail[n..].trim_start_matches("\r\n");
         }
         return Ok(body);
     }

@@ -10,9 +10,9 @@
 //! `<base>/state.json` first, so `down` removes exactly that, also after a
 //! failed `up`.
 //!
-//! Base directory: `$KUBE_RDMA_E2E_DIR`, default `/var/lib/kube-rdma-e2e`.
+//! Base directory: `$KUBE_RDMA_E2E_DIR`, default `/var/lib/kube-rdma-e2e` (`-N` for
+//! instance N, see [`node::instance`]).
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -48,10 +48,12 @@ const KUBELET: Client = Client { stem: "kubelet", user: "system:node:e2e-node", 
 
 /// The base directory.
 pub fn base_dir() -> PathBuf {
-    std::env::var_os("KUBE_RDMA_E2E_DIR")
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-        .unwrap_or_else(|| "/var/lib/kube-rdma-e2e".into())
+    std::env::var_os("KUBE_RDMA_E2E_DIR").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
+        match node::instance() {
+            0 => "/var/lib/kube-rdma-e2e".into(),
+            n => format!("/var/lib/kube-rdma-e2e-{n}").into(),
+        }
+    })
 }
 
 /// Paths under the base directory.
@@ -113,6 +115,9 @@ pub struct State {
     pub image: String,
     /// Seconds per phase of the last `up`.
     pub timings: Vec<(String, f64)>,
+    /// How each daemon was started (to restart it: [`restart_daemon`]).
+    #[serde(default)]
+    pub specs: std::collections::BTreeMap<String, Spec>,
 }
 
 impl State {
@@ -168,6 +173,7 @@ impl Phases {
 /// Brings the cluster up (see the module docs). Idempotent: returns at once
 /// when it is up already.
 pub fn up(opts: &UpOptions) -> Result<State> {
+    let _lock = lock()?;
     let l = Layout::new();
     if is_up() {
         eprintln!("cluster: already up ({})", l.base.display());
@@ -175,9 +181,12 @@ pub fn up(opts: &UpOptions) -> Result<State> {
     }
     if l.state().exists() {
         eprintln!("cluster: a previous cluster is not fully up; taking it down first");
-        down()?;
+        down_locked()?;
     }
-    nix::unistd::geteuid().is_root().then_some(()).context("the e2e cluster needs root (it makes namespaces, cgroups and device nodes)")?;
+    nix::unistd::geteuid()
+        .is_root()
+        .then_some(())
+        .context("the e2e cluster needs root (it makes namespaces, cgroups and device nodes)")?;
     peers::check_host_tools()?;
     let mut ph = Phases::new();
     peers::ensure_built()?;
@@ -185,29 +194,40 @@ pub fn up(opts: &UpOptions) -> Result<State> {
     let imgs = build_images()?;
     ph.done("images built");
 
-    let mut st = State { before: node::snapshot(), image: imgs[2].name.clone(), ..State::default() };
+    let mut st = State { before: node::snapshot(&[]), image: imgs[2].name.clone(), ..State::default() };
     std::fs::create_dir_all(&l.base)?;
     st.save(&l)?;
     let r = bring_up(&l, &mut st, &imgs, opts, &mut ph);
     st.timings = ph.out.clone();
     st.save(&l)?;
     if let Err(e) = r {
-        return Err(e.context(format!("cluster up failed; logs in {}; `scripts/cluster down` cleans up", l.logs().display())));
+        return Err(e.context(format!(
+            "cluster up failed; logs in {}; `scripts/cluster down` cleans up",
+            l.logs().display()
+        )));
     }
     eprintln!("cluster: up in {:.0} s", ph.t0.elapsed().as_secs_f64());
     Ok(st)
 }
 
 fn build_images() -> Result<Vec<images::Image>> {
+    // Instances share the image cache (and podman's store).
+    let _lock = lock_file(".images.lock")?;
     Ok(vec![images::pause()?, images::busybox()?, images::kube_rdma()?])
 }
 
-fn bring_up(l: &Layout, st: &mut State, imgs: &[images::Image], opts: &UpOptions, ph: &mut Phases) -> Result<()> {
+fn bring_up(
+    l: &Layout,
+    st: &mut State,
+    imgs: &[images::Image],
+    opts: &UpOptions,
+    ph: &mut Phases,
+) -> Result<()> {
     let c = &mut st.created;
     // Host side: cgroups first, so every process started below is in them.
     node::enter_cgroups(c)?;
-    node::add_netns(c, node::NETNS)?;
-    node::add_netns(c, node::WIRE_NETNS)?;
+    node::add_netns(c, &node::netns())?;
+    node::add_netns(c, &node::wire_netns())?;
     node::link_host_to_node(c)?;
     let holder = node::start_holder(c, &l.logs().join("holder.log"))?;
     for p in node::SHADOWED {
@@ -219,9 +239,9 @@ fn bring_up(l: &Layout, st: &mut State, imgs: &[images::Image], opts: &UpOptions
     node::shadow(c, holder, &sim.roots().dev.join("vfio"), Path::new("/dev/vfio"))?;
     wire_sim_links(&sim)?;
     let sync = Spec::new("simsync", std::env::current_exe()?, l.logs().join("simsync.log"))
-        .args([OsString::from("simsync"), l.sim().into_os_string()])
+        .args(["simsync".to_string(), l.sim().display().to_string()])
         .in_ns_of(Some(holder));
-    c.daemons.push(daemon::spawn(&sync)?.detach());
+    record(st, &sync, daemon::spawn(&sync)?);
     install_cni_plugins(l)?;
     ph.done("node laid out (netns, mounts, cgroups, simulated RDMA node)");
 
@@ -229,45 +249,47 @@ fn bring_up(l: &Layout, st: &mut State, imgs: &[images::Image], opts: &UpOptions
     let api = ApiServer::start_with(apiserver::Options {
         dir: Some(l.control()),
         bind: "0.0.0.0".into(),
-        advertise: node::NODE_IP.into(),
+        advertise: node::node_ip(),
         port: 6443,
         etcd_ports: (2379, 2380),
-        sans: vec![node::NODE_IP.into(), NODE_NAME.into()],
+        sans: vec![node::node_ip(), NODE_NAME.into()],
         clients: vec![CONTROLLER_MANAGER, SCHEDULER, PROXY, KUBELET],
         extra_args: vec![],
         ns_of: Some(holder),
         ready_timeout: Duration::from_secs(180),
-    });
-    let api = match api {
-        Ok(a) => a,
-        Err(e) => return Err(e),
-    };
-    c.daemons.extend(api.detach());
+    })?;
+    for (name, pid, spec) in api.detach() {
+        st.created.daemons.push((name.clone(), pid));
+        st.specs.insert(name, spec);
+    }
     st.save(l)?;
-    let c = &mut st.created;
     ph.done("etcd and kube-apiserver ready");
     let ctl = l.control();
     let pki = ctl.join("pki");
     let kc = |cl: &Client| ctl.join(format!("{}.kubeconfig", cl.stem)).display().to_string();
-    let cm = Spec::new("kube-controller-manager", peers::bin("kube"), l.logs().join("kube-controller-manager.log"))
-        .args([
-            "controller-manager".to_string(),
-            format!("--kubeconfig={}", kc(&CONTROLLER_MANAGER)),
-            format!("--authentication-kubeconfig={}", kc(&CONTROLLER_MANAGER)),
-            format!("--authorization-kubeconfig={}", kc(&CONTROLLER_MANAGER)),
-            "--bind-address=127.0.0.1".into(),
-            "--secure-port=10257".into(),
-            "--controllers=*".into(),
-            "--leader-elect=false".into(),
-            "--use-service-account-credentials=true".into(),
-            format!("--service-account-private-key-file={}", pki.join("sa.key").display()),
-            format!("--root-ca-file={}", pki.join("ca.crt").display()),
-            format!("--cluster-signing-cert-file={}", pki.join("ca.crt").display()),
-            format!("--cluster-signing-key-file={}", pki.join("ca.key").display()),
-            format!("--cluster-cidr={CLUSTER_CIDR}"),
-            "--v=1".into(),
-        ])
-        .in_ns_of(Some(holder));
+    let cm = Spec::new(
+        "kube-controller-manager",
+        peers::bin("kube"),
+        l.logs().join("kube-controller-manager.log"),
+    )
+    .args([
+        "controller-manager".to_string(),
+        format!("--kubeconfig={}", kc(&CONTROLLER_MANAGER)),
+        format!("--authentication-kubeconfig={}", kc(&CONTROLLER_MANAGER)),
+        format!("--authorization-kubeconfig={}", kc(&CONTROLLER_MANAGER)),
+        "--bind-address=127.0.0.1".into(),
+        "--secure-port=10257".into(),
+        "--controllers=*".into(),
+        "--leader-elect=false".into(),
+        "--use-service-account-credentials=true".into(),
+        format!("--service-account-private-key-file={}", pki.join("sa.key").display()),
+        format!("--root-ca-file={}", pki.join("ca.crt").display()),
+        format!("--cluster-signing-cert-file={}", pki.join("ca.crt").display()),
+        format!("--cluster-signing-key-file={}", pki.join("ca.key").display()),
+        format!("--cluster-cidr={CLUSTER_CIDR}"),
+        "--v=1".into(),
+    ])
+    .in_ns_of(Some(holder));
     let sched = Spec::new("kube-scheduler", peers::bin("kube"), l.logs().join("kube-scheduler.log"))
         .args([
             "scheduler".to_string(),
@@ -281,16 +303,15 @@ fn bring_up(l: &Layout, st: &mut State, imgs: &[images::Image], opts: &UpOptions
         ])
         .in_ns_of(Some(holder));
     for s in [cm, sched] {
-        c.daemons.push(daemon::spawn(&s)?.detach());
+        let d = daemon::spawn(&s)?;
+        record(st, &s, d);
     }
     st.save(l)?;
-    let c = &mut st.created;
 
     // Runtime.
-    let ctrd = start_containerd(l, holder, &sim)?;
-    c.daemons.push(ctrd);
+    let (spec, ctrd) = start_containerd(l, holder, &sim)?;
+    record(st, &spec, ctrd);
     st.save(l)?;
-    let c = &mut st.created;
     for img in imgs {
         images::import(&l.containerd_sock(), img)?;
     }
@@ -304,13 +325,14 @@ fn bring_up(l: &Layout, st: &mut State, imgs: &[images::Image], opts: &UpOptions
         .args(["proxy".to_string(), format!("--config={}", proxy_cfg.display()), "--v=1".into()])
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .in_ns_of(Some(holder));
-    c.daemons.push(daemon::spawn(&proxy)?.detach());
+    let d = daemon::spawn(&proxy)?;
+    record(st, &proxy, d);
     st.save(l)?;
-    let c = &mut st.created;
 
     // The kubelet.
-    let kubelet = start_kubelet(l, holder)?;
-    c.daemons.push(kubelet.detach());
+    let kubelet = kubelet_spec(l, holder)?;
+    let d = daemon::spawn(&kubelet)?;
+    record(st, &kubelet, d);
     st.save(l)?;
     wait_node_ready(l)?;
     ph.done("kubelet registered, node Ready");
@@ -340,7 +362,8 @@ fn wire_sim_links(sim: &nic::sim::Sim) -> Result<()> {
         let (name, mac, mtu) = (&nd.name, nd.mac.as_deref().unwrap_or(""), nd.mtu.unwrap_or(1500));
         let peer = format!("w{n}");
         n += 1;
-        batch_node.push_str(&format!("link add {name} type veth peer name {peer} netns {}\n", node::WIRE_NETNS));
+        batch_node
+            .push_str(&format!("link add {name} type veth peer name {peer} netns {}\n", node::wire_netns()));
         if !mac.is_empty() {
             batch_node.push_str(&format!("link set {name} address {mac}\n"));
         }
@@ -353,8 +376,8 @@ fn wire_sim_links(sim: &nic::sim::Sim) -> Result<()> {
             vf.netdev.iter().for_each(&mut add);
         }
     }
-    batch(node::NETNS, &batch_node)?;
-    batch(node::WIRE_NETNS, &batch_wire)?;
+    batch(&node::netns(), &batch_node)?;
+    batch(&node::wire_netns(), &batch_wire)?;
     Ok(())
 }
 
@@ -387,7 +410,15 @@ fn install_cni_plugins(l: &Layout) -> Result<()> {
     Ok(())
 }
 
-fn start_containerd(l: &Layout, holder: i32, sim: &nic::sim::Sim) -> Result<(String, i32)> {
+/// Notes a started daemon in the state (pid, and its spec for restarts).
+fn record(st: &mut State, spec: &Spec, d: Daemon) {
+    let (name, pid) = d.detach();
+    st.created.daemons.retain(|(n, _)| *n != name);
+    st.created.daemons.push((name.clone(), pid));
+    st.specs.insert(name, spec.clone());
+}
+
+fn start_containerd(l: &Layout, holder: i32, sim: &nic::sim::Sim) -> Result<(Spec, Daemon)> {
     let cfg = l.base.join("containerd/config.toml");
     std::fs::create_dir_all(cfg.parent().expect("has a parent"))?;
     std::fs::write(&cfg, containerd_config(l))?;
@@ -403,9 +434,10 @@ fn start_containerd(l: &Layout, holder: i32, sim: &nic::sim::Sim) -> Result<(Str
     let mut d = daemon::spawn(&spec)?;
     let sock = l.containerd_sock();
     daemon::wait_ready(&mut d, "serving its socket", Duration::from_secs(60), || {
-        run(Command::new(peers::bin("ctr")).arg(format!("--address={}", sock.display())).arg("version")).is_ok()
+        run(Command::new(peers::bin("ctr")).arg(format!("--address={}", sock.display())).arg("version"))
+            .is_ok()
     })?;
-    Ok(d.detach())
+    Ok((spec, d))
 }
 
 /// containerd 2.x configuration (version 3): CDI on, our pause image
@@ -427,6 +459,9 @@ state = "{state}"
     sandbox = "{pause}"
 
 [plugins.'io.containerd.cri.v1.runtime']
+  # This machine may not lower oom_score_adj (runc's write of -998 for the sandbox fails with
+  # EACCES): keep it at containerd's own, as the option's docs say for such hosts.
+  restrict_oom_score_adj = true
   enable_cdi = true
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
   netns_mounts_under_state_dir = true
@@ -437,6 +472,8 @@ state = "{state}"
       [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
         BinaryName = "/usr/sbin/runc"
         SystemdCgroup = false
+        # runc's state under ours, not the host's /run/containerd.
+        Root = "{runc_root}"
   [plugins.'io.containerd.cri.v1.runtime'.cni]
     bin_dirs = ["/opt/cni/bin"]
     conf_dir = "/etc/cni/net.d"
@@ -446,6 +483,7 @@ state = "{state}"
         state = b.join("state").display(),
         sock = l.containerd_sock().display(),
         pause = images::PAUSE,
+        runc_root = b.join("runc").display(),
     )
 }
 
@@ -483,7 +521,10 @@ fn multus_setup(l: &Layout) -> Result<()> {
     for doc in serde_yaml::Deserializer::from_str(&manifest) {
         let v = serde_yaml::Value::deserialize(doc)?;
         let kind = v.get("kind").and_then(|k| k.as_str()).unwrap_or("");
-        if matches!(kind, "CustomResourceDefinition" | "ClusterRole" | "ClusterRoleBinding" | "ServiceAccount") {
+        if matches!(
+            kind,
+            "CustomResourceDefinition" | "ClusterRole" | "ClusterRoleBinding" | "ServiceAccount"
+        ) {
             keep.push_str("---\n");
             keep.push_str(&serde_yaml::to_string(&v)?);
         }
@@ -496,7 +537,7 @@ fn multus_setup(l: &Layout) -> Result<()> {
     })?;
     let netd = l.root("/etc/cni/net.d");
     std::fs::create_dir_all(netd.join("multus.d"))?;
-    let server = format!("https://{}:6443", node::NODE_IP);
+    let server = format!("https://{}:6443", node::node_ip());
     let kcfg = crate::pki::kubeconfig(
         &server,
         &l.control().join("pki/ca.crt"),
@@ -529,13 +570,17 @@ fn multus_setup(l: &Layout) -> Result<()> {
 }
 
 fn multus_module_dir() -> Result<PathBuf> {
-    let out = run(Command::new("go")
-        .current_dir(peers::repo_root().join("e2e/peers/multus"))
-        .args(["list", "-m", "-f", "{{.Dir}}", "gopkg.in/k8snetworkplumbingwg/multus-cni.v4"]))?;
+    let out = run(Command::new("go").current_dir(peers::repo_root().join("e2e/peers/multus")).args([
+        "list",
+        "-m",
+        "-f",
+        "{{.Dir}}",
+        "gopkg.in/k8snetworkplumbingwg/multus-cni.v4",
+    ]))?;
     Ok(PathBuf::from(out.trim()))
 }
 
-fn start_kubelet(l: &Layout, holder: i32) -> Result<Daemon> {
+fn kubelet_spec(l: &Layout, holder: i32) -> Result<Spec> {
     let cfg = l.base.join("kubelet.yaml");
     std::fs::write(&cfg, kubelet_config(l))?;
     let ctl = l.control();
@@ -545,13 +590,13 @@ fn start_kubelet(l: &Layout, holder: i32) -> Result<Daemon> {
             format!("--config={}", cfg.display()),
             format!("--kubeconfig={}", ctl.join("kubelet.kubeconfig").display()),
             format!("--hostname-override={NODE_NAME}"),
-            format!("--node-ip={}", node::NODE_IP),
+            format!("--node-ip={}", node::node_ip()),
             format!("--node-labels={RDMA_LABEL}"),
             "--v=2".into(),
         ])
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
         .in_ns_of(Some(holder));
-    daemon::spawn(&spec)
+    Ok(spec)
 }
 
 /// KubeletConfiguration as `hack/local-up-cluster.sh` would write it for this
@@ -590,7 +635,7 @@ shutdownGracePeriod: 0s
 shutdownGracePeriodCriticalPods: 0s
 resolvConf: /etc/resolv.conf
 "#,
-        cgroup = node::CGROUP,
+        cgroup = node::cgroup(),
         sock = l.containerd_sock().display(),
         ca = l.control().join("pki/ca.crt").display(),
     )
@@ -680,6 +725,26 @@ pub fn kubectl(l: &Layout) -> Command {
 /// Stops everything `up` started and removes what it created; returns how
 /// the host now differs from before `up` (empty: as it was).
 pub fn down() -> Result<Vec<String>> {
+    let _lock = lock()?;
+    down_locked()
+}
+
+/// One `up` or `down` at a time per instance (a second waits): they read and write state.json.
+fn lock() -> Result<nix::fcntl::Flock<std::fs::File>> {
+    lock_file(&format!(".cluster-{}.lock", node::instance()))
+}
+
+/// An exclusive lock on `<cache>/<name>`, held while the value lives.
+fn lock_file(name: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
+    let dir = peers::cache_dir();
+    std::fs::create_dir_all(&dir)?;
+    let path = dir.join(name);
+    let f = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .map_err(|(_, e)| anyhow::anyhow!("locking {}: {e}", path.display()))
+}
+
+fn down_locked() -> Result<Vec<String>> {
     let l = Layout::new();
     let Some(st) = State::load(&l) else {
         eprintln!("cluster: not up (no {})", l.state().display());
@@ -698,7 +763,10 @@ pub fn down() -> Result<Vec<String>> {
     // `ip netns add` makes /run/netns a mount point; undo that if it was not one before
     // and no namespace is left in it.
     let netns_empty = std::fs::read_dir("/run/netns").map(|mut d| d.next().is_none()).unwrap_or(true);
-    if !st.before.mounts.contains("/run/netns") && netns_empty && node::snapshot().mounts.contains("/run/netns") {
+    if !st.before.mounts.contains("/run/netns")
+        && netns_empty
+        && node::snapshot(&[]).mounts.contains("/run/netns")
+    {
         let _ = run(Command::new("umount").arg("/run/netns"));
     }
     for cg in c.cgroups.iter().rev() {
@@ -708,7 +776,7 @@ pub fn down() -> Result<Vec<String>> {
         let _ = remove_empty_tree(d);
     }
     let _ = std::fs::remove_dir_all(&l.base);
-    let after = node::snapshot();
+    let after = node::snapshot(&c.ns_inodes);
     let diff = node::diff(&st.before, &after);
     for d in &diff {
         eprintln!("cluster down: host differs: {d}");
@@ -729,6 +797,42 @@ fn remove_empty_tree(d: &Path) -> std::io::Result<()> {
     std::fs::remove_dir(d)
 }
 
+/// Stops daemon `name` of the running cluster (kubelet, containerd,
+/// kube-apiserver, ...): SIGTERM, then SIGKILL after `grace`.
+pub fn stop_daemon(name: &str, grace: Duration) -> Result<()> {
+    let _lock = lock()?;
+    let l = Layout::new();
+    let st = State::load(&l).context("the cluster is not up")?;
+    let (_, pid) =
+        st.created.daemons.iter().find(|(n, _)| n == name).with_context(|| format!("no daemon {name}"))?;
+    Daemon::from_pid(name, *pid, &l.logs()).stop(grace);
+    Ok(())
+}
+
+/// Starts daemon `name` again with its recorded command line (stopping it
+/// first if it runs) and records its new pid; returns it. The new process
+/// joins the cluster's cgroups, so `down` still finds it.
+pub fn restart_daemon(name: &str, grace: Duration) -> Result<i32> {
+    let _lock = lock()?;
+    let l = Layout::new();
+    let mut st = State::load(&l).context("the cluster is not up")?;
+    let spec = st.specs.get(name).cloned().with_context(|| format!("no daemon {name} to restart"))?;
+    if let Some((_, pid)) = st.created.daemons.iter().find(|(n, _)| n == name) {
+        Daemon::from_pid(name, *pid, &spec.log).stop(grace);
+    }
+    let d = daemon::spawn(&spec)?;
+    node::join_cgroups(d.pid);
+    let pid = d.pid;
+    record(&mut st, &spec, d);
+    st.save(&l)?;
+    Ok(pid)
+}
+
+/// The state of the running cluster.
+pub fn state() -> Result<State> {
+    State::load(&Layout::new()).context("the cluster is not up (scripts/cluster up)")
+}
+
 /// `export KUBECONFIG=...` for the shell.
 pub fn env() -> Result<String> {
     let l = Layout::new();
@@ -744,9 +848,14 @@ pub fn status() -> Result<String> {
     let st = State::load(&l).context("the cluster is not up (scripts/cluster up)")?;
     let mut out = String::new();
     for (name, pid) in &st.created.daemons {
-        out.push_str(&format!("{name:<24} pid {pid:<8} {}\n", if daemon::alive(*pid) { "running" } else { "DEAD" }));
+        out.push_str(&format!(
+            "{name:<24} pid {pid:<8} {}\n",
+            if daemon::alive(*pid) { "running" } else { "DEAD" }
+        ));
     }
-    out.push_str(&run(kubectl(&l).args(["get", "nodes", "-o", "wide"])).unwrap_or_else(|e| format!("{e:#}\n")));
+    out.push_str(
+        &run(kubectl(&l).args(["get", "nodes", "-o", "wide"])).unwrap_or_else(|e| format!("{e:#}\n")),
+    );
     out.push_str(&pods_summary(&l));
     Ok(out)
 }

@@ -4,7 +4,6 @@
 //! execs the program, so the pid we keep is the daemon's own), and stopped by
 //! pid: SIGTERM, then SIGKILL after a grace period.
 
-use std::ffi::OsString;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -15,14 +14,14 @@ use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
 /// How to start one daemon.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Spec {
     /// Short name (logs, messages).
     pub name: String,
     /// Absolute path of the program.
     pub program: PathBuf,
     /// Its arguments.
-    pub args: Vec<OsString>,
+    pub args: Vec<String>,
     /// Extra environment.
     pub env: Vec<(String, String)>,
     /// Where stdout and stderr go (appended).
@@ -34,14 +33,21 @@ pub struct Spec {
 impl Spec {
     /// A daemon `name` running `program` with `args`, logging to `log`.
     pub fn new(name: &str, program: impl Into<PathBuf>, log: impl Into<PathBuf>) -> Spec {
-        Spec { name: name.into(), program: program.into(), args: vec![], env: vec![], log: log.into(), ns_of: None }
+        Spec {
+            name: name.into(),
+            program: program.into(),
+            args: vec![],
+            env: vec![],
+            log: log.into(),
+            ns_of: None,
+        }
     }
 
     /// Appends arguments.
     pub fn args<I, S>(mut self, args: I) -> Spec
     where
         I: IntoIterator<Item = S>,
-        S: Into<OsString>,
+        S: Into<String>,
     {
         self.args.extend(args.into_iter().map(Into::into));
         self
@@ -109,7 +115,8 @@ pub fn spawn(spec: &Spec) -> Result<Daemon> {
             Ok(())
         });
     }
-    let child = cmd.spawn().with_context(|| format!("starting {} ({})", spec.name, spec.program.display()))?;
+    let child =
+        cmd.spawn().with_context(|| format!("starting {} ({})", spec.name, spec.program.display()))?;
     Ok(Daemon { name: spec.name.clone(), pid: child.id() as i32, log: spec.log.clone(), child: Some(child) })
 }
 
@@ -163,7 +170,10 @@ impl Daemon {
 pub fn alive(pid: i32) -> bool {
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
         // Field 3 (after the parenthesised command) is the state; Z = zombie, X = dead.
-        Ok(s) => s.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()).is_some_and(|st| st != "Z" && st != "X"),
+        Ok(s) => s
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|st| st != "Z" && st != "X"),
         Err(_) => false,
     }
 }
@@ -177,7 +187,12 @@ pub fn log_tail(path: &Path, n: usize) -> String {
 
 /// Polls `ready` every 100 ms until it answers true, failing after `timeout`
 /// with `what` and, if the daemon died meanwhile, its log.
-pub fn wait_ready(d: &mut Daemon, what: &str, timeout: Duration, mut ready: impl FnMut() -> bool) -> Result<Duration> {
+pub fn wait_ready(
+    d: &mut Daemon,
+    what: &str,
+    timeout: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> Result<Duration> {
     let t0 = Instant::now();
     loop {
         if ready() {
@@ -187,7 +202,13 @@ pub fn wait_ready(d: &mut Daemon, what: &str, timeout: Duration, mut ready: impl
             bail!("{} exited before {what}; last lines of {}:\n{}", d.name, d.log.display(), d.log_tail(30));
         }
         if t0.elapsed() > timeout {
-            bail!("{} not {what} after {:?}; last lines of {}:\n{}", d.name, timeout, d.log.display(), d.log_tail(30));
+            bail!(
+                "{} not {what} after {:?}; last lines of {}:\n{}",
+                d.name,
+                timeout,
+                d.log.display(),
+                d.log_tail(30)
+            );
         }
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -205,6 +226,23 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
         }
         std::thread::sleep(Duration::from_millis(200));
     }
+}
+
+/// Runs `f` in the network namespace of `pid` (on a thread of its own, which
+/// alone joins it: a netns belongs to a thread), or here when `None`.
+pub fn in_netns_of<T: Send>(pid: Option<i32>, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    let Some(pid) = pid else { return f() };
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            let ns = std::fs::File::open(format!("/proc/{pid}/ns/net"))
+                .with_context(|| format!("opening the network namespace of {pid}"))?;
+            nix::sched::setns(&ns, nix::sched::CloneFlags::CLONE_NEWNET)
+                .with_context(|| format!("joining the network namespace of {pid}"))?;
+            f()
+        })
+        .join()
+        .map_err(|_| anyhow::anyhow!("the thread in the network namespace of {pid} panicked"))?
+    })
 }
 
 /// A free TCP port on loopback (bound, read and released: good enough for

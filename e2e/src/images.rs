@@ -20,6 +20,9 @@ pub const BUSYBOX: &str = "localhost/kube-rdma-e2e/busybox:1";
 /// Repository of kube-rdma's image (the tag is a hash of its binaries).
 pub const KUBE_RDMA_REPO: &str = "localhost/kube-rdma";
 
+/// The version compiled into the e2e image's binaries (`--version`).
+pub const E2E_VERSION: &str = "0.0.0-e2e";
+
 /// An image saved as a docker-archive.
 #[derive(Debug, Clone)]
 pub struct Image {
@@ -55,12 +58,18 @@ fn hash_files(files: &[&Path]) -> Result<String> {
 
 /// `podman import` of `rootfs` (a directory) as `name`, saved to the cache.
 fn import_rootfs(name: &str, rootfs: &Path, changes: &[&str], key: &str) -> Result<Image> {
-    let archive = images_dir()?.join(format!("{}-{key}.tar", name.rsplit('/').next().unwrap_or(name).replace(':', "-")));
+    let archive = images_dir()?
+        .join(format!("{}-{key}.tar", name.rsplit('/').next().unwrap_or(name).replace(':', "-")));
     if archive.exists() {
         return Ok(Image { name: name.into(), archive });
     }
     let tar = rootfs.with_extension("tar");
-    run(Command::new("tar").arg("-C").arg(rootfs).args(["--owner=0", "--group=0", "-cf"]).arg(&tar).arg("."))?;
+    run(Command::new("tar")
+        .arg("-C")
+        .arg(rootfs)
+        .args(["--owner=0", "--group=0", "-cf"])
+        .arg(&tar)
+        .arg("."))?;
     let mut c = podman();
     c.arg("import");
     for ch in changes {
@@ -105,7 +114,10 @@ pub fn busybox() -> Result<Image> {
     for applet in list.lines().map(str::trim).filter(|a| !a.is_empty() && *a != "busybox") {
         let _ = std::os::unix::fs::symlink("busybox", root.join("bin").join(applet));
     }
-    std::fs::write(root.join("etc/passwd"), "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n")?;
+    std::fs::write(
+        root.join("etc/passwd"),
+        "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/:/bin/false\n",
+    )?;
     std::fs::write(root.join("etc/group"), "root:x:0:\nnobody:x:65534:\n")?;
     import_rootfs(BUSYBOX, &root, &["CMD [\"sh\"]", "ENV PATH=/bin"], &key)
 }
@@ -115,12 +127,12 @@ pub fn busybox() -> Result<Image> {
 pub fn kube_rdma() -> Result<Image> {
     let root = peers::repo_root();
     let dist = peers::cache_dir().join("dist");
-    let static_target = peers::cache_dir().join("target-static");
+    // build-dist's own target dir (KUBE_RDMA_STATIC_TARGET_DIR or target-static), shared with
+    // the delivery checks' image build.
     let st = Command::new(root.join("scripts/delivery/build-dist"))
         .args(["--debug", "--out"])
         .arg(&dist)
-        .env("VERSION", "0.0.0-e2e")
-        .env("KUBE_RDMA_STATIC_TARGET_DIR", &static_target)
+        .env("VERSION", E2E_VERSION)
         .status()
         .context("running scripts/delivery/build-dist")?;
     anyhow::ensure!(st.success(), "scripts/delivery/build-dist failed ({st})");
@@ -138,10 +150,13 @@ pub fn kube_rdma() -> Result<Image> {
     let ctx = tempfile::tempdir()?;
     std::fs::create_dir_all(ctx.path().join("dist"))?;
     for b in bins {
-        std::fs::copy(dist.join(b), ctx.path().join("dist").join(b)).with_context(|| format!("copying {b}"))?;
+        std::fs::copy(dist.join(b), ctx.path().join("dist").join(b))
+            .with_context(|| format!("copying {b}"))?;
     }
     std::fs::copy(&dockerfile, ctx.path().join("Dockerfile"))?;
-    run(podman().args(["build", "--pull=never", "--build-arg", "VERSION=0.0.0-e2e", "-t", &name]).arg(ctx.path()))?;
+    run(podman()
+        .args(["build", "--pull=never", "--build-arg", &format!("VERSION={E2E_VERSION}"), "-t", &name])
+        .arg(ctx.path()))?;
     save(&name, &archive)?;
     Ok(Image { name, archive })
 }

@@ -5,12 +5,12 @@
 //! - **Network namespace** `kube-rdma-e2e`: the node's own network (its
 //!   links, iptables rules, ports), joined to the host by a veth pair
 //!   (`kre2e-host` 10.213.0.1/30 on the host, `kre2e-node` 10.213.0.2/30
-//!   in the node) so `kubectl` on the host reaches the API server. The
+//!   in the node; other instances: [`instance`]) so `kubectl` on the host reaches the API server. The
 //!   simulated VFs' netdevs are real veth links there; their peers ("the
 //!   cable to the switch") sit in `kube-rdma-e2e-wire`.
-//! - **Mount namespace**: a holder process (`ip netns exec kube-rdma-e2e
-//!   sleep infinity`: slave mount propagation from the host, `/sys` showing
-//!   the node's netns) that every daemon joins. Paths a real node has
+//! - **Mount namespace**: a holder process (`unshare --mount
+//!   --propagation=slave nsenter --net=… sleep infinity`) whose mount and
+//!   network namespaces every daemon joins. Paths a real node has
 //!   (`/var/lib/kubelet`, `/opt/cni/bin`, `/etc/cni/net.d`, `/var/run/cdi`,
 //!   `/dev/infiniband`, ...) are bind mounts of directories under the base
 //!   directory there, so the chart's default values work and the host's own
@@ -29,20 +29,49 @@ use serde::{Deserialize, Serialize};
 
 use crate::daemon::{self, run};
 
+/// Which local cluster this is (`KUBE_RDMA_E2E_INSTANCE`, 0-9, default 0).
+/// Several run side by side: each has its own network and mount namespaces,
+/// cgroup, base directory and host link, so only the host-side names below
+/// and the host link's subnet (10.213.<instance>.0/30) differ.
+pub fn instance() -> u8 {
+    std::env::var("KUBE_RDMA_E2E_INSTANCE").ok().and_then(|v| v.parse().ok()).filter(|n| *n <= 9).unwrap_or(0)
+}
+
+fn suffixed(base: &str) -> String {
+    match instance() {
+        0 => base.to_string(),
+        n => format!("{base}-{n}"),
+    }
+}
+
 /// The node's network namespace.
-pub const NETNS: &str = "kube-rdma-e2e";
+pub fn netns() -> String {
+    suffixed("kube-rdma-e2e")
+}
 /// Where the simulated VFs' cables end.
-pub const WIRE_NETNS: &str = "kube-rdma-e2e-wire";
+pub fn wire_netns() -> String {
+    format!("{}-wire", netns())
+}
 /// Host end of the host-node veth.
-pub const HOST_LINK: &str = "kre2e-host";
+pub fn host_link() -> String {
+    format!("kre2e{}-host", if instance() == 0 { String::new() } else { instance().to_string() })
+}
 /// Node end of the host-node veth.
-pub const NODE_LINK: &str = "kre2e-node";
+pub fn node_link() -> String {
+    format!("kre2e{}-node", if instance() == 0 { String::new() } else { instance().to_string() })
+}
 /// Host address on the host-node link.
-pub const HOST_IP: &str = "10.213.0.1";
+pub fn host_ip() -> String {
+    format!("10.213.{}.1", instance())
+}
 /// The node's IP (InternalIP; the API server binds here).
-pub const NODE_IP: &str = "10.213.0.2";
+pub fn node_ip() -> String {
+    format!("10.213.{}.2", instance())
+}
 /// cgroup under every hierarchy.
-pub const CGROUP: &str = "kube-rdma-e2e";
+pub fn cgroup() -> String {
+    suffixed("kube-rdma-e2e")
+}
 /// Paths of a real node that live under the base directory inside the node's mount namespace.
 pub const SHADOWED: &[&str] = &[
     "/var/lib/kubelet",
@@ -54,6 +83,8 @@ pub const SHADOWED: &[&str] = &[
     "/run/cdi",
     "/etc/cdi",
     "/run/k8s.cni.cncf.io",
+    // containerd's shim sockets (/run/containerd/s) and ctr's FIFOs are fixed paths there.
+    "/run/containerd",
 ];
 
 /// What `up` created on the host, in creation order.
@@ -71,6 +102,9 @@ pub struct Created {
     pub holder: Option<i32>,
     /// Daemons: (name, pid).
     pub daemons: Vec<(String, i32)>,
+    /// Inodes of the node's network and mount namespaces (the holder's).
+    #[serde(default)]
+    pub ns_inodes: Vec<u64>,
 }
 
 /// `ip` in the host namespace.
@@ -101,37 +135,58 @@ pub fn add_netns(c: &mut Created, ns: &str) -> Result<()> {
 
 /// The veth between the host and the node, addressed, with a default route in the node.
 pub fn link_host_to_node(c: &mut Created) -> Result<()> {
-    if Path::new("/sys/class/net").join(HOST_LINK).exists() {
-        bail!("link {HOST_LINK} already exists on the host (scripts/cluster down removes it)");
+    let (host, node, ns) = (host_link(), node_link(), netns());
+    if Path::new("/sys/class/net").join(&host).exists() {
+        bail!("link {host} already exists on the host (scripts/cluster down removes it)");
     }
-    ip(&["link", "add", HOST_LINK, "type", "veth", "peer", "name", NODE_LINK, "netns", NETNS])?;
-    c.links.push(HOST_LINK.into());
-    ip(&["addr", "add", &format!("{HOST_IP}/30"), "dev", HOST_LINK])?;
-    ip(&["link", "set", HOST_LINK, "up"])?;
-    ip_in(NETNS, &["addr", "add", &format!("{NODE_IP}/30"), "dev", NODE_LINK])?;
-    ip_in(NETNS, &["link", "set", NODE_LINK, "up"])?;
-    ip_in(NETNS, &["route", "add", "default", "via", HOST_IP])?;
+    ip(&["link", "add", &host, "type", "veth", "peer", "name", &node, "netns", &ns])?;
+    c.links.push(host.clone());
+    ip(&["addr", "add", &format!("{}/30", host_ip()), "dev", &host])?;
+    ip(&["link", "set", &host, "up"])?;
+    ip_in(&ns, &["addr", "add", &format!("{}/30", node_ip()), "dev", &node])?;
+    ip_in(&ns, &["link", "set", &node, "up"])?;
+    ip_in(&ns, &["route", "add", "default", "via", &host_ip()])?;
     Ok(())
 }
 
-/// Starts the mount-namespace holder (recorded).
+/// Starts the mount-namespace holder (recorded): a new mount namespace with
+/// slave propagation (host mounts show inside, ours never leak out) joined to
+/// the node's network namespace. Not `ip netns exec`: it remounts /sys, which
+/// detaches the cgroup hierarchies under /sys/fs/cgroup that the kubelet and
+/// runc need. So /sys is the host's; what reads links uses netlink or
+/// /proc/net (per network namespace) instead.
 pub fn start_holder(c: &mut Created, log: &Path) -> Result<i32> {
-    let spec = daemon::Spec::new("holder", "/usr/sbin/ip", log).args(["netns", "exec", NETNS, "sleep", "infinity"]);
-    let spec = if Path::new("/usr/sbin/ip").exists() { spec } else { daemon::Spec { program: "/sbin/ip".into(), ..spec } };
+    let spec = daemon::Spec::new("holder", "/usr/bin/unshare", log).args([
+        "--mount".to_string(),
+        "--propagation=slave".into(),
+        "--".into(),
+        "nsenter".into(),
+        format!("--net=/run/netns/{}", netns()),
+        "--".into(),
+        "sleep".into(),
+        "infinity".into(),
+    ]);
     let d = daemon::spawn(&spec)?;
     let (_, pid) = d.detach();
     c.holder = Some(pid);
-    // `ip netns exec` execs sleep once it has unshared the mount namespace and remounted /sys.
+    // unshare and nsenter exec in turn; the holder is ready once sleep runs.
     daemon::wait_for("the mount-namespace holder", Duration::from_secs(10), || {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
         (comm.trim() == "sleep").then_some(())
     })?;
+    use std::os::unix::fs::MetadataExt;
+    for ns in ["net", "mnt"] {
+        c.ns_inodes.push(std::fs::metadata(format!("/proc/{pid}/ns/{ns}"))?.ino());
+    }
     Ok(pid)
 }
 
 /// Runs a command inside the holder's network and mount namespaces.
 pub fn in_node(holder: i32, prog: &str, args: &[&str]) -> Result<String> {
-    run(Command::new("nsenter").arg(format!("--target={holder}")).args(["--net", "--mount", "--", prog]).args(args))
+    run(Command::new("nsenter")
+        .arg(format!("--target={holder}"))
+        .args(["--net", "--mount", "--", prog])
+        .args(args))
 }
 
 /// Makes `target` (a path of a real node) show `source` inside the node's mount
@@ -147,7 +202,8 @@ pub fn shadow(c: &mut Created, holder: i32, source: &Path, target: &Path) -> Res
             }
             first_missing = parent.to_path_buf();
         }
-        std::fs::create_dir_all(target).with_context(|| format!("creating mount point {}", target.display()))?;
+        std::fs::create_dir_all(target)
+            .with_context(|| format!("creating mount point {}", target.display()))?;
         c.dirs.push(first_missing);
     }
     let (s, t) = (source.display().to_string(), target.display().to_string());
@@ -172,13 +228,14 @@ pub fn cgroup_hierarchies() -> Vec<PathBuf> {
 /// process into `kube-rdma-e2e/daemons`, so every daemon it starts is there.
 pub fn enter_cgroups(c: &mut Created) -> Result<()> {
     for h in cgroup_hierarchies() {
-        let top = h.join(CGROUP);
+        let top = h.join(cgroup());
         if !top.exists() {
             std::fs::create_dir(&top).with_context(|| format!("creating cgroup {}", top.display()))?;
             c.cgroups.push(top.clone());
         }
         let daemons = top.join("daemons");
-        std::fs::create_dir_all(&daemons).with_context(|| format!("creating cgroup {}", daemons.display()))?;
+        std::fs::create_dir_all(&daemons)
+            .with_context(|| format!("creating cgroup {}", daemons.display()))?;
         if h.join("cpuset.cpus").exists() {
             for d in [&top, &daemons] {
                 for f in ["cpuset.cpus", "cpuset.mems"] {
@@ -193,11 +250,19 @@ pub fn enter_cgroups(c: &mut Created) -> Result<()> {
     Ok(())
 }
 
+/// Moves `pid` into `<cgroup>/daemons` of every hierarchy (a daemon restarted
+/// by a process that is not in them itself).
+pub fn join_cgroups(pid: i32) {
+    for h in cgroup_hierarchies() {
+        let _ = std::fs::write(h.join(cgroup()).join("daemons/cgroup.procs"), pid.to_string());
+    }
+}
+
 /// Every pid in `kube-rdma-e2e` of any hierarchy.
 pub fn cgroup_pids() -> BTreeSet<i32> {
     let mut out = BTreeSet::new();
     for h in cgroup_hierarchies() {
-        walk_procs(&h.join(CGROUP), &mut out);
+        walk_procs(&h.join(cgroup()), &mut out);
     }
     out
 }
@@ -218,7 +283,8 @@ fn walk_procs(dir: &Path, out: &mut BTreeSet<i32>) {
 /// Kills every process in our cgroups (frozen first, so none forks meanwhile)
 /// and the recorded pids; waits until they are gone.
 pub fn kill_all(c: &Created) {
-    let freezer = cgroup_hierarchies().into_iter().find(|h| h.join("freezer.state").exists() || h.ends_with("freezer"));
+    let freezer =
+        cgroup_hierarchies().into_iter().find(|h| h.join("freezer.state").exists() || h.ends_with("freezer"));
     let me = std::process::id() as i32;
     for round in 0..50 {
         let mut pids = cgroup_pids();
@@ -228,7 +294,7 @@ pub fn kill_all(c: &Created) {
         if pids.is_empty() {
             return;
         }
-        let top_freezer = freezer.as_ref().map(|h| h.join(CGROUP).join("freezer.state"));
+        let top_freezer = freezer.as_ref().map(|h| h.join(cgroup()).join("freezer.state"));
         if let Some(f) = top_freezer.as_ref().filter(|f| f.exists()) {
             let _ = std::fs::write(f, "FROZEN");
         }
@@ -263,7 +329,7 @@ pub fn remove_cgroup(dir: &Path) {
 /// What the host looks like, for "down leaves it as it was": links and
 /// network namespaces, mounts of the host's mount namespace, device nodes
 /// under /dev/infiniband and /dev/vfio, cgroups named ours, and processes
-/// in them.
+/// in them or in the node's namespaces.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct Snapshot {
     /// Host link names.
@@ -282,8 +348,10 @@ pub struct Snapshot {
     pub paths: BTreeSet<String>,
 }
 
-/// Reads a [`Snapshot`] of the host.
-pub fn snapshot() -> Snapshot {
+/// Reads a [`Snapshot`] of the host; `ns_inodes` are the node's namespaces
+/// (see [`Created::ns_inodes`]).
+pub fn snapshot(ns_inodes: &[u64]) -> Snapshot {
+    use std::os::unix::fs::MetadataExt;
     let mut s = Snapshot::default();
     if let Ok(rd) = std::fs::read_dir("/sys/class/net") {
         s.links = rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
@@ -301,21 +369,25 @@ pub fn snapshot() -> Snapshot {
         }
     }
     for h in cgroup_hierarchies() {
-        let p = h.join(CGROUP);
+        let p = h.join(cgroup());
         if p.exists() {
             s.cgroups.insert(p.display().to_string());
         }
     }
-    let bin = crate::peers::cache_dir().join("bin");
     for pid in cgroup_pids() {
-        s.processes.insert(format!("{pid} in cgroup {CGROUP}"));
+        s.processes.insert(format!("{pid} in cgroup {}", cgroup()));
     }
-    if let Ok(rd) = std::fs::read_dir("/proc") {
-        for e in rd.flatten() {
-            let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-            if let Ok(exe) = std::fs::read_link(format!("/proc/{pid}/exe")) {
-                if exe.starts_with(&bin) {
-                    s.processes.insert(format!("{pid} {}", exe.display()));
+    // Anything still in the node's network or mount namespace (identified by inode, as
+    // recorded at `up`), wherever its cgroup.
+    if !ns_inodes.is_empty() {
+        if let Ok(rd) = std::fs::read_dir("/proc") {
+            for e in rd.flatten() {
+                let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+                for ns in ["net", "mnt"] {
+                    let ino = std::fs::metadata(format!("/proc/{pid}/ns/{ns}")).map(|m| m.ino()).unwrap_or(0);
+                    if ns_inodes.contains(&ino) {
+                        s.processes.insert(format!("{pid} in the node's {ns} namespace"));
+                    }
                 }
             }
         }
@@ -340,8 +412,12 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<String> {
         }
     };
     cmp("link", &before.links, &after.links);
-    cmp("netns", &before.netns, &after.netns);
-    cmp("mount", &before.mounts, &after.mounts);
+    // The CNI and lab suites make namespaces named kr-* while they run; they are not ours.
+    let foreign = |x: &String| x.starts_with("kr-") || x.starts_with("/run/netns/kr-");
+    let strip =
+        |v: &BTreeSet<String>| v.iter().filter(|x| !foreign(x)).cloned().collect::<BTreeSet<String>>();
+    cmp("netns", &strip(&before.netns), &strip(&after.netns));
+    cmp("mount", &strip(&before.mounts), &strip(&after.mounts));
     cmp("device", &before.devices, &after.devices);
     cmp("cgroup", &before.cgroups, &after.cgroups);
     cmp("process", &before.processes, &after.processes);
@@ -358,9 +434,12 @@ mod tests {
         let mut a = Snapshot::default();
         a.links.insert("eth0".into());
         let mut b = a.clone();
-        b.links.insert(HOST_LINK.into());
+        b.links.insert(host_link());
         b.links.remove("eth0");
-        assert_eq!(diff(&a, &b), vec![format!("link added: {HOST_LINK}"), "link removed: eth0".to_string()]);
+        assert_eq!(
+            diff(&a, &b),
+            vec![format!("link added: {}", host_link()), "link removed: eth0".to_string()]
+        );
         assert!(diff(&a, &a).is_empty());
     }
 }

@@ -73,7 +73,8 @@ impl Ca {
             Usage::Client => ExtendedKeyUsagePurpose::ClientAuth,
         }];
         let issuer = Issuer::from_params(&self.params, &self.key);
-        let cert = params.signed_by(&key, &issuer).with_context(|| format!("signing the certificate of {cn}"))?;
+        let cert =
+            params.signed_by(&key, &issuer).with_context(|| format!("signing the certificate of {cn}"))?;
         Ok(Pair { cert_pem: cert.pem(), key_pem: key.serialize_pem() })
     }
 }

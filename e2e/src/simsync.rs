@@ -3,7 +3,7 @@
 //! namespace tagged, so a VF netdev the CNI moved into a pod vanishes from
 //! the host's `<vf>/net/` and `/sys/class/net`, and comes back with DEL.
 //! Runs inside the node's network namespace (`kube-rdma-cluster simsync`,
-//! started by `up`) and polls the namespace's links every 100 ms.
+//! started by `up`) and polls the namespace's links (`/proc/net/dev`) every 100 ms.
 //!
 //! The RDMA device is left on the host: the kernel here has no RDMA
 //! subsystem, so the e2e networks use `rdma: disabled` and nothing moves it
@@ -33,10 +33,13 @@ pub fn run(dir: &Path) -> Result<()> {
     let mut on_host: BTreeSet<String> = names.clone();
     eprintln!("simsync: watching {} VF netdevs of {}", names.len(), dir.display());
     loop {
-        let links: BTreeSet<String> = std::fs::read_dir("/sys/class/net")
-            .context("reading /sys/class/net")?
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
+        // /proc/net/dev lists the links of the reader's network namespace (/sys here is the host's).
+        let links: BTreeSet<String> = std::fs::read_to_string("/proc/net/dev")
+            .context("reading /proc/net/dev")?
+            .lines()
+            .skip(2)
+            .filter_map(|l| l.split(':').next())
+            .map(|n| n.trim().to_string())
             .collect();
         for n in &names {
             let now = links.contains(n);
@@ -46,7 +49,10 @@ pub fn run(dir: &Path) -> Result<()> {
             let r = if now { sim.add_netdev_back(n) } else { sim.remove_netdev(n) };
             match r {
                 Ok(()) => {
-                    eprintln!("simsync: {n} {}", if now { "back on the host" } else { "left the host (in a pod)" });
+                    eprintln!(
+                        "simsync: {n} {}",
+                        if now { "back on the host" } else { "left the host (in a pod)" }
+                    );
                     if now {
                         on_host.insert(n.clone());
                     } else {

@@ -95,3 +95,42 @@ fn addresses_and_routes_are_added_and_read_back() {
     assert!(ip(a.name(), &["route", "show"]).contains("10.67.0.0/16 via 10.66.0.1 dev lkv2"));
     assert_eq!(s.add_route(l.index, &r).unwrap_err().errno(), Some(libc::EEXIST));
 }
+
+/// Regression (issue 22, defect 1): `ip route add` semantics (NLM_F_EXCL)
+/// refused a second VF's route to the same destination, and a default route
+/// while eth0 had one. Routes go in as the reference plugins' `RouteAddEcmp`
+/// does: beside an existing route out of another link, in both families.
+#[test]
+fn a_route_to_a_destination_another_link_already_reaches_is_added_beside_it() {
+    let a = netns("a4");
+    let mut idx = Vec::new();
+    for (n, v4, v6) in [("lkv3", "10.68.0.2/24", "fd68::2/64"), ("lkv4", "10.68.0.3/24", "fd68::3/64")] {
+        ip(a.name(), &["link", "add", n, "type", "veth", "peer", "name", &format!("{n}p")]);
+        ip(a.name(), &["link", "set", n, "up"]);
+        ip(a.name(), &["addr", "add", v4, "dev", n]);
+        ip(a.name(), &["addr", "add", v6, "dev", n, "nodad"]);
+    }
+    let mut s = RouteSocket::open_in(&a.open().unwrap()).unwrap();
+    for n in ["lkv3", "lkv4"] {
+        idx.push(s.link_by_name(n).unwrap().unwrap().index);
+    }
+    let routes = [
+        Route { dst: "0.0.0.0".parse().unwrap(), prefix: 0, gw: Some("10.68.0.1".parse().unwrap()) },
+        Route { dst: "10.69.0.0".parse().unwrap(), prefix: 16, gw: None },
+        Route { dst: "::".parse().unwrap(), prefix: 0, gw: Some("fd68::1".parse().unwrap()) },
+    ];
+    for i in &idx {
+        for r in &routes {
+            s.add_route(*i, r).unwrap_or_else(|e| panic!("{r:?} via ifindex {i}: {e}"));
+        }
+    }
+    let v4 = ip(a.name(), &["route", "show"]);
+    for n in ["lkv3", "lkv4"] {
+        assert!(v4.contains(&format!("default via 10.68.0.1 dev {n}")), "{v4}");
+        assert!(v4.contains(&format!("10.69.0.0/16 dev {n}")), "{v4}");
+    }
+    let v6 = ip(a.name(), &["-6", "route", "show", "default"]);
+    assert!(v6.contains("dev lkv3") && v6.contains("dev lkv4"), "ECMP siblings: {v6}");
+    // Only an identical route is refused.
+    assert_eq!(s.add_route(idx[1], &routes[0]).unwrap_err().errno(), Some(libc::EEXIST));
+}

@@ -62,7 +62,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         }
         None => None,
     };
-    let _vf_lock = Lock::take(
+    let vf_lock = Lock::take(
         &conf.state_dir,
         &format!("vf-{}", vf.pci),
         &format!("VF {}", vf.pci),
@@ -86,7 +86,10 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
                 vf.driver.as_deref().unwrap_or("?")
             )))
         }
-        Target::Userspace => vec![],
+        Target::Userspace => {
+            userspace_free(&conf.state_dir, &vf, env)?;
+            vec![]
+        }
     };
     // PF-side attributes: read what they replace under the PF lock, held
     // until they are set.
@@ -140,12 +143,14 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         pci: Some(vf.pci),
         steps,
     };
-    journal::save(&jpath, &j)?;
+    let saved = journal::save(&jpath, &j)?;
     failpoint("journal");
     tracing::debug!(steps = ?j.steps.iter().map(Step::name).collect::<Vec<_>>(), ms = t0.elapsed().as_secs_f64() * 1e3, "planned");
 
-    let mut run = Run { started: 0, pending: None };
-    match run.apply(&j.steps, env, &mut host, &pod, &mut podc, &mut pf_lock) {
+    let mut run = Run { started: 0, pending: None, held: Some(vf_lock.raw_fd()) };
+    // The journal is flushed while the steps run; ADD succeeds once it is on disk.
+    let applied = run.apply(&j.steps, env, &mut host, &pod, &mut podc, &mut pf_lock);
+    match applied.and_then(|r| saved.durable().map(|()| r)) {
         Ok(ipam_result) => {
             let iface = match &target {
                 Target::Netdev(l) => Iface {
@@ -176,14 +181,11 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
                 // Let an in-flight IPAM ADD finish so that its DEL releases it.
                 let _ = p.wait();
             }
-            let mut cx = UndoCx::new(roots, env, &env.netns, Some(vf.pci));
-            match txn::undo(&j.steps[..run.started], &mut cx) {
-                Ok(()) => {
-                    let _ = journal::remove(&jpath);
-                }
-                Err(u) => {
-                    tracing::error!(error = %u.chain(), "rollback incomplete; the journal stays for DEL");
-                }
+            let mut cx = UndoCx::new(roots, env, &env.netns, Some(vf.pci), run.held);
+            if txn::undo(&j.steps[..run.started], &mut cx).complete() {
+                let _ = journal::remove(&jpath);
+            } else {
+                tracing::error!("rollback incomplete; the journal stays for the DEL the runtime sends");
             }
             Err(e)
         }
@@ -286,6 +288,8 @@ struct Run {
     started: usize,
     /// The IPAM ADD in flight.
     pending: Option<ipam::Pending>,
+    /// The VF lock's descriptor, which the IPAM plugin inherits.
+    held: Option<std::os::fd::RawFd>,
 }
 
 impl Run {
@@ -312,7 +316,7 @@ impl Run {
             let t = std::time::Instant::now();
             self.started += 1;
             match s {
-                Step::Ipam(l) => self.pending = Some(l.apply(env)?),
+                Step::Ipam(l) => self.pending = Some(l.apply(env, self.held)?),
                 Step::PfAttrs(p) => {
                     p.apply(host)?;
                     pf_lock.take();
@@ -371,8 +375,46 @@ fn configure_addresses(env: &Env, ps: &mut RouteSocket, r: &Value) -> Result<()>
             .gw
             .or_else(|| ips.iter().filter(|i| i.addr.is_ipv4() == r.dst.is_ipv4()).find_map(|i| i.gateway));
         let route = Route { dst: r.dst, prefix: r.prefix, gw };
-        ps.add_route(l.index, &route)
-            .map_err(|e| Error::link(format!("add route {}/{} in the pod", r.dst, r.prefix), e))?;
+        // Added beside a route to the same destination out of another link
+        // (another VF of this network, eth0's default), as the reference
+        // plugins do (`RouteAddEcmp`, see `RouteSocket::add_route`). Only an
+        // identical route is EEXIST (a result listing one twice): it is there
+        // as asked.
+        match ps.add_route(l.index, &route) {
+            Ok(()) => {}
+            Err(e) if e.errno() == Some(libc::EEXIST) => {
+                tracing::debug!(dst = %r.dst, prefix = r.prefix, "route already there");
+            }
+            Err(e) => return Err(Error::link(format!("add route {}/{} in the pod", r.dst, r.prefix), e)),
+        }
+    }
+    Ok(())
+}
+
+/// A VF bound to a userspace driver leaves no trace in the kernel when it is
+/// given to a pod, so its journals tell: one of another attachment whose pod
+/// netns still exists holds it (sriov-cni refuses "already allocated" on the
+/// same rule, pkg/utils `allocator`: a saved netns that still opens). A
+/// netdev VF in a pod is refused because its netdev left the host.
+fn userspace_free(state_dir: &std::path::Path, vf: &VfDev, env: &Env) -> Result<()> {
+    for (_, j) in journal::list(state_dir)? {
+        let Ok(j) = j else { continue };
+        if j.pci != Some(vf.pci) || j.is(&env.container_id, &env.ifname) || j.netns.is_empty() {
+            continue;
+        }
+        if Netns::open(&j.netns).is_ok() {
+            return Err(Error::Device {
+                pci: vf.pci.to_string(),
+                why: format!(
+                    "is bound to {} and already given to container {} (interface {}) whose network namespace {} still exists; a VF serves one attachment: DEL that one first",
+                    vf.driver.as_deref().unwrap_or("a userspace driver"),
+                    j.container_id,
+                    j.ifname,
+                    j.netns
+                ),
+            });
+        }
+        tracing::info!(container = %j.container_id, netns = %j.netns, "a stale attachment of this VF (its netns is gone); taking the VF");
     }
     Ok(())
 }

@@ -33,7 +33,7 @@ pub fn check(conf: &NetConf, env: &Env) -> Result<()> {
         Some(i) => {
             let (plugin, mut c) = ipam::prepare(&conf.raw, &conf.cni_version, &i.kind, env, &conf.state_dir)?;
             c["prevResult"] = prev.clone();
-            Some(ipam::start(&plugin, "CHECK", env, &c))
+            Some(ipam::start(&plugin, "CHECK", env, &c, None))
         }
         None => None,
     };

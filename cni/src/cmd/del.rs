@@ -1,107 +1,228 @@
-//! DEL: undo the attachment's journal, whatever state it is in; without a
-//! journal (a refused ADD, or a lost state dir), release IPAM and, given the
-//! ADD result, bring the VF home from the pod. Only what tearing down needs
-//! is read from the configuration, so a value only ADD uses never fails DEL.
+//! DEL, best effort (CNI spec 1.1.0, "DEL": complete without error even if
+//! some resources are missing): undo the attachment's journal, whatever
+//! state it is in, going on past what cannot be undone (each logged); without
+//! a usable journal (a refused ADD, a lost, unreadable or unusable state dir),
+//! release IPAM from the configuration and bring the VF home from the pod
+//! when it can be told apart. Only what tearing down needs is read from the
+//! configuration, so a value only ADD uses never fails DEL.
+//!
+//! Runtimes do not retry a DEL that succeeded, and Multus drops its cache of
+//! the pod's networks after one whatever it returned: a journal left behind
+//! would never be read again. So DEL fails only when retrying can help: the
+//! VF lock is busy (another ADD/DEL of the VF, code 11), or the IPAM plugin's
+//! release failed, which only the plugin can do (its journal is kept for the
+//! retry; the reference plugins' DEL also fails then, e.g. containernetworking
+//! plugins `host-device` `cmdDel`).
 
-use nic::netlink::link::{LinkChange, RouteSocket};
+use std::path::PathBuf;
+
+use nic::netlink::link::{Link, LinkChange, RouteSocket};
 use nic::netns::Netns;
 use nic::{PciAddr, Roots};
 
-use crate::conf::{Env, NetConf};
+use crate::conf::{fmt_mac, Env, NetConf};
 use crate::error::{Error, Result};
 use crate::journal::{self, Lock};
 use crate::step::UndoCx;
 use crate::txn::{self, lock_wait, VF_LOCK_WAIT};
 use crate::{ipam, result, step};
 
-/// DEL. Succeeds when the netns, the journal or the VF is already gone.
-pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
-    let t0 = std::time::Instant::now();
-    journal::ensure_dirs(&conf.state_dir)?;
-    let (found, corrupt) = match journal::find(&conf.state_dir, &env.container_id, &env.ifname) {
-        Ok(f) => (f, None),
+/// What the state dir holds for the attachment.
+enum Record {
+    /// Its journal.
+    Journal(journal::Found),
+    /// A journal file that cannot be read: its ADD ran, its steps are
+    /// unknown. `garbage`: it did not parse (removed once torn down); else it
+    /// could not be read at all (left alone).
+    Unreadable { path: PathBuf, garbage: bool },
+    /// None (or a state dir DEL cannot use).
+    Nothing,
+}
+
+fn lookup(conf: &NetConf, env: &Env) -> Record {
+    match journal::find(&conf.state_dir, &env.container_id, &env.ifname) {
+        Ok(Some(f)) => Record::Journal(f),
+        Ok(None) => Record::Nothing,
         Err(e @ Error::Corrupt { .. }) => {
             tracing::error!(error = %e.chain(), "tearing down without the journal");
-            (None, Some(e))
+            let Error::Corrupt { path, .. } = e else { unreachable!("matched above") };
+            Record::Unreadable { path, garbage: true }
         }
-        Err(e) => return Err(e),
+        Err(e @ Error::Collision { .. }) => {
+            tracing::warn!(error = %e.chain(), "not our journal; tearing down without one");
+            Record::Nothing
+        }
+        Err(e) => {
+            tracing::error!(error = %e.chain(), "cannot read the journal; tearing down without it");
+            let path = journal::dir(&conf.state_dir).join(journal::file_name(&env.container_id, &env.ifname));
+            Record::Unreadable { path, garbage: false }
+        }
+    }
+}
+
+/// DEL. Succeeds when the netns, the journal or the VF is already gone, and
+/// when something cannot be undone (logged); see the module doc for when it fails.
+pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
+    let t0 = std::time::Instant::now();
+    // A state dir that is a file or a dangling symlink holds no journal and
+    // no lock: the teardown goes on without them.
+    let usable = match journal::ensure_dirs(&conf.state_dir) {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e.chain(), "state directory unusable: tearing down without journal and locks");
+            false
+        }
     };
-    let pci = found.as_ref().and_then(|f| f.journal.pci).or(conf.device).or_else(|| prev_pci(conf, env));
-    let _lock = match pci {
-        Some(p) => Some(Lock::take(
-            &conf.state_dir,
-            &format!("vf-{p}"),
-            &format!("VF {p}"),
-            lock_wait(VF_LOCK_WAIT),
-        )?),
+    let first = if usable { lookup(conf, env) } else { Record::Nothing };
+    let pci = match &first {
+        Record::Journal(f) => f.journal.pci,
+        _ => None,
+    }
+    .or(conf.device)
+    .or_else(|| prev_pci(conf, env));
+    let lock = match pci.filter(|_| usable) {
+        Some(p) => {
+            match Lock::take(&conf.state_dir, &format!("vf-{p}"), &format!("VF {p}"), lock_wait(VF_LOCK_WAIT))
+            {
+                Ok(l) => Some(l),
+                Err(e @ Error::Busy { .. }) => return Err(e),
+                Err(e) => {
+                    tracing::error!(error = %e.chain(), "tearing down without the VF lock");
+                    None
+                }
+            }
+        }
         None => None,
     };
     // Re-read under the lock: a concurrent DEL may have finished it.
-    let found = match corrupt {
-        Some(_) => None,
-        None => journal::find(&conf.state_dir, &env.container_id, &env.ifname)?,
+    let record = match first {
+        Record::Journal(_) if lock.is_some() => lookup(conf, env),
+        other => other,
     };
-    match &found {
-        Some(f) => {
+    let held = lock.as_ref().map(Lock::raw_fd);
+    let ipam_failed = match &record {
+        Record::Journal(f) => {
             // The runtime may send an empty CNI_NETNS once the sandbox is gone.
             let netns = if env.netns.is_empty() { f.journal.netns.as_str() } else { env.netns.as_str() };
-            let mut cx = UndoCx::new(roots, env, netns, f.journal.pci);
-            txn::undo(&f.journal.steps, &mut cx)?;
+            let mut cx = UndoCx::new(roots, env, netns, f.journal.pci, held);
+            let undone = txn::undo(&f.journal.steps, &mut cx);
+            for (step, _) in &undone.steps {
+                tracing::error!(step, "left as it is: DEL goes on (best effort)");
+            }
+            undone.ipam
         }
-        None => {
+        Record::Unreadable { .. } | Record::Nothing => {
             let release = conf.ipam.as_ref().map(|i| -> Result<ipam::Pending> {
                 let (plugin, c) = ipam::prepare(&conf.raw, &conf.cni_version, &i.kind, env, &conf.state_dir)?;
-                Ok(ipam::start(&plugin, "DEL", env, &c))
+                Ok(ipam::start(&plugin, "DEL", env, &c, held))
             });
-            let home = match (pci, &conf.prev_result) {
-                (Some(pci), Some(_)) => bring_home(env, pci),
-                _ => Ok(()),
+            let evidence = match (&conf.prev_result, &record) {
+                (Some(_), _) => Evidence::PrevResult { mac: prev_mac(conf, env) },
+                (None, Record::Unreadable { .. }) => Evidence::UnreadableJournal,
+                _ => Evidence::None,
             };
-            let released = release.map(|r| r.and_then(ipam::Pending::wait).map(|_| ())).unwrap_or(Ok(()));
-            home?;
-            released?;
+            if let Some(pci) = pci {
+                if let Err(e) = bring_home(env, pci, &evidence) {
+                    tracing::error!(pci = %pci, error = %e.chain(), "cannot bring the VF home; DEL goes on (best effort)");
+                }
+            }
+            release.map(|r| r.and_then(ipam::Pending::wait)).and_then(Result::err)
         }
-    }
+    };
     if let Some(f) = &conf.device_info_file {
-        step::DeviceInfoFile::removing(f.clone()).undo()?;
-    }
-    match (&found, corrupt) {
-        (Some(f), _) => journal::remove(&f.path)?,
-        (None, Some(Error::Corrupt { path, .. })) => {
-            let aside = path.with_extension("json.corrupt");
-            tracing::error!(from = %path.display(), to = %aside.display(), "moving the unreadable journal aside");
-            std::fs::rename(&path, &aside).map_err(|e| Error::io(&path, e))?;
+        if let Err(e) = step::DeviceInfoFile::removing(f.clone()).undo() {
+            tracing::error!(error = %e.chain(), "cannot remove the device-info file; DEL goes on (best effort)");
         }
-        _ => {}
     }
-    tracing::info!(ms = t0.elapsed().as_secs_f64() * 1e3, journal = found.is_some(), "detached");
+    if let Some(e) = ipam_failed {
+        // Kept for the retry: every other undo is idempotent.
+        tracing::error!(error = %e.chain(), "the IPAM release failed: DEL fails so that the runtime retries it");
+        return Err(e);
+    }
+    let forget = match &record {
+        Record::Journal(f) => Some(f.path.as_path()),
+        Record::Unreadable { path, garbage: true } => Some(path.as_path()),
+        _ => None,
+    };
+    if let Some(p) = forget {
+        if let Err(e) = journal::remove(p) {
+            tracing::error!(error = %e.chain(), "cannot remove the journal");
+        }
+    }
+    if usable {
+        journal::remove_leftovers(&conf.state_dir, &env.container_id, &env.ifname);
+    }
+    tracing::info!(
+        ms = t0.elapsed().as_secs_f64() * 1e3,
+        journal = matches!(record, Record::Journal(_)),
+        "detached"
+    );
     Ok(())
 }
 
-/// The VF named in `prevResult`: our interface's `pciID` (1.1.0 results).
-fn prev_pci(conf: &NetConf, env: &Env) -> Option<PciAddr> {
-    result::ours_in(conf.prev_result.as_ref()?, env)?.get("pciID")?.as_str()?.parse().ok()
+/// Our interface in `prevResult` (1.1.0 results name the VF as `pciID`).
+fn prev_iface<'a>(conf: &'a NetConf, env: &Env) -> Option<&'a serde_json::Value> {
+    result::ours_in(conf.prev_result.as_ref()?, env)
 }
 
-/// Without a journal: finds the VF in the pod by its PCI address (its bus
-/// device), or, for a virtual stand-in without one, as the `CNI_IFNAME` the
-/// ADD result names, and moves it home, down. Its host name and settings
-/// are lost with the journal: it keeps its pod name, or `dev<ifindex>` if
-/// that is taken on the host (the kernel's own choice on netns exit).
-fn bring_home(env: &Env, pci: PciAddr) -> Result<()> {
+/// The VF named in `prevResult`.
+fn prev_pci(conf: &NetConf, env: &Env) -> Option<PciAddr> {
+    prev_iface(conf, env)?.get("pciID")?.as_str()?.parse().ok()
+}
+
+/// The MAC `prevResult` gives our interface.
+fn prev_mac(conf: &NetConf, env: &Env) -> Option<String> {
+    prev_iface(conf, env)?.get("mac")?.as_str().map(str::to_string)
+}
+
+/// What says, without a journal, that this attachment's ADD put a link in
+/// the pod.
+enum Evidence {
+    /// `prevResult`: the ADD succeeded (with the MAC it reported, if any).
+    PrevResult { mac: Option<String> },
+    /// A journal file that cannot be read: the ADD ran.
+    UnreadableJournal,
+    /// Nothing (a refused ADD, or a lost state dir).
+    None,
+}
+
+/// The pod's link that is the VF: its bus device is the VF, and, unless the
+/// ADD result says this attachment has the VF, it is named `CNI_IFNAME` (a
+/// VF in this pod under that name with no journal left can only be this
+/// attachment's). A virtual stand-in without bus device only with evidence
+/// the ADD ran, by name (and by the MAC the ADD result gives it), so that a
+/// link the pod had of its own stays.
+fn find_vf<'a>(links: &'a [Link], env: &Env, pci: PciAddr, ev: &Evidence) -> Option<&'a Link> {
+    let want = pci.to_string();
+    let named = |l: &&Link| l.name == env.ifname && l.name != "lo";
+    links
+        .iter()
+        .filter(|l| l.parent.as_deref() == Some(want.as_str()))
+        .find(|l| matches!(ev, Evidence::PrevResult { .. }) || named(l))
+        .or_else(|| {
+            links.iter().filter(|l| l.parent.is_none()).filter(named).find(|l| match ev {
+                Evidence::PrevResult { mac: Some(m) } => {
+                    l.mac.as_deref().is_some_and(|have| fmt_mac(have).eq_ignore_ascii_case(m))
+                }
+                Evidence::PrevResult { mac: None } | Evidence::UnreadableJournal => true,
+                Evidence::None => false,
+            })
+        })
+}
+
+/// Without a journal: finds the VF in the pod ([`find_vf`]) and moves it
+/// home, down. Its host name and settings are lost with the journal: it
+/// keeps its pod name, or `dev<ifindex>` if that is taken on the host (the
+/// kernel's own choice on netns exit).
+fn bring_home(env: &Env, pci: PciAddr, ev: &Evidence) -> Result<()> {
     if env.netns.is_empty() {
         return Ok(());
     }
     let Ok(pod) = Netns::open(&env.netns) else { return Ok(()) };
     let mut ps = RouteSocket::open_in(&pod)?;
     let links = ps.links()?;
-    let want = pci.to_string();
-    let found = links
-        .iter()
-        .find(|l| l.parent.as_deref() == Some(want.as_str()))
-        .or_else(|| links.iter().find(|l| l.parent.is_none() && l.name == env.ifname && l.name != "lo"));
-    let Some(l) = found else {
-        tracing::info!(pci = %pci, "VF not in the pod; nothing to bring home");
+    let Some(l) = find_vf(&links, env, pci, ev) else {
+        tracing::info!(pci = %pci, "VF not in the pod (or not told apart from the pod's own links); nothing to bring home");
         return Ok(());
     };
     tracing::warn!(pci = %pci, name = %l.name, "no journal: bringing the VF home without its host name and settings");
@@ -113,5 +234,39 @@ fn bring_home(env: &Env, pci: PciAddr) -> Result<()> {
             ps.set_link(l.index, &named).map_err(|e| Error::link(format!("move {} home", l.name), e))
         }
         r => r.map_err(|e| Error::link(format!("move {} home", l.name), e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn link(name: &str, parent: Option<&str>, mac: u8) -> Link {
+        Link {
+            index: 3,
+            name: name.into(),
+            mac: Some(vec![2, 0, 0, 0, 0, mac]),
+            mtu: None,
+            up: true,
+            parent: parent.map(String::from),
+        }
+    }
+
+    #[test]
+    fn without_a_journal_only_a_link_the_add_can_have_made_comes_home() {
+        let env = Env { ifname: "net1".into(), ..Env::default() };
+        let pci: PciAddr = "0000:3b:00.2".parse().unwrap();
+        let vf_renamed = [link("eth7", Some("0000:3b:00.2"), 1)];
+        let prev = Evidence::PrevResult { mac: Some("02:00:00:00:00:01".into()) };
+        assert!(find_vf(&vf_renamed, &env, pci, &prev).is_some(), "the ADD result says it is ours");
+        assert!(find_vf(&vf_renamed, &env, pci, &Evidence::None).is_none(), "another name: not told apart");
+        let vf = [link("net1", Some("0000:3b:00.2"), 1)];
+        assert!(find_vf(&vf, &env, pci, &Evidence::None).is_some(), "the VF itself, under our name");
+        let own = [link("net1", None, 9)];
+        assert!(find_vf(&own, &env, pci, &Evidence::None).is_none(), "the pod's own link stays");
+        assert!(find_vf(&own, &env, pci, &prev).is_none(), "another MAC than the ADD result's");
+        assert!(find_vf(&own, &env, pci, &Evidence::UnreadableJournal).is_some());
+        let other_vf = [link("net1", Some("0000:3b:00.3"), 1)];
+        assert!(find_vf(&other_vf, &env, pci, &prev).is_none(), "another VF");
     }
 }

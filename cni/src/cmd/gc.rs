@@ -1,5 +1,6 @@
 //! GC (spec 1.1.0): undo and forget this network's attachments that are not
-//! in `cni.dev/valid-attachments`, then forward GC to a 1.1 IPAM plugin.
+//! in `cni.dev/valid-attachments`, remove leftover journal files no DEL will
+//! come for ([`journal::sweep`]), then forward GC to a 1.1 IPAM plugin.
 //! Other networks' attachments (they share the state dir) are not ours to
 //! judge; a GC without the list is refused rather than read as "none valid".
 
@@ -11,6 +12,11 @@ use crate::ipam;
 use crate::journal::{self, Lock};
 use crate::step::UndoCx;
 use crate::txn::{self, lock_wait, VF_LOCK_WAIT};
+
+/// A journal temp file older than this is a leftover of a killed ADD (its
+/// own write renames it within milliseconds; runtimes give an ADD minutes at
+/// most: kubelet's runtime request timeout is 2 min).
+const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// GC.
 pub fn gc(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
@@ -57,13 +63,20 @@ pub fn gc(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
                 netns: String::new(),
                 ..env.clone()
             };
-            let mut cx = UndoCx::new(roots, &genv, &j.netns, j.pci);
-            txn::undo(&j.steps, &mut cx)?;
+            let mut cx = UndoCx::new(roots, &genv, &j.netns, j.pci, _lock.as_ref().map(Lock::raw_fd));
+            // Best effort, as DEL: only a failed IPAM release keeps the
+            // journal (for the next GC or DEL to retry it).
+            if let Some(e) = txn::undo(&j.steps, &mut cx).ipam {
+                return Err(e);
+            }
             journal::remove(&path)
         })();
         if let Err(e) = r {
             problems.push(e);
         }
+    }
+    for p in journal::sweep(&conf.state_dir, STALE_TEMP) {
+        tracing::info!(file = %p.display(), "GC: removed a leftover journal file");
     }
     if let Some(i) = &conf.ipam {
         // The IPAM plugin may hold leases we have no journal for.

@@ -218,6 +218,29 @@ impl Lab {
         )
     }
 
+    /// Starts the plugin in the lab's host netns and returns it running.
+    pub fn spawn(
+        &self,
+        cmd: &str,
+        cid: &str,
+        netns: &Path,
+        ifname: &str,
+        stdin: &Value,
+        extra: &[(&str, &str)],
+    ) -> std::process::Child {
+        spawn_plugin(
+            self.host.path(),
+            &self.sim.roots().sysfs,
+            cmd,
+            cid,
+            netns,
+            ifname,
+            &serde_json::to_vec(stdin).unwrap(),
+            extra,
+            &[],
+        )
+    }
+
     /// Allocation files host-local keeps (one per allocated IP).
     pub fn ipam_allocations(&self) -> BTreeSet<String> {
         files(self.ipam_dir.path())
@@ -250,17 +273,55 @@ pub fn run_plugin(
     stdin: &[u8],
     extra: &[(&str, &str)],
 ) -> (i32, Value) {
+    // CNI_TEST_WRAP="strace -f -c -o /tmp/x" runs the plugin under a tool (profiling).
+    let wrap: Vec<String> = std::env::var("CNI_TEST_WRAP")
+        .map(|w| w.split_whitespace().map(String::from).collect())
+        .unwrap_or_default();
+    let child = spawn_plugin(host_ns, sysfs, cmd, cid, netns, ifname, stdin, extra, &wrap);
+    let out = child.wait_with_output().unwrap();
+    let v = if out.stdout.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("stdout not JSON ({e}): {:?}", String::from_utf8_lossy(&out.stdout)))
+    };
+    if std::env::var("CNI_TEST_VERBOSE").is_ok() {
+        eprintln!("{cmd} -> {:?} {v} stderr: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
+    }
+    // Failures report the CNI error code from the JSON; a killed plugin its exit status.
+    let status = out.status.code().unwrap_or(-1);
+    let code = if status == 0 {
+        0
+    } else {
+        v.get("code").and_then(Value::as_i64).map(|c| c as i32).unwrap_or(status)
+    };
+    (code, v)
+}
+
+/// Starts the binary (under `wrap`, a tool and its arguments, if not empty)
+/// in `host_ns` with the CNI environment and `stdin`, as a runtime does, and
+/// returns it running (for tests that kill it).
+#[allow(clippy::too_many_arguments)]
+pub fn spawn_plugin(
+    host_ns: &Path,
+    sysfs: &Path,
+    cmd: &str,
+    cid: &str,
+    netns: &Path,
+    ifname: &str,
+    stdin: &[u8],
+    extra: &[(&str, &str)],
+    wrap: &[String],
+) -> std::process::Child {
     let nsf = std::fs::File::open(host_ns).unwrap();
     let fd = nsf.as_raw_fd();
-    // CNI_TEST_WRAP="strace -f -c -o /tmp/x" runs the plugin under a tool (profiling).
-    let mut c = match std::env::var("CNI_TEST_WRAP") {
-        Ok(w) if !w.is_empty() => {
-            let mut it = w.split_whitespace();
-            let mut c = Command::new(it.next().unwrap());
-            c.args(it).arg(BIN);
+    let mut c = match wrap.split_first() {
+        Some((tool, args)) => {
+            let mut c = Command::new(tool);
+            c.args(args).arg(BIN);
             c
         }
-        _ => Command::new(BIN),
+        None => Command::new(BIN),
     };
     // cargo test/bench set LD_LIBRARY_PATH to the toolchain's dirs; a runtime
     // does not, and the extra library search costs milliseconds per exec.
@@ -292,28 +353,11 @@ pub fn run_plugin(
         });
     }
     let mut child = c.spawn().unwrap();
+    drop(nsf);
     // A plugin refusing its environment may exit before reading stdin: a broken
     // pipe here is its answer, not a test failure.
     feed(child.stdin.take().unwrap(), stdin);
-    let out = child.wait_with_output().unwrap();
-    drop(nsf);
-    let v = if out.stdout.is_empty() {
-        Value::Null
-    } else {
-        serde_json::from_slice(&out.stdout)
-            .unwrap_or_else(|e| panic!("stdout not JSON ({e}): {:?}", String::from_utf8_lossy(&out.stdout)))
-    };
-    if std::env::var("CNI_TEST_VERBOSE").is_ok() {
-        eprintln!("{cmd} -> {:?} {v} stderr: {}", out.status.code(), String::from_utf8_lossy(&out.stderr));
-    }
-    // Failures report the CNI error code from the JSON; a killed plugin its exit status.
-    let status = out.status.code().unwrap_or(-1);
-    let code = if status == 0 {
-        0
-    } else {
-        v.get("code").and_then(Value::as_i64).map(|c| c as i32).unwrap_or(status)
-    };
-    (code, v)
+    child
 }
 
 pub fn path_of(ns: &NamedNetns) -> PathBuf {

@@ -8,7 +8,10 @@ use clap::{Parser, Subcommand};
 use kube_rdma_e2e::cluster;
 
 #[derive(Parser)]
-#[command(version, about = "A real single-node Kubernetes cluster with a simulated RDMA node and kube-rdma installed by its chart")]
+#[command(
+    version,
+    about = "A real single-node Kubernetes cluster with a simulated RDMA node and kube-rdma installed by its chart"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

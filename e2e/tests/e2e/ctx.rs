@@ -66,7 +66,14 @@ impl Ctx {
                 }
                 if t0.elapsed() > timeout {
                     let events = self
-                        .kubectl(&["-n", ns, "get", "events", "--field-selector", &format!("involvedObject.name={name}")])
+                        .kubectl(&[
+                            "-n",
+                            ns,
+                            "get",
+                            "events",
+                            "--field-selector",
+                            &format!("involvedObject.name={name}"),
+                        ])
                         .unwrap_or_default();
                     bail!("pod {ns}/{name} not running after {timeout:?}: {}\n{events}", p["status"]);
                 }
@@ -86,7 +93,16 @@ impl Ctx {
 
     /// Deletes `kind ns/name` and waits until it is gone.
     pub fn delete(&self, ns: &str, kind: &str, name: &str) -> Result<()> {
-        self.kubectl(&["-n", ns, "delete", kind, name, "--ignore-not-found", "--wait=true", "--timeout=120s"])?;
+        self.kubectl(&[
+            "-n",
+            ns,
+            "delete",
+            kind,
+            name,
+            "--ignore-not-found",
+            "--wait=true",
+            "--timeout=120s",
+        ])?;
         Ok(())
     }
 }
@@ -102,7 +118,10 @@ pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Resul
             Err(e) => last = format!("{e:#}"),
         }
         if t0.elapsed() > timeout {
-            bail!("{what}: not after {timeout:?}{}", if last.is_empty() { String::new() } else { format!(" (last error: {last})") });
+            bail!(
+                "{what}: not after {timeout:?}{}",
+                if last.is_empty() { String::new() } else { format!(" (last error: {last})") }
+            );
         }
         std::thread::sleep(Duration::from_millis(250));
     }

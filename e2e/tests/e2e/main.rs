@@ -21,13 +21,16 @@ pub struct Case {
 }
 
 fn main() {
-    let args: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with("--") || a == "--keep").collect();
+    let args: Vec<String> =
+        std::env::args().skip(1).filter(|a| !a.starts_with("--") || a == "--keep").collect();
     let keep = args.iter().any(|a| a == "--keep");
     let words: Vec<&String> = args.iter().filter(|a| *a != "--keep").collect();
     let mut cases: Vec<Case> = vec![];
     cases.extend(smoke::cases());
-    let selected: Vec<&Case> =
-        cases.iter().filter(|c| words.is_empty() || words.iter().any(|w| c.name.contains(w.as_str()))).collect();
+    let selected: Vec<&Case> = cases
+        .iter()
+        .filter(|c| words.is_empty() || words.iter().any(|w| c.name.contains(w.as_str())))
+        .collect();
 
     let t0 = Instant::now();
     let ctx = match Ctx::up() {

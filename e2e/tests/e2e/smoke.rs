@@ -12,12 +12,18 @@ use crate::Case;
 
 pub fn cases() -> Vec<Case> {
     vec![
-        Case { name: "the_node_is_ready_and_runs_the_pinned_peers", run: the_node_is_ready_and_runs_the_pinned_peers },
+        Case {
+            name: "the_node_is_ready_and_runs_the_pinned_peers",
+            run: the_node_is_ready_and_runs_the_pinned_peers,
+        },
         Case {
             name: "kube_rdma_runs_as_the_charts_pods_under_their_service_accounts",
             run: kube_rdma_runs_as_the_charts_pods_under_their_service_accounts,
         },
-        Case { name: "a_busybox_pod_runs_and_kubectl_exec_works", run: a_busybox_pod_runs_and_kubectl_exec_works },
+        Case {
+            name: "a_busybox_pod_runs_and_kubectl_exec_works",
+            run: a_busybox_pod_runs_and_kubectl_exec_works,
+        },
         Case {
             name: "kubectl_get_rdmanodestates_prints_the_crds_printer_columns",
             run: kubectl_get_rdmanodestates_prints_the_crds_printer_columns,
@@ -26,12 +32,20 @@ pub fn cases() -> Vec<Case> {
             name: "the_default_pool_is_allocatable_on_the_node",
             run: the_default_pool_is_allocatable_on_the_node,
         },
+        Case {
+            name: "a_restarted_kubelet_comes_back_with_the_node_ready",
+            run: a_restarted_kubelet_comes_back_with_the_node_ready,
+        },
     ]
 }
 
 fn the_node_is_ready_and_runs_the_pinned_peers(ctx: &Ctx) -> Result<()> {
     let n = ctx.json(&["get", "node", NODE_NAME])?;
-    let ready = n["status"]["conditions"].as_array().context("conditions")?.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");
+    let ready = n["status"]["conditions"]
+        .as_array()
+        .context("conditions")?
+        .iter()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
     ensure!(ready, "node not Ready: {}", n["status"]["conditions"]);
     let info = &n["status"]["nodeInfo"];
     ensure!(info["kubeletVersion"] == K8S_VERSION, "kubelet {}", info["kubeletVersion"]);
@@ -40,7 +54,10 @@ fn the_node_is_ready_and_runs_the_pinned_peers(ctx: &Ctx) -> Result<()> {
         "runtime {}",
         info["containerRuntimeVersion"]
     );
-    ensure!(n["metadata"]["labels"]["feature.node.kubernetes.io/rdma.capable"] == "true", "NFD's RDMA label missing");
+    ensure!(
+        n["metadata"]["labels"]["feature.node.kubernetes.io/rdma.capable"] == "true",
+        "NFD's RDMA label missing"
+    );
     let v = ctx.json(&["version"])?;
     ensure!(v["serverVersion"]["gitVersion"] == K8S_VERSION, "server {}", v["serverVersion"]);
     Ok(())
@@ -67,7 +84,8 @@ fn a_busybox_pod_runs_and_kubectl_exec_works(ctx: &Ctx) -> Result<()> {
     ctx.apply(&busybox_pod("default", "smoke", "", ""))?;
     let p = ctx.wait_running("default", "smoke", Duration::from_secs(90))?;
     let ip = p["status"]["podIP"].as_str().unwrap_or("").to_string();
-    let out = ctx.exec("default", "smoke", &["sh", "-c", "echo hello from $(hostname); ip -4 -o addr show eth0"])?;
+    let out =
+        ctx.exec("default", "smoke", &["sh", "-c", "echo hello from $(hostname); ip -4 -o addr show eth0"])?;
     ensure!(out.contains("hello from smoke"), "exec printed {out:?}");
     ensure!(!ip.is_empty() && out.contains(&ip), "eth0 lacks the pod IP {ip}: {out}");
     ctx.delete("default", "pod", "smoke")
@@ -100,6 +118,24 @@ fn the_default_pool_is_allocatable_on_the_node(ctx: &Ctx) -> Result<()> {
     })
 }
 
+fn a_restarted_kubelet_comes_back_with_the_node_ready(ctx: &Ctx) -> Result<()> {
+    let before = kube_rdma_e2e::cluster::state()?;
+    let old = before.created.daemons.iter().find(|(n, _)| n == "kubelet").map(|(_, p)| *p);
+    let pid = kube_rdma_e2e::cluster::restart_daemon("kubelet", Duration::from_secs(10))?;
+    ensure!(Some(pid) != old, "same pid after a restart");
+    ensure!(
+        kube_rdma_e2e::node::cgroup_pids().contains(&pid),
+        "the restarted kubelet is outside the cluster's cgroups"
+    );
+    eventually("the node Ready after the kubelet restart", Duration::from_secs(60), || {
+        let n = ctx.json(&["get", "node", NODE_NAME])?;
+        let ready = n["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        Ok(ready.then_some(()))
+    })
+}
+
 /// The last case: `scripts/cluster down` leaves links, netns, mounts, device
 /// nodes, cgroups and processes as they were before `up`.
 pub fn down_leaves_the_host_as_it_found_it(_ctx: &Ctx) -> Result<()> {
@@ -107,11 +143,15 @@ pub fn down_leaves_the_host_as_it_found_it(_ctx: &Ctx) -> Result<()> {
     ensure!(
         out.status.success(),
         "kube-rdma-cluster down: {}",
-        String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.contains("differs") || l.contains("error")).collect::<Vec<_>>().join("\n")
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .filter(|l| l.contains("differs") || l.contains("error"))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
-    let after = kube_rdma_e2e::node::snapshot();
-    ensure!(!after.netns.contains(kube_rdma_e2e::node::NETNS), "netns still there");
-    ensure!(!after.links.contains(kube_rdma_e2e::node::HOST_LINK), "host link still there");
+    let after = kube_rdma_e2e::node::snapshot(&[]);
+    ensure!(!after.netns.contains(&kube_rdma_e2e::node::netns()), "netns still there");
+    ensure!(!after.links.contains(&kube_rdma_e2e::node::host_link()), "host link still there");
     ensure!(!kube_rdma_e2e::cluster::base_dir().exists(), "base dir still there");
     Ok(())
 }

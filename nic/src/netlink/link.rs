@@ -27,14 +27,16 @@ use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
 
-use futures::TryStreamExt;
-use netlink_packet_core::{NlaBuffer, NlasIterator};
+use futures::{StreamExt, TryStreamExt};
+use netlink_packet_core::{
+    NetlinkMessage, NetlinkPayload, NlaBuffer, NlasIterator, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST,
+};
 use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkHeader, LinkMessage};
 use netlink_packet_route::route::{
     RouteAddress, RouteAttribute, RouteHeader, RouteMessage, RouteProtocol, RouteScope, RouteType,
 };
-use netlink_packet_route::AddressFamily;
+use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{AsyncSocket, TokioSocket};
 use rtnetlink::Handle;
 
@@ -246,12 +248,30 @@ impl RouteSocket {
         Ok(msgs.iter().filter(|a| a.header.index == index).filter_map(address_of).collect())
     }
 
-    /// `ip route add DST/PREFIX [via GW] dev IDX proto boot` in the main table
-    /// (scope link without a gateway); an existing route is `EEXIST`.
+    /// `DST/PREFIX [via GW] dev IDX proto boot` added to the main table (scope
+    /// link without a gateway) as the reference CNI plugins add routes
+    /// (containernetworking/plugins `pkg/ipam` `ConfigureIface`, through
+    /// vishvananda/netlink `RouteAddEcmp`): RTM_NEWROUTE with `NLM_F_CREATE`
+    /// and without `NLM_F_EXCL`. A route to the same destination and metric
+    /// out of another link or through another gateway is then added beside the
+    /// existing one (IPv4: another alias, placed first; IPv6: an ECMP sibling;
+    /// net/ipv4/fib_trie.c `fib_table_insert`, net/ipv6/ip6_fib.c
+    /// `fib6_add_rt2node`); only an identical route is `EEXIST`. `ip route add`
+    /// sends `NLM_F_EXCL` and refuses any route to the same destination.
     pub fn add_route(&mut self, index: u32, route: &Route) -> Result<(), LinkError> {
         let op = format!("RTM_NEWROUTE {}/{} via {:?} ifindex {index}", route.dst, route.prefix, route.gw);
-        let req = self.handle.route().add(route.message(index)).execute();
-        self.block_on(req)
+        let req = route.add_request(index);
+        let mut handle = self.handle.clone();
+        let exchange = async move {
+            let mut replies = handle.request(req)?;
+            while let Some(m) = replies.next().await {
+                if let NetlinkPayload::Error(e) = m.payload {
+                    return Err(rtnetlink::Error::NetlinkError(e));
+                }
+            }
+            Ok(())
+        };
+        self.block_on(exchange)
             .map_err(|e| LinkError::request("add a route through", ifindex(index))(nl_error(&op, e)))
     }
 
@@ -459,6 +479,14 @@ impl Route {
         m
     }
 
+    /// The RTM_NEWROUTE request [`RouteSocket::add_route`] sends: `NLM_F_CREATE`
+    /// without `NLM_F_EXCL` (or `NLM_F_REPLACE`, `NLM_F_APPEND`), as `RouteAddEcmp`.
+    pub fn add_request(&self, index: u32) -> NetlinkMessage<RouteNetlinkMessage> {
+        let mut req = NetlinkMessage::from(RouteNetlinkMessage::NewRoute(self.message(index)));
+        req.header.flags = NLM_F_REQUEST | NLM_F_ACK | NLM_F_CREATE;
+        req
+    }
+
     /// A main-table route (out of `oif`, if given) from an RTM_NEWROUTE message.
     fn of(m: &RouteMessage, oif_wanted: Option<u32>) -> Option<Route> {
         if m.header.table != RouteHeader::RT_TABLE_MAIN {
@@ -487,9 +515,6 @@ impl Route {
 
 #[cfg(test)]
 mod tests {
-    use netlink_packet_core::{NetlinkMessage, NetlinkPayload};
-    use netlink_packet_route::RouteNetlinkMessage;
-
     use super::*;
 
     fn emit(m: LinkMessage) -> Vec<u8> {
@@ -573,5 +598,18 @@ mod tests {
         assert!(!m.attributes.iter().any(|a| matches!(a, RouteAttribute::Destination(_))));
         assert_eq!(m.header.scope, RouteScope::Link);
         assert_eq!(Route::of(&m, Some(4)), Some(default));
+    }
+
+    #[test]
+    fn routes_are_added_as_the_reference_plugins_add_them_create_without_excl() {
+        // include/uapi/linux/netlink.h: NLM_F_REQUEST 0x1, NLM_F_ACK 0x4,
+        // NLM_F_EXCL 0x200, NLM_F_CREATE 0x400 (vishvananda/netlink RouteAddEcmp:
+        // NLM_F_CREATE|NLM_F_ACK; `ip route add` adds NLM_F_EXCL).
+        let r = Route { dst: "0.0.0.0".parse().unwrap(), prefix: 0, gw: Some("10.1.0.1".parse().unwrap()) };
+        let req = r.add_request(4);
+        assert_eq!(req.header.flags, 0x1 | 0x4 | 0x400);
+        assert!(
+            matches!(&req.payload, NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(m)) if *m == r.message(4))
+        );
     }
 }
