@@ -30,7 +30,9 @@ fn main() -> ExitCode {
             match o {
                 Ok(o) if o.status.success() => break,
                 // A CRD applied by the previous seed may not be served for a moment.
-                Ok(o) if attempt < 20 && String::from_utf8_lossy(&o.stderr).contains("no matches for kind") => {
+                Ok(o)
+                    if attempt < 20 && String::from_utf8_lossy(&o.stderr).contains("no matches for kind") =>
+                {
                     attempt += 1;
                     std::thread::sleep(std::time::Duration::from_millis(500));
                 }
@@ -45,7 +47,10 @@ fn main() -> ExitCode {
             }
         }
         // CRDs among them: served once established (none: kubectl says so, and that is fine).
-        let _ = api.kubectl().args(["wait", "--for=condition=Established", "--all", "crd", "--timeout=60s"]).output();
+        let _ = api
+            .kubectl()
+            .args(["wait", "--for=condition=Established", "--all", "crd", "--timeout=60s"])
+            .output();
     }
     println!("{}", api.url);
     println!("kubeconfig: {}", api.kubeconfig().display());
