@@ -121,12 +121,15 @@ def kinds(objs: list[dict[str, Any]]) -> dict[str, int]:
 
 def test_render_default() -> str:
     """Default values, as on Kubernetes 1.28 (no ValidatingAdmissionPolicy) and 1.30."""
-    base = {"ServiceAccount": 4, "ClusterRole": 3, "ClusterRoleBinding": 3, "ConfigMap": 1, "Service": 3,
-            "DaemonSet": 2, "Deployment": 1, "Job": 1}
+    # ClusterRoles: agent, controller, CRD hook, and the view aggregation (bound to nothing);
+    # Roles: the agent's and the controller's for Events in `default`.
+    base = {"ServiceAccount": 4, "ClusterRole": 4, "ClusterRoleBinding": 3, "Role": 2, "RoleBinding": 2,
+            "ConfigMap": 1, "Service": 3, "DaemonSet": 2, "Deployment": 1, "Job": 1}
     old = kinds(chart.objects(chart.render(None, kube_version="1.28.0")))
     assert old == base, f"1.28: kinds {old} != {base}"
     new = kinds(chart.objects(chart.render(None, kube_version="1.30.0")))
-    want = {**base, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 1}
+    # The agent's node-label and node-state policies, the controller's node-label policy.
+    want = {**base, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3}
     assert new == want, f"1.30: kinds {new} != {want}"
     return ", ".join(f"{k}={v}" for k, v in sorted(new.items()))
 
@@ -1546,7 +1549,7 @@ def main() -> int:
                 test_migration_rsdp)
     suite.check("migration: a network on a pool rawConfig lacks is refused with the pools named",
                 test_network_on_unknown_raw_pool)
-    suite.check("policy: agent may label only its own node (ValidatingAdmissionPolicy, CEL)",
+    suite.check("policy: agent may label only its own node and write only its state; controller only `unknown` (CEL)",
                 test_node_label_policy)
     suite.check("monitoring: dashboard JSON is valid and every query parses", test_dashboard_valid)
     suite.check("monitoring: alert rules pass promtool check and unit tests", test_rules_promtool)
