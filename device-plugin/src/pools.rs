@@ -630,3 +630,28 @@ pub fn carry_missing(prev: &Pool, next: &mut Pool, inv: &Inventory) {
         next.devices.sort_by(|a, b| a.id.cmp(&b.id));
     }
 }
+
+/// Whether the hardware behind `d` is still on the node: its PCI function (a
+/// VF, a PF or an HCA; a VF in a pod counts, since the PCI function stays on
+/// the host), or, for IDs without a function of their own
+/// (k8s-rdma-shared-dev-plugin's, virtual HCAs), one of its RDMA devices.
+/// What the CDI spec keeps ([`crate::devinfo`]); health is another matter (a
+/// device may be on the node and Unhealthy).
+pub fn on_node(d: &Device, inv: &Inventory) -> bool {
+    match d.pci {
+        Some(p) => inv.vf(p).is_some() || inv.pf(p).is_some() || inv.hcas.iter().any(|h| h.pci == Some(p)),
+        None => {
+            let present = |name: &str| {
+                inv.pfs.iter().any(|pf| {
+                    pf.rdma.iter().chain(pf.vfs.iter().flat_map(|v| &v.rdma)).any(|r| r.name == name)
+                }) || inv.hcas.iter().any(|h| h.rdma.name == name)
+            };
+            d.rdma.iter().any(|r| present(&r.name))
+        }
+    }
+}
+
+/// `pool` with only the devices still on the node ([`on_node`]).
+pub fn on_node_only(pool: &Pool, inv: &Inventory) -> Pool {
+    Pool { devices: pool.devices.iter().filter(|d| on_node(d, inv)).cloned().collect(), ..pool.clone() }
+}
