@@ -99,20 +99,32 @@ impl Metrics {
         });
     }
 
-    /// Where the pool's registration with the kubelet stands.
-    pub fn set_registration(&self, pool: &str, state: State) {
-        self.with(pool, |m| m.registration = Some(state));
+    /// Applies `f` to the pool served with `server`'s streams; a task of a
+    /// server that is gone (a pool re-served or removed while it ran) changes
+    /// nothing.
+    fn with_server(&self, pool: &str, server: &watch::Receiver<Streams>, f: impl FnOnce(&mut PoolMetrics)) {
+        let mut g = self.pools.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(m) =
+            g.get_mut(pool).filter(|m| m.streams.as_ref().is_some_and(|s| s.same_channel(server)))
+        {
+            f(m);
+        }
+    }
+
+    /// Where the registration of the pool served with `server`'s streams stands.
+    pub fn set_registration(&self, pool: &str, server: &watch::Receiver<Streams>, state: State) {
+        self.with_server(pool, server, |m| m.registration = Some(state));
     }
 
     /// The kubelet accepted a Register call of the pool.
-    pub fn registration_accepted(&self, pool: &str) {
-        self.with(pool, |m| m.registrations += 1);
+    pub fn registration_accepted(&self, pool: &str, server: &watch::Receiver<Streams>) {
+        self.with_server(pool, server, |m| m.registrations += 1);
     }
 
     /// A registration of the pool failed (refused, failed, not followed by a
     /// ListAndWatch, or its watch ended).
-    pub fn registration_failed(&self, pool: &str) {
-        self.with(pool, |m| m.registration_failures += 1);
+    pub fn registration_failed(&self, pool: &str, server: &watch::Receiver<Streams>) {
+        self.with_server(pool, server, |m| m.registration_failures += 1);
     }
 
     /// Forgets a removed pool.

@@ -159,7 +159,9 @@ pub struct Registrar {
 /// aborted, as the daemon does when it stops or re-serves the pool).
 pub async fn run(r: Registrar) {
     let Registrar { kubelet_dir, endpoint, resource, mut streams, kubelet: mut current, timing, metrics } = r;
-    let set = |s: State| metrics.set_registration(&resource, s);
+    // A handle on the server's streams names this server to the metrics.
+    let server = streams.clone();
+    let set = |s: State| metrics.set_registration(&resource, &server, s);
     // The instance this server is registered with and watched by.
     let mut watched_by: Option<Instance> = None;
     // Failures in a row with `failing_with`, and the last one.
@@ -209,7 +211,7 @@ pub async fn run(r: Registrar) {
                         error = "the kubelet ended the pool's ListAndWatch while it runs \
                                  (it dropped the pool's client)"
                             .into();
-                        metrics.registration_failed(&resource);
+                        metrics.registration_failed(&resource, &server);
                         tracing::warn!(pool = %resource, "the kubelet stopped watching the pool: registering again");
                     } else {
                         tracing::info!(pool = %resource, "ListAndWatch ended with its kubelet: registering with the next one");
@@ -238,7 +240,7 @@ pub async fn run(r: Registrar) {
             Err(e) => {
                 let msg = nic::error_chain(&e);
                 failures += 1;
-                metrics.registration_failed(&resource);
+                metrics.registration_failed(&resource, &server);
                 if failures == 1 || msg != error {
                     tracing::warn!(pool = %resource, error = %msg, failures, "register failed; retrying with backoff");
                 } else {
@@ -247,7 +249,7 @@ pub async fn run(r: Registrar) {
                 error = msg;
             }
             Ok(()) => {
-                metrics.registration_accepted(&resource);
+                metrics.registration_accepted(&resource, &server);
                 set(State::Verifying);
                 let watched = tokio::time::timeout(timing.verify, async {
                     streams.wait_for(|s| s.opened > before && s.open > 0).await.map(|_| ())
@@ -265,7 +267,7 @@ pub async fn run(r: Registrar) {
                             "the kubelet accepted Register but opened no ListAndWatch within {:?}",
                             timing.verify
                         );
-                        metrics.registration_failed(&resource);
+                        metrics.registration_failed(&resource, &server);
                         tracing::warn!(pool = %resource, error = %error, failures, "registering again with backoff");
                     }
                 }

@@ -18,7 +18,15 @@ const TWO_POOLS: &str = "pools:\n- name: a\n  selectors: {rootDevices: [\"0000:3
 
 async fn get(port: std::net::SocketAddr, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(port).await.unwrap();
+    // The in-process daemon may not listen yet.
+    let deadline = Instant::now() + T;
+    let mut s = loop {
+        match tokio::net::TcpStream::connect(port).await {
+            Ok(s) => break s,
+            Err(_) if Instant::now() < deadline => tokio::time::sleep(Duration::from_millis(20)).await,
+            Err(e) => panic!("metrics at {port}: {e}"),
+        }
+    };
     s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
     let mut out = String::new();
     s.read_to_string(&mut out).await.unwrap();
