@@ -121,15 +121,26 @@ struct Running {
     registrar: JoinHandle<()>,
     socket: PathBuf,
     generation: u64,
-    /// The CDI spec last written (`None`: none on disk).
-    cdi: Option<serde_json::Value>,
+    /// The CDI spec last written ([`SpecHash`]; `None`: none on disk).
+    cdi: Option<SpecHash>,
+}
+
+/// A hash of a CDI spec file's bytes: enough to tell whether it must be
+/// written again, for 8 bytes instead of a copy of a spec of a thousand devices.
+type SpecHash = u64;
+
+fn spec_hash(bytes: &[u8]) -> SpecHash {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
 }
 
 /// A pool no longer served whose CDI spec stays while its devices are on the
 /// node (a config reload removed or changed it).
 struct Retired {
     pool: Pool,
-    cdi: Option<serde_json::Value>,
+    cdi: Option<SpecHash>,
 }
 
 struct Daemon {
@@ -479,21 +490,25 @@ impl Daemon {
     /// from it dropped, no file when no device with edits is left) and
     /// returns what is on disk now. `last`: what was written before (`None`:
     /// not known, so written or removed whatever it is).
-    fn sync_cdi(&self, pool: &Pool, last: Option<Option<serde_json::Value>>) -> Option<serde_json::Value> {
-        let spec = devinfo::cdi_spec(&pools::on_node_only(pool, &self.inv));
-        if last.as_ref() == Some(&spec) {
-            return spec;
+    fn sync_cdi(&self, pool: &Pool, last: Option<Option<SpecHash>>) -> Option<SpecHash> {
+        let on_node = pools::OnNode::new(&self.inv);
+        let file = devinfo::cdi_spec_of(pool, |d| on_node.has(d)).map(|s| devinfo::cdi_file(&s));
+        let now = file.as_deref().map(spec_hash);
+        if last == Some(now) {
+            return now;
         }
-        match devinfo::put_cdi(&self.opts.cdi_dir, pool, spec.as_ref()) {
-            Ok(path) if spec.is_none() && last.is_some_and(|l| l.is_some()) => {
+        match devinfo::put_cdi(&self.opts.cdi_dir, pool, file.as_deref()) {
+            Ok(path) if now.is_none() && last.is_some_and(|l| l.is_some()) => {
                 tracing::info!(pool = %pool.resource_name(), path = %path.display(), "no device of the pool left on the node: CDI spec removed");
             }
             Ok(_) => {}
             Err(e) => {
                 tracing::warn!(pool = %pool.resource_name(), error = %format!("{e:#}"), "cannot write CDI spec");
+                // What was there before is still there: the next sync tries again.
+                return last.flatten();
             }
         }
-        spec
+        now
     }
 
     /// Publishes the kubelet instance `kubelet.sock` belongs to now; the
@@ -698,7 +713,7 @@ impl Daemon {
                 continue;
             }
             log_changes(&prev, &pool, why);
-            let last = r.cdi.clone();
+            let last = r.cdi;
             let cdi = self.sync_cdi(&pool, Some(last));
             self.metrics.set_pool(&pool);
             let Some(r) = self.running.get_mut(&name) else { continue };

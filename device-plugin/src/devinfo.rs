@@ -15,7 +15,7 @@
 //! (devicemanager `podDevices.deviceRunContainerOptions`). So the daemon
 //! leaves specs in place when it stops or a pool is removed from its config,
 //! and drops a device from its spec only once the device is gone from the
-//! node ([`crate::pools::on_node`]).
+//! node ([`crate::pools::OnNode`]).
 
 use std::path::{Path, PathBuf};
 
@@ -89,7 +89,12 @@ pub fn cdi_version<'a>(kind: &str, devices: impl IntoIterator<Item = &'a str>) -
 /// "invalid spec, no devices"), and one refused device takes the whole file
 /// down with it.
 pub fn cdi_spec(pool: &Pool) -> Option<serde_json::Value> {
-    let named: Vec<&Device> = pool.devices.iter().filter(|d| cdi_named(pool, d)).collect();
+    cdi_spec_of(pool, |_| true)
+}
+
+/// [`cdi_spec`] of the devices of `pool` that `keep` keeps.
+pub fn cdi_spec_of(pool: &Pool, keep: impl Fn(&Device) -> bool) -> Option<serde_json::Value> {
+    let named: Vec<&Device> = pool.devices.iter().filter(|d| keep(d) && cdi_named(pool, d)).collect();
     if named.is_empty() {
         return None;
     }
@@ -121,12 +126,17 @@ pub fn cdi_spec(pool: &Pool) -> Option<serde_json::Value> {
     Some(json!({ "cdiVersion": version, "kind": kind, "devices": devices }))
 }
 
-/// Writes `spec` as the pool's CDI spec atomically, or removes the file when
-/// there is none; returns its path.
-pub fn put_cdi(dir: &Path, pool: &Pool, spec: Option<&serde_json::Value>) -> Result<PathBuf, FileError> {
+/// The bytes of a spec file.
+pub fn cdi_file(spec: &serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec_pretty(spec).unwrap_or_default()
+}
+
+/// Writes `file` ([`cdi_file`]) as the pool's CDI spec atomically, or removes
+/// the spec when there is none; returns its path.
+pub fn put_cdi(dir: &Path, pool: &Pool, file: Option<&[u8]>) -> Result<PathBuf, FileError> {
     let path = cdi_path(dir, pool);
-    match spec {
-        Some(spec) => write_atomic(&path, &serde_json::to_vec_pretty(spec).unwrap_or_default())?,
+    match file {
+        Some(bytes) => write_atomic(&path, bytes)?,
         None => nic::devinfo::remove(&path)?,
     }
     Ok(path)
