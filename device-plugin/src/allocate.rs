@@ -1,5 +1,6 @@
 //! Pure allocation logic: what one container gets for a list of device IDs
-//! ([`container_response`]), and which devices to prefer ([`preferred`]).
+//! ([`container_response`]), which devices to prefer ([`preferred`]), and
+//! whether a request means anything for the pool at all.
 //! No I/O: discovery already resolved every VF's RDMA devices, so Allocate is
 //! a lookup (`server.rs` → here), not a sysfs walk.
 //!
@@ -20,11 +21,15 @@
 //!   `NCCL_IB_GID_INDEX`: Allocate runs before the CNI gives the VF its address,
 //!   so the index of the pod's IPv4 GID cannot be known here; NCCL picks it
 //!   itself from the version and the address family (its `NCCL_IB_ADDR_FAMILY`,
-//!   `AF_INET` unless the pod says otherwise).
+//!   `AF_INET` unless the pod says otherwise);
+//! - a CDI device name per device the pool's CDI spec defines (one with
+//!   container edits, see [`cdi_named`]).
 //!
-//! No variable is ever set to an empty value.
+//! No variable is ever set to an empty value. Requests are checked against the
+//! pool before anything is computed ([`check_ids`], [`check_preferred`],
+//! [`resolve`]): sizes and IDs a kubelet never sends are refused by name.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use nic::LinkLayer;
 
@@ -37,31 +42,100 @@ use crate::RDMA_CM;
 /// `/dev/vfio/vfio`, the VFIO container device.
 pub const VFIO_CONTAINER: &str = "/dev/vfio/vfio";
 
-/// Why an allocation was refused. Every variant names the devices.
+/// Why a request was refused. Every variant names the pool, the request
+/// field and the values at fault; IDs are listed up to [`LISTED`] of them,
+/// each cut to [`ID_CHARS`] characters, so a hostile request cannot make the
+/// answer (a gRPC trailer) huge.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum AllocError {
     /// IDs this plugin never advertised (or that belong to another pool).
-    #[error("pool {pool}: unknown device IDs: {}", ids.join(", "))]
+    #[error("pool {pool}: {field}: unknown device IDs: {}", id_list(ids))]
     Unknown {
         /// Resource name.
         pool: String,
+        /// The request field (`devices_ids`, `available_deviceIDs`, …).
+        field: &'static str,
         /// The IDs.
         ids: Vec<String>,
     },
+    /// IDs listed more than once (the kubelet sends sets).
+    #[error("pool {pool}: {field}: device IDs given more than once: {}", id_list(ids))]
+    Duplicate {
+        /// Resource name.
+        pool: String,
+        /// The request field.
+        field: &'static str,
+        /// The IDs, each once.
+        ids: Vec<String>,
+    },
     /// IDs that are advertised but currently Unhealthy.
-    #[error("pool {pool}: unhealthy devices: {}", ids.join("; "))]
+    #[error("pool {pool}: unhealthy devices: {}", id_list(ids))]
     Unhealthy {
         /// Resource name.
         pool: String,
         /// `id (reason)` entries.
         ids: Vec<String>,
     },
-    /// The request listed no devices.
-    #[error("pool {pool}: empty device list")]
+    /// A list the request must fill is empty.
+    #[error("pool {pool}: {field} is empty")]
     Empty {
         /// Resource name.
         pool: String,
+        /// The request field.
+        field: &'static str,
     },
+    /// Must-include IDs the request does not offer as available (the kubelet
+    /// always offers them: devicemanager `devicesToAllocate` passes
+    /// `available.Union(allocated)` and `allocated`).
+    #[error("pool {pool}: must_include_deviceIDs not in available_deviceIDs: {}", id_list(ids))]
+    NotAvailable {
+        /// Resource name.
+        pool: String,
+        /// The IDs.
+        ids: Vec<String>,
+    },
+    /// An allocation size no answer can meet.
+    #[error(
+        "pool {pool}: allocation_size {size} is outside {min}..={max} \
+         (at least 1 and the must-include devices, at most the available ones)"
+    )]
+    Size {
+        /// Resource name.
+        pool: String,
+        /// The size asked for.
+        size: i32,
+        /// Smallest acceptable size.
+        min: usize,
+        /// Largest acceptable size.
+        max: usize,
+    },
+}
+
+/// How many IDs an error message lists.
+pub const LISTED: usize = 8;
+/// How many characters of one ID an error message shows.
+pub const ID_CHARS: usize = 80;
+
+/// `a, b, c` for at most [`LISTED`] entries (each at most [`ID_CHARS`]
+/// characters, control characters and quotes escaped so that a log line
+/// stays one line), then `and N more`.
+fn id_list(ids: &[String]) -> String {
+    let mut parts: Vec<String> = ids
+        .iter()
+        .take(LISTED)
+        .map(|id| {
+            let shown: String = id.chars().take(ID_CHARS).flat_map(char::escape_debug).collect();
+            if id.chars().nth(ID_CHARS).is_some() {
+                format!("{shown}… ({} bytes)", id.len())
+            } else {
+                shown
+            }
+        })
+        .collect();
+    if ids.len() > LISTED {
+        parts.push(format!("and {} more", ids.len() - LISTED));
+    }
+    parts.join(", ")
 }
 
 /// Fully qualified CDI device name (`kuberdma.io/rdma_vfs=0000:3d:00.2`).
@@ -69,25 +143,67 @@ pub fn cdi_name(pool: &Pool, id: &str) -> String {
     format!("{}={}", pool.config.cdi_kind(), id)
 }
 
-/// Resolves `ids` in `pool`: every ID must be advertised and Healthy.
-pub fn resolve<'p>(pool: &'p Pool, ids: &[String]) -> Result<Vec<&'p Device>, AllocError> {
-    if ids.is_empty() {
-        return Err(AllocError::Empty { pool: pool.resource_name() });
-    }
+/// Checks the IDs of request field `field`: every one advertised by `pool`,
+/// none twice. Linear in the request (a hash set), whatever its size.
+pub fn check_ids(pool: &Pool, field: &'static str, ids: &[String]) -> Result<(), AllocError> {
+    let mut seen = HashSet::with_capacity(ids.len().min(pool.devices.len() + 1));
     let mut unknown = Vec::new();
-    let mut sick = Vec::new();
-    let mut out = Vec::with_capacity(ids.len());
+    let mut twice: Vec<String> = Vec::new();
     for id in ids {
-        match pool.device(id) {
-            None => unknown.push(id.clone()),
-            Some(d) => match &d.health {
-                crate::health::Health::Unhealthy(why) => sick.push(format!("{id} ({why})")),
-                crate::health::Health::Healthy => out.push(d),
-            },
+        if pool.device(id).is_none() {
+            unknown.push(id.clone());
+        } else if !seen.insert(id.as_str()) && !twice.contains(id) {
+            twice.push(id.clone());
         }
     }
     if !unknown.is_empty() {
-        return Err(AllocError::Unknown { pool: pool.resource_name(), ids: unknown });
+        return Err(AllocError::Unknown { pool: pool.resource_name(), field, ids: unknown });
+    }
+    if !twice.is_empty() {
+        return Err(AllocError::Duplicate { pool: pool.resource_name(), field, ids: twice });
+    }
+    Ok(())
+}
+
+/// Checks one GetPreferredAllocation container request against `pool` the
+/// way the kubelet builds it (devicemanager `devicesToAllocate`): available
+/// and must-include IDs advertised and each given once, must-include IDs among
+/// the available ones, and `max(1, |must|) ≤ allocation_size ≤ |available|`.
+/// Returns the size.
+pub fn check_preferred(
+    pool: &Pool,
+    available: &[String],
+    must: &[String],
+    size: i32,
+) -> Result<usize, AllocError> {
+    check_ids(pool, "available_deviceIDs", available)?;
+    check_ids(pool, "must_include_deviceIDs", must)?;
+    let offered: HashSet<&str> = available.iter().map(String::as_str).collect();
+    let missing: Vec<String> = must.iter().filter(|m| !offered.contains(m.as_str())).cloned().collect();
+    if !missing.is_empty() {
+        return Err(AllocError::NotAvailable { pool: pool.resource_name(), ids: missing });
+    }
+    let (min, max) = (must.len().max(1), available.len());
+    match usize::try_from(size) {
+        Ok(n) if (min..=max).contains(&n) => Ok(n),
+        _ => Err(AllocError::Size { pool: pool.resource_name(), size, min, max }),
+    }
+}
+
+/// Resolves `ids` in `pool`: a non-empty list of advertised IDs, each once,
+/// every one Healthy.
+pub fn resolve<'p>(pool: &'p Pool, ids: &[String]) -> Result<Vec<&'p Device>, AllocError> {
+    if ids.is_empty() {
+        return Err(AllocError::Empty { pool: pool.resource_name(), field: "devices_ids" });
+    }
+    check_ids(pool, "devices_ids", ids)?;
+    let mut sick = Vec::new();
+    let mut out = Vec::with_capacity(ids.len());
+    for d in ids.iter().filter_map(|id| pool.device(id)) {
+        match &d.health {
+            crate::health::Health::Unhealthy(why) => sick.push(format!("{} ({why})", d.id)),
+            crate::health::Health::Healthy => out.push(d),
+        }
     }
     if !sick.is_empty() {
         return Err(AllocError::Unhealthy { pool: pool.resource_name(), ids: sick });
@@ -117,10 +233,27 @@ pub fn node_paths(pool: &Pool, d: &Device) -> Vec<String> {
     out
 }
 
+/// Whether the pool's CDI spec defines a CDI device for `d`, and so whether
+/// Allocate names it: only when the device has container edits (its node
+/// paths, or the RDMA device variable), since the CDI library refuses a
+/// device without any ("invalid device, empty device edits",
+/// container-device-interface `pkg/cdi/device.go`) and with it the whole spec.
+pub fn cdi_named(pool: &Pool, d: &Device) -> bool {
+    hands_out_rdma(pool, d) || !node_paths(pool, d).is_empty()
+}
+
 /// `PCIDEVICE_<RES>_INFO` entry of one device, as sriov-network-device-plugin
-/// builds it from its info providers: `generic.deviceID`; `rdma` with the
-/// container paths of `uverbs`, `umad`, `issm` and `rdma_cm`; `vfio` with `mount`
-/// (the container device) and `dev-mount` (the group); `extra` from `additionalInfo`.
+/// builds it: one object per info provider, by provider name
+/// (`pkg/devices/api.go` `GetEnvVal`), each a string map:
+/// - `generic`: `deviceID` (always; `pkg/infoprovider/genericInfoProvider.go`);
+/// - `rdma`, when the pool hands out the device's RDMA devices: the container
+///   paths of `uverbs`, `umad`, `issm` and `rdma_cm`, and `rdma_dev`, the
+///   first RDMA device of the function (`rdmaInfoProvider.go` `GetEnvVal`);
+/// - `vfio` for a VF bound to vfio-pci: `mount` (the container device) and
+///   `dev-mount` (the group; `vfioInfoProvider.go`);
+/// - `extra` whenever the pool's config has `additionalInfo`, possibly `{}`
+///   (`pkg/netdevice/pciNetDevice.go` adds the provider when
+///   `rc.AdditionalInfo != nil`; `extraInfoProvider.go`).
 fn info_entry(pool: &Pool, d: &Device, rdma_cm: bool) -> serde_json::Value {
     let mut entry = serde_json::Map::new();
     entry.insert("generic".into(), serde_json::json!({ "deviceID": d.id }));
@@ -135,6 +268,9 @@ fn info_entry(pool: &Pool, d: &Device, rdma_cm: bool) -> serde_json::Value {
         if rdma_cm {
             rdma.insert("rdma_cm".into(), RDMA_CM.into());
         }
+        if let Some(r) = d.rdma.first() {
+            rdma.insert("rdma_dev".into(), r.name.clone().into());
+        }
         entry.insert("rdma".into(), rdma.into());
     }
     if let Some(g) = &d.vfio {
@@ -143,8 +279,8 @@ fn info_entry(pool: &Pool, d: &Device, rdma_cm: bool) -> serde_json::Value {
             serde_json::json!({ "mount": VFIO_CONTAINER, "dev-mount": g.node_path.to_string_lossy() }),
         );
     }
-    let extra = pool.config.extra_info(&d.id);
-    if !extra.is_empty() {
+    if pool.config.additional_info.is_some() {
+        let extra = pool.config.extra_info(&d.id);
         entry.insert("extra".into(), serde_json::to_value(extra).unwrap_or_default());
     }
     entry.into()
@@ -198,7 +334,11 @@ pub fn container_response(pool: &Pool, ids: &[String]) -> Result<ContainerAlloca
             envs.insert("NCCL_IB_ROCE_VERSION_NUM".into(), "2".into());
         }
     }
-    let cdi_devices = devs.iter().map(|d| CdiDevice { name: cdi_name(pool, &d.id) }).collect();
+    let cdi_devices = devs
+        .iter()
+        .filter(|d| cdi_named(pool, d))
+        .map(|d| CdiDevice { name: cdi_name(pool, &d.id) })
+        .collect();
     Ok(ContainerAllocateResponse {
         envs,
         mounts: vec![],
@@ -223,7 +363,9 @@ pub fn container_response(pool: &Pool, ids: &[String]) -> Result<ContainerAlloca
 /// Unknown and Unhealthy IDs in `available` are never chosen. If fewer than
 /// `size` usable devices exist, all of them are returned.
 pub fn preferred(pool: &Pool, available: &[String], must: &[String], size: usize) -> Vec<String> {
-    let mut out: Vec<String> = Vec::with_capacity(size);
+    // Never sized by the request alone: a size far beyond the pool only costs
+    // what the pool can fill (see [`check_preferred`] for what the server accepts).
+    let mut out: Vec<String> = Vec::with_capacity(size.min(pool.devices.len() + must.len()));
     for m in must {
         if !out.contains(m) {
             out.push(m.clone());

@@ -2,11 +2,19 @@
 //!
 //! Inputs: netlink link events (`RTNLGRP_LINK`: the function whose netdev
 //! changed is read again, not the node) and a periodic full rescan as the safety net; inotify
-//! on the kubelet dir (kubelet restart → re-serve and re-register, no
-//! polling); inotify on the config file's directory (reload; unchanged pools
+//! on the kubelet dir (a deleted pool socket is served again; `kubelet.sock`
+//! is looked at on every event and published to the pools' registration
+//! tasks, [`crate::registration`], which register once per kubelet
+//! instance); inotify on the config file's directory (reload; unchanged pools
 //! keep serving); the kubelet's PodResources list, polled by its own task; a
 //! server task that dies (restarted); the shutdown signal (open streams ended,
-//! every pool stopped at once; sockets, device-info files and CDI specs removed).
+//! every pool stopped at once; sockets and device-info files removed).
+//!
+//! CDI specs stay when a pool stops, the daemon included: the kubelet hands a
+//! restarting container the CDI names of its checkpointed Allocate answer
+//! ([`crate::devinfo`]). A spec follows the node instead: a device gone from
+//! the node leaves its pool's spec (pools removed from the config included),
+//! and a spec with no device left is removed.
 //!
 //! Discovery never reads GID tables: nothing the plugin hands out depends on
 //! them (a GID index cannot be known before the CNI addresses the VF).
@@ -25,9 +33,10 @@ use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError, PoolConfig};
 use crate::inuse::{Allocations, Memory};
-use crate::kubelet::{self, DirEvent, KUBELET_SOCKET};
+use crate::kubelet::{self, DirEvent};
 use crate::metrics::Metrics;
 use crate::pools::{self, Pool};
+use crate::registration::{self, Instance, Registrar};
 use crate::server::{self, PoolService};
 use crate::{devinfo, names, podresources};
 
@@ -54,6 +63,8 @@ pub struct Options {
     pub pod_resources: Option<PathBuf>,
     /// How often PodResources is asked.
     pub pod_resources_interval: Duration,
+    /// How registration with the kubelet waits and backs off.
+    pub registration: registration::Timing,
 }
 
 /// Why the daemon could not start.
@@ -106,8 +117,30 @@ struct Running {
     closing: watch::Sender<bool>,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
+    /// Keeps the pool registered with the kubelet ([`registration::run`]).
+    registrar: JoinHandle<()>,
     socket: PathBuf,
     generation: u64,
+    /// The CDI spec last written ([`SpecHash`]; `None`: none on disk).
+    cdi: Option<SpecHash>,
+}
+
+/// A hash of a CDI spec file's bytes: enough to tell whether it must be
+/// written again, for 8 bytes instead of a copy of a spec of a thousand devices.
+type SpecHash = u64;
+
+fn spec_hash(bytes: &[u8]) -> SpecHash {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+/// A pool no longer served whose CDI spec stays while its devices are on the
+/// node (a config reload removed or changed it).
+struct Retired {
+    pool: Pool,
+    cdi: Option<SpecHash>,
 }
 
 struct Daemon {
@@ -124,8 +157,13 @@ struct Daemon {
     /// Pools whose socket could not be bound (the kubelet dir was gone, say):
     /// served again on the next kubelet-dir event or rescan, never dropped.
     unserved: BTreeMap<String, Pool>,
+    /// CDI specs of pools no longer served, kept while their devices exist.
+    retired: BTreeMap<String, Retired>,
     died_tx: mpsc::UnboundedSender<(String, u64)>,
     generation: u64,
+    /// The kubelet instance of `kubelet.sock` as last seen, for the
+    /// registration tasks.
+    kubelet_tx: watch::Sender<Option<Instance>>,
 }
 
 /// What a rescan reads.
@@ -248,6 +286,7 @@ pub async fn run(
     let mut kubelet_alloc =
         opts.pod_resources.clone().map(|p| poll_pod_resources(p, opts.pod_resources_interval));
     let (died_tx, mut died_rx) = mpsc::unbounded_channel();
+    let kubelet_tx = watch::Sender::new(registration::instance(&opts.kubelet_dir));
     let mut d = Daemon {
         opts,
         metrics,
@@ -258,8 +297,10 @@ pub async fn run(
         alloc: None,
         running: BTreeMap::new(),
         unserved: BTreeMap::new(),
+        retired: BTreeMap::new(),
         died_tx,
         generation: 0,
+        kubelet_tx,
     };
 
     d.inv = discover(&d.opts.roots).await;
@@ -268,7 +309,6 @@ pub async fn run(
     for pool in plan.pools {
         d.start_or_keep(pool);
     }
-    d.register_all();
 
     let mut tick = d.ticker();
     tokio::pin!(shutdown);
@@ -382,20 +422,21 @@ impl Daemon {
         Scan::Functions(fns)
     }
 
-    /// Binds and serves a pool, writes its CDI spec. Registration is separate.
+    /// Binds and serves a pool, writes its CDI spec, and starts its registration.
     fn start_pool(&mut self, pool: Pool) -> Result<(), ServeError> {
         let name = pool.resource_name();
         let c = &pool.config;
         let sock = names::socket_name(&self.opts.kubelet_dir, &c.prefix, &c.name).ok_or_else(|| {
             ServeError::PathTooLong { resource: name.clone(), dir: self.opts.kubelet_dir.clone() }
         })?;
-        let socket = self.opts.kubelet_dir.join(sock);
+        let socket = self.opts.kubelet_dir.join(&sock);
         let listener =
             server::bind(&socket).map_err(|source| ServeError::Bind { path: socket.clone(), source })?;
         let (tx, rx) = watch::channel(Arc::new(pool.clone()));
         let (closing, closing_rx) = watch::channel(false);
         let svc = PoolService::new(rx, closing_rx, self.opts.devinfo_dir.clone(), self.metrics.clone());
-        self.metrics.set_served(&name, Some(svc.streams()));
+        let streams = svc.streams();
+        self.metrics.set_served(&name, Some(streams.clone()));
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         self.generation += 1;
         let generation = self.generation;
@@ -414,74 +455,86 @@ impl Daemon {
         });
         tracing::info!(pool = %name, socket = %socket.display(), devices = pool.devices.len(), "serving");
         // After binding, before registering: the kubelet cannot Allocate before it
-        // knows us, so the CDI spec is in place by the first Allocate.
-        self.write_cdi(&pool);
+        // knows us, so the CDI spec is in place by the first Allocate. Written
+        // whatever was on disk before (a previous run's spec, a retired one).
+        let cdi = self.retired.remove(&name).and_then(|r| r.cdi);
+        let cdi = self.sync_cdi(&pool, cdi.map(Some));
         self.metrics.set_pool(&pool);
+        let registrar = tokio::spawn(registration::run(Registrar {
+            kubelet_dir: self.opts.kubelet_dir.clone(),
+            endpoint: sock,
+            resource: name.clone(),
+            streams,
+            kubelet: self.kubelet_tx.subscribe(),
+            timing: self.opts.registration,
+            metrics: self.metrics.clone(),
+        }));
         self.running.insert(
             name,
-            Running { config: pool.config, tx, closing, stop: Some(stop_tx), task, socket, generation },
+            Running {
+                config: pool.config,
+                tx,
+                closing,
+                stop: Some(stop_tx),
+                task,
+                registrar,
+                socket,
+                generation,
+                cdi,
+            },
         );
         Ok(())
     }
 
-    fn write_cdi(&self, pool: &Pool) {
-        let name = pool.resource_name();
-        if pool.devices.is_empty() {
-            // A spec without devices defines nothing a runtime could inject.
-            let _ = std::fs::remove_file(devinfo::cdi_path(&self.opts.cdi_dir, pool));
-            return;
+    /// Brings the CDI spec of `pool` in line with the node (devices gone
+    /// from it dropped, no file when no device with edits is left) and
+    /// returns what is on disk now. `last`: what was written before (`None`:
+    /// not known, so written or removed whatever it is).
+    fn sync_cdi(&self, pool: &Pool, last: Option<Option<SpecHash>>) -> Option<SpecHash> {
+        let on_node = pools::OnNode::new(&self.inv);
+        let file = devinfo::cdi_spec_of(pool, |d| on_node.has(d)).map(|s| devinfo::cdi_file(&s));
+        let now = file.as_deref().map(spec_hash);
+        if last == Some(now) {
+            return now;
         }
-        if let Err(e) = devinfo::write_cdi(&self.opts.cdi_dir, pool) {
-            tracing::warn!(pool = %name, error = %format!("{e:#}"), "cannot write CDI spec");
+        match devinfo::put_cdi(&self.opts.cdi_dir, pool, file.as_deref()) {
+            Ok(path) if now.is_none() && last.is_some_and(|l| l.is_some()) => {
+                tracing::info!(pool = %pool.resource_name(), path = %path.display(), "no device of the pool left on the node: CDI spec removed");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::warn!(pool = %pool.resource_name(), error = %format!("{e:#}"), "cannot write CDI spec");
+                // What was there before is still there: the next sync tries again.
+                return last.flatten();
+            }
         }
+        now
     }
 
-    fn register(&self, name: &str) {
-        let Some(r) = self.running.get(name) else { return };
-        let dir = self.opts.kubelet_dir.clone();
-        let endpoint = r.socket.file_name().map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
-        let resource = name.to_string();
-        let metrics = self.metrics.clone();
-        tokio::spawn(async move {
-            if !dir.join(KUBELET_SOCKET).exists() {
-                tracing::info!(pool = %resource, "kubelet.sock absent; will register when it appears");
-                metrics.set_registered(&resource, false);
-                return;
+    /// Publishes the kubelet instance `kubelet.sock` belongs to now; the
+    /// registration tasks act on a change only.
+    fn look_at_kubelet(&self) {
+        let now = registration::instance(&self.opts.kubelet_dir);
+        self.kubelet_tx.send_if_modified(|seen| {
+            let changed = *seen != now;
+            if changed && now.is_some() {
+                tracing::info!("kubelet.sock is a new kubelet: registering every pool with it");
+            } else if changed {
+                tracing::info!("kubelet.sock is gone: waiting for a kubelet");
             }
-            // The kubelet creates its socket just before it listens: retry briefly.
-            for attempt in 0..5u64 {
-                match kubelet::register(&dir, &endpoint, &resource).await {
-                    Ok(()) => {
-                        tracing::info!(pool = %resource, endpoint, "registered with the kubelet");
-                        metrics.set_registered(&resource, true);
-                        return;
-                    }
-                    Err(e) if attempt < 4 => {
-                        tracing::debug!(pool = %resource, error = %e, "register failed, retrying");
-                        tokio::time::sleep(Duration::from_millis(50 * (attempt + 1))).await;
-                    }
-                    Err(e) => {
-                        tracing::warn!(pool = %resource, error = %format!("{e:#}"), "register failed");
-                        metrics.set_registered(&resource, false);
-                    }
-                }
-            }
+            *seen = now;
+            changed
         });
-    }
-
-    fn register_all(&self) {
-        for name in self.running.keys() {
-            self.register(name);
-        }
     }
 
     /// Stops the pools `names` together: their streams end, their servers
     /// stop; whatever has not stopped by [`STOP_DEADLINE`] is aborted. Then
-    /// sockets, device-info files and CDI specs go.
+    /// sockets and device-info files go; CDI specs stay (retired).
     async fn stop_pools(&mut self, names: &[String]) {
         let mut stopping = Vec::new();
         for n in names {
             let Some(mut r) = self.running.remove(n) else { continue };
+            r.registrar.abort();
             let _ = r.closing.send(true);
             if let Some(s) = r.stop.take() {
                 let _ = s.send(());
@@ -496,26 +549,41 @@ impl Daemon {
         }
         for (name, r) in stopping {
             let _ = std::fs::remove_file(&r.socket);
-            let pool = r.tx.borrow().clone();
-            self.remove_pool_files(&name, &pool);
+            self.remove_pool_files(&name);
+            if r.cdi.is_some() {
+                let pool = Pool::clone(&r.tx.borrow());
+                self.retired.insert(name.clone(), Retired { pool, cdi: r.cdi });
+            }
             tracing::info!(pool = %name, "stopped");
         }
     }
 
-    /// Device-info files, CDI spec and metrics of a pool that is going away.
-    fn remove_pool_files(&self, name: &str, pool: &Pool) {
+    /// Device-info files and metrics of a pool that is going away (its CDI
+    /// spec stays: see the module docs).
+    fn remove_pool_files(&self, name: &str) {
         if let Err(e) = devinfo::remove_devinfo(&self.opts.devinfo_dir, name) {
             tracing::warn!(pool = %name, error = %format!("{e:#}"), "cannot remove device-info files");
         }
-        let _ = std::fs::remove_file(devinfo::cdi_path(&self.opts.cdi_dir, pool));
         self.metrics.remove_pool(name);
     }
 
+    /// Shutdown: every pool stops; CDI specs stay for the containers that
+    /// restart before (or without) the next daemon.
     async fn stop_all(&mut self) {
         let names: Vec<String> = self.running.keys().cloned().collect();
         self.stop_pools(&names).await;
-        for (n, pool) in std::mem::take(&mut self.unserved) {
-            self.remove_pool_files(&n, &pool);
+        for n in std::mem::take(&mut self.unserved).into_keys() {
+            self.remove_pool_files(&n);
+        }
+    }
+
+    /// Retired pools' specs follow the node; one with no device left goes.
+    fn sync_retired(&mut self) {
+        for (name, mut r) in std::mem::take(&mut self.retired) {
+            r.cdi = self.sync_cdi(&r.pool, Some(r.cdi));
+            if r.cdi.is_some() {
+                self.retired.insert(name, r);
+            }
         }
     }
 
@@ -539,83 +607,47 @@ impl Daemon {
         }
     }
 
-    /// Serves the pools that could not be served before; returns the ones now served.
-    fn retry_unserved(&mut self) -> Vec<String> {
-        let mut started = vec![];
+    /// Serves the pools that could not be served before.
+    fn retry_unserved(&mut self) {
         for (name, pool) in std::mem::take(&mut self.unserved) {
             if self.start_or_keep(pool) {
                 tracing::info!(pool = %name, "serving again");
-                started.push(name);
             }
         }
-        started
     }
 
-    /// Re-serves a pool on a fresh socket (it was deleted, or its server died).
+    /// Re-serves a pool on a fresh socket (it was deleted, or its server
+    /// died); the new server registers on its own.
     fn restart_pool(&mut self, name: &str) {
         let Some(mut r) = self.running.remove(name) else { return };
+        r.registrar.abort();
         let _ = r.closing.send(true);
         if let Some(s) = r.stop.take() {
             let _ = s.send(());
         }
         r.task.abort();
         let pool = Pool::clone(&r.tx.borrow());
-        if self.start_or_keep(pool) {
-            self.register(name);
-        }
+        // Its spec is current: carried over rather than rewritten.
+        self.retired.insert(name.to_string(), Retired { pool: pool.clone(), cdi: r.cdi });
+        self.start_or_keep(pool);
     }
 
+    /// Any change in the kubelet dir: pools whose socket is gone (a kubelet
+    /// restart removes them all) are served again, pools that could not be
+    /// served are tried again, and `kubelet.sock` is looked at, in that
+    /// order, so a new kubelet finds every socket served when it is told.
     fn on_kubelet_dir(&mut self, ev: DirEvent) {
-        // Every event may mean the directory is usable again. Pools served here
-        // are registered below (Created(kubelet.sock)) or right away.
-        let started = self.retry_unserved();
-        if !matches!(&ev, DirEvent::Created(n) if n == KUBELET_SOCKET) {
-            for n in &started {
-                self.register(n);
-            }
+        if let DirEvent::Deleted(f) = &ev {
+            tracing::debug!(file = %f, "deleted from the kubelet dir");
         }
-        match ev {
-            DirEvent::Created(n) if n == KUBELET_SOCKET => {
-                tracing::info!("kubelet.sock appeared: registering every pool");
-                // The kubelet removed our sockets before; make sure they are served.
-                let missing: Vec<String> =
-                    self.running.iter().filter(|(_, r)| !r.socket.exists()).map(|(n, _)| n.clone()).collect();
-                for n in &missing {
-                    self.restart_pool(n);
-                }
-                for n in self.running.keys().filter(|n| !missing.contains(n)) {
-                    self.register(n);
-                }
-            }
-            DirEvent::Deleted(f) => {
-                if f == KUBELET_SOCKET {
-                    self.metrics.unregister_all();
-                }
-                let hit: Vec<String> = self
-                    .running
-                    .iter()
-                    .filter(|(_, r)| {
-                        r.socket.file_name().is_some_and(|s| s.to_string_lossy() == f) && !r.socket.exists()
-                    })
-                    .map(|(n, _)| n.clone())
-                    .collect();
-                for n in hit {
-                    tracing::info!(pool = %n, "socket deleted (kubelet restart?): serving it again");
-                    self.restart_pool(&n);
-                }
-            }
-            DirEvent::Rescan => {
-                if !self.opts.kubelet_dir.join(KUBELET_SOCKET).exists() {
-                    self.metrics.unregister_all();
-                }
-                let missing: Vec<String> =
-                    self.running.iter().filter(|(_, r)| !r.socket.exists()).map(|(n, _)| n.clone()).collect();
-                for n in missing {
-                    self.restart_pool(&n);
-                }
-            }
-            DirEvent::Created(_) => {}
+        let missing: Vec<String> =
+            self.running.iter().filter(|(_, r)| !r.socket.exists()).map(|(n, _)| n.clone()).collect();
+        for n in missing {
+            tracing::info!(pool = %n, "socket deleted (kubelet restart?): serving it again");
+            self.restart_pool(&n);
         }
+        self.retry_unserved();
+        self.look_at_kubelet();
     }
 
     fn on_died(&mut self, name: String, generation: u64) {
@@ -657,9 +689,10 @@ impl Daemon {
             }
         }
         self.update_pools(why);
-        for n in self.retry_unserved() {
-            self.register(&n);
-        }
+        self.sync_retired();
+        self.retry_unserved();
+        // The safety net for a kubelet.sock change inotify did not report.
+        self.look_at_kubelet();
     }
 
     /// Plans the pools from the current inventory and allocations and hands
@@ -680,10 +713,11 @@ impl Daemon {
                 continue;
             }
             log_changes(&prev, &pool, why);
-            if devinfo::cdi_differs(&prev, &pool) {
-                self.write_cdi(&pool);
-            }
+            let last = r.cdi;
+            let cdi = self.sync_cdi(&pool, Some(last));
             self.metrics.set_pool(&pool);
+            let Some(r) = self.running.get_mut(&name) else { continue };
+            r.cdi = cdi;
             r.tx.send_replace(Arc::new(pool));
         }
         self.metrics.set_allocations(self.alloc.as_ref());
@@ -726,8 +760,8 @@ impl Daemon {
         self.stop_pools(&stale).await;
         let gone: Vec<String> = self.unserved.keys().filter(|n| !wanted.contains_key(*n)).cloned().collect();
         for n in gone {
-            if let Some(pool) = self.unserved.remove(&n) {
-                self.remove_pool_files(&n, &pool);
+            if self.unserved.remove(&n).is_some() {
+                self.remove_pool_files(&n);
             }
         }
         self.inv = discover(&self.opts.roots).await;
@@ -739,9 +773,7 @@ impl Daemon {
             if self.running.contains_key(&name) {
                 continue;
             }
-            if self.start_or_keep(pool) {
-                self.register(&name);
-            }
+            self.start_or_keep(pool);
         }
         self.update_pools("config reload");
         true

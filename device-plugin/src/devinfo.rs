@@ -8,12 +8,20 @@
 //! `specs-go/version.go`): runtimes refuse a version newer than they know, so
 //! podman 4.3 refuses 0.6.0 even for content 0.5.0 covers. The kind comes from
 //! [`crate::names::cdi_kind`], valid under 0.3.0 rules for every pool name.
+//!
+//! A CDI spec outlives the daemon: the kubelet keeps each container's Allocate
+//! answer, CDI names included, in its checkpoint and hands it to the runtime
+//! again when the container restarts, without calling Allocate
+//! (devicemanager `podDevices.deviceRunContainerOptions`). So the daemon
+//! leaves specs in place when it stops or a pool is removed from its config,
+//! and drops a device from its spec only once the device is gone from the
+//! node ([`crate::pools::OnNode`]).
 
 use std::path::{Path, PathBuf};
 
 use serde_json::json;
 
-use crate::allocate::{hands_out_rdma, node_paths};
+use crate::allocate::{cdi_named, hands_out_rdma, node_paths};
 use crate::names;
 use crate::pools::{Device, Pool};
 use crate::RDMA_CM;
@@ -72,12 +80,25 @@ pub fn cdi_version<'a>(kind: &str, devices: impl IntoIterator<Item = &'a str>) -
     "0.3.0"
 }
 
-/// The CDI spec of a pool: one CDI device per device ID with the nodes a
-/// container gets for it (plus `rdma_cm` where it gets RDMA devices) and
-/// `KUBERDMA_RDMA_DEVICE_<ID>=<rdma device>`.
-pub fn cdi_spec(pool: &Pool) -> serde_json::Value {
-    let devices: Vec<serde_json::Value> = pool
-        .devices
+/// The CDI spec of a pool: one CDI device per device that has container
+/// edits ([`cdi_named`]: the nodes a container gets for it, plus `rdma_cm`
+/// where it gets RDMA devices, and `KUBERDMA_RDMA_DEVICE_<ID>=<rdma device>`).
+/// `None` when no device has any: the CDI library refuses a device without
+/// edits and a spec without devices (container-device-interface
+/// `pkg/cdi/device.go` "invalid device, empty device edits", `pkg/cdi/spec.go`
+/// "invalid spec, no devices"), and one refused device takes the whole file
+/// down with it.
+pub fn cdi_spec(pool: &Pool) -> Option<serde_json::Value> {
+    cdi_spec_of(pool, |_| true)
+}
+
+/// [`cdi_spec`] of the devices of `pool` that `keep` keeps.
+pub fn cdi_spec_of(pool: &Pool, keep: impl Fn(&Device) -> bool) -> Option<serde_json::Value> {
+    let named: Vec<&Device> = pool.devices.iter().filter(|d| keep(d) && cdi_named(pool, d)).collect();
+    if named.is_empty() {
+        return None;
+    }
+    let devices: Vec<serde_json::Value> = named
         .iter()
         .map(|d| {
             let mut nodes: Vec<serde_json::Value> =
@@ -85,49 +106,38 @@ pub fn cdi_spec(pool: &Pool) -> serde_json::Value {
             if pool.rdma_cm && hands_out_rdma(pool, d) {
                 nodes.push(json!({ "path": RDMA_CM }));
             }
-            let env: Vec<String> = if hands_out_rdma(pool, d) {
-                d.rdma
+            let mut edits = serde_json::Map::new();
+            if !nodes.is_empty() {
+                edits.insert("deviceNodes".into(), nodes.into());
+            }
+            if hands_out_rdma(pool, d) {
+                let env: Vec<String> = d
+                    .rdma
                     .iter()
                     .map(|r| format!("KUBERDMA_RDMA_DEVICE_{}={}", names::env_part(&d.id), r.name))
-                    .collect()
-            } else {
-                vec![]
-            };
-            let mut edits = json!({ "deviceNodes": nodes });
-            if !env.is_empty() {
-                edits["env"] = json!(env);
+                    .collect();
+                edits.insert("env".into(), env.into());
             }
             json!({ "name": d.id, "containerEdits": edits })
         })
         .collect();
     let kind = pool.config.cdi_kind();
-    let version = cdi_version(&kind, pool.devices.iter().map(|d| d.id.as_str()));
-    json!({ "cdiVersion": version, "kind": kind, "devices": devices })
+    let version = cdi_version(&kind, named.iter().map(|d| d.id.as_str()));
+    Some(json!({ "cdiVersion": version, "kind": kind, "devices": devices }))
 }
 
-/// Whether the CDI specs of two states of a pool differ: only IDs, the
-/// devices' nodes and RDMA device names go into a spec, so health and in-use
-/// changes never rewrite it.
-pub fn cdi_differs(a: &Pool, b: &Pool) -> bool {
-    fn paths(d: &Device) -> impl Iterator<Item = &PathBuf> {
-        d.rdma.iter().flat_map(|r| &r.char_devs).map(|c| &c.node_path)
-    }
-    let same = |x: &Device, y: &Device| {
-        x.id == y.id
-            && x.vfio == y.vfio
-            && x.rdma.iter().map(|r| &r.name).eq(y.rdma.iter().map(|r| &r.name))
-            && paths(x).eq(paths(y))
-    };
-    a.config != b.config
-        || a.rdma_cm != b.rdma_cm
-        || a.devices.len() != b.devices.len()
-        || !a.devices.iter().zip(&b.devices).all(|(x, y)| same(x, y))
+/// The bytes of a spec file.
+pub fn cdi_file(spec: &serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec_pretty(spec).unwrap_or_default()
 }
 
-/// Writes the pool's CDI spec atomically; returns its path.
-pub fn write_cdi(dir: &Path, pool: &Pool) -> Result<PathBuf, FileError> {
+/// Writes `file` ([`cdi_file`]) as the pool's CDI spec atomically, or removes
+/// the spec when there is none; returns its path.
+pub fn put_cdi(dir: &Path, pool: &Pool, file: Option<&[u8]>) -> Result<PathBuf, FileError> {
     let path = cdi_path(dir, pool);
-    let body = serde_json::to_vec_pretty(&cdi_spec(pool)).unwrap_or_default();
-    write_atomic(&path, &body)?;
+    match file {
+        Some(bytes) => write_atomic(&path, bytes)?,
+        None => nic::devinfo::remove(&path)?,
+    }
     Ok(path)
 }

@@ -6,8 +6,9 @@
 //! [`podresources`]) → [`pools::plan_with`] (config × inventory → pools and a
 //! decision per device) → [`server`] (kubelet v1beta1 gRPC, one unix socket per
 //! pool) → [`allocate`] (pure: DeviceSpecs, env, CDI names; preferred
-//! allocation)**. [`daemon`] ties it together: registration and
-//! re-registration ([`kubelet`]), rescans of one PF on its netlink link events
+//! allocation)**. [`daemon`] ties it together: registration once per kubelet
+//! instance, checked by the kubelet's ListAndWatch, retried with backoff
+//! ([`registration`] over [`kubelet`]), rescans of one PF on its netlink link events
 //! and of the node on a timer, config reloads, device-info and CDI files
 //! ([`devinfo`]), metrics and health ([`metrics`]). [`config`] reads our
 //! format and, with their meaning, those of sriov-network-device-plugin and
@@ -36,6 +37,7 @@ pub mod metrics;
 pub mod names;
 pub mod podresources;
 pub mod pools;
+pub mod registration;
 pub mod report;
 pub mod server;
 

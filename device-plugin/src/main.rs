@@ -190,6 +190,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 link_events: !cli.no_link_events,
                 pod_resources: (!cli.no_pod_resources).then_some(cli.pod_resources_socket),
                 pod_resources_interval: Duration::from_secs_f64(cli.pod_resources_interval),
+                registration: Default::default(),
             };
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             rt.block_on(async {

@@ -7,23 +7,32 @@
 //! an Allocate latency histogram. No `node` label: Prometheus adds it from the
 //! scrape target.
 //!
+//! Per pool, registration with the kubelet ([`crate::registration`]):
+//! `kuberdma_pool_registered` (1 while the kubelet now running has accepted
+//! the pool and watches it), Register calls accepted and failures (refused,
+//! failed, or accepted without a ListAndWatch following, or a watch the
+//! kubelet ended).
+//!
 //! `/healthz` is 200 only when every pool is served on its socket, registered
 //! with the kubelet and has a ListAndWatch stream open (the kubelet opens one
 //! right after registering); otherwise 503, and the body says which pool lacks
-//! what. `/livez` is 200 while the daemon answers at all.
+//! what, with its registration state (`registration=retrying failures=3 …
+//! error="…"`). `/livez` is 200 while the daemon answers at all.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+use tokio::sync::watch;
 
 use crate::inuse::Allocations;
 use crate::pools::Pool;
+use crate::registration::State;
+use crate::server::Streams;
 
 /// Histogram bucket upper bounds, seconds.
 const BUCKETS: [f64; 9] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1];
@@ -41,9 +50,12 @@ struct PoolMetrics {
     buckets: [u64; BUCKETS.len()],
     count: u64,
     sum: f64,
-    /// Open ListAndWatch streams of the served socket (None: not served).
-    streams: Option<Arc<AtomicUsize>>,
-    registered: bool,
+    /// ListAndWatch streams of the served socket (None: not served).
+    streams: Option<watch::Receiver<Streams>>,
+    /// Registration with the kubelet (None: not served, so not tried).
+    registration: Option<State>,
+    registrations: u64,
+    registration_failures: u64,
 }
 
 /// Shared metrics and health registry.
@@ -77,22 +89,42 @@ impl Metrics {
         }
     }
 
-    /// The pool is served on its socket, with this stream counter (`None`: not served).
-    pub fn set_served(&self, pool: &str, streams: Option<Arc<AtomicUsize>>) {
-        self.with(pool, |m| m.streams = streams);
+    /// The pool is served on its socket, with these streams (`None`: not served).
+    pub fn set_served(&self, pool: &str, streams: Option<watch::Receiver<Streams>>) {
+        self.with(pool, |m| {
+            if streams.is_none() {
+                m.registration = None;
+            }
+            m.streams = streams;
+        });
     }
 
-    /// The pool's last registration with the kubelet succeeded (or the kubelet went away).
-    pub fn set_registered(&self, pool: &str, registered: bool) {
-        self.with(pool, |m| m.registered = registered);
-    }
-
-    /// Forgets every registration (the kubelet's socket went away).
-    pub fn unregister_all(&self) {
+    /// Applies `f` to the pool served with `server`'s streams; a task of a
+    /// server that is gone (a pool re-served or removed while it ran) changes
+    /// nothing.
+    fn with_server(&self, pool: &str, server: &watch::Receiver<Streams>, f: impl FnOnce(&mut PoolMetrics)) {
         let mut g = self.pools.lock().unwrap_or_else(|e| e.into_inner());
-        for m in g.values_mut() {
-            m.registered = false;
+        if let Some(m) =
+            g.get_mut(pool).filter(|m| m.streams.as_ref().is_some_and(|s| s.same_channel(server)))
+        {
+            f(m);
         }
+    }
+
+    /// Where the registration of the pool served with `server`'s streams stands.
+    pub fn set_registration(&self, pool: &str, server: &watch::Receiver<Streams>, state: State) {
+        self.with_server(pool, server, |m| m.registration = Some(state));
+    }
+
+    /// The kubelet accepted a Register call of the pool.
+    pub fn registration_accepted(&self, pool: &str, server: &watch::Receiver<Streams>) {
+        self.with_server(pool, server, |m| m.registrations += 1);
+    }
+
+    /// A registration of the pool failed (refused, failed, not followed by a
+    /// ListAndWatch, or its watch ended).
+    pub fn registration_failed(&self, pool: &str, server: &watch::Receiver<Streams>) {
+        self.with_server(pool, server, |m| m.registration_failures += 1);
     }
 
     /// Forgets a removed pool.
@@ -129,16 +161,17 @@ impl Metrics {
             body.push_str("no pool\n");
         }
         for (name, m) in g.iter() {
-            let streams = m.streams.as_ref().map(|s| s.load(Ordering::Relaxed));
-            let good = streams.is_some_and(|n| n > 0) && m.registered;
+            let streams = m.streams.as_ref().map(|s| s.borrow().open);
+            let registered = m.registration == Some(State::Registered);
+            let good = streams.is_some_and(|n| n > 0) && registered;
             ok &= good;
             let _ = writeln!(
                 body,
-                "{name}: {} served={} registered={} streams={}",
+                "{name}: {} served={} registered={registered} streams={} registration={}",
                 if good { "ok" } else { "not ready" },
                 streams.is_some(),
-                m.registered,
-                streams.unwrap_or(0)
+                streams.unwrap_or(0),
+                m.registration.as_ref().map(|r| r.to_string()).unwrap_or_else(|| "none".into()),
             );
         }
         (ok, body)
@@ -163,6 +196,27 @@ impl Metrics {
             "kuberdma_pool_allocated",
             "Devices of the pool in use now (kubelet PodResources; without it, devices a pod holds on the host).",
             &|m| m.assigned.unwrap_or(m.held).to_string(),
+        );
+        gauge(
+            &mut s,
+            "kuberdma_pool_registered",
+            "1 while the running kubelet has accepted the pool's registration and watches it (ListAndWatch open).",
+            &|m| u8::from(m.registration == Some(State::Registered)).to_string(),
+        );
+        let counter = |s: &mut String, name: &str, help: &str, f: &dyn Fn(&PoolMetrics) -> u64| {
+            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
+            for (p, m) in g.iter() {
+                let _ = writeln!(s, "{name}{{resource=\"{p}\"}} {}", f(m));
+            }
+        };
+        counter(&mut s, "kuberdma_pool_registrations_total", "Register calls the kubelet accepted.", &|m| {
+            m.registrations
+        });
+        counter(
+            &mut s,
+            "kuberdma_pool_registration_failures_total",
+            "Registrations that failed: refused, no answer, no ListAndWatch after an accepted Register, or a watch the kubelet ended.",
+            &|m| m.registration_failures,
         );
         let _ = writeln!(s, "# HELP kuberdma_allocate_failures_total Allocate calls refused.\n# TYPE kuberdma_allocate_failures_total counter");
         for (p, m) in g.iter() {

@@ -9,7 +9,7 @@
 //! device (PFs, VFs, HCAs) and expose `rdmaHcaMax` IDs that each hand out all of
 //! the selected devices.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashSet};
 
 use nic::{CharDev, Inventory, LinkLayer, Netdev, PciAddr, Pf, RdmaDev, Vf};
 
@@ -628,5 +628,46 @@ pub fn carry_missing(prev: &Pool, next: &mut Pool, inv: &Inventory) {
     if !gone_list.is_empty() {
         next.devices.extend(gone_list);
         next.devices.sort_by(|a, b| a.id.cmp(&b.id));
+    }
+}
+
+/// What of the node's hardware is there now, read once from an inventory
+/// ([`OnNode::has`]).
+pub struct OnNode<'a> {
+    functions: HashSet<PciAddr>,
+    rdma: HashSet<&'a str>,
+}
+
+impl<'a> OnNode<'a> {
+    /// The functions (PFs, VFs, HCAs) and RDMA devices of `inv`.
+    pub fn new(inv: &'a Inventory) -> Self {
+        let mut functions = HashSet::new();
+        let mut rdma = HashSet::new();
+        for pf in &inv.pfs {
+            functions.insert(pf.pci);
+            rdma.extend(pf.rdma.iter().map(|r| r.name.as_str()));
+            for vf in &pf.vfs {
+                functions.insert(vf.pci);
+                rdma.extend(vf.rdma.iter().map(|r| r.name.as_str()));
+            }
+        }
+        for h in &inv.hcas {
+            functions.extend(h.pci);
+            rdma.insert(h.rdma.name.as_str());
+        }
+        OnNode { functions, rdma }
+    }
+
+    /// Whether the hardware behind `d` is still on the node: its PCI function
+    /// (a VF, a PF or an HCA; a VF in a pod counts, since the PCI function
+    /// stays on the host), or, for IDs without a function of their own
+    /// (k8s-rdma-shared-dev-plugin's, virtual HCAs), one of its RDMA devices.
+    /// What the CDI spec keeps ([`crate::devinfo`]); health is another matter
+    /// (a device may be on the node and Unhealthy).
+    pub fn has(&self, d: &Device) -> bool {
+        match d.pci {
+            Some(p) => self.functions.contains(&p),
+            None => d.rdma.iter().any(|r| self.rdma.contains(r.name.as_str())),
+        }
     }
 }

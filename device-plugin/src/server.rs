@@ -8,10 +8,17 @@
 //! serving. When the pool is stopped, its open streams end at once (the
 //! server's graceful shutdown waits for open streams, and a kubelet never ends
 //! its ListAndWatch), so stopping takes milliseconds, not a timeout.
+//!
+//! Every request is checked against the pool before anything is computed
+//! ([`allocate::check_ids`], [`allocate::check_preferred`],
+//! [`allocate::resolve`]); what no kubelet sends is refused with
+//! `InvalidArgument` naming the field and values, and changes nothing. The
+//! open and ever-opened ListAndWatch streams are published ([`Streams`]) so
+//! registration can tell whether the kubelet really watches the pool.
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -33,12 +40,21 @@ use crate::devinfo;
 use crate::metrics::Metrics;
 use crate::pools::Pool;
 
+/// The ListAndWatch streams of one pool's server.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Streams {
+    /// Open now.
+    pub open: usize,
+    /// Opened since the server started (never decreases).
+    pub opened: u64,
+}
+
 /// What one pool's service needs.
 #[derive(Clone)]
 pub struct PoolService {
     pool: watch::Receiver<Arc<Pool>>,
     closing: watch::Receiver<bool>,
-    streams: Arc<AtomicUsize>,
+    streams: Arc<watch::Sender<Streams>>,
     devinfo_dir: PathBuf,
     metrics: Arc<Metrics>,
 }
@@ -52,12 +68,13 @@ impl PoolService {
         devinfo_dir: PathBuf,
         metrics: Arc<Metrics>,
     ) -> Self {
-        Self { pool, closing, streams: Arc::new(AtomicUsize::new(0)), devinfo_dir, metrics }
+        let streams = Arc::new(watch::Sender::new(Streams::default()));
+        Self { pool, closing, streams, devinfo_dir, metrics }
     }
 
-    /// Open ListAndWatch streams right now.
-    pub fn streams(&self) -> Arc<AtomicUsize> {
-        self.streams.clone()
+    /// The service's ListAndWatch streams, as they change.
+    pub fn streams(&self) -> watch::Receiver<Streams> {
+        self.streams.subscribe()
     }
 }
 
@@ -81,19 +98,39 @@ pub fn list_response(pool: &Pool) -> ListAndWatchResponse {
 type ListStream = Pin<Box<dyn Stream<Item = Result<ListAndWatchResponse, Status>> + Send + 'static>>;
 
 /// Counts a stream while it lives.
-struct Open(Arc<AtomicUsize>);
+struct Open(Arc<watch::Sender<Streams>>);
 
 impl Open {
-    fn new(n: Arc<AtomicUsize>) -> Self {
-        n.fetch_add(1, Ordering::Relaxed);
+    fn new(n: Arc<watch::Sender<Streams>>) -> Self {
+        n.send_modify(|s| {
+            s.open += 1;
+            s.opened += 1;
+        });
         Open(n)
     }
 }
 
 impl Drop for Open {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
+        self.0.send_modify(|s| s.open -= 1);
     }
+}
+
+/// `InvalidArgument` (or `FailedPrecondition` for Unhealthy devices) for a
+/// refused request, the container request's index first.
+fn refused(at: Option<usize>, e: &allocate::AllocError) -> Status {
+    let msg = match at {
+        Some(i) => format!("container_requests[{i}]: {e}"),
+        None => e.to_string(),
+    };
+    match e {
+        allocate::AllocError::Unhealthy { .. } => Status::failed_precondition(msg),
+        _ => Status::invalid_argument(msg),
+    }
+}
+
+fn no_containers(pool: &Pool) -> allocate::AllocError {
+    allocate::AllocError::Empty { pool: pool.resource_name(), field: "container_requests" }
 }
 
 #[tonic::async_trait]
@@ -137,61 +174,97 @@ impl DevicePlugin for PoolService {
         req: Request<PreferredAllocationRequest>,
     ) -> Result<Response<PreferredAllocationResponse>, Status> {
         let pool = self.pool.borrow().clone();
-        let container_responses = req
-            .into_inner()
-            .container_requests
-            .into_iter()
-            .map(|c| {
-                let size = usize::try_from(c.allocation_size).unwrap_or(0);
-                ContainerPreferredAllocationResponse {
-                    device_i_ds: allocate::preferred(
-                        &pool,
-                        &c.available_device_i_ds,
-                        &c.must_include_device_i_ds,
-                        size,
-                    ),
-                }
-            })
-            .collect();
+        let req = req.into_inner();
+        if req.container_requests.is_empty() {
+            return Err(refused(None, &no_containers(&pool)));
+        }
+        let mut container_responses = Vec::with_capacity(req.container_requests.len());
+        for (i, c) in req.container_requests.iter().enumerate() {
+            let size = allocate::check_preferred(
+                &pool,
+                &c.available_device_i_ds,
+                &c.must_include_device_i_ds,
+                c.allocation_size,
+            )
+            .map_err(|e| {
+                tracing::warn!(pool = %pool.resource_name(), error = %e, "GetPreferredAllocation refused");
+                refused(Some(i), &e)
+            })?;
+            container_responses.push(ContainerPreferredAllocationResponse {
+                device_i_ds: allocate::preferred(
+                    &pool,
+                    &c.available_device_i_ds,
+                    &c.must_include_device_i_ds,
+                    size,
+                ),
+            });
+        }
         Ok(Response::new(PreferredAllocationResponse { container_responses }))
     }
 
     async fn allocate(&self, req: Request<AllocateRequest>) -> Result<Response<AllocateResponse>, Status> {
         let start = Instant::now();
         let pool = self.pool.borrow().clone();
-        let mut container_responses = Vec::new();
-        let mut all_ids = Vec::new();
-        for c in req.into_inner().container_requests {
-            let resp = match allocate::container_response(&pool, &c.devices_ids) {
-                Ok(r) => r,
-                Err(e) => {
-                    tracing::warn!(pool = %pool.resource_name(), error = %e, "Allocate refused");
-                    self.metrics.allocate_failed(&pool.resource_name());
-                    return Err(match e {
-                        allocate::AllocError::Unhealthy { .. } => Status::failed_precondition(e.to_string()),
-                        _ => Status::invalid_argument(e.to_string()),
-                    });
-                }
-            };
+        let req = req.into_inner();
+        let refuse = |at: Option<usize>, e: allocate::AllocError| {
+            tracing::warn!(pool = %pool.resource_name(), error = %e, "Allocate refused");
+            self.metrics.allocate_failed(&pool.resource_name());
+            refused(at, &e)
+        };
+        if req.container_requests.is_empty() {
+            return Err(refuse(None, no_containers(&pool)));
+        }
+        // Everything is checked before any device-info file is written: a
+        // refused request changes nothing. A device is never given to two
+        // containers of one request.
+        let mut taken: HashSet<&str> = HashSet::new();
+        let mut resolved = Vec::with_capacity(req.container_requests.len());
+        for (i, c) in req.container_requests.iter().enumerate() {
+            let devs = allocate::resolve(&pool, &c.devices_ids).map_err(|e| refuse(Some(i), e))?;
+            let twice: Vec<String> =
+                c.devices_ids.iter().filter(|id| taken.contains(id.as_str())).cloned().collect();
+            if !twice.is_empty() {
+                let e = allocate::AllocError::Duplicate {
+                    pool: pool.resource_name(),
+                    field: "devices_ids (also in an earlier container request)",
+                    ids: twice,
+                };
+                return Err(refuse(Some(i), e));
+            }
+            taken.extend(c.devices_ids.iter().map(String::as_str));
+            let resp = allocate::container_response(&pool, &c.devices_ids).map_err(|e| refuse(Some(i), e))?;
+            resolved.push((devs, resp));
+        }
+        let mut container_responses = Vec::with_capacity(resolved.len());
+        for (devs, resp) in resolved {
             if pool.config.mode == Mode::Vf || pool.config.mode == Mode::Shared {
-                let devs = allocate::resolve(&pool, &c.devices_ids).unwrap_or_default();
                 if let Err(e) = devinfo::write_devinfo(&self.devinfo_dir, &pool, &devs) {
                     tracing::error!(pool = %pool.resource_name(), error = %e, "cannot write device-info file");
                     return Err(Status::internal(format!("device-info file: {e:#}")));
                 }
             }
-            all_ids.extend(c.devices_ids);
             container_responses.push(resp);
         }
-        tracing::info!(pool = %pool.resource_name(), devices = ?all_ids, "allocated");
+        let all: Vec<&str> =
+            req.container_requests.iter().flat_map(|c| &c.devices_ids).map(String::as_str).collect();
+        tracing::info!(pool = %pool.resource_name(), devices = ?all, "allocated");
         self.metrics.allocated(&pool.resource_name(), start.elapsed());
         Ok(Response::new(AllocateResponse { container_responses }))
     }
 
+    /// Never asked for (`pre_start_required: false`), but a caller still gets
+    /// its IDs checked.
     async fn pre_start_container(
         &self,
-        _: Request<PreStartContainerRequest>,
+        req: Request<PreStartContainerRequest>,
     ) -> Result<Response<PreStartContainerResponse>, Status> {
+        let pool = self.pool.borrow().clone();
+        let ids = req.into_inner().devices_ids;
+        if ids.is_empty() {
+            let e = allocate::AllocError::Empty { pool: pool.resource_name(), field: "devices_ids" };
+            return Err(refused(None, &e));
+        }
+        allocate::check_ids(&pool, "devices_ids", &ids).map_err(|e| refused(None, &e))?;
         Ok(Response::new(PreStartContainerResponse {}))
     }
 }

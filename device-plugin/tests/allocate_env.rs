@@ -77,9 +77,74 @@ fn vfs_without_rdma_get_no_rdma_cm_and_no_empty_variables() {
     assert!(!r.envs.keys().any(|k| k.starts_with("KUBERDMA_") || k.starts_with("NCCL_")), "{:?}", r.envs);
     let info: serde_json::Value = serde_json::from_str(&r.envs["PCIDEVICE_KUBERDMA_IO_PLAIN_INFO"]).unwrap();
     assert_eq!(info, serde_json::json!({"0000:17:01.0": {"generic": {"deviceID": "0000:17:01.0"}}}));
-    let spec = cdi_spec(&p[0]);
-    let dev = spec["devices"].as_array().unwrap().iter().find(|d| d["name"] == "0000:17:01.0").unwrap();
-    assert_eq!(dev["containerEdits"]["deviceNodes"], serde_json::json!([]));
+    // Nothing to inject, so no CDI device: neither named nor defined.
+    assert!(r.cdi_devices.is_empty(), "{:?}", r.cdi_devices);
+    assert_eq!(cdi_spec(&p[0]), None);
+}
+
+/// Regression (issue 20, defect 1): the README's sriov-network-device-plugin
+/// netdevice config (`conformance/sndp/readme-intel-netdevice.json`) on an
+/// E810-XXV gave 8 CDI devices with `{"deviceNodes": []}`, which the CDI
+/// library refuses ("invalid device, empty device edits") and with them the
+/// whole spec, so every pod of the pool failed in CreateContainer on a
+/// CDI-enabled runtime. Now no device without edits is named or defined, and
+/// a pool with none has no spec at all.
+#[test]
+fn a_netdevice_pool_without_rdma_names_no_cdi_device_and_writes_no_spec() {
+    let node = sim("e810-xxv.yaml");
+    let cfg = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/conformance/sndp/readme-intel-netdevice.json"),
+    )
+    .unwrap();
+    let p = plan(&node, &cfg).remove(0);
+    assert_eq!(p.resource_name(), "intel.com/intel_sriov_netdevice");
+    assert_eq!(p.devices.len(), 8);
+    for d in &p.devices {
+        let r = container_response(&p, &ids(&[&d.id])).unwrap();
+        assert!(r.cdi_devices.is_empty(), "{}: {:?}", d.id, r.cdi_devices);
+        assert!(r.devices.is_empty());
+    }
+    assert_eq!(cdi_spec(&p), None, "a spec without devices is refused as a whole");
+}
+
+/// Every spec kube-rdma writes for the example nodes, under every pool kind,
+/// passes the CDI library's rules, and Allocate names exactly the devices the
+/// spec defines.
+#[test]
+fn every_cdi_spec_of_the_example_nodes_passes_the_cdi_library_rules() {
+    let configs = [
+        "pools: [{name: vfs, selectors: {vendors: [\"15b3\", \"8086\"]}}]",
+        "pools: [{name: hca, mode: shared, rdmaHcaMax: 3, selectors: {vendors: [\"15b3\", \"8086\"]}}]",
+        r#"{"resourceList": [{"resourceName": "net", "selectors": {"vendors": ["8086", "15b3"]}},
+            {"resourceName": "rdma", "selectors": {"isRdma": true}}]}"#,
+        r#"{"configList": [{"resourceName": "shared", "rdmaHcaMax": 2, "selectors": {"vendors": ["15b3", "8086"]}}]}"#,
+    ];
+    let mut checked = 0;
+    for node in ["cx6dx-dual.yaml", "e810-xxv.yaml", "e810-c-vf-rdma.yaml", "mixed.yaml"] {
+        let node = sim(node);
+        for cfg in configs {
+            for pool in plan(&node, cfg) {
+                let spec = cdi_spec(&pool);
+                let defined = match &spec {
+                    Some(s) => common::cdi::validate(s)
+                        .unwrap_or_else(|e| panic!("{}: {e}\n{s:#}", pool.resource_name())),
+                    None => vec![],
+                };
+                for d in &pool.devices {
+                    let r = container_response(&pool, &ids(&[&d.id])).unwrap();
+                    let named: Vec<String> = r.cdi_devices.iter().map(|c| c.name.clone()).collect();
+                    let want: Vec<String> = if defined.contains(&d.id) {
+                        vec![format!("{}={}", pool.config.cdi_kind(), d.id)]
+                    } else {
+                        vec![]
+                    };
+                    assert_eq!(named, want, "{}: {}", pool.resource_name(), d.id);
+                }
+                checked += spec.is_some() as usize;
+            }
+        }
+    }
+    assert!(checked >= 8, "only {checked} specs checked");
 }
 
 /// sriov-network-device-plugin's `isRdma`: `true` filters and hands out RDMA
@@ -140,7 +205,7 @@ fn vfio_vfs_get_their_group_and_the_container_device_as_upstream() {
         info["0000:17:01.1"],
         serde_json::json!({"generic": {"deviceID": "0000:17:01.1"}, "vfio": {"mount": "/dev/vfio/vfio", "dev-mount": "/dev/vfio/2"}})
     );
-    let spec = cdi_spec(&p);
+    let spec = cdi_spec(&p).unwrap();
     assert_eq!(
         spec["devices"][0]["containerEdits"]["deviceNodes"],
         serde_json::json!([{"path": "/dev/vfio/vfio"}, {"path": "/dev/vfio/2"}])
@@ -166,6 +231,66 @@ fn additional_info_and_root_device_ranges_mean_what_they_meant() {
     let info: serde_json::Value = serde_json::from_str(&r.envs["PCIDEVICE_INTEL_COM_R_INFO"]).unwrap();
     assert_eq!(info["0000:3d:00.2"]["extra"], serde_json::json!({"token": "mine", "zone": "a"}));
     assert_eq!(info["0000:3d:00.3"]["extra"], serde_json::json!({"token": "all", "zone": "a"}));
+}
+
+/// `PCIDEVICE_<RES>_INFO`, whole, as sriov-network-device-plugin builds it:
+/// a map from device ID to one string map per info provider
+/// (`pkg/resources/pool_stub.go` `GetEnvs`, `pkg/devices/api.go`
+/// `GetEnvVal`): `generic` always; `rdma` for `isRdma` pools with the char
+/// devices, `rdma_cm` and `rdma_dev`, the function's first RDMA device
+/// (`pkg/infoprovider/rdmaInfoProvider.go`, `pkg/devices/rdma.go`
+/// `GetRdmaDeviceName`); `vfio` for vfio-pci; `extra` whenever the config has
+/// `additionalInfo`, `{}` for a device it names nothing for
+/// (`pkg/netdevice/pciNetDevice.go`). Regression (issue 20, defect 6):
+/// `rdma_dev` was lost.
+#[test]
+fn pcidevice_info_has_the_whole_shape_sriov_network_device_plugin_gives_it() {
+    let node = sim("cx6dx-dual.yaml");
+    let info = |cfg: &str, id: &[&str]| -> serde_json::Value {
+        let p = plan(&node, cfg).remove(0);
+        let r = container_response(&p, &ids(id)).unwrap();
+        let key = format!(
+            "{}_INFO",
+            kube_rdma_device_plugin::names::pcidevice_env(&p.config.prefix, &p.config.name)
+        );
+        serde_json::from_str(&r.envs[&key]).unwrap()
+    };
+    let rdma = r#"{"resourceList": [{"resourceName": "r", "selectors": {"rootDevices": ["0000:3d:00.0"], "isRdma": true}}]}"#;
+    assert_eq!(
+        info(rdma, &["0000:3d:00.1", "0000:3d:00.2"]),
+        serde_json::json!({
+            "0000:3d:00.1": {
+                "generic": {"deviceID": "0000:3d:00.1"},
+                "rdma": {"uverbs": "/dev/infiniband/uverbs2", "umad": "/dev/infiniband/umad2",
+                         "issm": "/dev/infiniband/issm2", "rdma_cm": "/dev/infiniband/rdma_cm",
+                         "rdma_dev": "mlx5_2"}},
+            "0000:3d:00.2": {
+                "generic": {"deviceID": "0000:3d:00.2"},
+                "rdma": {"uverbs": "/dev/infiniband/uverbs3", "umad": "/dev/infiniband/umad3",
+                         "issm": "/dev/infiniband/issm3", "rdma_cm": "/dev/infiniband/rdma_cm",
+                         "rdma_dev": "mlx5_3"}}
+        })
+    );
+    // Our own format hands out RDMA devices too: the same entry.
+    let ours = "pools: [{name: r, selectors: {rootDevices: [\"0000:3d:00.0\"]}}]";
+    assert_eq!(info(ours, &["0000:3d:00.1"])["0000:3d:00.1"], info(rdma, &["0000:3d:00.1"])["0000:3d:00.1"]);
+    // Without isRdma: generic only.
+    let net = r#"{"resourceList": [{"resourceName": "r", "selectors": {"rootDevices": ["0000:3d:00.0"]}}]}"#;
+    assert_eq!(
+        info(net, &["0000:3d:00.1"]),
+        serde_json::json!({"0000:3d:00.1": {"generic": {"deviceID": "0000:3d:00.1"}}})
+    );
+    // additionalInfo naming another device, or empty: `extra` is there, empty.
+    for extra in [r#"{"0000:3d:00.2": {"k": "v"}}"#, "{}"] {
+        let cfg = format!(
+            r#"{{"resourceList": [{{"resourceName": "r", "additionalInfo": {extra}, "selectors": {{"rootDevices": ["0000:3d:00.0"]}}}}]}}"#
+        );
+        assert_eq!(
+            info(&cfg, &["0000:3d:00.1"]),
+            serde_json::json!({"0000:3d:00.1": {"generic": {"deviceID": "0000:3d:00.1"}, "extra": {}}}),
+            "additionalInfo {extra}"
+        );
+    }
 }
 
 // CDI names, checked against the rules of the CDI spec (SPEC.md, "Kind" and
@@ -201,7 +326,8 @@ pools:
     let kinds: Vec<String> = p.iter().map(|p| p.config.cdi_kind()).collect();
     assert_eq!(kinds, ["kuberdma.io/pool-100g", "kuberdma.io/pool-rail-0", "kuberdma-9lives.io/x"]);
     for pool in &p {
-        let spec = cdi_spec(pool);
+        let spec = cdi_spec(pool).unwrap();
+        common::cdi::validate(&spec).unwrap();
         let kind = spec["kind"].as_str().unwrap();
         let (vendor, class) = kind.split_once('/').unwrap();
         assert!(rule(vendor, |c| c.is_ascii_alphabetic(), "-_."), "vendor {vendor:?}");
@@ -220,4 +346,27 @@ pools:
         };
         assert_eq!(spec["cdiVersion"], need, "{kind}");
     }
+}
+
+/// The CDI model (`common/cdi.rs`) refuses what the library refuses.
+#[test]
+fn the_cdi_model_refuses_what_the_library_refuses() {
+    let ok = serde_json::json!({"cdiVersion": "0.5.0", "kind": "kuberdma.io/a",
+        "devices": [{"name": "0000:3d:00.2", "containerEdits": {"deviceNodes": [{"path": "/dev/infiniband/uverbs2"}]}}]});
+    assert_eq!(common::cdi::validate(&ok).unwrap(), ["0000:3d:00.2"]);
+    let mut empty = ok.clone();
+    empty["devices"][0]["containerEdits"] = serde_json::json!({"deviceNodes": []});
+    assert!(common::cdi::validate(&empty).unwrap_err().contains("empty device edits"));
+    let mut none = ok.clone();
+    none["devices"] = serde_json::json!([]);
+    assert!(common::cdi::validate(&none).unwrap_err().contains("no devices"));
+    let mut old = ok.clone();
+    old["cdiVersion"] = "0.3.0".into();
+    assert!(common::cdi::validate(&old).unwrap_err().contains("at least v0.5.0"));
+    let mut strict = ok.clone();
+    strict["devices"][0]["extra"] = 1.into();
+    assert!(common::cdi::validate(&strict).unwrap_err().contains("unknown field"));
+    let mut env = ok;
+    env["devices"][0]["containerEdits"]["env"] = serde_json::json!(["=x"]);
+    assert!(common::cdi::validate(&env).unwrap_err().contains("invalid environment variable"));
 }

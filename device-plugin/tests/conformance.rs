@@ -84,8 +84,8 @@ fn pool(p: &PoolConfig) -> String {
     if p.exclude_topology && p.mode == Mode::Vf {
         s.push_str(", no NUMA topology");
     }
-    if !p.additional_info.is_empty() {
-        let keys: Vec<&str> = p.additional_info.keys().map(String::as_str).collect();
+    if let Some(info) = p.additional_info.as_ref().filter(|a| !a.is_empty()) {
+        let keys: Vec<&str> = info.keys().map(String::as_str).collect();
         s.push_str(&format!(", extra info for {}", keys.join(" and ")));
     }
     let sels: Vec<String> = p.selectors.iter().map(selector).collect();

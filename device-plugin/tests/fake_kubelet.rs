@@ -100,7 +100,8 @@ async fn allocate_gives_device_specs_env_cdi_and_device_info() {
         info["0000:3d:00.1"],
         serde_json::json!({"generic": {"deviceID": "0000:3d:00.1"}, "rdma": {
             "uverbs": "/dev/infiniband/uverbs2", "umad": "/dev/infiniband/umad2",
-            "issm": "/dev/infiniband/issm2", "rdma_cm": "/dev/infiniband/rdma_cm"}})
+            "issm": "/dev/infiniband/issm2", "rdma_cm": "/dev/infiniband/rdma_cm",
+            "rdma_dev": "mlx5_2"}})
     );
     // Per-pool hints, nothing global that a second pool would overwrite, no GID index.
     assert_eq!(cr.envs["KUBERDMA_RDMA_VFS_RDMA_DEVICES"], "mlx5_2,mlx5_3");
@@ -155,10 +156,11 @@ async fn allocate_gives_device_specs_env_cdi_and_device_info() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument);
     assert!(e.message().contains("0000:99:00.1"), "{}", e.message());
     d.stop().await;
-    // Device-info files are removed on shutdown; so are the socket and the CDI spec.
+    // Device-info files are removed on shutdown, and so is the socket; the CDI
+    // spec stays for containers that restart with their checkpointed answer.
     assert!(!dirs.devinfo.join("kuberdma.io-rdma_vfs-0000:3d:00.1-device.json").exists());
     assert!(!dirs.kubelet.join(SOCK).exists());
-    assert!(!dirs.cdi.join("kuberdma.io-rdma_vfs.json").exists());
+    assert!(dirs.cdi.join("kuberdma.io-rdma_vfs.json").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -448,9 +450,10 @@ async fn preferred_allocation_over_grpc_packs_on_one_pf() {
     d.stop().await;
 }
 
-/// The real binary: SIGTERM removes sockets, CDI specs and device-info files and exits 0.
+/// The real binary: SIGTERM removes sockets and device-info files, keeps the
+/// CDI specs, and exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_cleans_up_and_exits_zero() {
+async fn sigterm_removes_sockets_and_device_info_keeps_cdi_specs_and_exits_zero() {
     let dirs = Dirs::new();
     let k = FakeKubelet::start(&dirs.kubelet);
     let mut child = dirs
@@ -478,7 +481,7 @@ async fn sigterm_cleans_up_and_exits_zero() {
     let st = tokio::time::timeout(T, child.wait()).await.unwrap().unwrap();
     assert_eq!(st.code(), Some(0));
     assert!(!dirs.kubelet.join(SOCK).exists());
-    assert!(!dirs.cdi.join("kuberdma.io-rdma_vfs.json").exists());
+    assert!(dirs.cdi.join("kuberdma.io-rdma_vfs.json").exists());
     assert!(std::fs::read_dir(&dirs.devinfo).unwrap().next().is_none(), "device-info files left behind");
 }
 
@@ -486,13 +489,15 @@ async fn sigterm_cleans_up_and_exits_zero() {
 async fn metrics_and_healthz_are_served() {
     let sim = sim("cx6dx-dual.yaml");
     let dirs = Dirs::new();
-    let k = FakeKubelet::start(&dirs.kubelet);
+    // A kubelet that accepts Register and never watches first: the plugin is
+    // not ready, and says why.
+    let mut k = FakeKubelet::start_with(&dirs.kubelet, Behaviour { list_and_watch: false, refuse_first: 0 });
     // Pick a free port, then hand it to the daemon.
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
     let mut opts = dirs.options(sim.roots(), None, Duration::from_secs(3600));
     opts.metrics_addr = Some(port);
+    opts.registration.verify = Duration::from_millis(300);
     let d = InProc::spawn(opts);
-    // Metrics listen before the pools register.
     k.next_registration(T).await;
     let get = |path: &'static str| async move {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -502,30 +507,40 @@ async fn metrics_and_healthz_are_served() {
         s.read_to_string(&mut out).await.unwrap();
         out
     };
-    // Registered but nobody watches yet: not ready, and the body says why.
     let deadline = Instant::now() + T;
     loop {
         let h = get("/healthz").await;
         assert!(h.starts_with("HTTP/1.1 503"), "{h}");
-        if h.contains("kuberdma.io/rdma_vfs: not ready served=true registered=true streams=0") {
+        if h.contains("kuberdma.io/rdma_vfs: not ready served=true registered=false streams=0 registration=retrying failures=")
+            && h.contains("opened no ListAndWatch within 300ms")
+        {
             break;
         }
-        assert!(Instant::now() < deadline, "never registered: {h}");
+        assert!(Instant::now() < deadline, "never said why: {h}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     assert!(get("/livez").await.starts_with("HTTP/1.1 200"));
-    let mut c = plugin(&dirs.kubelet, SOCK).await;
-    let _s = list_and_watch(&mut c).await;
+    let m = get("/metrics").await;
+    assert!(m.contains("kuberdma_pool_registered{resource=\"kuberdma.io/rdma_vfs\"} 0"), "{m}");
+    // A kubelet that watches (restarted): ready.
+    k.stop_and_wipe().await;
+    let _k = FakeKubelet::start(&dirs.kubelet);
     let deadline = Instant::now() + T;
     loop {
         let h = get("/healthz").await;
         if h.starts_with("HTTP/1.1 200") {
-            assert!(h.contains("kuberdma.io/rdma_vfs: ok served=true registered=true streams=1"), "{h}");
+            assert!(
+                h.contains(
+                    "kuberdma.io/rdma_vfs: ok served=true registered=true streams=1 registration=registered"
+                ),
+                "{h}"
+            );
             break;
         }
         assert!(Instant::now() < deadline, "never healthy: {h}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
     c.allocate(AllocateRequest {
         container_requests: vec![ContainerAllocateRequest { devices_ids: vec!["0000:3d:00.1".into()] }],
     })
@@ -540,5 +555,16 @@ async fn metrics_and_healthz_are_served() {
         m.contains("kuberdma_allocate_duration_seconds_count{resource=\"kuberdma.io/rdma_vfs\"} 1"),
         "{m}"
     );
+    assert!(m.contains("kuberdma_pool_registered{resource=\"kuberdma.io/rdma_vfs\"} 1"), "{m}");
+    let count = |name: &str| -> u64 {
+        let key = format!("{name}{{resource=\"kuberdma.io/rdma_vfs\"}} ");
+        m.lines()
+            .find_map(|l| l.strip_prefix(&key))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{name}: {m}"))
+    };
+    // At least the one the deaf kubelet accepted and the one the watching kubelet did.
+    assert!(count("kuberdma_pool_registrations_total") >= 2, "{m}");
+    assert!(count("kuberdma_pool_registration_failures_total") >= 1, "{m}");
     d.stop().await;
 }

@@ -215,9 +215,13 @@ pub struct PoolConfig {
     /// format; in SNDP's only for selectors with `isRdma: true`, as there.
     pub rdma_devices: bool,
     /// SNDP `additionalInfo`: per PCI address (or `*` for all) key/value pairs
-    /// that go into `PCIDEVICE_<RES>_INFO` as `extra`.
-    pub additional_info: BTreeMap<String, BTreeMap<String, String>>,
+    /// that go into `PCIDEVICE_<RES>_INFO` as `extra`. `Some` whenever the key
+    /// is there, even empty: upstream then gives every device an `extra` entry.
+    pub additional_info: Option<AdditionalInfo>,
 }
+
+/// SNDP `additionalInfo`: `*` or a PCI address → key/value pairs.
+pub type AdditionalInfo = BTreeMap<String, BTreeMap<String, String>>;
 
 impl PoolConfig {
     /// `prefix/name`.
@@ -240,7 +244,7 @@ impl PoolConfig {
     pub fn extra_info(&self, id: &str) -> BTreeMap<String, String> {
         let mut out = BTreeMap::new();
         for key in ["*", id] {
-            if let Some(m) = self.additional_info.get(key) {
+            if let Some(m) = self.additional_info.as_ref().and_then(|a| a.get(key)) {
                 out.extend(m.iter().map(|(k, v)| (k.clone(), v.clone())));
             }
         }
@@ -315,7 +319,7 @@ impl Config {
                 rdma_hca_max: 0,
                 exclude_topology: false,
                 rdma_devices: true,
-                additional_info: BTreeMap::new(),
+                additional_info: None,
             }],
             format: Format::Default,
             source: None,

@@ -1,7 +1,5 @@
 //! Our own format (`pools:`), documented in [`super`]. Keys match exactly.
 
-use std::collections::BTreeMap;
-
 use nic::LinkLayer;
 use serde_json::{Map, Value};
 
@@ -95,7 +93,7 @@ fn pool(cx: &mut Cx, m: &Map<String, Value>, default_prefix: &str) -> Result<Poo
         rdma_hca_max,
         exclude_topology,
         rdma_devices: true,
-        additional_info: BTreeMap::new(),
+        additional_info: None,
     })
 }
 

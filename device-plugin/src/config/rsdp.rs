@@ -14,7 +14,6 @@
 //!   `pod-resources/`), as `--kubelet-dir` does;
 //! - resource names are `[A-Za-z0-9_]+` there: others are refused as there.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -114,6 +113,6 @@ fn pool(cx: &mut Cx, m: &Map<String, Value>) -> Result<PoolConfig, ConfigError> 
         rdma_hca_max,
         exclude_topology: true,
         rdma_devices: true,
-        additional_info: BTreeMap::new(),
+        additional_info: None,
     })
 }

@@ -204,9 +204,10 @@ pub(super) fn link_types(cx: &Cx, o: &Obj) -> Result<Vec<LinkLayer>, ConfigError
         .collect()
 }
 
-fn additional_info(cx: &Cx, o: &Obj) -> Result<BTreeMap<String, BTreeMap<String, String>>, ConfigError> {
+/// `additionalInfo`; `None` when the key is absent (or null), as Go's nil map.
+fn additional_info(cx: &Cx, o: &Obj) -> Result<Option<super::AdditionalInfo>, ConfigError> {
     let mut out = BTreeMap::new();
-    let Some(m) = cx.mapping(o, "additionalInfo")? else { return Ok(out) };
+    let Some(m) = cx.mapping(o, "additionalInfo")? else { return Ok(None) };
     let at = o.path("additionalInfo");
     for (dev, kv) in m {
         let field = format!("{at}.{dev}");
@@ -227,5 +228,5 @@ fn additional_info(cx: &Cx, o: &Obj) -> Result<BTreeMap<String, BTreeMap<String,
         }
         out.insert(dev.clone(), entry);
     }
-    Ok(out)
+    Ok(Some(out))
 }

@@ -1,7 +1,10 @@
-//! Test fixtures: a fake kubelet (Registration server on `kubelet.sock`),
-//! a plugin client over the pool's real unix socket, and the daemon run
-//! in-process or as the real binary.
+//! Test fixtures: a fake kubelet (Registration server on `kubelet.sock`,
+//! dialling plugins back and watching them as the kubelet's device manager
+//! does), a plugin client over the pool's real unix socket, and the daemon
+//! run in-process or as the real binary.
 #![allow(dead_code)]
+
+pub mod cdi;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -24,35 +27,189 @@ use tokio_stream::wrappers::UnixListenerStream;
 use tonic::transport::Channel;
 use tonic::{Request, Response, Status, Streaming};
 
-struct Reg(mpsc::UnboundedSender<RegisterRequest>);
+/// How a fake kubelet answers Register.
+#[derive(Debug, Clone, Copy)]
+pub struct Behaviour {
+    /// Open ListAndWatch after accepting, as the kubelet does; `false`: a
+    /// kubelet that accepts Register and never watches.
+    pub list_and_watch: bool,
+    /// Refuse the first this many Register calls (the kubelet answers a plain
+    /// Go error: gRPC `Unknown`).
+    pub refuse_first: usize,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Behaviour { list_and_watch: true, refuse_first: 0 }
+    }
+}
+
+/// What the kubelet's device manager holds for one resource (`manager.go`
+/// `endpoints`, `healthyDevices`): the last list and whether the endpoint is
+/// stopped (its client disconnected; the devices count as Unhealthy, and 5
+/// minutes later the resource is gone).
+#[derive(Debug, Clone, Default)]
+pub struct Endpoint {
+    pub devices: Vec<kube_rdma_device_plugin::api::Device>,
+    pub stopped: bool,
+    /// Lists received over this endpoint's streams.
+    pub lists: usize,
+}
+
+impl Endpoint {
+    /// What the node's allocatable shows for the resource: its Healthy
+    /// devices, 0 while stopped.
+    pub fn allocatable(&self) -> usize {
+        if self.stopped {
+            0
+        } else {
+            self.devices.iter().filter(|d| d.health == "Healthy").count()
+        }
+    }
+}
+
+/// One plugin client (`plugin/v1beta1/client.go`): its ListAndWatch task, or
+/// just its connection when the kubelet does not watch.
+struct Client {
+    task: Option<tokio::task::AbortHandle>,
+    _channel: Channel,
+}
+
+#[derive(Default)]
+struct KubeletState {
+    /// `server.go` `clients`: one per resource.
+    clients: std::collections::HashMap<String, Client>,
+    endpoints: std::collections::HashMap<String, Endpoint>,
+    refused: usize,
+}
+
+type Shared = Arc<std::sync::Mutex<KubeletState>>;
+
+/// The kubelet's `runClient` after a client's ListAndWatch ended: it
+/// disconnects whichever client is current for the resource (possibly a
+/// newer one than the stream that ended; `handler.go`), which stops the
+/// endpoint (`PluginDisconnected`).
+fn client_ended(state: &Shared, resource: &str) {
+    let mut g = state.lock().unwrap();
+    if let Some(current) = g.clients.remove(resource) {
+        if let Some(t) = current.task {
+            t.abort();
+        }
+        if let Some(e) = g.endpoints.get_mut(resource) {
+            e.stopped = true;
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Reg {
+    dir: PathBuf,
+    behaviour: Behaviour,
+    state: Shared,
+    accepted: mpsc::UnboundedSender<RegisterRequest>,
+    attempts: Arc<std::sync::atomic::AtomicUsize>,
+}
 
 #[tonic::async_trait]
 impl Registration for Reg {
+    /// As `server.go` `Register` → `handler.go` `connectClient`: check the
+    /// version, dial the plugin (authority `localhost`), GetDevicePluginOptions,
+    /// answer; then ListAndWatch from a task of its own.
     async fn register(&self, req: Request<RegisterRequest>) -> Result<Response<Empty>, Status> {
-        let _ = self.0.send(req.into_inner());
+        let r = req.into_inner();
+        self.attempts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if r.version != "v1beta1" {
+            return Err(Status::unknown(format!(
+                "requested device plugin version {} is not supported",
+                r.version
+            )));
+        }
+        {
+            let mut g = self.state.lock().unwrap();
+            if g.refused < self.behaviour.refuse_first {
+                g.refused += 1;
+                return Err(Status::unknown("fake kubelet: refusing registrations for now"));
+            }
+        }
+        let path = self.dir.join(&r.endpoint);
+        let ch = tokio::time::timeout(Duration::from_secs(10), kubelet::connect_unix(&path))
+            .await
+            .map_err(|_| Status::unknown("failed to dial device plugin: timeout"))?
+            .map_err(|e| Status::unknown(format!("failed to dial device plugin: {e}")))?;
+        let mut c = DevicePluginClient::new(ch.clone());
+        c.get_device_plugin_options(Empty {})
+            .await
+            .map_err(|e| Status::unknown(format!("failed to get device plugin options: {e}")))?;
+        let resource = r.resource_name.clone();
+        let mut g = self.state.lock().unwrap();
+        // PluginConnected: a new endpoint; the devices stay until the next list.
+        g.endpoints.entry(resource.clone()).or_default().stopped = false;
+        let task = self.behaviour.list_and_watch.then(|| {
+            let state = self.state.clone();
+            let resource = resource.clone();
+            tokio::spawn(async move {
+                if let Ok(s) = c.list_and_watch(Empty {}).await {
+                    let mut s = s.into_inner();
+                    while let Ok(Some(m)) = s.message().await {
+                        // Any client's list is the resource's (`PluginListAndWatchReceiver`).
+                        let mut g = state.lock().unwrap();
+                        if let Some(e) = g.endpoints.get_mut(&resource) {
+                            e.devices = m.devices;
+                            e.lists += 1;
+                        }
+                    }
+                }
+                client_ended(&state, &resource);
+            })
+            .abort_handle()
+        });
+        // registerClient: the old client is replaced, not closed.
+        g.clients.insert(resource, Client { task, _channel: ch });
+        drop(g);
+        let _ = self.accepted.send(r);
         Ok(Response::new(Empty {}))
     }
 }
 
-/// A kubelet stand-in: serves Registration on `<dir>/kubelet.sock` and
-/// records every RegisterRequest.
+/// A kubelet stand-in modelled on the device manager of k8s.io/kubernetes
+/// v1.34 (`pkg/kubelet/cm/devicemanager`): serves Registration on
+/// `<dir>/kubelet.sock`, dials each registering plugin back, opens its
+/// ListAndWatch, keeps one client per resource and the last list, and
+/// disconnects the current client when any stream of the resource ends.
+/// Records every accepted RegisterRequest.
 pub struct FakeKubelet {
     pub dir: PathBuf,
     pub registrations: Arc<Mutex<mpsc::UnboundedReceiver<RegisterRequest>>>,
+    /// Register calls received, refused ones included.
+    pub attempts: Arc<std::sync::atomic::AtomicUsize>,
+    state: Shared,
     stop: Option<oneshot::Sender<()>>,
     task: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl FakeKubelet {
     pub fn start(dir: &Path) -> Self {
+        Self::start_with(dir, Behaviour::default())
+    }
+
+    pub fn start_with(dir: &Path, behaviour: Behaviour) -> Self {
         let sock = dir.join("kubelet.sock");
         let _ = std::fs::remove_file(&sock);
         let listener = tokio::net::UnixListener::bind(&sock).expect("bind kubelet.sock");
         let (tx, rx) = mpsc::unbounded_channel();
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
+        let state = Shared::default();
+        let attempts = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let reg = Reg {
+            dir: dir.to_path_buf(),
+            behaviour,
+            state: state.clone(),
+            accepted: tx,
+            attempts: attempts.clone(),
+        };
         let task = tokio::spawn(async move {
             let _ = tonic::transport::Server::builder()
-                .add_service(RegistrationServer::new(Reg(tx)))
+                .add_service(RegistrationServer::new(reg))
                 .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
                     let _ = stop_rx.await;
                 })
@@ -61,6 +218,8 @@ impl FakeKubelet {
         FakeKubelet {
             dir: dir.to_path_buf(),
             registrations: Arc::new(Mutex::new(rx)),
+            attempts,
+            state,
             stop: Some(stop_tx),
             task: Some(task),
         }
@@ -75,7 +234,46 @@ impl FakeKubelet {
             .expect("registration channel closed")
     }
 
-    /// Stops like a kubelet restart does: stop serving and delete every socket in the dir.
+    /// The accepted registrations of the next `within`.
+    pub async fn registrations_within(&self, within: Duration) -> Vec<RegisterRequest> {
+        let mut rx = self.registrations.lock().await;
+        let deadline = tokio::time::Instant::now() + within;
+        let mut out = vec![];
+        while let Ok(Some(r)) = tokio::time::timeout_at(deadline, rx.recv()).await {
+            out.push(r);
+        }
+        out
+    }
+
+    /// What the device manager holds for `resource` now.
+    pub fn endpoint(&self, resource: &str) -> Option<Endpoint> {
+        self.state.lock().unwrap().endpoints.get(resource).cloned()
+    }
+
+    /// Waits until `resource` has a live endpoint whose last list has `n`
+    /// Healthy devices (allocatable `n`).
+    pub async fn wait_allocatable(&self, resource: &str, n: usize, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let e = self.endpoint(resource);
+            if e.as_ref().is_some_and(|e| e.allocatable() == n) {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{resource}: allocatable never {n}: {e:?}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Disconnects the current client of `resource`, as the kubelet does
+    /// when an older client's stream ends after a newer Register
+    /// (`handler.go` `runClient`).
+    pub fn disconnect(&self, resource: &str) {
+        client_ended(&self.state, resource);
+    }
+
+    /// Stops like a kubelet restart does: stop serving, drop every plugin
+    /// connection (the process is gone) and delete every socket in the dir
+    /// (the next kubelet's `CleanupPluginDirectory`).
     pub async fn stop_and_wipe(&mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
@@ -83,9 +281,19 @@ impl FakeKubelet {
         if let Some(t) = self.task.take() {
             let _ = tokio::time::timeout(Duration::from_secs(2), t).await;
         }
+        self.drop_clients();
         for e in std::fs::read_dir(&self.dir).unwrap().flatten() {
             if e.file_name().to_string_lossy().ends_with(".sock") {
                 let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+
+    fn drop_clients(&self) {
+        let mut g = self.state.lock().unwrap();
+        for (_, c) in g.clients.drain() {
+            if let Some(t) = c.task {
+                t.abort();
             }
         }
     }
@@ -95,6 +303,13 @@ impl Drop for FakeKubelet {
     fn drop(&mut self) {
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
+        }
+        if let Ok(mut g) = self.state.lock() {
+            for (_, c) in g.clients.drain() {
+                if let Some(t) = c.task {
+                    t.abort();
+                }
+            }
         }
     }
 }
@@ -287,6 +502,7 @@ impl Dirs {
             link_events: false,
             pod_resources: None,
             pod_resources_interval: Duration::from_millis(100),
+            registration: Default::default(),
         }
     }
 

@@ -1,0 +1,318 @@
+//! Registration of one served pool with the kubelet, for as long as that
+//! server runs: one task per pool server ([`run`]).
+//!
+//! What the kubelet does (k8s.io/kubernetes v1.34, `pkg/kubelet/cm/devicemanager`):
+//! - `Register` dials the plugin's socket and asks GetDevicePluginOptions
+//!   before it answers, then opens ListAndWatch from a goroutine
+//!   (`plugin/v1beta1/handler.go` `connectClient`, `client.go` `Connect`, `Run`);
+//! - it keeps one client per resource: another Register replaces the client
+//!   without closing the old one, and when any client's ListAndWatch ends it
+//!   disconnects whichever client is current (`handler.go` `runClient`), so
+//!   the late end of an old stream drops a fresh registration. The endpoint is
+//!   then stopped with its devices Unhealthy, and 5 minutes later the resource
+//!   is gone from the node (`endpoint.go` `stopGracePeriodExpired`,
+//!   `manager.go` `GetCapacity`), while the plugin still thinks it registered;
+//! - a restarting kubelet removes every socket in its directory, its own old
+//!   one included, and then listens on a new `kubelet.sock` (`manager.go`
+//!   `CleanupPluginDirectory`, `server.go` `Start`).
+//!
+//! So each pool server registers once per kubelet instance, told apart by
+//! `kubelet.sock`'s device, inode and change time ([`Instance`]); after each
+//! Register the kubelet must open a ListAndWatch within [`Timing::verify`],
+//! else the pool registers again; a watch that ends while the same kubelet
+//! runs means the kubelet dropped the pool, and it registers again too.
+//! Failures back off exponentially up to [`Timing::backoff_max`] and never
+//! give up; a new kubelet instance is tried at once. Each pool's [`State`] is
+//! in `/healthz` and `kuberdma_pool_registered` ([`crate::metrics`]).
+
+use std::fmt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::kubelet::{self, KUBELET_SOCKET};
+use crate::metrics::Metrics;
+use crate::server::Streams;
+
+/// One kubelet instance: the identity of the `kubelet.sock` it listens on. A
+/// kubelet that restarts makes a new socket file (new inode, new change
+/// time), even when the inode number is reused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Instance {
+    dev: u64,
+    ino: u64,
+    ctime: (i64, i64),
+}
+
+/// The kubelet instance of `<kubelet_dir>/kubelet.sock` now; `None` when
+/// there is no socket there.
+pub fn instance(kubelet_dir: &Path) -> Option<Instance> {
+    let m = std::fs::metadata(kubelet_dir.join(KUBELET_SOCKET)).ok()?;
+    m.file_type().is_socket().then(|| Instance {
+        dev: m.dev(),
+        ino: m.ino(),
+        ctime: (m.ctime(), m.ctime_nsec()),
+    })
+}
+
+/// How long registration waits, and for what.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timing {
+    /// How long the kubelet has to open ListAndWatch after accepting Register
+    /// (it opens it right after answering: milliseconds, seconds when loaded).
+    pub verify: Duration,
+    /// The wait after the first failure; doubled after each further one.
+    pub backoff_first: Duration,
+    /// The longest wait between tries; also how long a watch must last before
+    /// the failures before it are forgotten.
+    pub backoff_max: Duration,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing {
+            verify: Duration::from_secs(5),
+            backoff_first: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(30),
+        }
+    }
+}
+
+impl Timing {
+    /// The wait before the next try after `failures` failures in a row (at least 1).
+    pub fn backoff(&self, failures: u32) -> Duration {
+        let doublings = failures.saturating_sub(1).min(31);
+        self.backoff_first.saturating_mul(1 << doublings).min(self.backoff_max)
+    }
+}
+
+/// Where one pool's registration stands.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum State {
+    /// No `kubelet.sock`: waiting for a kubelet.
+    NoKubelet,
+    /// A Register call is on its way.
+    Registering,
+    /// The kubelet accepted; waiting for its ListAndWatch.
+    Verifying,
+    /// Registered with the kubelet now running, which watches the pool.
+    Registered,
+    /// The last tries with this kubelet failed; the next one is due.
+    Retrying {
+        /// Failures in a row.
+        failures: u32,
+        /// Wait before the next try.
+        retry_in: Duration,
+        /// The last failure.
+        error: String,
+    },
+}
+
+impl State {
+    /// A short name (in `/healthz`).
+    pub fn label(&self) -> &'static str {
+        match self {
+            State::NoKubelet => "no-kubelet",
+            State::Registering => "registering",
+            State::Verifying => "verifying",
+            State::Registered => "registered",
+            State::Retrying { .. } => "retrying",
+        }
+    }
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            State::Retrying { failures, retry_in, error } => {
+                write!(f, "retrying failures={failures} retry_in={retry_in:?} error={error:?}")
+            }
+            other => f.write_str(other.label()),
+        }
+    }
+}
+
+/// What one pool's registration task needs.
+pub struct Registrar {
+    /// The kubelet's device plugin directory.
+    pub kubelet_dir: PathBuf,
+    /// The pool's socket, relative to `kubelet_dir` (`RegisterRequest.endpoint`).
+    pub endpoint: String,
+    /// The pool's resource name.
+    pub resource: String,
+    /// The pool server's ListAndWatch streams.
+    pub streams: watch::Receiver<Streams>,
+    /// Changes when the daemon sees `kubelet.sock` change (the task then
+    /// looks at the socket itself).
+    pub kubelet: watch::Receiver<Option<Instance>>,
+    /// Waits.
+    pub timing: Timing,
+    /// Where the state goes.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Keeps the pool registered with whichever kubelet runs, until the daemon
+/// drops the instance channel or the pool's server goes (or the task is
+/// aborted, as the daemon does when it stops or re-serves the pool).
+pub async fn run(r: Registrar) {
+    let Registrar { kubelet_dir, endpoint, resource, mut streams, kubelet: mut current, timing, metrics } = r;
+    // A handle on the server's streams names this server to the metrics.
+    let server = streams.clone();
+    let set = |s: State| metrics.set_registration(&resource, &server, s);
+    // The instance this server is registered with and watched by.
+    let mut watched_by: Option<Instance> = None;
+    // Failures in a row with `failing_with`, and the last one.
+    let mut failing_with: Option<Instance> = None;
+    let mut failures: u32 = 0;
+    let mut error = String::new();
+    loop {
+        // The channel only says when to look: what counts is the socket now,
+        // so a Register never goes to a kubelet other than the one recorded.
+        current.borrow_and_update();
+        let Some(kubelet) = instance(&kubelet_dir) else {
+            watched_by = None;
+            set(State::NoKubelet);
+            if current.changed().await.is_err() {
+                return;
+            }
+            continue;
+        };
+        if failing_with != Some(kubelet) {
+            // Another kubelet: what failed before was the old one's doing.
+            failing_with = Some(kubelet);
+            failures = 0;
+        }
+        if watched_by == Some(kubelet) {
+            set(State::Registered);
+            let settled = async {
+                if failures == 0 {
+                    std::future::pending::<()>().await;
+                }
+                tokio::time::sleep(timing.backoff_max).await;
+            };
+            tokio::select! {
+                c = current.changed() => if c.is_err() { return },
+                lost = async { streams.wait_for(|s| s.open == 0).await.map(|_| ()) } => {
+                    if lost.is_err() {
+                        return;
+                    }
+                    watched_by = None;
+                    // A kubelet on its way out ends its streams before its
+                    // socket goes; give it a moment to show which it is.
+                    tokio::select! {
+                        _ = tokio::time::sleep(timing.backoff_first) => {}
+                        c = current.changed() => if c.is_err() { return },
+                    }
+                    if instance(&kubelet_dir) == Some(kubelet) {
+                        failures += 1;
+                        error = "the kubelet ended the pool's ListAndWatch while it runs \
+                                 (it dropped the pool's client)"
+                            .into();
+                        metrics.registration_failed(&resource, &server);
+                        tracing::warn!(pool = %resource, "the kubelet stopped watching the pool: registering again");
+                    } else {
+                        tracing::info!(pool = %resource, "ListAndWatch ended with its kubelet: registering with the next one");
+                    }
+                }
+                _ = settled => failures = 0,
+            }
+            continue;
+        }
+        if failures > 0 {
+            let retry_in = timing.backoff(failures);
+            set(State::Retrying { failures, retry_in, error: error.clone() });
+            tokio::select! {
+                _ = tokio::time::sleep(retry_in) => {}
+                c = current.changed() => {
+                    if c.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        set(State::Registering);
+        let before = streams.borrow().opened;
+        match kubelet::register(&kubelet_dir, &endpoint, &resource).await {
+            Err(e) => {
+                let msg = nic::error_chain(&e);
+                failures += 1;
+                metrics.registration_failed(&resource, &server);
+                if failures == 1 || msg != error {
+                    tracing::warn!(pool = %resource, error = %msg, failures, "register failed; retrying with backoff");
+                } else {
+                    tracing::debug!(pool = %resource, error = %msg, failures, "register failed again");
+                }
+                error = msg;
+            }
+            Ok(()) => {
+                metrics.registration_accepted(&resource, &server);
+                set(State::Verifying);
+                let watched = tokio::time::timeout(timing.verify, async {
+                    streams.wait_for(|s| s.opened > before && s.open > 0).await.map(|_| ())
+                })
+                .await;
+                match watched {
+                    Ok(Ok(())) => {
+                        tracing::info!(pool = %resource, endpoint, "registered with the kubelet, which watches the pool");
+                        watched_by = Some(kubelet);
+                    }
+                    Ok(Err(_)) => return,
+                    Err(_) => {
+                        failures += 1;
+                        error = format!(
+                            "the kubelet accepted Register but opened no ListAndWatch within {:?}",
+                            timing.verify
+                        );
+                        metrics.registration_failed(&resource, &server);
+                        tracing::warn!(pool = %resource, error = %error, failures, "registering again with backoff");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_from_the_first_wait_up_to_the_cap() {
+        let t = Timing {
+            verify: Duration::from_secs(1),
+            backoff_first: Duration::from_millis(250),
+            backoff_max: Duration::from_secs(30),
+        };
+        let waits: Vec<u128> = (1..=10).map(|n| t.backoff(n).as_millis()).collect();
+        assert_eq!(waits, [250, 500, 1000, 2000, 4000, 8000, 16000, 30000, 30000, 30000]);
+        // Never overflows, however long the kubelet stays away.
+        assert_eq!(t.backoff(u32::MAX), Duration::from_secs(30));
+        assert_eq!(t.backoff(0), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn a_recreated_kubelet_socket_is_another_instance() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(instance(d.path()), None);
+        let sock = d.path().join(KUBELET_SOCKET);
+        // A plain file is no kubelet.
+        std::fs::write(&sock, b"").unwrap();
+        assert_eq!(instance(d.path()), None);
+        std::fs::remove_file(&sock).unwrap();
+        let l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let a = instance(d.path()).expect("a socket");
+        assert_eq!(instance(d.path()), Some(a), "the same socket is the same kubelet");
+        drop(l);
+        std::fs::remove_file(&sock).unwrap();
+        // File times come from the coarse clock (a few ms); a kubelet restart
+        // takes seconds.
+        std::thread::sleep(Duration::from_millis(20));
+        let _l = std::os::unix::net::UnixListener::bind(&sock).unwrap();
+        let b = instance(d.path()).expect("a socket");
+        assert_ne!(a, b, "a socket made again is another kubelet, even on a reused inode");
+    }
+}
