@@ -152,13 +152,26 @@ impl Env {
         config: Value,
         pod_uid: &str,
     ) -> String {
+        let requests: Vec<Value> = results
+            .iter()
+            .map(|(req, _, _)| json!({"name": req, "exactly": {"deviceClassName": "rdma.kuberdma.io"}}))
+            .collect();
+        self.create_claim_with_requests(name, json!(requests), results, config, pod_uid)
+    }
+
+    /// Like [`Env::create_claim`] with the claim's own `spec.devices.requests`
+    /// (`firstAvailable` lists, say; the results then name `req/sub`).
+    pub fn create_claim_with_requests(
+        &self,
+        name: &str,
+        requests: Value,
+        results: &[(&str, &str, &str)],
+        config: Value,
+        pod_uid: &str,
+    ) -> String {
         let results: Vec<Value> = results
             .iter()
             .map(|(req, driver, dev)| json!({"request": req, "driver": driver, "pool": self.node, "device": dev}))
-            .collect();
-        let requests: Vec<Value> = results
-            .iter()
-            .map(|r| json!({"name": r["request"], "exactly": {"deviceClassName": "rdma.kuberdma.io"}}))
             .collect();
         let obj = self
             .emu
@@ -293,6 +306,20 @@ pub async fn register(reg_socket: &Path) -> Plugin {
         v1beta1: v1beta1::dra_plugin_client::DraPluginClient::new(ch.clone()),
         health: DraResourceHealthClient::new(ch),
     }
+}
+
+/// The CDI devices the kubelet hands a container whose `resources.claims[]`
+/// entry names `request` (empty: the whole claim), from a claim's prepare
+/// answer: pkg/kubelet/cm/dra/claiminfo.go `cdiDevicesAsList`, which keeps a
+/// device when the container names no request, the device names none, or
+/// its `request_names` contain the container's.
+pub fn kubelet_cdi_devices(answer: &v1::NodePrepareResourceResponse, request: &str) -> Vec<String> {
+    answer
+        .devices
+        .iter()
+        .filter(|d| request.is_empty() || d.request_names.is_empty() || d.request_names.iter().any(|r| r == request))
+        .flat_map(|d| d.cdi_device_ids.iter().cloned())
+        .collect()
 }
 
 pub fn claim_ref(name: &str, uid: &str) -> v1::Claim {
