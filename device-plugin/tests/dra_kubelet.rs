@@ -183,6 +183,113 @@ async fn publishing_survives_api_errors() {
     driver.stop().await;
 }
 
+/// Regression (issue 25): the driver loop awaited every API call, unbounded,
+/// one after another, so an API server that stops answering stalled
+/// rescans (and so health) and could outlast the kubelet's 45 s
+/// NodePrepareResources timeout. Here it accepts connections and never
+/// answers, from the start: the driver still serves the kubelet, follows the
+/// node, and answers a prepare with an error well within 45 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_api_server_stalls_neither_rescans_nor_prepare() {
+    let mut sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let hung = HungApiServer::start().await;
+    let kubeconfig = hung.kubeconfig(&env.emu.kubeconfig_path(), &env.tmp.path().join("hung-kubeconfig"));
+    let mut c = env.command();
+    c.env("KUBECONFIG", &kubeconfig).args(["--rescan-interval", "0.2", "--metrics-addr", "127.0.0.1:0"]);
+    let driver = Driver::spawn(c);
+    let metrics = driver.metrics_addr().await;
+    let mut p = register(&env.reg_socket()).await;
+    let mut s = p.watch_health().await;
+    wait_health(&mut s, "the full list", |m| m.devices.len() == 16).await;
+
+    // Rescans go on: a PF link going down reaches the kubelet at once.
+    sim.set_operstate("ens1f0np0", "down").unwrap();
+    wait_health(&mut s, "PF 0's VFs unhealthy", |m| {
+        m.devices.iter().filter(|d| d.health == HealthStatus::Unhealthy as i32).count() == 8
+    })
+    .await;
+
+    // A prepare cannot read its claim: it fails, in time, saying why (the kubelet asks again).
+    let t0 = std::time::Instant::now();
+    let r = p.prepare(vec![claim_ref("a", "0f0f0f0f-0000-0000-0000-00000000000a")]).await;
+    let took = t0.elapsed();
+    let e = &r.claims["0f0f0f0f-0000-0000-0000-00000000000a"].error;
+    assert!(e.contains("default/a") && e.contains("did not answer in 10s"), "{e}");
+    assert!(took < Duration::from_secs(20), "NodePrepareResources took {took:?}; the kubelet gives up at 45 s");
+
+    // Publishing fails and says so (the Node read, then the list, 10 s each), holding nothing else up.
+    driver.wait_log_within("cannot publish ResourceSlices", Duration::from_secs(40)).await;
+    assert!(driver.log().contains("cannot list ResourceSlices: the API server did not answer"), "{}", driver.log());
+    let (code, body) = http_get(&metrics, "/healthz").await;
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(http_get(&metrics, "/livez").await.0, 200);
+    sim.set_operstate("ens1f0np0", "up").unwrap();
+    wait_health(&mut s, "healthy again", |m| m.devices.iter().all(|d| d.health == HealthStatus::Healthy as i32))
+        .await;
+    let status = driver.stop().await;
+    assert!(status.success(), "{status}");
+}
+
+/// The same with an API server that answers some requests and hangs on
+/// others: the stale-holder reads of a prepare are bounded (the holder then
+/// stays, and the claim fails in time), and slice writes that hang delay
+/// only the slices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_hang_delay_only_themselves() {
+    let mut sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let driver = env.spawn(&["--rescan-interval", "0.2"]);
+    let mut p = register(&env.reg_socket()).await;
+    let mut s = p.watch_health().await;
+    let g0 = generation(&env.wait_slices("published", |s| device_count(s) == 16).await);
+
+    let d = env.create_claim("d", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-d");
+    assert_eq!(p.prepare(vec![claim_ref("d", &d)]).await.claims[&d].error, "");
+    // `d`'s reads hang from now on; `e` is allocated its device (as after a reboot).
+    let hang = Duration::from_secs(120);
+    env.emu.faults().add(
+        kube_rdma_apiemu::Fault::latency(hang)
+            .method(http::Method::GET)
+            .path("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/d"),
+    );
+    let e = env.create_claim("e", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-e");
+    let t0 = std::time::Instant::now();
+    let r = p.prepare(vec![claim_ref("e", &e)]).await;
+    let took = t0.elapsed();
+    assert!(r.claims[&e].error.contains(&format!("already prepared for claim {d}")), "{:?}", r.claims[&e]);
+    assert!(took >= Duration::from_secs(9) && took < Duration::from_secs(20), "took {took:?}");
+    driver.wait_log("cannot tell whether a prepared claim still exists").await;
+    assert!(nic::prepared::read_claim(&env.prepared, &d).unwrap().is_some(), "a holder that cannot be asked stays");
+
+    // Slice writes hang: health still follows the node at once; the slices catch up after.
+    let writes = env.emu.faults().add(
+        kube_rdma_apiemu::Fault::latency(hang)
+            .method(http::Method::PATCH)
+            .path_prefix("/apis/resource.k8s.io/v1/resourceslices/"),
+    );
+    sim.set_operstate("ens1f0np0", "down").unwrap();
+    let t0 = std::time::Instant::now();
+    wait_health(&mut s, "PF 0's VFs unhealthy", |m| {
+        m.devices.iter().filter(|d| d.health == HealthStatus::Unhealthy as i32).count() == 8
+    })
+    .await;
+    assert!(t0.elapsed() < Duration::from_secs(5), "health took {:?}", t0.elapsed());
+    // A sync waits 10 s for its write, after the rescan saw the change.
+    driver
+        .wait_log_within("cannot apply a ResourceSlice: the API server did not answer", Duration::from_secs(25))
+        .await;
+    assert_eq!(generation(&env.slices()), g0, "the hung write changed nothing");
+    env.emu.faults().remove(writes);
+    let slices = env
+        .wait_slices("healthy=false after the API recovered", |s| {
+            attrs(s, "pci-0000-3d-00-1")["kuberdma.io/healthy"] == json!({"bool": false})
+        })
+        .await;
+    assert!(generation(&slices) > g0);
+    driver.stop().await;
+}
+
 fn our_config(params: Value) -> Value {
     json!([{"source": "FromClaim", "requests": ["vf"], "opaque": {"driver": DRIVER, "parameters": params}}])
 }
