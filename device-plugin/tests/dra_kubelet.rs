@@ -595,6 +595,16 @@ async fn a_pod_starting_and_stopping_on_a_prepared_vf_leaves_the_slices_as_they_
     assert_eq!(attrs(&slices, "pci-0000-3d-00-1"), &before, "the VF in the pod keeps its attributes");
     assert_eq!(generation(&slices), g0 + 1, "only PF 1's change made a generation");
 
+    // A restarted driver has no memory of the host's view; the prepared record names the
+    // VF's netdev, so it publishes the same content (and writes nothing).
+    driver.stop().await;
+    let driver = env.spawn(&["--rescan-interval", "0.1"]);
+    register(&env.reg_socket()).await;
+    driver.wait_log("first ResourceSlices published").await;
+    let slices = env.slices();
+    assert_eq!(attrs(&slices, "pci-0000-3d-00-1"), &before);
+    assert_eq!(generation(&slices), g0 + 1, "a restart with a pod running changed the slices");
+
     // The pod stops: the VF comes back to the host.
     sim.return_vf_from_pod(pci("0000:3d:00.1")).unwrap();
     sim.set_operstate("ens1f1np1", "up").unwrap();

@@ -154,12 +154,11 @@ pub fn from_plan(plan: &Plan, inv: &Inventory, history: History) -> View {
                 .and_then(|r| r.ports.iter().find(|p| p.num == 1).or(r.ports.first()))
                 .and_then(|p| p.state.clone());
             let netdev = d.netdev.clone().or_else(|| {
-                d.in_use
-                    .then(|| {
-                        last.and_then(|l| l.netdev.clone())
-                            .or_else(|| history.prepared.get(&name).and_then(|(_, n)| n.clone()))
-                    })
-                    .flatten()
+                if !d.in_use {
+                    return None;
+                }
+                let recorded = || history.prepared.get(&name).and_then(|(_, n)| n.clone());
+                last.and_then(|l| l.netdev.clone()).or_else(recorded)
             });
             let rdma = match last {
                 Some(l) if d.rdma.is_empty() => l.rdma.clone(),
