@@ -170,3 +170,26 @@ fn one_function_is_read_again_in_place_after_its_link_event() {
     assert!(!nic::discover::rescan_function(&sim.roots(), scope, &mut inv, pci("0000:3d:00.5")), "gone");
     assert_eq!(inv, before, "unchanged when it says no");
 }
+
+#[test]
+fn a_kept_tree_reopened_by_another_process_sees_what_moved_meanwhile() {
+    // The e2e cluster's node: one process materialises the tree at a fixed path,
+    // another (the agent, simsync) opens it later and changes it in place.
+    let parent = tempfile::tempdir().unwrap();
+    let dir = parent.path().join("node");
+    let mut desc = load_desc(example("cx6dx-dual.yaml")).unwrap();
+    desc.rdma_netns_mode = NetnsMode::Exclusive;
+    let vf = pci("0000:3d:00.2");
+    {
+        let mut first = Sim::materialise_at(&desc, &dir).unwrap();
+        first.move_vf_into_pod(vf).unwrap();
+    }
+    assert!(dir.join("sys").exists(), "a kept tree outlives its Sim");
+    let mut again = Sim::open(&dir).unwrap();
+    assert_eq!(describe(&discover(&again.roots())), again.summary(), "the reopened model matches the files");
+    assert!(again.move_vf_into_pod(vf).is_err(), "already in a pod: the reopened model knows");
+    again.return_vf_from_pod(vf).unwrap();
+    let (_, back) = discover(&again.roots()).vf(vf).map(|(p, v)| (p.clone(), v.clone())).unwrap();
+    assert!(!back.moved_into_netns());
+    assert!(Sim::materialise_at(&desc, &dir).is_err(), "an existing tree is never overwritten");
+}

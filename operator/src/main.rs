@@ -93,7 +93,8 @@ struct AgentArgs {
     /// Output of --once.
     #[arg(long, value_enum, default_value = "table")]
     output: Output,
-    /// Read a simulated node (YAML description) instead of this host.
+    /// Read a simulated node instead of this host: a YAML description, or the
+    /// directory of a materialised one (`sys/`, `dev/`, `node.yaml`).
     #[arg(long)]
     sim: Option<PathBuf>,
     /// A RoceProfile YAML to check against (default: profiles from the cluster, or the built-in default with --once).
@@ -246,7 +247,9 @@ fn source(
     let opts = ObserveOpts { read_rdma_cm_configfs: rdma_cm, node_name };
     match sim {
         Some(path) => {
-            let sim = nic::sim::Sim::from_file(path)
+            // A description is materialised in a temp dir; a directory is a tree another
+            // process materialised (the e2e cluster's node), read and changed in place.
+            let sim = if path.is_dir() { nic::sim::Sim::open(path) } else { nic::sim::Sim::from_file(path) }
                 .with_context(|| format!("loading simulated node {}", path.display()))?;
             // The simulated node's name stands in for NODE_NAME unless one is given.
             let opts =

@@ -194,6 +194,10 @@ def schema() -> dict[str, Any]:
         }, ["key", "value"]),
         "pools": array_of(ref("pool")),
         "rawConfig": {"type": "string"},
+        "simulatedNode": closed({
+            # An absolute path (a hostPath), or empty.
+            "path": {"type": "string", "pattern": "^(/[^\\0]*)?$", "maxLength": 4096},
+        }),
         "profiles": array_of(closed({
             "name": {"type": "string", "pattern": DNS_SUBDOMAIN, "maxLength": 253},
             "labels": ref("stringMap"),

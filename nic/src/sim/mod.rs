@@ -160,9 +160,26 @@ fn default_parent() -> PathBuf {
     }
 }
 
-/// A materialised simulated node. The tree lives as long as this value.
+/// Where a tree lives: a temporary directory removed with the [`Sim`], or a
+/// directory that outlives it ([`Sim::materialise_at`], [`Sim::open`]).
+enum SimDir {
+    Temp(tempfile::TempDir),
+    Kept(PathBuf),
+}
+
+impl SimDir {
+    fn path(&self) -> &Path {
+        match self {
+            SimDir::Temp(t) => t.path(),
+            SimDir::Kept(p) => p,
+        }
+    }
+}
+
+/// A materialised simulated node. A temporary tree lives as long as this
+/// value; one made with [`Sim::materialise_at`] stays until removed.
 pub struct Sim {
-    dir: tempfile::TempDir,
+    dir: SimDir,
     desc: NodeDesc,
     funcs: BTreeMap<PciAddr, Func>,
     removed_char_devs: BTreeSet<String>,
@@ -191,6 +208,48 @@ impl Sim {
             .prefix("kube-rdma-sim-")
             .tempdir_in(parent)
             .map_err(|source| SimError::Io { path: parent.to_path_buf(), source })?;
+        Sim::write(SimDir::Temp(dir), desc, funcs)
+    }
+
+    /// [`Sim::materialise`] at `dir`, which must not exist or be empty; the tree
+    /// outlives the returned value (a node other processes read, such as the
+    /// e2e cluster's, and later [`Sim::open`]).
+    pub fn materialise_at(desc: &NodeDesc, dir: &Path) -> Result<Sim, SimError> {
+        let funcs = plan(desc).map_err(yaml_err)?;
+        if crate::sysfs::list_dir(dir).is_ok_and(|d| !d.is_empty()) {
+            return Err(SimError::Refused(format!("{} is not empty", dir.display())));
+        }
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
+        Sim::write(SimDir::Kept(dir.to_path_buf()), desc, funcs)
+    }
+
+    /// A tree [`Sim::materialise_at`] wrote earlier, as it is now: its
+    /// `node.yaml` plus what the files say moved meanwhile (netdevs and, in
+    /// exclusive mode, RDMA devices in a pod; removed VFs). Mutators then
+    /// change it in place.
+    pub fn open(dir: &Path) -> Result<Sim, SimError> {
+        let desc = load_desc(dir.join("node.yaml"))?;
+        let mut funcs = plan(&desc).map_err(yaml_err)?;
+        let sys = dir.join("sys");
+        funcs.retain(|_, f| matches!(f.role, Role::Bridge) || sys.join(f.dir()).exists());
+        for f in funcs.values_mut() {
+            let fdir = sys.join(f.dir());
+            if let Some(n) = f.net.as_mut() {
+                n.present = fdir.join("net").join(&n.name).exists();
+            }
+            let hidden = f
+                .rdma_base()
+                .zip(f.rdma.as_ref())
+                .map(|(base, r)| !sys.join(base).join("infiniband").join(&r.name).exists());
+            if let (Some(r), Some(h)) = (f.rdma.as_mut(), hidden) {
+                r.in_other_netns = h;
+            }
+        }
+        let removed_char_devs = BTreeSet::new();
+        Ok(Sim { dir: SimDir::Kept(dir.to_path_buf()), desc, funcs, removed_char_devs })
+    }
+
+    fn write(dir: SimDir, desc: &NodeDesc, funcs: BTreeMap<PciAddr, Func>) -> Result<Sim, SimError> {
         let sim = Sim { dir, desc: desc.clone(), funcs, removed_char_devs: BTreeSet::new() };
         let w = sim.writer();
         for d in [

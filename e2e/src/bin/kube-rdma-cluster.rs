@@ -1,0 +1,74 @@
+//! `kube-rdma-cluster up|down|env|status`: the local single-node cluster
+//! (`scripts/cluster` runs this). See `kube_rdma_e2e::cluster`.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use kube_rdma_e2e::cluster;
+
+#[derive(Parser)]
+#[command(version, about = "A real single-node Kubernetes cluster with a simulated RDMA node and kube-rdma installed by its chart")]
+struct Cli {
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Build what is missing (cached), start the cluster, install kube-rdma.
+    Up {
+        /// More chart values (YAML), merged over the e2e defaults.
+        #[arg(long)]
+        values: Option<PathBuf>,
+        /// Leave kube-rdma out (a bare node).
+        #[arg(long)]
+        no_chart: bool,
+    },
+    /// Stop everything `up` started and remove what it created.
+    Down,
+    /// Print `export KUBECONFIG=...` (and nothing else on stdout).
+    Env,
+    /// Processes, the node and every pod.
+    Status,
+    /// (Started by `up` in the node's netns.) Keep the simulated tree in step with its links.
+    #[command(hide = true)]
+    Simsync {
+        /// The simulated node's directory.
+        dir: PathBuf,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.cmd {
+        Cmd::Up { values, no_chart } => cluster::up(&cluster::UpOptions { values, no_chart }).map(|st| {
+            let l = cluster::Layout::new();
+            for (what, s) in &st.timings {
+                eprintln!("  {s:>6.1} s  {what}");
+            }
+            eprintln!(
+                "\nThe cluster is up. Look around with:\n\n  eval \"$(scripts/cluster env)\"\n  kubectl get nodes,pods -A\n  kubectl get rdmanodestates\n  kubectl describe node {}\n\nLogs: {}\nStop it: scripts/cluster down",
+                cluster::NODE_NAME,
+                l.logs().display()
+            );
+        }),
+        Cmd::Down => cluster::down().and_then(|diff| {
+            if diff.is_empty() {
+                Ok(())
+            } else {
+                Err(anyhow::anyhow!("the host differs from before `up`: {}", diff.join("; ")))
+            }
+        }),
+        Cmd::Env => cluster::env().map(|s| println!("{s}")),
+        Cmd::Status => cluster::status().map(|s| print!("{s}")),
+        Cmd::Simsync { dir } => kube_rdma_e2e::simsync::run(&dir),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kube-rdma-cluster: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}

@@ -1,0 +1,752 @@
+//! The local single-node cluster: `up`, `down`, `env`, `status`.
+//!
+//! `up` builds what is missing (peers, images; cached), lays out the node
+//! ([`crate::node`]), materialises the simulated RDMA node from
+//! `e2e/node.yaml` with real veth links as its VF and PF netdevs, starts
+//! etcd, kube-apiserver, kube-controller-manager, kube-scheduler,
+//! containerd, kube-proxy and the kubelet (Multus as the CNI entry point,
+//! bridge + host-local as the pods' primary network), imports the images and
+//! installs kube-rdma with its chart. Everything it makes is recorded in
+//! `<base>/state.json` first, so `down` removes exactly that, also after a
+//! failed `up`.
+//!
+//! Base directory: `$KUBE_RDMA_E2E_DIR`, default `/var/lib/kube-rdma-e2e`.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::apiserver::{self, ApiServer, Client, ADMIN};
+use crate::daemon::{self, run, Daemon, Spec};
+use crate::images;
+use crate::node::{self, Created, Snapshot};
+use crate::peers;
+
+/// The node's name.
+pub const NODE_NAME: &str = "e2e-node";
+/// Namespace kube-rdma is installed in.
+pub const NAMESPACE: &str = "kube-rdma";
+/// Helm release name.
+pub const RELEASE: &str = "kube-rdma";
+/// The pods' primary network (bridge `cni0`, host-local).
+pub const POD_CIDR: &str = "10.244.0.0/24";
+/// The cluster CIDR kube-proxy masquerades for.
+pub const CLUSTER_CIDR: &str = "10.244.0.0/16";
+/// Label Node Feature Discovery puts on RDMA nodes (the chart's default `rdmaNodeLabel`).
+pub const RDMA_LABEL: &str = "feature.node.kubernetes.io/rdma.capable=true";
+
+const CONTROLLER_MANAGER: Client =
+    Client { stem: "controller-manager", user: "system:kube-controller-manager", group: None };
+const SCHEDULER: Client = Client { stem: "scheduler", user: "system:kube-scheduler", group: None };
+const PROXY: Client = Client { stem: "kube-proxy", user: "system:kube-proxy", group: None };
+const KUBELET: Client = Client { stem: "kubelet", user: "system:node:e2e-node", group: Some("system:nodes") };
+
+/// The base directory.
+pub fn base_dir() -> PathBuf {
+    std::env::var_os("KUBE_RDMA_E2E_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| "/var/lib/kube-rdma-e2e".into())
+}
+
+/// Paths under the base directory.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// The base directory.
+    pub base: PathBuf,
+}
+
+impl Layout {
+    /// The layout under [`base_dir`].
+    pub fn new() -> Layout {
+        Layout { base: base_dir() }
+    }
+    /// `state.json`.
+    pub fn state(&self) -> PathBuf {
+        self.base.join("state.json")
+    }
+    /// The control plane's directory (pki, etcd, kubeconfigs).
+    pub fn control(&self) -> PathBuf {
+        self.base.join("control")
+    }
+    /// The admin kubeconfig.
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.control().join(format!("{}.kubeconfig", ADMIN.stem))
+    }
+    /// Daemon logs.
+    pub fn logs(&self) -> PathBuf {
+        self.base.join("logs")
+    }
+    /// What a shadowed node path shows (`/var/lib/kubelet` → `<base>/root/var/lib/kubelet`).
+    pub fn root(&self, p: &str) -> PathBuf {
+        self.base.join("root").join(p.trim_start_matches('/'))
+    }
+    /// The simulated node's tree.
+    pub fn sim(&self) -> PathBuf {
+        self.base.join("sim")
+    }
+    /// containerd's socket.
+    pub fn containerd_sock(&self) -> PathBuf {
+        self.base.join("containerd/containerd.sock")
+    }
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Layout::new()
+    }
+}
+
+/// `state.json`: what exists because of `up`.
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+pub struct State {
+    /// Host changes.
+    pub created: Created,
+    /// The host before `up`.
+    pub before: Snapshot,
+    /// The image kube-rdma runs.
+    pub image: String,
+    /// Seconds per phase of the last `up`.
+    pub timings: Vec<(String, f64)>,
+}
+
+impl State {
+    fn load(l: &Layout) -> Option<State> {
+        serde_json::from_str(&std::fs::read_to_string(l.state()).ok()?).ok()
+    }
+    fn save(&self, l: &Layout) -> Result<()> {
+        std::fs::create_dir_all(&l.base)?;
+        let tmp = l.state().with_extension("tmp");
+        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
+        std::fs::rename(&tmp, l.state())?;
+        Ok(())
+    }
+}
+
+/// Options of `up`.
+#[derive(Debug, Clone, Default)]
+pub struct UpOptions {
+    /// More chart values (YAML file), merged over the e2e's own.
+    pub values: Option<PathBuf>,
+    /// Skip the chart (a bare node).
+    pub no_chart: bool,
+}
+
+/// Whether the cluster is up (its state exists and kube-apiserver answers).
+pub fn is_up() -> bool {
+    let l = Layout::new();
+    State::load(&l).is_some()
+        && apiserver::kubectl(&l.kubeconfig())
+            .args(["get", "--raw=/readyz", "--request-timeout=5s"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+}
+
+struct Phases {
+    t0: Instant,
+    last: Instant,
+    out: Vec<(String, f64)>,
+}
+
+impl Phases {
+    fn new() -> Phases {
+        Phases { t0: Instant::now(), last: Instant::now(), out: vec![] }
+    }
+    fn done(&mut self, what: &str) {
+        let s = self.last.elapsed().as_secs_f64();
+        eprintln!("cluster: {what} ({s:.1} s)");
+        self.out.push((what.into(), s));
+        self.last = Instant::now();
+    }
+}
+
+/// Brings the cluster up (see the module docs). Idempotent: returns at once
+/// when it is up already.
+pub fn up(opts: &UpOptions) -> Result<State> {
+    let l = Layout::new();
+    if is_up() {
+        eprintln!("cluster: already up ({})", l.base.display());
+        return State::load(&l).context("reading state.json");
+    }
+    if l.state().exists() {
+        eprintln!("cluster: a previous cluster is not fully up; taking it down first");
+        down()?;
+    }
+    nix::unistd::geteuid().is_root().then_some(()).context("the e2e cluster needs root (it makes namespaces, cgroups and device nodes)")?;
+    peers::check_host_tools()?;
+    let mut ph = Phases::new();
+    peers::ensure_built()?;
+    ph.done("peers built");
+    let imgs = build_images()?;
+    ph.done("images built");
+
+    let mut st = State { before: node::snapshot(), image: imgs[2].name.clone(), ..State::default() };
+    std::fs::create_dir_all(&l.base)?;
+    st.save(&l)?;
+    let r = bring_up(&l, &mut st, &imgs, opts, &mut ph);
+    st.timings = ph.out.clone();
+    st.save(&l)?;
+    if let Err(e) = r {
+        return Err(e.context(format!("cluster up failed; logs in {}; `scripts/cluster down` cleans up", l.logs().display())));
+    }
+    eprintln!("cluster: up in {:.0} s", ph.t0.elapsed().as_secs_f64());
+    Ok(st)
+}
+
+fn build_images() -> Result<Vec<images::Image>> {
+    Ok(vec![images::pause()?, images::busybox()?, images::kube_rdma()?])
+}
+
+fn bring_up(l: &Layout, st: &mut State, imgs: &[images::Image], opts: &UpOptions, ph: &mut Phases) -> Result<()> {
+    let c = &mut st.created;
+    // Host side: cgroups first, so every process started below is in them.
+    node::enter_cgroups(c)?;
+    node::add_netns(c, node::NETNS)?;
+    node::add_netns(c, node::WIRE_NETNS)?;
+    node::link_host_to_node(c)?;
+    let holder = node::start_holder(c, &l.logs().join("holder.log"))?;
+    for p in node::SHADOWED {
+        node::shadow(c, holder, &l.root(p), Path::new(p))?;
+    }
+    let sim = make_sim(l)?;
+    node::shadow(c, holder, &sim.roots().dev.join("infiniband"), Path::new("/dev/infiniband"))?;
+    std::fs::create_dir_all(sim.roots().dev.join("vfio"))?;
+    node::shadow(c, holder, &sim.roots().dev.join("vfio"), Path::new("/dev/vfio"))?;
+    wire_sim_links(&sim)?;
+    let sync = Spec::new("simsync", std::env::current_exe()?, l.logs().join("simsync.log"))
+        .args([OsString::from("simsync"), l.sim().into_os_string()])
+        .in_ns_of(Some(holder));
+    c.daemons.push(daemon::spawn(&sync)?.detach());
+    install_cni_plugins(l)?;
+    ph.done("node laid out (netns, mounts, cgroups, simulated RDMA node)");
+
+    // Control plane.
+    let api = ApiServer::start_with(apiserver::Options {
+        dir: Some(l.control()),
+        bind: "0.0.0.0".into(),
+        advertise: node::NODE_IP.into(),
+        port: 6443,
+        etcd_ports: (2379, 2380),
+        sans: vec![node::NODE_IP.into(), NODE_NAME.into()],
+        clients: vec![CONTROLLER_MANAGER, SCHEDULER, PROXY, KUBELET],
+        extra_args: vec![],
+        ns_of: Some(holder),
+        ready_timeout: Duration::from_secs(180),
+    });
+    let api = match api {
+        Ok(a) => a,
+        Err(e) => return Err(e),
+    };
+    c.daemons.extend(api.detach());
+    st.save(l)?;
+    let c = &mut st.created;
+    ph.done("etcd and kube-apiserver ready");
+    let ctl = l.control();
+    let pki = ctl.join("pki");
+    let kc = |cl: &Client| ctl.join(format!("{}.kubeconfig", cl.stem)).display().to_string();
+    let cm = Spec::new("kube-controller-manager", peers::bin("kube"), l.logs().join("kube-controller-manager.log"))
+        .args([
+            "controller-manager".to_string(),
+            format!("--kubeconfig={}", kc(&CONTROLLER_MANAGER)),
+            format!("--authentication-kubeconfig={}", kc(&CONTROLLER_MANAGER)),
+            format!("--authorization-kubeconfig={}", kc(&CONTROLLER_MANAGER)),
+            "--bind-address=127.0.0.1".into(),
+            "--secure-port=10257".into(),
+            "--controllers=*".into(),
+            "--leader-elect=false".into(),
+            "--use-service-account-credentials=true".into(),
+            format!("--service-account-private-key-file={}", pki.join("sa.key").display()),
+            format!("--root-ca-file={}", pki.join("ca.crt").display()),
+            format!("--cluster-signing-cert-file={}", pki.join("ca.crt").display()),
+            format!("--cluster-signing-key-file={}", pki.join("ca.key").display()),
+            format!("--cluster-cidr={CLUSTER_CIDR}"),
+            "--v=1".into(),
+        ])
+        .in_ns_of(Some(holder));
+    let sched = Spec::new("kube-scheduler", peers::bin("kube"), l.logs().join("kube-scheduler.log"))
+        .args([
+            "scheduler".to_string(),
+            format!("--kubeconfig={}", kc(&SCHEDULER)),
+            format!("--authentication-kubeconfig={}", kc(&SCHEDULER)),
+            format!("--authorization-kubeconfig={}", kc(&SCHEDULER)),
+            "--bind-address=127.0.0.1".into(),
+            "--secure-port=10259".into(),
+            "--leader-elect=false".into(),
+            "--v=1".into(),
+        ])
+        .in_ns_of(Some(holder));
+    for s in [cm, sched] {
+        c.daemons.push(daemon::spawn(&s)?.detach());
+    }
+    st.save(l)?;
+    let c = &mut st.created;
+
+    // Runtime.
+    let ctrd = start_containerd(l, holder, &sim)?;
+    c.daemons.push(ctrd);
+    st.save(l)?;
+    let c = &mut st.created;
+    for img in imgs {
+        images::import(&l.containerd_sock(), img)?;
+    }
+    ph.done("containerd ready, images imported");
+
+    // Cluster networking: Multus' RBAC and config, kube-proxy.
+    multus_setup(l)?;
+    let proxy_cfg = l.base.join("kube-proxy.yaml");
+    std::fs::write(&proxy_cfg, kube_proxy_config(&kc(&PROXY)))?;
+    let proxy = Spec::new("kube-proxy", peers::bin("kube"), l.logs().join("kube-proxy.log"))
+        .args(["proxy".to_string(), format!("--config={}", proxy_cfg.display()), "--v=1".into()])
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .in_ns_of(Some(holder));
+    c.daemons.push(daemon::spawn(&proxy)?.detach());
+    st.save(l)?;
+    let c = &mut st.created;
+
+    // The kubelet.
+    let kubelet = start_kubelet(l, holder)?;
+    c.daemons.push(kubelet.detach());
+    st.save(l)?;
+    wait_node_ready(l)?;
+    ph.done("kubelet registered, node Ready");
+
+    if !opts.no_chart {
+        install_chart(l, &st.image, opts.values.as_deref())?;
+        ph.done("kube-rdma installed by its chart and running");
+    }
+    Ok(())
+}
+
+/// The simulated RDMA node, materialised under the base directory.
+fn make_sim(l: &Layout) -> Result<nic::sim::Sim> {
+    let desc_path = peers::repo_root().join("e2e/node.yaml");
+    let desc = nic::sim::load_desc(&desc_path).with_context(|| format!("loading {}", desc_path.display()))?;
+    nic::sim::Sim::materialise_at(&desc, &l.sim()).map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))
+}
+
+/// Real veth links in the node for every netdev the simulated tree names
+/// (PFs and VFs, with the tree's MAC and MTU), their peers in the wire netns.
+fn wire_sim_links(sim: &nic::sim::Sim) -> Result<()> {
+    let inv = nic::discover::discover(&sim.roots());
+    let mut batch_node = String::new();
+    let mut batch_wire = String::new();
+    let mut n = 0;
+    let mut add = |nd: &nic::inventory::Netdev| {
+        let (name, mac, mtu) = (&nd.name, nd.mac.as_deref().unwrap_or(""), nd.mtu.unwrap_or(1500));
+        let peer = format!("w{n}");
+        n += 1;
+        batch_node.push_str(&format!("link add {name} type veth peer name {peer} netns {}\n", node::WIRE_NETNS));
+        if !mac.is_empty() {
+            batch_node.push_str(&format!("link set {name} address {mac}\n"));
+        }
+        batch_node.push_str(&format!("link set {name} mtu {mtu}\nlink set {name} up\n"));
+        batch_wire.push_str(&format!("link set {peer} mtu {mtu}\nlink set {peer} up\n"));
+    };
+    for pf in &inv.pfs {
+        pf.netdevs.iter().for_each(&mut add);
+        for vf in &pf.vfs {
+            vf.netdev.iter().for_each(&mut add);
+        }
+    }
+    batch(node::NETNS, &batch_node)?;
+    batch(node::WIRE_NETNS, &batch_wire)?;
+    Ok(())
+}
+
+fn batch(ns: &str, cmds: &str) -> Result<()> {
+    use std::io::Write;
+    let mut child = Command::new("ip")
+        .args(["-n", ns, "-batch", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .context("running ip -batch")?;
+    child.stdin.take().context("ip stdin")?.write_all(cmds.as_bytes())?;
+    let out = child.wait_with_output()?;
+    if !out.status.success() {
+        bail!("ip -n {ns} -batch failed: {}\n{cmds}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(())
+}
+
+/// `/opt/cni/bin` of the node: Debian's reference plugins and Multus (the
+/// chart's installer adds kube-rdma-cni).
+fn install_cni_plugins(l: &Layout) -> Result<()> {
+    let dir = l.root("/opt/cni/bin");
+    std::fs::create_dir_all(&dir)?;
+    for e in std::fs::read_dir(peers::DEBIAN_CNI_DIR)? {
+        let e = e?;
+        std::fs::copy(e.path(), dir.join(e.file_name()))?;
+    }
+    std::fs::copy(peers::bin("multus"), dir.join("multus"))?;
+    Ok(())
+}
+
+fn start_containerd(l: &Layout, holder: i32, sim: &nic::sim::Sim) -> Result<(String, i32)> {
+    let cfg = l.base.join("containerd/config.toml");
+    std::fs::create_dir_all(cfg.parent().expect("has a parent"))?;
+    std::fs::write(&cfg, containerd_config(l))?;
+    let bin_dir = peers::cache_dir().join("bin");
+    let spec = Spec::new("containerd", peers::bin("containerd"), l.logs().join("containerd.log"))
+        .args([format!("--config={}", cfg.display())])
+        // The shim and runc come from PATH. The CNI plugins inherit this environment (go-cni
+        // execs them with containerd's own plus CNI_*): kube-rdma-cni reads the simulated node.
+        .env("PATH", format!("{}:/usr/sbin:/usr/bin:/sbin:/bin", bin_dir.display()))
+        .env(nic::roots::SYSFS_ROOT_ENV, sim.roots().sysfs.display().to_string())
+        .env(nic::roots::DEV_ROOT_ENV, sim.roots().dev.display().to_string())
+        .in_ns_of(Some(holder));
+    let mut d = daemon::spawn(&spec)?;
+    let sock = l.containerd_sock();
+    daemon::wait_ready(&mut d, "serving its socket", Duration::from_secs(60), || {
+        run(Command::new(peers::bin("ctr")).arg(format!("--address={}", sock.display())).arg("version")).is_ok()
+    })?;
+    Ok(d.detach())
+}
+
+/// containerd 2.x configuration (version 3): CDI on, our pause image
+/// pinned, runc with cgroupfs, Multus' config dir, network namespaces under
+/// the state dir (never in the host's /run/netns).
+fn containerd_config(l: &Layout) -> String {
+    let b = l.base.join("containerd");
+    format!(
+        r#"version = 3
+root = "{root}"
+state = "{state}"
+
+[grpc]
+  address = "{sock}"
+
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "{pause}"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  netns_mounts_under_state_dir = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "/usr/sbin/runc"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["/opt/cni/bin"]
+    conf_dir = "/etc/cni/net.d"
+    max_conf_num = 1
+"#,
+        root = b.join("root").display(),
+        state = b.join("state").display(),
+        sock = l.containerd_sock().display(),
+        pause = images::PAUSE,
+    )
+}
+
+fn kube_proxy_config(kubeconfig: &str) -> String {
+    // Conntrack sysctls are global (not per netns) and read-only in the node's namespace:
+    // zero leaves them alone.
+    format!(
+        r#"apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection:
+  kubeconfig: {kubeconfig}
+mode: iptables
+clusterCIDR: {CLUSTER_CIDR}
+hostnameOverride: {NODE_NAME}
+bindAddress: 0.0.0.0
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+conntrack:
+  maxPerCore: 0
+  min: 0
+  tcpEstablishedTimeout: 0s
+  tcpCloseWaitTimeout: 0s
+"#
+    )
+}
+
+/// Multus as the node's CNI: its RBAC objects from its own deployment
+/// manifest (the module cache's copy; not the DaemonSet), a kubeconfig with
+/// its ServiceAccount's token, and the thin plugin's config delegating the
+/// primary network to bridge + host-local.
+fn multus_setup(l: &Layout) -> Result<()> {
+    let dir = multus_module_dir()?;
+    let manifest = std::fs::read_to_string(dir.join("deployments/multus-daemonset.yml"))?;
+    let mut keep = String::new();
+    for doc in serde_yaml::Deserializer::from_str(&manifest) {
+        let v = serde_yaml::Value::deserialize(doc)?;
+        let kind = v.get("kind").and_then(|k| k.as_str()).unwrap_or("");
+        if matches!(kind, "CustomResourceDefinition" | "ClusterRole" | "ClusterRoleBinding" | "ServiceAccount") {
+            keep.push_str("---\n");
+            keep.push_str(&serde_yaml::to_string(&v)?);
+        }
+    }
+    let f = l.base.join("multus-rbac.yaml");
+    std::fs::write(&f, keep)?;
+    run(kubectl(l).args(["apply", "--server-side", "-f"]).arg(&f))?;
+    let token = daemon::wait_for("a token for kube-system/multus", Duration::from_secs(30), || {
+        run(kubectl(l).args(["-n", "kube-system", "create", "token", "multus", "--duration=48h"])).ok()
+    })?;
+    let netd = l.root("/etc/cni/net.d");
+    std::fs::create_dir_all(netd.join("multus.d"))?;
+    let server = format!("https://{}:6443", node::NODE_IP);
+    let kcfg = crate::pki::kubeconfig(
+        &server,
+        &l.control().join("pki/ca.crt"),
+        "multus",
+        crate::pki::Credentials::Token(token.trim()),
+        "multus",
+    );
+    crate::pki::write_private(&netd.join("multus.d"), "multus.kubeconfig", &kcfg)?;
+    let conf = json!({
+        "cniVersion": "1.0.0",
+        "name": "multus-cni-network",
+        "type": "multus",
+        "kubeconfig": "/etc/cni/net.d/multus.d/multus.kubeconfig",
+        "binDir": "/opt/cni/bin",
+        "cniDir": "/var/lib/cni/multus",
+        "logFile": l.logs().join("multus.log"),
+        "logLevel": "verbose",
+        "delegates": [{
+            "cniVersion": "1.0.0",
+            "name": "e2e-pods",
+            "plugins": [
+                {"type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+                 "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR}]], "routes": [{"dst": "0.0.0.0/0"}]}},
+                {"type": "portmap", "capabilities": {"portMappings": true}}
+            ]
+        }]
+    });
+    std::fs::write(netd.join("00-multus.conf"), serde_json::to_vec_pretty(&conf)?)?;
+    Ok(())
+}
+
+fn multus_module_dir() -> Result<PathBuf> {
+    let out = run(Command::new("go")
+        .current_dir(peers::repo_root().join("e2e/peers/multus"))
+        .args(["list", "-m", "-f", "{{.Dir}}", "gopkg.in/k8snetworkplumbingwg/multus-cni.v4"]))?;
+    Ok(PathBuf::from(out.trim()))
+}
+
+fn start_kubelet(l: &Layout, holder: i32) -> Result<Daemon> {
+    let cfg = l.base.join("kubelet.yaml");
+    std::fs::write(&cfg, kubelet_config(l))?;
+    let ctl = l.control();
+    let spec = Spec::new("kubelet", peers::bin("kube"), l.logs().join("kubelet.log"))
+        .args([
+            "kubelet".to_string(),
+            format!("--config={}", cfg.display()),
+            format!("--kubeconfig={}", ctl.join("kubelet.kubeconfig").display()),
+            format!("--hostname-override={NODE_NAME}"),
+            format!("--node-ip={}", node::NODE_IP),
+            format!("--node-labels={RDMA_LABEL}"),
+            "--v=2".into(),
+        ])
+        .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+        .in_ns_of(Some(holder));
+    daemon::spawn(&spec)
+}
+
+/// KubeletConfiguration as `hack/local-up-cluster.sh` would write it for this
+/// machine: cgroupfs under our own cgroup root, swap allowed, low eviction
+/// thresholds, image GC off (offline images cannot be pulled again).
+fn kubelet_config(l: &Layout) -> String {
+    format!(
+        r#"apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+cgroupDriver: cgroupfs
+cgroupRoot: /{cgroup}
+failSwapOn: false
+containerRuntimeEndpoint: unix://{sock}
+authentication:
+  anonymous:
+    enabled: false
+  webhook:
+    enabled: true
+  x509:
+    clientCAFile: {ca}
+authorization:
+  mode: Webhook
+clusterDomain: cluster.local
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+evictionHard:
+  memory.available: 50Mi
+  nodefs.available: 1%
+  nodefs.inodesFree: 1%
+  imagefs.available: 1%
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+serializeImagePulls: false
+shutdownGracePeriod: 0s
+shutdownGracePeriodCriticalPods: 0s
+resolvConf: /etc/resolv.conf
+"#,
+        cgroup = node::CGROUP,
+        sock = l.containerd_sock().display(),
+        ca = l.control().join("pki/ca.crt").display(),
+    )
+}
+
+fn wait_node_ready(l: &Layout) -> Result<()> {
+    daemon::wait_for("node e2e-node Ready", Duration::from_secs(240), || {
+        let out = run(kubectl(l).args([
+            "get",
+            "node",
+            NODE_NAME,
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+        ]))
+        .ok()?;
+        (out.trim() == "True").then_some(())
+    })
+}
+
+/// The chart's values for the local node: defaults, except the image (built
+/// here, never pulled) and the simulated node's tree.
+pub fn e2e_values(image: &str) -> serde_json::Value {
+    let (repo, tag) = image.rsplit_once(':').expect("image name has a tag");
+    json!({
+        "image": {"repository": repo, "tag": tag, "pullPolicy": "Never"},
+        "simulatedNode": {"path": base_dir().join("sim")},
+    })
+}
+
+fn install_chart(l: &Layout, image: &str, extra: Option<&Path>) -> Result<()> {
+    let mut values = e2e_values(image);
+    if let Some(p) = extra {
+        let more: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(p)?)?;
+        merge(&mut values, more);
+    }
+    let f = l.base.join("values.yaml");
+    std::fs::write(&f, serde_yaml::to_string(&values)?)?;
+    helm_upgrade(l, &f)?;
+    wait_rollout(l)
+}
+
+/// `helm upgrade --install` of the chart with `values` (Helm v4's engine).
+pub fn helm_upgrade(l: &Layout, values: &Path) -> Result<()> {
+    let out = run(Command::new("python3")
+        .arg(peers::repo_root().join("e2e/helm.py"))
+        .args(["upgrade", "--namespace", NAMESPACE, "--release", RELEASE])
+        .arg(format!("--kubeconfig={}", l.kubeconfig().display()))
+        .arg(format!("--values={}", values.display())))?;
+    eprintln!("cluster: {}", out.trim());
+    Ok(())
+}
+
+/// Waits for kube-rdma's DaemonSets and Deployment to be rolled out.
+pub fn wait_rollout(l: &Layout) -> Result<()> {
+    let t0 = Instant::now();
+    for kind in ["daemonset", "deployment"] {
+        let names = run(kubectl(l).args(["-n", NAMESPACE, "get", kind, "-o", "name"]))?;
+        for n in names.lines().filter(|n| !n.is_empty()) {
+            let left = Duration::from_secs(240).saturating_sub(t0.elapsed()).as_secs().max(10);
+            run(kubectl(l).args(["-n", NAMESPACE, "rollout", "status", n, &format!("--timeout={left}s")]))
+                .with_context(|| format!("{n} did not roll out; pods:\n{}", pods_summary(l)))?;
+        }
+    }
+    Ok(())
+}
+
+fn pods_summary(l: &Layout) -> String {
+    run(kubectl(l).args(["get", "pods", "-A", "-o", "wide"])).unwrap_or_default()
+}
+
+fn merge(a: &mut serde_json::Value, b: serde_json::Value) {
+    match (a, b) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+/// kubectl (pinned) with the admin kubeconfig.
+pub fn kubectl(l: &Layout) -> Command {
+    apiserver::kubectl(&l.kubeconfig())
+}
+
+/// Stops everything `up` started and removes what it created; returns how
+/// the host now differs from before `up` (empty: as it was).
+pub fn down() -> Result<Vec<String>> {
+    let l = Layout::new();
+    let Some(st) = State::load(&l) else {
+        eprintln!("cluster: not up (no {})", l.state().display());
+        return Ok(vec![]);
+    };
+    let c = &st.created;
+    node::kill_all(c);
+    for ns in c.netns.iter().rev() {
+        let _ = node::ip(&["netns", "del", ns]);
+    }
+    for link in &c.links {
+        if Path::new("/sys/class/net").join(link).exists() {
+            let _ = node::ip(&["link", "del", link]);
+        }
+    }
+    // `ip netns add` makes /run/netns a mount point; undo that if it was not one before
+    // and no namespace is left in it.
+    let netns_empty = std::fs::read_dir("/run/netns").map(|mut d| d.next().is_none()).unwrap_or(true);
+    if !st.before.mounts.contains("/run/netns") && netns_empty && node::snapshot().mounts.contains("/run/netns") {
+        let _ = run(Command::new("umount").arg("/run/netns"));
+    }
+    for cg in c.cgroups.iter().rev() {
+        node::remove_cgroup(cg);
+    }
+    for d in c.dirs.iter().rev() {
+        let _ = remove_empty_tree(d);
+    }
+    let _ = std::fs::remove_dir_all(&l.base);
+    let after = node::snapshot();
+    let diff = node::diff(&st.before, &after);
+    for d in &diff {
+        eprintln!("cluster down: host differs: {d}");
+    }
+    eprintln!("cluster: down");
+    Ok(diff)
+}
+
+/// Removes a directory tree we created as mount points, only if it holds no files.
+fn remove_empty_tree(d: &Path) -> std::io::Result<()> {
+    if let Ok(rd) = std::fs::read_dir(d) {
+        for e in rd.flatten() {
+            if e.file_type()?.is_dir() {
+                remove_empty_tree(&e.path())?;
+            }
+        }
+    }
+    std::fs::remove_dir(d)
+}
+
+/// `export KUBECONFIG=...` for the shell.
+pub fn env() -> Result<String> {
+    let l = Layout::new();
+    if State::load(&l).is_none() {
+        bail!("the cluster is not up (scripts/cluster up)");
+    }
+    Ok(format!("export KUBECONFIG={}", l.kubeconfig().display()))
+}
+
+/// A human summary of the running cluster.
+pub fn status() -> Result<String> {
+    let l = Layout::new();
+    let st = State::load(&l).context("the cluster is not up (scripts/cluster up)")?;
+    let mut out = String::new();
+    for (name, pid) in &st.created.daemons {
+        out.push_str(&format!("{name:<24} pid {pid:<8} {}\n", if daemon::alive(*pid) { "running" } else { "DEAD" }));
+    }
+    out.push_str(&run(kubectl(&l).args(["get", "nodes", "-o", "wide"])).unwrap_or_else(|e| format!("{e:#}\n")));
+    out.push_str(&pods_summary(&l));
+    Ok(out)
+}

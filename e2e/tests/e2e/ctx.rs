@@ -1,0 +1,131 @@
+//! What every case uses: the cluster's layout, the pinned kubectl, and waits.
+
+use std::io::Write;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use kube_rdma_e2e::cluster::{self, Layout};
+use serde_json::Value;
+
+/// The running cluster, as the cases see it.
+pub struct Ctx {
+    pub layout: Layout,
+}
+
+impl Ctx {
+    /// Brings the cluster up through the real `kube-rdma-cluster` binary
+    /// (what `scripts/cluster up` runs), unless it is up already.
+    pub fn up() -> Result<Ctx> {
+        let st = Command::new(env!("CARGO_BIN_EXE_kube-rdma-cluster")).arg("up").status()?;
+        if !st.success() {
+            bail!("kube-rdma-cluster up failed ({st})");
+        }
+        Ok(Ctx { layout: Layout::new() })
+    }
+
+    /// kubectl with the admin kubeconfig; the error carries stderr.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        kube_rdma_e2e::daemon::run(cluster::kubectl(&self.layout).args(args))
+    }
+
+    /// kubectl's output parsed as JSON (`-o json` is added).
+    pub fn json(&self, args: &[&str]) -> Result<Value> {
+        let mut a = args.to_vec();
+        a.extend(["-o", "json"]);
+        let out = self.kubectl(&a)?;
+        serde_json::from_str(&out).with_context(|| format!("kubectl {args:?} printed no JSON: {out}"))
+    }
+
+    /// `kubectl apply --server-side -f -` of `yaml`.
+    pub fn apply(&self, yaml: &str) -> Result<String> {
+        let mut child = cluster::kubectl(&self.layout)
+            .args(["apply", "--server-side", "--force-conflicts", "-f", "-"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()?;
+        child.stdin.take().context("kubectl stdin")?.write_all(yaml.as_bytes())?;
+        let out = child.wait_with_output()?;
+        if !out.status.success() {
+            bail!("kubectl apply failed: {}\n{yaml}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+
+    /// Waits until pod `ns/name` is Running with every container ready.
+    pub fn wait_running(&self, ns: &str, name: &str, timeout: Duration) -> Result<Value> {
+        let t0 = Instant::now();
+        loop {
+            if let Ok(p) = self.json(&["-n", ns, "get", "pod", name]) {
+                let ready = p["status"]["containerStatuses"]
+                    .as_array()
+                    .is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| c["ready"] == true));
+                if p["status"]["phase"] == "Running" && ready {
+                    return Ok(p);
+                }
+                if t0.elapsed() > timeout {
+                    let events = self
+                        .kubectl(&["-n", ns, "get", "events", "--field-selector", &format!("involvedObject.name={name}")])
+                        .unwrap_or_default();
+                    bail!("pod {ns}/{name} not running after {timeout:?}: {}\n{events}", p["status"]);
+                }
+            } else if t0.elapsed() > timeout {
+                bail!("pod {ns}/{name} does not exist after {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// `kubectl exec` in `ns/pod`.
+    pub fn exec(&self, ns: &str, pod: &str, cmd: &[&str]) -> Result<String> {
+        let mut a = vec!["-n", ns, "exec", pod, "--"];
+        a.extend(cmd);
+        self.kubectl(&a)
+    }
+
+    /// Deletes `kind ns/name` and waits until it is gone.
+    pub fn delete(&self, ns: &str, kind: &str, name: &str) -> Result<()> {
+        self.kubectl(&["-n", ns, "delete", kind, name, "--ignore-not-found", "--wait=true", "--timeout=120s"])?;
+        Ok(())
+    }
+}
+
+/// Polls `f` until it answers `Some`, failing after `timeout` with `what` and the last error.
+pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Result<Option<T>>) -> Result<T> {
+    let t0 = Instant::now();
+    let mut last = String::new();
+    loop {
+        match f() {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {}
+            Err(e) => last = format!("{e:#}"),
+        }
+        if t0.elapsed() > timeout {
+            bail!("{what}: not after {timeout:?}{}", if last.is_empty() { String::new() } else { format!(" (last error: {last})") });
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// A busybox pod manifest that sleeps, with optional extra container fields (YAML, indented 6).
+pub fn busybox_pod(ns: &str, name: &str, extra_container: &str, annotations: &str) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {ns}
+  annotations: {{{annotations}}}
+spec:
+  terminationGracePeriodSeconds: 1
+  containers:
+    - name: main
+      image: {img}
+      imagePullPolicy: Never
+      command: ["sleep", "3600"]
+{extra_container}
+"#,
+        img = kube_rdma_e2e::images::BUSYBOX
+    )
+}

@@ -1,0 +1,117 @@
+//! The tier's own cases: the cluster is real and kube-rdma is installed on
+//! it by its chart, as users install it.
+
+use std::time::Duration;
+
+use anyhow::{ensure, Context, Result};
+use kube_rdma_e2e::cluster::{NAMESPACE, NODE_NAME};
+use kube_rdma_e2e::peers::K8S_VERSION;
+
+use crate::ctx::{busybox_pod, eventually, Ctx};
+use crate::Case;
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case { name: "the_node_is_ready_and_runs_the_pinned_peers", run: the_node_is_ready_and_runs_the_pinned_peers },
+        Case {
+            name: "kube_rdma_runs_as_the_charts_pods_under_their_service_accounts",
+            run: kube_rdma_runs_as_the_charts_pods_under_their_service_accounts,
+        },
+        Case { name: "a_busybox_pod_runs_and_kubectl_exec_works", run: a_busybox_pod_runs_and_kubectl_exec_works },
+        Case {
+            name: "kubectl_get_rdmanodestates_prints_the_crds_printer_columns",
+            run: kubectl_get_rdmanodestates_prints_the_crds_printer_columns,
+        },
+        Case {
+            name: "the_default_pool_is_allocatable_on_the_node",
+            run: the_default_pool_is_allocatable_on_the_node,
+        },
+    ]
+}
+
+fn the_node_is_ready_and_runs_the_pinned_peers(ctx: &Ctx) -> Result<()> {
+    let n = ctx.json(&["get", "node", NODE_NAME])?;
+    let ready = n["status"]["conditions"].as_array().context("conditions")?.iter().any(|c| c["type"] == "Ready" && c["status"] == "True");
+    ensure!(ready, "node not Ready: {}", n["status"]["conditions"]);
+    let info = &n["status"]["nodeInfo"];
+    ensure!(info["kubeletVersion"] == K8S_VERSION, "kubelet {}", info["kubeletVersion"]);
+    ensure!(
+        info["containerRuntimeVersion"].as_str().is_some_and(|v| v.starts_with("containerd://2.")),
+        "runtime {}",
+        info["containerRuntimeVersion"]
+    );
+    ensure!(n["metadata"]["labels"]["feature.node.kubernetes.io/rdma.capable"] == "true", "NFD's RDMA label missing");
+    let v = ctx.json(&["version"])?;
+    ensure!(v["serverVersion"]["gitVersion"] == K8S_VERSION, "server {}", v["serverVersion"]);
+    Ok(())
+}
+
+fn kube_rdma_runs_as_the_charts_pods_under_their_service_accounts(ctx: &Ctx) -> Result<()> {
+    let pods = ctx.json(&["-n", NAMESPACE, "get", "pods"])?;
+    let items = pods["items"].as_array().context("items")?;
+    for component in ["device-plugin", "agent", "controller"] {
+        let p = items
+            .iter()
+            .find(|p| p["metadata"]["labels"]["app.kubernetes.io/component"] == component)
+            .with_context(|| format!("no {component} pod"))?;
+        ensure!(p["status"]["phase"] == "Running", "{component}: {}", p["status"]["phase"]);
+        let sa = p["spec"]["serviceAccountName"].as_str().unwrap_or("");
+        ensure!(sa == format!("kube-rdma-{component}"), "{component} runs as ServiceAccount {sa:?}");
+        let sa_obj = ctx.json(&["-n", NAMESPACE, "get", "serviceaccount", sa]);
+        ensure!(sa_obj.is_ok(), "{component}'s ServiceAccount {sa} does not exist");
+    }
+    Ok(())
+}
+
+fn a_busybox_pod_runs_and_kubectl_exec_works(ctx: &Ctx) -> Result<()> {
+    ctx.apply(&busybox_pod("default", "smoke", "", ""))?;
+    let p = ctx.wait_running("default", "smoke", Duration::from_secs(90))?;
+    let ip = p["status"]["podIP"].as_str().unwrap_or("").to_string();
+    let out = ctx.exec("default", "smoke", &["sh", "-c", "echo hello from $(hostname); ip -4 -o addr show eth0"])?;
+    ensure!(out.contains("hello from smoke"), "exec printed {out:?}");
+    ensure!(!ip.is_empty() && out.contains(&ip), "eth0 lacks the pod IP {ip}: {out}");
+    ctx.delete("default", "pod", "smoke")
+}
+
+fn kubectl_get_rdmanodestates_prints_the_crds_printer_columns(ctx: &Ctx) -> Result<()> {
+    let crd = ctx.json(&["get", "crd", "rdmanodestates.kuberdma.io"])?;
+    let cols: Vec<String> = crd["spec"]["versions"][0]["additionalPrinterColumns"]
+        .as_array()
+        .context("printer columns")?
+        .iter()
+        .filter(|c| c["priority"].as_i64().unwrap_or(0) == 0)
+        .map(|c| c["name"].as_str().unwrap_or("").to_uppercase())
+        .collect();
+    let out = eventually("the agent's RdmaNodeState", Duration::from_secs(60), || {
+        let out = ctx.kubectl(&["get", "rdmanodestates"])?;
+        Ok(out.lines().any(|l| l.starts_with(NODE_NAME)).then_some(out))
+    })?;
+    let header = out.lines().next().unwrap_or("");
+    for c in std::iter::once("NAME".to_string()).chain(cols) {
+        ensure!(header.contains(&c), "column {c} missing from {header:?}");
+    }
+    Ok(())
+}
+
+fn the_default_pool_is_allocatable_on_the_node(ctx: &Ctx) -> Result<()> {
+    eventually("kuberdma.io/rdma_vfs allocatable 4", Duration::from_secs(60), || {
+        let n = ctx.json(&["get", "node", NODE_NAME])?;
+        Ok((n["status"]["allocatable"]["kuberdma.io/rdma_vfs"] == "4").then_some(()))
+    })
+}
+
+/// The last case: `scripts/cluster down` leaves links, netns, mounts, device
+/// nodes, cgroups and processes as they were before `up`.
+pub fn down_leaves_the_host_as_it_found_it(_ctx: &Ctx) -> Result<()> {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-cluster")).arg("down").output()?;
+    ensure!(
+        out.status.success(),
+        "kube-rdma-cluster down: {}",
+        String::from_utf8_lossy(&out.stderr).lines().filter(|l| l.contains("differs") || l.contains("error")).collect::<Vec<_>>().join("\n")
+    );
+    let after = kube_rdma_e2e::node::snapshot();
+    ensure!(!after.netns.contains(kube_rdma_e2e::node::NETNS), "netns still there");
+    ensure!(!after.links.contains(kube_rdma_e2e::node::HOST_LINK), "host link still there");
+    ensure!(!kube_rdma_e2e::cluster::base_dir().exists(), "base dir still there");
+    Ok(())
+}
