@@ -57,11 +57,8 @@ SIM_NODE = "cx6dx-dual"
 # every other attribute may be missing on some device, so selectors must guard it with has().
 ALWAYS_PUBLISHED = {"resource.kubernetes.io/pciBusID", "kuberdma.io/pool", "kuberdma.io/pfPciAddress",
                     "kuberdma.io/healthy"}
-# Where the Go peers go (e2e/build-peers on main); never committed.
-PEERS_BIN = Path(os.environ.get("KUBE_RDMA_E2E_BIN") or "/var/cache/kube-rdma-e2e/bin")
-CEL_SOURCE = chart.ROOT / "e2e" / "peers" / "kube" / "cel.go"
-# The versions the peers module pins (k8s.io/kubernetes v1.34.4, staging modules at v0.34.4).
-STAGING_VERSION = "v0.34.4"
+# Where e2e/build-peers puts the Go peers (outside the clone; never committed).
+PEERS_BIN = Path(os.environ.get("KUBE_RDMA_E2E_CACHE") or "/var/cache/kube-rdma-e2e") / "bin"
 
 
 def dra_values() -> dict[str, Any]:
@@ -331,36 +328,12 @@ def run_chart_command_line() -> str:
 
 
 def cel_peer() -> list[str]:
-    """The command of the Go peer `kube cel`, built when missing or older than its source.
-
-    The peers module (e2e/peers/kube: k8s.io/kubernetes v1.34.4 with every staging module replaced
-    by its v0.34.4 twin, main.go dispatching on the first argument) is being added on main; until
-    it is here, cel.go is built alone in a scratch module with the staging modules it imports, at
-    the same versions.
-    """
-    peers = CEL_SOURCE.parent
-    if (peers / "go.mod").exists() and (chart.ROOT / "e2e" / "build-peers").exists():
-        subprocess.run([str(chart.ROOT / "e2e" / "build-peers")], cwd=chart.ROOT, check=True,
-                       capture_output=True, text=True)
-        return [str(PEERS_BIN / "kube"), "cel"]
-    out = PEERS_BIN / "kube-cel"
-    if out.exists() and out.stat().st_mtime >= CEL_SOURCE.stat().st_mtime:
-        return [str(out)]
-    assert shutil.which("go"), "the scheduler's CEL check needs Go (go build of e2e/peers/kube/cel.go)"
-    PEERS_BIN.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="kube-rdma-cel-") as tmp:
-        shutil.copy(CEL_SOURCE, tmp)
-        Path(tmp, "main.go").write_text(
-            'package main\n\nimport "os"\n\nfunc main() { os.Exit(celMain(os.Args[1:])) }\n', encoding="utf-8")
-        Path(tmp, "go.mod").write_text(
-            "module kube-rdma.local/cel\n\ngo 1.24\n\nrequire (\n"
-            f"\tk8s.io/api {STAGING_VERSION}\n\tk8s.io/dynamic-resource-allocation {STAGING_VERSION}\n)\n",
-            encoding="utf-8")
-        env = {**os.environ, "CGO_ENABLED": "0", "GOFLAGS": "-mod=mod"}
-        for cmd in (["go", "mod", "tidy"], ["go", "build", "-o", str(out), "."]):
-            res = subprocess.run(cmd, cwd=tmp, env=env, capture_output=True, text=True, timeout=1800)
-            assert res.returncode == 0, f"{' '.join(cmd)}:\n{res.stderr[-3000:]}"
-    return [str(out)]
+    """`kube cel`, the Go peer built by e2e/build-peers (cached there until its sources change)."""
+    assert shutil.which("go"), "the scheduler's CEL check needs Go: e2e/build-peers builds `kube cel` with it"
+    res = subprocess.run([str(chart.ROOT / "e2e" / "build-peers")], cwd=chart.ROOT, capture_output=True, text=True,
+                         timeout=3600)
+    assert res.returncode == 0, f"e2e/build-peers:\n{res.stderr[-3000:]}"
+    return [str(PEERS_BIN / "kube"), "cel"]
 
 
 def run_cel(cases: list[dict[str, Any]], devices: list[dict[str, Any]]) -> dict[str, Any]:
