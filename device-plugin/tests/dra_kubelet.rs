@@ -35,7 +35,7 @@ fn pci(s: &str) -> nic::PciAddr {
 /// class to look it up in).
 fn hide_rdma_trace(sim: &nic::sim::Sim, vf: &str) {
     let roots = sim.roots();
-    let aux = std::fs::read_dir(roots.sys(&format!("bus/pci/devices/{vf}")))
+    let aux = std::fs::read_dir(roots.sys(format!("bus/pci/devices/{vf}")))
         .unwrap()
         .flatten()
         .find(|e| e.file_name().to_string_lossy().starts_with("mlx5_core.rdma."))
@@ -194,7 +194,7 @@ async fn a_hung_api_server_stalls_neither_rescans_nor_prepare() {
     let mut sim = sim();
     let env = Env::new(NODE, sim.roots()).await;
     let hung = HungApiServer::start().await;
-    let kubeconfig = hung.kubeconfig(&env.emu.kubeconfig_path(), &env.tmp.path().join("hung-kubeconfig"));
+    let kubeconfig = hung.kubeconfig(env.emu.kubeconfig_path(), &env.tmp.path().join("hung-kubeconfig"));
     let mut c = env.command();
     c.env("KUBECONFIG", &kubeconfig).args(["--rescan-interval", "0.2", "--metrics-addr", "127.0.0.1:0"]);
     let driver = Driver::spawn(c);
@@ -216,17 +216,26 @@ async fn a_hung_api_server_stalls_neither_rescans_nor_prepare() {
     let took = t0.elapsed();
     let e = &r.claims["0f0f0f0f-0000-0000-0000-00000000000a"].error;
     assert!(e.contains("default/a") && e.contains("did not answer in 10s"), "{e}");
-    assert!(took < Duration::from_secs(20), "NodePrepareResources took {took:?}; the kubelet gives up at 45 s");
+    assert!(
+        took < Duration::from_secs(20),
+        "NodePrepareResources took {took:?}; the kubelet gives up at 45 s"
+    );
 
     // Publishing fails and says so (the Node read, then the list, 10 s each), holding nothing else up.
     driver.wait_log_within("cannot publish ResourceSlices", Duration::from_secs(40)).await;
-    assert!(driver.log().contains("cannot list ResourceSlices: the API server did not answer"), "{}", driver.log());
+    assert!(
+        driver.log().contains("cannot list ResourceSlices: the API server did not answer"),
+        "{}",
+        driver.log()
+    );
     let (code, body) = http_get(&metrics, "/healthz").await;
     assert_eq!(code, 503, "{body}");
     assert_eq!(http_get(&metrics, "/livez").await.0, 200);
     sim.set_operstate("ens1f0np0", "up").unwrap();
-    wait_health(&mut s, "healthy again", |m| m.devices.iter().all(|d| d.health == HealthStatus::Healthy as i32))
-        .await;
+    wait_health(&mut s, "healthy again", |m| {
+        m.devices.iter().all(|d| d.health == HealthStatus::Healthy as i32)
+    })
+    .await;
     let status = driver.stop().await;
     assert!(status.success(), "{status}");
 }
@@ -260,7 +269,10 @@ async fn requests_that_hang_delay_only_themselves() {
     assert!(r.claims[&e].error.contains(&format!("already prepared for claim {d}")), "{:?}", r.claims[&e]);
     assert!(took >= Duration::from_secs(9) && took < Duration::from_secs(20), "took {took:?}");
     driver.wait_log("cannot tell whether a prepared claim still exists").await;
-    assert!(nic::prepared::read_claim(&env.prepared, &d).unwrap().is_some(), "a holder that cannot be asked stays");
+    assert!(
+        nic::prepared::read_claim(&env.prepared, &d).unwrap().is_some(),
+        "a holder that cannot be asked stays"
+    );
 
     // Slice writes hang: health still follows the node at once; the slices catch up after.
     let writes = env.emu.faults().add(
@@ -277,7 +289,10 @@ async fn requests_that_hang_delay_only_themselves() {
     assert!(t0.elapsed() < Duration::from_secs(5), "health took {:?}", t0.elapsed());
     // A sync waits 10 s for its write, after the rescan saw the change.
     driver
-        .wait_log_within("cannot apply a ResourceSlice: the API server did not answer", Duration::from_secs(25))
+        .wait_log_within(
+            "cannot apply a ResourceSlice: the API server did not answer",
+            Duration::from_secs(25),
+        )
         .await;
     assert_eq!(generation(&env.slices()), g0, "the hung write changed nothing");
     env.emu.faults().remove(writes);
@@ -506,10 +521,14 @@ async fn a_first_available_subrequest_is_answered_by_its_top_level_request() {
     // the config for `vf` applied to it, and the variables carry the name the container uses.
     let rec = nic::prepared::read_claim(&env.prepared, &uid).unwrap().expect("checkpointed");
     assert_eq!(rec.devices[0].request, "vf/fast");
-    let spec: Value =
-        serde_json::from_slice(&std::fs::read(env.cdi.join(format!("kuberdma.io-claim_{uid}.json"))).unwrap())
-            .unwrap();
-    assert_eq!(spec["devices"][0]["containerEdits"]["deviceNodes"], json!([{"path": "/dev/infiniband/uverbs2"}]));
+    let spec: Value = serde_json::from_slice(
+        &std::fs::read(env.cdi.join(format!("kuberdma.io-claim_{uid}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        spec["devices"][0]["containerEdits"]["deviceNodes"],
+        json!([{"path": "/dev/infiniband/uverbs2"}])
+    );
     let env_vars = spec["containerEdits"]["env"].as_array().unwrap();
     assert!(env_vars.contains(&json!("KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.1")), "{env_vars:?}");
     driver.stop().await;
@@ -653,11 +672,13 @@ async fn a_prepared_vf_the_host_cannot_see_in_its_pod_stays_healthy_with_its_att
     assert_eq!(generation(&slices), g0 + 1, "only the unprepared VF changed");
     let m = wait_health(&mut health, "the unprepared VF unhealthy", |m| {
         m.devices.iter().any(|d| {
-            d.device.as_ref().unwrap().device_name == "pci-0000-af-00-3" && d.health == HealthStatus::Unhealthy as i32
+            d.device.as_ref().unwrap().device_name == "pci-0000-af-00-3"
+                && d.health == HealthStatus::Unhealthy as i32
         })
     })
     .await;
-    let prepared = m.devices.iter().find(|d| d.device.as_ref().unwrap().device_name == "pci-0000-af-00-2").unwrap();
+    let prepared =
+        m.devices.iter().find(|d| d.device.as_ref().unwrap().device_name == "pci-0000-af-00-2").unwrap();
     assert_eq!(prepared.health, HealthStatus::Healthy as i32);
     // The claim is still answered (from the checkpoint) while its VF is in the pod.
     assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");

@@ -141,7 +141,8 @@ pub async fn run(
     started: Instant,
 ) {
     let nodes: Api<Node> = Api::all(client.clone());
-    let mut publisher = Publisher::new(client.clone(), NodeRef { name: node_name.clone(), uid: None }, &driver);
+    let mut publisher =
+        Publisher::new(client.clone(), NodeRef { name: node_name.clone(), uid: None }, &driver);
     let mut slice_events = watch_slices(client, &node_name, &driver);
     // Whether the Node was looked up (found or not); a failed read is tried again before the next sync.
     let mut owner_settled = false;

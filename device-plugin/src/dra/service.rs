@@ -29,7 +29,6 @@ use super::devices::SharedView;
 use super::metrics::DraMetrics;
 use super::prepare::{self, ClaimRef, PrepareError};
 
-
 /// One prepared device as the kubelet wants it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceOut {

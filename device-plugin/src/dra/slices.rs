@@ -332,7 +332,11 @@ mod tests {
         let view = View { devices: vec![d, dev("pci-0000-3d-00-3")], rdma_cm: true };
         let (c, w) = content(&view, &RoceReadiness::new());
         assert_eq!(w.len(), 1, "{w:?}");
-        assert!(w[0].contains("pci-0000-3d-00-2") && w[0].contains("kuberdma.io/rdmaDevice") && w[0].contains("80 bytes"));
+        assert!(
+            w[0].contains("pci-0000-3d-00-2")
+                && w[0].contains("kuberdma.io/rdmaDevice")
+                && w[0].contains("80 bytes")
+        );
         // The device and its other attributes are published; only that value is left out.
         let a = c[0][0].attributes.as_ref().unwrap();
         assert!(!a.contains_key("kuberdma.io/rdmaDevice"));

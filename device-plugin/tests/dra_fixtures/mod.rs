@@ -362,7 +362,9 @@ pub fn kubelet_cdi_devices(answer: &v1::NodePrepareResourceResponse, request: &s
     answer
         .devices
         .iter()
-        .filter(|d| request.is_empty() || d.request_names.is_empty() || d.request_names.iter().any(|r| r == request))
+        .filter(|d| {
+            request.is_empty() || d.request_names.is_empty() || d.request_names.iter().any(|r| r == request)
+        })
         .flat_map(|d| d.cdi_device_ids.iter().cloned())
         .collect()
 }
