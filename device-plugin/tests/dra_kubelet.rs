@@ -18,6 +18,34 @@ fn sim() -> nic::sim::Sim {
     nic::sim::Sim::from_file(example("cx6dx-dual.yaml")).expect("materialise the example node")
 }
 
+/// The example node in exclusive RDMA netns mode: a VF's RDMA device leaves
+/// the host's `infiniband` class with its netdev.
+fn exclusive_sim() -> nic::sim::Sim {
+    let mut desc = nic::sim::load_desc(example("cx6dx-dual.yaml")).unwrap();
+    desc.rdma_netns_mode = nic::NetnsMode::Exclusive;
+    nic::sim::Sim::materialise(&desc).unwrap()
+}
+
+fn pci(s: &str) -> nic::PciAddr {
+    s.parse().unwrap()
+}
+
+/// A driver layout where nothing of the VF's RDMA device is left on the host
+/// once it is in a pod: no `infiniband_verbs`/`infiniband_mad` sibling (and no
+/// class to look it up in).
+fn hide_rdma_trace(sim: &nic::sim::Sim, vf: &str) {
+    let roots = sim.roots();
+    let aux = std::fs::read_dir(roots.sys(format!("bus/pci/devices/{vf}")))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("mlx5_core.rdma."))
+        .unwrap()
+        .path();
+    std::fs::remove_dir_all(aux.join("infiniband_verbs")).unwrap();
+    std::fs::remove_dir_all(aux.join("infiniband_mad")).unwrap();
+    let _ = std::fs::remove_dir_all(roots.sys("class/infiniband_verbs"));
+}
+
 fn attrs<'a>(slices: &'a [Value], device: &str) -> &'a Value {
     slices
         .iter()
@@ -152,6 +180,128 @@ async fn publishing_survives_api_errors() {
     env.wait_slices("published after two 500s", |s| device_count(s) == 16).await;
     assert_eq!(env.emu.faults().fired(fault), 2);
     driver.wait_log("cannot publish ResourceSlices").await;
+    driver.stop().await;
+}
+
+/// Regression (issue 25): the driver loop awaited every API call, unbounded,
+/// one after another, so an API server that stops answering stalled
+/// rescans (and so health) and could outlast the kubelet's 45 s
+/// NodePrepareResources timeout. Here it accepts connections and never
+/// answers, from the start: the driver still serves the kubelet, follows the
+/// node, and answers a prepare with an error well within 45 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_api_server_stalls_neither_rescans_nor_prepare() {
+    let mut sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let hung = HungApiServer::start().await;
+    let kubeconfig = hung.kubeconfig(env.emu.kubeconfig_path(), &env.tmp.path().join("hung-kubeconfig"));
+    let mut c = env.command();
+    c.env("KUBECONFIG", &kubeconfig).args(["--rescan-interval", "0.2", "--metrics-addr", "127.0.0.1:0"]);
+    let driver = Driver::spawn(c);
+    let metrics = driver.metrics_addr().await;
+    let mut p = register(&env.reg_socket()).await;
+    let mut s = p.watch_health().await;
+    wait_health(&mut s, "the full list", |m| m.devices.len() == 16).await;
+
+    // Rescans go on: a PF link going down reaches the kubelet at once.
+    sim.set_operstate("ens1f0np0", "down").unwrap();
+    wait_health(&mut s, "PF 0's VFs unhealthy", |m| {
+        m.devices.iter().filter(|d| d.health == HealthStatus::Unhealthy as i32).count() == 8
+    })
+    .await;
+
+    // A prepare cannot read its claim: it fails, in time, saying why (the kubelet asks again).
+    let t0 = std::time::Instant::now();
+    let r = p.prepare(vec![claim_ref("a", "0f0f0f0f-0000-0000-0000-00000000000a")]).await;
+    let took = t0.elapsed();
+    let e = &r.claims["0f0f0f0f-0000-0000-0000-00000000000a"].error;
+    assert!(e.contains("default/a") && e.contains("did not answer in 10s"), "{e}");
+    assert!(
+        took < Duration::from_secs(20),
+        "NodePrepareResources took {took:?}; the kubelet gives up at 45 s"
+    );
+
+    // Publishing fails and says so (the Node read, then the list, 10 s each), holding nothing else up.
+    driver.wait_log_within("cannot publish ResourceSlices", Duration::from_secs(40)).await;
+    assert!(
+        driver.log().contains("cannot list ResourceSlices: the API server did not answer"),
+        "{}",
+        driver.log()
+    );
+    let (code, body) = http_get(&metrics, "/healthz").await;
+    assert_eq!(code, 503, "{body}");
+    assert_eq!(http_get(&metrics, "/livez").await.0, 200);
+    sim.set_operstate("ens1f0np0", "up").unwrap();
+    wait_health(&mut s, "healthy again", |m| {
+        m.devices.iter().all(|d| d.health == HealthStatus::Healthy as i32)
+    })
+    .await;
+    let status = driver.stop().await;
+    assert!(status.success(), "{status}");
+}
+
+/// The same with an API server that answers some requests and hangs on
+/// others: the stale-holder reads of a prepare are bounded (the holder then
+/// stays, and the claim fails in time), and slice writes that hang delay
+/// only the slices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_that_hang_delay_only_themselves() {
+    let mut sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let driver = env.spawn(&["--rescan-interval", "0.2"]);
+    let mut p = register(&env.reg_socket()).await;
+    let mut s = p.watch_health().await;
+    let g0 = generation(&env.wait_slices("published", |s| device_count(s) == 16).await);
+
+    let d = env.create_claim("d", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-d");
+    assert_eq!(p.prepare(vec![claim_ref("d", &d)]).await.claims[&d].error, "");
+    // `d`'s reads hang from now on; `e` is allocated its device (as after a reboot).
+    let hang = Duration::from_secs(120);
+    env.emu.faults().add(
+        kube_rdma_apiemu::Fault::latency(hang)
+            .method(http::Method::GET)
+            .path("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/d"),
+    );
+    let e = env.create_claim("e", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-e");
+    let t0 = std::time::Instant::now();
+    let r = p.prepare(vec![claim_ref("e", &e)]).await;
+    let took = t0.elapsed();
+    assert!(r.claims[&e].error.contains(&format!("already prepared for claim {d}")), "{:?}", r.claims[&e]);
+    assert!(took >= Duration::from_secs(9) && took < Duration::from_secs(20), "took {took:?}");
+    driver.wait_log("cannot tell whether a prepared claim still exists").await;
+    assert!(
+        nic::prepared::read_claim(&env.prepared, &d).unwrap().is_some(),
+        "a holder that cannot be asked stays"
+    );
+
+    // Slice writes hang: health still follows the node at once; the slices catch up after.
+    let writes = env.emu.faults().add(
+        kube_rdma_apiemu::Fault::latency(hang)
+            .method(http::Method::PATCH)
+            .path_prefix("/apis/resource.k8s.io/v1/resourceslices/"),
+    );
+    sim.set_operstate("ens1f0np0", "down").unwrap();
+    let t0 = std::time::Instant::now();
+    wait_health(&mut s, "PF 0's VFs unhealthy", |m| {
+        m.devices.iter().filter(|d| d.health == HealthStatus::Unhealthy as i32).count() == 8
+    })
+    .await;
+    assert!(t0.elapsed() < Duration::from_secs(5), "health took {:?}", t0.elapsed());
+    // A sync waits 10 s for its write, after the rescan saw the change.
+    driver
+        .wait_log_within(
+            "cannot apply a ResourceSlice: the API server did not answer",
+            Duration::from_secs(25),
+        )
+        .await;
+    assert_eq!(generation(&env.slices()), g0, "the hung write changed nothing");
+    env.emu.faults().remove(writes);
+    let slices = env
+        .wait_slices("healthy=false after the API recovered", |s| {
+            attrs(s, "pci-0000-3d-00-1")["kuberdma.io/healthy"] == json!({"bool": false})
+        })
+        .await;
+    assert!(generation(&slices) > g0);
     driver.stop().await;
 }
 
@@ -329,6 +479,61 @@ async fn prepares_and_unprepares_claims_each_answered_on_its_own() {
     driver.stop().await;
 }
 
+/// Regression (issue 25): a `firstAvailable` request is allocated as
+/// `vf/fast`; we answered that in `request_names`, the kubelet matches the
+/// container's `request: vf` against it, and the container got none of our
+/// CDI devices.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_available_subrequest_is_answered_by_its_top_level_request() {
+    let sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let driver = env.spawn(&[]);
+    let mut p = register(&env.reg_socket()).await;
+    env.wait_slices("published", |s| device_count(s) == 16).await;
+
+    // The claim as the API holds it after the scheduler chose the first alternative.
+    let requests = json!([{"name": "vf", "firstAvailable": [
+        {"name": "fast", "deviceClassName": "rdma.kuberdma.io",
+         "selectors": [{"cel": {"expression": "has(device.attributes[\"kuberdma.io\"].linkSpeedMbps) && device.attributes[\"kuberdma.io\"].linkSpeedMbps >= 100000"}}]},
+        {"name": "any", "deviceClassName": "rdma.kuberdma.io"}]}]);
+    let uid = env.create_claim_with_requests(
+        "fa",
+        requests,
+        &[("vf/fast", DRIVER, "pci-0000-3d-00-1")],
+        our_config(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "umad": false})),
+        "pod-fa",
+    );
+    // What the kubelet sends: the claim's namespace, name and UID, nothing of its requests.
+    let r = p.prepare(vec![claim_ref("fa", &uid)]).await;
+    let answer = &r.claims[&uid];
+    assert_eq!(answer.error, "");
+    assert_eq!(answer.devices.len(), 1);
+    assert_eq!(answer.devices[0].request_names, ["vf"], "the top-level request, which containers name");
+    let cdi = vec![format!("kuberdma.io/claim=pci-0000-3d-00-1_{uid}")];
+    // A container with `resources.claims: [{name: rdma, request: vf}]`, and one naming the whole claim.
+    assert_eq!(kubelet_cdi_devices(answer, "vf"), cdi);
+    assert_eq!(kubelet_cdi_devices(answer, ""), cdi);
+    assert!(kubelet_cdi_devices(answer, "other").is_empty());
+    // Answered again from the checkpoint, the same way.
+    assert_eq!(p.prepare(vec![claim_ref("fa", &uid)]).await.claims[&uid], *answer);
+
+    // The record keeps the subrequest (the CNI's `request` and the driver config match on it);
+    // the config for `vf` applied to it, and the variables carry the name the container uses.
+    let rec = nic::prepared::read_claim(&env.prepared, &uid).unwrap().expect("checkpointed");
+    assert_eq!(rec.devices[0].request, "vf/fast");
+    let spec: Value = serde_json::from_slice(
+        &std::fs::read(env.cdi.join(format!("kuberdma.io-claim_{uid}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        spec["devices"][0]["containerEdits"]["deviceNodes"],
+        json!([{"path": "/dev/infiniband/uverbs2"}])
+    );
+    let env_vars = spec["containerEdits"]["env"].as_array().unwrap();
+    assert!(env_vars.contains(&json!("KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.1")), "{env_vars:?}");
+    driver.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_stream_flips_when_a_pf_link_goes_down_and_slices_follow() {
     let mut sim = sim();
@@ -378,6 +583,105 @@ async fn health_stream_flips_when_a_pf_link_goes_down_and_slices_follow() {
         .unwrap();
     assert_eq!(again.devices.len(), 16);
     assert!(t0.elapsed() < Duration::from_secs(12));
+    driver.stop().await;
+}
+
+/// Regression (issue 25): while a VF's netdev is in a pod its device lost the
+/// `netdev` and `portState` attributes, so every pod start and stop
+/// republished the pool under a new generation. PF 1's link going down and
+/// up is the marker that rescans ran meanwhile: the only generations are its.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_starting_and_stopping_on_a_prepared_vf_leaves_the_slices_as_they_were() {
+    let mut sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let driver = env.spawn(&["--rescan-interval", "0.1"]);
+    let mut p = register(&env.reg_socket()).await;
+    let slices = env.wait_slices("published", |s| device_count(s) == 16).await;
+    let g0 = generation(&slices);
+    let before = attrs(&slices, "pci-0000-3d-00-1").clone();
+    assert_eq!(before["kuberdma.io/netdev"], json!({"string": "ens1f0np0v0"}));
+    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-a");
+    assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
+
+    // The CNI moves the VF's netdev into the pod.
+    sim.move_vf_into_pod(pci("0000:3d:00.1")).unwrap();
+    sim.set_operstate("ens1f1np1", "down").unwrap();
+    let slices = env
+        .wait_slices("PF 1's VFs unhealthy", |s| {
+            attrs(s, "pci-0000-af-00-1")["kuberdma.io/healthy"] == json!({"bool": false})
+        })
+        .await;
+    assert_eq!(attrs(&slices, "pci-0000-3d-00-1"), &before, "the VF in the pod keeps its attributes");
+    assert_eq!(generation(&slices), g0 + 1, "only PF 1's change made a generation");
+
+    // A restarted driver has no memory of the host's view; the prepared record names the
+    // VF's netdev, so it publishes the same content (and writes nothing).
+    driver.stop().await;
+    let driver = env.spawn(&["--rescan-interval", "0.1"]);
+    register(&env.reg_socket()).await;
+    driver.wait_log("first ResourceSlices published").await;
+    let slices = env.slices();
+    assert_eq!(attrs(&slices, "pci-0000-3d-00-1"), &before);
+    assert_eq!(generation(&slices), g0 + 1, "a restart with a pod running changed the slices");
+
+    // The pod stops: the VF comes back to the host.
+    sim.return_vf_from_pod(pci("0000:3d:00.1")).unwrap();
+    sim.set_operstate("ens1f1np1", "up").unwrap();
+    let slices = env
+        .wait_slices("PF 1's VFs healthy again", |s| {
+            attrs(s, "pci-0000-af-00-1")["kuberdma.io/healthy"] == json!({"bool": true})
+        })
+        .await;
+    assert_eq!(attrs(&slices, "pci-0000-3d-00-1"), &before);
+    assert_eq!(generation(&slices), g0 + 2);
+    driver.stop().await;
+}
+
+/// Regression (issue 25): on a node where the host sees nothing of the RDMA
+/// device of a VF in a pod (exclusive RDMA netns mode, no uverbs sibling), the
+/// driver, planning without the device plugin's in-pod memory, published it
+/// `healthy=false`. Prepared for a claim, it is in use, not broken (the
+/// device plugin's rule, with the claim as the kubelet's word); a VF nobody
+/// prepared that vanishes so is not ours to give.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_prepared_vf_the_host_cannot_see_in_its_pod_stays_healthy_with_its_attributes() {
+    let mut sim = exclusive_sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    let driver = env.spawn(&["--rescan-interval", "0.1"]);
+    let mut p = register(&env.reg_socket()).await;
+    let mut health = p.watch_health().await;
+    let slices = env.wait_slices("published", |s| device_count(s) == 16).await;
+    let g0 = generation(&slices);
+    let before = attrs(&slices, "pci-0000-af-00-2").clone();
+    assert_eq!(before["kuberdma.io/rdmaDevice"], json!({"string": "mlx5_11"}));
+    assert_eq!(before["kuberdma.io/portState"], json!({"string": "ACTIVE"}));
+    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-af-00-2")], json!([]), "pod-a");
+    assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
+
+    for vf in ["0000:af:00.2", "0000:af:00.3"] {
+        sim.move_vf_into_pod(pci(vf)).unwrap();
+    }
+    hide_rdma_trace(&sim, "0000:af:00.2");
+    hide_rdma_trace(&sim, "0000:af:00.3");
+    let slices = env
+        .wait_slices("the unprepared VF unhealthy", |s| {
+            attrs(s, "pci-0000-af-00-3")["kuberdma.io/healthy"] == json!({"bool": false})
+        })
+        .await;
+    assert_eq!(attrs(&slices, "pci-0000-af-00-2"), &before, "in use: healthy, and the attributes it had");
+    assert_eq!(generation(&slices), g0 + 1, "only the unprepared VF changed");
+    let m = wait_health(&mut health, "the unprepared VF unhealthy", |m| {
+        m.devices.iter().any(|d| {
+            d.device.as_ref().unwrap().device_name == "pci-0000-af-00-3"
+                && d.health == HealthStatus::Unhealthy as i32
+        })
+    })
+    .await;
+    let prepared =
+        m.devices.iter().find(|d| d.device.as_ref().unwrap().device_name == "pci-0000-af-00-2").unwrap();
+    assert_eq!(prepared.health, HealthStatus::Healthy as i32);
+    // The claim is still answered (from the checkpoint) while its VF is in the pod.
+    assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
     driver.stop().await;
 }
 

@@ -215,3 +215,30 @@ def kubernetes_validate(docs: list[dict[str, Any]], label: str, versions: list[s
             noise = [line for line in out.splitlines() if line.strip() and not line.startswith("INFO")]
             assert res.returncode == 0 and not noise, f"{label} (k8s {version}):\n{out}"
     return f"{len(docs)} object(s) x k8s {', '.join(versions)}"
+
+
+_native: dict[str, Path] = {}
+
+
+def native_binary(name: str) -> Path:
+    """A binary from the workspace's ordinary build (cargo test builds the same ones)."""
+    if not _native:
+        res = subprocess.run(["cargo", "build", "--locked", "--bins", "-p", "kube-rdma-device-plugin",
+                              "-p", "kube-rdma-operator"], cwd=ROOT, capture_output=True, text=True)
+        assert res.returncode == 0, res.stderr[-4000:]
+        meta = json.loads(subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=ROOT,
+                                         capture_output=True, text=True, check=True).stdout)
+        target = Path(meta["target_directory"]) / "debug"
+        for b in ("kube-rdma-device-plugin", "kube-rdma-operator", "kubectl-rdma"):
+            _native[b] = target / b
+    return _native[name]
+
+
+def apiemu_binary() -> Path | None:
+    """The in-repo API emulator's binary, built; None while the crate is not on this branch."""
+    if not (ROOT / "apiemu" / "Cargo.toml").exists():
+        return None
+    res = subprocess.run(["cargo", "build", "--locked", "-p", "kube-rdma-apiemu", "--bin", "kube-rdma-apiemu"],
+                         cwd=ROOT, capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr[-4000:]
+    return native_binary("kube-rdma-operator").parent / "kube-rdma-apiemu"

@@ -4,7 +4,7 @@ Each workload may have exactly the privileges its job needs and no more:
 
 | component     | root | capabilities          | host access                                         |
 |---------------|------|-----------------------|-----------------------------------------------------|
-| device-plugin | yes  | none                  | host network (link events); kubelet device-plugins dir, CDI dir, devinfo dir (rw); /dev (ro); /sys (ro) only without host network |
+| device-plugin | yes  | none                  | host network (link events); kubelet device-plugins dir, CDI dir, devinfo dir (rw); /dev (ro); /sys (ro) only without host network. DRA mode (dra.enabled): the kubelet's plugins_registry and plugins/rdma.kuberdma.io dirs and the CDI dir (rw) instead of device-plugins and devinfo, and an API token of its own ServiceAccount projected into this container only |
 | install-cni   | yes  | none                  | the host's CNI bin dir (rw)                         |
 | agent         | only with allowEnforce or readRdmaCmConfigfs | NET_ADMIN only with allowEnforce | host network; /dev (ro); with allowEnforce /sys (ro) and /sys/devices (rw); /sys/kernel/config (rw) with allowEnforce or readRdmaCmConfigfs |
 | controller    | no   | none                  | none                                                |
@@ -40,17 +40,24 @@ def policy(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     enforce = bool(agent.get("allowEnforce"))
     configfs = bool(agent.get("readRdmaCmConfigfs")) or enforce
     cni_bin = values.get("cni", {}).get("binDir", "/opt/cni/bin")
-    proxy = {"root": False, "caps": set(), "hostNetwork": False, "hostPaths": {}}
+    dra = values.get("dra", {})
+    proxy = {"root": False, "caps": set(), "hostNetwork": False, "hostPaths": {}, "token": True}
+    if dra.get("enabled"):
+        plugin_paths = {dra.get("pluginsRegistryDir"): False,
+                        f"{str(dra.get('pluginsDir', '')).rstrip('/')}/rdma.kuberdma.io": False,
+                        dp.get("cdiDir"): False}
+    else:
+        plugin_paths = {dp.get("kubeletDir"): False, dp.get("cdiDir"): False, dp.get("devinfoDir"): False,
+                        # The kubelet's PodResources socket: connect(2) on a socket works on a
+                        # read-only mount, so read-only it must be.
+                        dp.get("podResourcesDir"): True}
     return {
         **{f"{c}/kube-rbac-proxy": proxy for c in ("device-plugin", "agent", "controller")},
         "crd-upgrade/apply-crds": {"root": False, "caps": set(), "hostNetwork": False, "hostPaths": {}},
         "device-plugin/device-plugin": {
             "root": True, "caps": set(), "hostNetwork": True,
-            "hostPaths": {dp.get("kubeletDir"): False, dp.get("cdiDir"): False,
-                          dp.get("devinfoDir"): False, "/sys": True, "/dev": True,
-                          # The kubelet's PodResources socket: connect(2) on a socket works on a
-                          # read-only mount, so read-only it must be.
-                          dp.get("podResourcesDir"): True},
+            "hostPaths": {**plugin_paths, "/sys": True, "/dev": True},
+            "token": bool(dra.get("enabled")),
         },
         "device-plugin/install-cni": {
             "root": True, "caps": set(), "hostNetwork": False, "hostPaths": {cni_bin: False},
@@ -82,6 +89,8 @@ def check_workloads(objs: list[dict[str, Any]], values: dict[str, Any]) -> list[
         if comp == "device-plugin" and spec.get("automountServiceAccountToken") is not False:
             problems.append(f"{name}: mounts an API token it never uses")
         volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        token_volumes = {n for n, v in volumes.items()
+                         if any("serviceAccountToken" in src for src in v.get("projected", {}).get("sources", []))}
         containers = spec.get("initContainers", []) + spec.get("containers", [])
         host_network_allowed = any(
             allowed.get(f"{comp}/{c['name']}", {}).get("hostNetwork") for c in containers)
@@ -124,6 +133,8 @@ def check_workloads(objs: list[dict[str, Any]], values: dict[str, Any]) -> list[
             if "memory" not in res.get("limits", {}):
                 problems.append(f"{where}: no memory limit")
             for m in c.get("volumeMounts", []):
+                if m["name"] in token_volumes and not rule.get("token"):
+                    problems.append(f"{where}: mounts an API token ({m['name']}) it never uses")
                 vol = volumes.get(m["name"], {})
                 if "hostPath" not in vol:
                     continue
@@ -224,16 +235,42 @@ EXPECTED_RBAC: dict[str, set[tuple[str, str, str, str]]] = {
 # Roles whose rules may carry resourceNames, and the names they must list.
 RESOURCE_NAMES = {"crd-upgrade": CRD_NAMES}
 AGGREGATE_TO = {"view": "rbac.authorization.k8s.io/aggregate-to-view"}
+# The DRA driver (device-plugin/src/dra/: publish.rs, service.rs, status.rs, nodestate.rs). A
+# server-side apply that creates a slice is authorized as `create` as well as `patch`.
+DRA_RBAC = {
+    *(("cluster", "resource.k8s.io", "resourceslices", v) for v in ("list", "watch", "create", "patch", "delete")),
+    ("cluster", "resource.k8s.io", "resourceclaims", "get"),
+    ("cluster", "resource.k8s.io", "resourceclaims/status", "patch"),
+    ("cluster", "", "nodes", "get"),
+    *(("cluster", "kuberdma.io", "rdmanodestates", v) for v in ("list", "watch")),
+}
+# Kubernetes >= 1.36 (DRAResourceClaimGranularStatusAuthorization): writing status.devices also
+# needs the driver's own verb on resourceclaims/driver (pkg/registry/resource/utils.go), limited
+# to our driver by resourceNames.
+DRA_RBAC_136 = {("cluster", "resource.k8s.io", "resourceclaims/driver", "associated-node:patch")}
+# Per-resource resourceNames of a component's rules (the rest of its rules name nothing).
+RULE_RESOURCE_NAMES = {"device-plugin": {"resourceclaims/driver": ["rdma.kuberdma.io"]}}
 
 
-def expected_rbac(values: dict[str, Any]) -> dict[str, set[tuple[str, str, str, str]]]:
-    """EXPECTED_RBAC for these values: the proxy's reviews join every proxied component."""
+def kube_minor(kube_version: str | None) -> tuple[int, int]:
+    """(major, minor) of a version string; Helm's default (None) is treated as the newest."""
+    if kube_version is None:
+        return (1, 10**6)
+    major, minor = (int(x) for x in kube_version.lstrip("v").split(".")[:2])
+    return (major, minor)
+
+
+def expected_rbac(values: dict[str, Any], kube_version: str | None = None) -> dict[str, set[tuple[str, str, str, str]]]:
+    """EXPECTED_RBAC for these values (and, in DRA mode, the cluster's version): the proxy's
+    reviews join every proxied component; in DRA mode the device plugin is the DRA driver."""
     out = {k: set(v) for k, v in EXPECTED_RBAC.items()}
     enabled = {c: values.get(k, {}).get("enabled", True)
                for c, k in (("agent", "agent"), ("controller", "controller"), ("device-plugin", "devicePlugin"))}
     for comp in ("agent", "controller"):
         if not enabled[comp]:
             out.pop(comp)
+    if values.get("dra", {}).get("enabled") and enabled["device-plugin"]:
+        out["device-plugin"] = set(DRA_RBAC) | (DRA_RBAC_136 if kube_minor(kube_version) >= (1, 36) else set())
     if values.get("metrics", {}).get("rbacProxy", {}).get("enabled"):
         for comp in ("agent", "controller", "device-plugin"):
             if enabled[comp]:
@@ -256,14 +293,16 @@ def granted(objs: list[dict[str, Any]]) -> dict[str, set[tuple[str, str, str, st
     return out
 
 
-def check_rbac_exact(objs: list[dict[str, Any]], values: dict[str, Any] | None = None) -> list[str]:
-    """Each component's roles grant exactly expected_rbac(values); the device plugin has a role
-    only for its kube-rbac-proxy sidecar; the CRD hook's rules name our two CRDs; every Role and
-    ClusterRole is bound to its component's ServiceAccount, but the aggregated view role, which
-    is bound to nothing and carries its aggregation label."""
+def check_rbac_exact(objs: list[dict[str, Any]], values: dict[str, Any] | None = None,
+                     kube_version: str | None = None) -> list[str]:
+    """Each component's roles grant exactly expected_rbac(values, kube_version); the device plugin
+    has a role only in DRA mode or for its kube-rbac-proxy sidecar; the CRD hook's rules name our
+    two CRDs and the DRA driver's per-driver rules our driver; every Role and ClusterRole is bound
+    to its component's ServiceAccount, but the aggregated view role, which is bound to nothing and
+    carries its aggregation label."""
     problems = []
     values = values or {}
-    want_all = expected_rbac(values)
+    want_all = expected_rbac(values, kube_version)
     got_all = granted(objs)
     if "device-plugin" in got_all and "device-plugin" not in want_all:
         problems.append("the device plugin has a ClusterRole; it never calls the API server")
@@ -274,10 +313,15 @@ def check_rbac_exact(objs: list[dict[str, Any]], values: dict[str, Any] | None =
             continue
         comp = _component(o)
         names = RESOURCE_NAMES.get(comp)
+        per_resource = RULE_RESOURCE_NAMES.get(comp, {})
         for rule in o.get("rules", []):
-            if names is not None and sorted(rule.get("resourceNames", [])) != sorted(names):
+            named = [per_resource[r] for r in rule.get("resources", []) if r in per_resource]
+            if named:
+                if rule.get("resourceNames") != named[0]:
+                    problems.append(f"{comp} rule {rule} is not limited to {named[0]}")
+            elif names is not None and sorted(rule.get("resourceNames", [])) != sorted(names):
                 problems.append(f"{comp} rule {rule} is not limited to {names}")
-            if names is None and rule.get("resourceNames"):
+            elif names is None and rule.get("resourceNames"):
                 problems.append(f"{comp} rule {rule} has resourceNames")
         label = AGGREGATE_TO.get(comp)
         if label is not None and o["metadata"].get("labels", {}).get(label) != "true":

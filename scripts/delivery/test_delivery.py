@@ -688,21 +688,7 @@ def test_named_typos_rejected() -> str:
 
 # ---------------------------------------------------------------- migration
 
-_native: dict[str, Path] = {}
-
-
-def native_binary(name: str) -> Path:
-    """A binary from the workspace's ordinary build (cargo test builds the same ones)."""
-    if not _native:
-        res = subprocess.run(["cargo", "build", "--locked", "--bins", "-p", "kube-rdma-device-plugin",
-                              "-p", "kube-rdma-operator"], cwd=ROOT, capture_output=True, text=True)
-        assert res.returncode == 0, res.stderr[-4000:]
-        meta = json.loads(subprocess.run(["cargo", "metadata", "--format-version", "1", "--no-deps"], cwd=ROOT,
-                                         capture_output=True, text=True, check=True).stdout)
-        target = Path(meta["target_directory"]) / "debug"
-        for b in ("kube-rdma-device-plugin", "kube-rdma-operator", "kubectl-rdma"):
-            _native[b] = target / b
-    return _native[name]
+native_binary = chart.native_binary
 
 
 def discover(config: str, node: str) -> dict[str, int]:
@@ -1423,7 +1409,7 @@ def test_chart_command_lines(version: str) -> str:
     """Every command line the chart renders (default and full values) is accepted by the binary
     in the image: clap rejects an unknown flag or a bad value before it acts on a trailing --help."""
     seen = set()
-    for values in (None, full_values(), ci_values("rbac-proxy-values.yaml")):
+    for values in (None, full_values(), ci_values("rbac-proxy-values.yaml"), dra.dra_values()):
         for o in chart.objects(chart.render(values)):
             if o["kind"] not in security.WORKLOAD_KINDS:
                 continue

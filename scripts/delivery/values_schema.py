@@ -224,13 +224,17 @@ def schema() -> dict[str, Any]:
         "cni": closed({"install": {"type": "boolean"}, "binDir": ref("absPath")}),
         "dra": closed({
             "enabled": {"type": "boolean"},
+            "pluginsRegistryDir": ref("absPath"),
+            "pluginsDir": ref("absPath"),
             "deviceClasses": array_of(closed({
                 "name": {"type": "string", "maxLength": 253, "pattern": DNS_SUBDOMAIN},
                 "roceReady": {"type": "boolean"},
                 "selector": {"type": "string", "minLength": 1},
             }, ["name"])),
-        }, description="DRA mode (resource.k8s.io/v1, Kubernetes >= 1.34): DeviceClasses and RBAC for "
-                       "kube-rdma-device-plugin dra."),
+        }, ["pluginsRegistryDir", "pluginsDir"],
+            description="DRA mode (resource.k8s.io/v1, Kubernetes >= 1.34): the device plugin DaemonSet runs "
+                        "kube-rdma-device-plugin dra (ResourceSlices instead of extended resources), with "
+                        "its RBAC and DeviceClasses."),
         "agent": component({
             "pollInterval": {"type": "integer", "minimum": 1},
             "allowEnforce": {"type": "boolean"},

@@ -139,7 +139,16 @@ projected into this container only; the daemon itself gets none it does not alre
 
 {{/* The projected API token of the kube-rbac-proxy sidecar (the pod itself mounts none). */}}
 {{- define "kube-rdma.rbacProxyVolume" -}}
-- name: rbac-proxy-token
+{{ include "kube-rdma.apiTokenVolume" "rbac-proxy-token" }}
+{{- end -}}
+
+{{/*
+A volume named by the argument holding what an automounted token would (the pod's ServiceAccount
+token, bound to the pod and so to its node; the cluster CA; the namespace), for the one container
+that talks to the API server.
+*/}}
+{{- define "kube-rdma.apiTokenVolume" -}}
+- name: {{ . }}
   projected:
     sources:
       - serviceAccountToken:

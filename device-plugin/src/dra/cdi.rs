@@ -11,7 +11,9 @@
 //! - spec-wide edits (applied whenever any device of the claim is used):
 //!   `rdma_cm` unless no request of the claim wants it, and per request
 //!   `KUBERDMA_<REQUEST>_PCI_ADDRESSES` and `KUBERDMA_<REQUEST>_RDMA_DEVICES`
-//!   (request names upper-cased, `-` as `_`).
+//!   (top-level request names, the ones containers use, upper-cased, `-` as
+//!   `_`: a `firstAvailable` subrequest `vf/fast` sets `KUBERDMA_VF_...`, so a
+//!   program reads the same name whichever alternative the scheduler chose).
 //!
 //! Paths are the node's `/dev/...`, never the roots we read from.
 
@@ -23,6 +25,7 @@ use serde_json::{json, Value};
 
 use super::claimconfig::DeviceConfig;
 use super::devices::{DraDevice, View};
+use super::prepare::top_level_request;
 use crate::devinfo::{write_atomic, FileError};
 use crate::names::env_part;
 use crate::RDMA_CM;
@@ -73,7 +76,7 @@ pub fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> 
                 .map(|c| json!({ "path": c.node_path.to_string_lossy() }))
                 .collect();
             let env: Vec<String> = cd.config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let (pcis, rdmas) = per_request.entry(cd.request).or_default();
+            let (pcis, rdmas) = per_request.entry(top_level_request(cd.request)).or_default();
             pcis.push(d.pci.to_string());
             rdmas.extend(d.rdma.iter().map(|r| r.name.clone()));
             json!({ "name": device_name(&d.name, claim_uid), "containerEdits": { "deviceNodes": nodes, "env": env } })
@@ -195,6 +198,29 @@ mod tests {
         assert_eq!(s["containerEdits"]["env"][0], "KUBERDMA_RAIL_0_PCI_ADDRESSES=0000:3d:00.2");
         assert_eq!(s["containerEdits"]["env"][1], "KUBERDMA_RAIL_0_RDMA_DEVICES=mlx5_3");
         assert_eq!(device_id("pci-0000-3d-00-2", "0a1b"), "kuberdma.io/claim=pci-0000-3d-00-2_0a1b");
+    }
+
+    #[test]
+    fn a_subrequests_devices_are_named_by_their_top_level_request() {
+        let (a, mut b) = (dev(), dev());
+        b.name = "pci-0000-3d-00-3".into();
+        b.pci = "0000:3d:00.3".parse().unwrap();
+        let cfg = DeviceConfig::default();
+        let s = spec(
+            "u",
+            &[
+                ClaimDevice { request: "vf/fast", device: &a, config: &cfg },
+                ClaimDevice { request: "vf/fast", device: &b, config: &cfg },
+            ],
+            true,
+        );
+        assert_eq!(
+            s["containerEdits"]["env"],
+            json!([
+                "KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.2,0000:3d:00.3",
+                "KUBERDMA_VF_RDMA_DEVICES=mlx5_3,mlx5_3"
+            ])
+        );
     }
 
     #[test]

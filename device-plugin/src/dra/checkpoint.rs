@@ -51,6 +51,16 @@ impl Checkpoint {
         self.owners.get(device).map(String::as_str)
     }
 
+    /// Every prepared device: name → (its VF, the VF's host netdev when it
+    /// was prepared).
+    pub fn devices(&self) -> super::devices::PreparedDevices {
+        self.claims
+            .values()
+            .flat_map(|c| c.devices.iter())
+            .map(|d| (d.device.clone(), (d.pci, d.netdev.clone())))
+            .collect()
+    }
+
     /// Every prepared claim.
     pub fn claims(&self) -> impl Iterator<Item = &PreparedClaim> {
         self.claims.values()

@@ -1,13 +1,23 @@
 //! One DRA device per VF of a VF-mode pool, with the facts ResourceSlices,
 //! prepare and health need. Pure: the plan already holds health and RDMA
 //! devices (the device plugin's rules), the inventory adds PF facts.
+//!
+//! In use is not broken, as in device plugin mode ([`crate::inuse`]): a VF
+//! prepared for a claim is the kubelet's assignment here ([`allocations`]
+//! feeds [`crate::pools::plan_with`]), so a VF in a pod whose RDMA device the
+//! host cannot see at all stays in its pool and healthy; and a VF whose
+//! netdev (and RDMA device) is in a pod keeps the attributes it had on the
+//! host ([`History`]), so a pod starting or stopping does not change the
+//! slices (nor their generation).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use nic::{Inventory, LinkLayer, PciAddr};
 
 use crate::config::{Config, Mode};
 use crate::health::Health;
+use crate::inuse::Allocations;
 use crate::pools::{Plan, RdmaInfo};
 
 /// A VF as a DRA device.
@@ -68,6 +78,33 @@ impl View {
     }
 }
 
+/// Devices prepared for claims: device name → (its VF, the VF's netdev on
+/// the host when it was prepared).
+pub type PreparedDevices = BTreeMap<String, (PciAddr, Option<String>)>;
+
+/// The prepared VFs as the kubelet's assignments are in device plugin mode:
+/// under every VF-mode pool's resource (a claim names a device, not a pool;
+/// a VF goes to one pool only, so listing it under each is the same as
+/// listing it under its own).
+pub fn allocations(cfg: &Config, prepared: &PreparedDevices) -> Allocations {
+    let mut out = Allocations::default();
+    for pool in cfg.pools.iter().filter(|p| p.mode == Mode::Vf) {
+        let ids = out.by_resource.entry(pool.resource_name()).or_default();
+        ids.extend(prepared.values().map(|(pci, _)| pci.to_string()));
+    }
+    out
+}
+
+/// What is known of the devices beyond one walk of sysfs.
+#[derive(Debug, Clone, Copy)]
+pub struct History<'a> {
+    /// The view built from the previous walk.
+    pub last: &'a View,
+    /// What is prepared (a restarted driver has no previous view, but the
+    /// prepared records name each VF's netdev).
+    pub prepared: &'a PreparedDevices,
+}
+
 /// `0000:3b:00.2` → `pci-0000-3b-00-2`: lower-case hex and `-`, at most 19
 /// characters, so always a DNS label (a device name must be one).
 pub fn device_name(pci: PciAddr) -> String {
@@ -99,8 +136,10 @@ pub fn check_config(cfg: &Config) -> Result<(), String> {
     }
 }
 
-/// The devices of every VF-mode pool in `plan`, sorted by name.
-pub fn from_plan(plan: &Plan, inv: &Inventory) -> View {
+/// The devices of every VF-mode pool in `plan`, sorted by name. A device in
+/// use (its netdev in a pod, or prepared) keeps from `history` what the host
+/// no longer shows: its netdev, its RDMA devices and its port state.
+pub fn from_plan(plan: &Plan, inv: &Inventory, history: History) -> View {
     let mut devices = Vec::new();
     for pool in plan.pools.iter().filter(|p| p.config.mode == Mode::Vf) {
         for d in &pool.devices {
@@ -108,8 +147,25 @@ pub fn from_plan(plan: &Plan, inv: &Inventory) -> View {
             let pf = inv.pf(pf_pci);
             let vf = inv.vf(pci).map(|(_, v)| v);
             let pf_netdev = pf.and_then(|p| p.netdevs.first());
+            let name = device_name(pci);
+            let last = history.last.device(&name).filter(|_| d.in_use);
+            let port_state = vf
+                .and_then(|v| v.rdma.first())
+                .and_then(|r| r.ports.iter().find(|p| p.num == 1).or(r.ports.first()))
+                .and_then(|p| p.state.clone());
+            let netdev = d.netdev.clone().or_else(|| {
+                if !d.in_use {
+                    return None;
+                }
+                let recorded = || history.prepared.get(&name).and_then(|(_, n)| n.clone());
+                last.and_then(|l| l.netdev.clone()).or_else(recorded)
+            });
+            let rdma = match last {
+                Some(l) if d.rdma.is_empty() => l.rdma.clone(),
+                _ => d.rdma.clone(),
+            };
             devices.push(DraDevice {
-                name: device_name(pci),
+                name,
                 pool: pool.config.name.clone(),
                 resource: pool.resource_name(),
                 pci,
@@ -118,16 +174,13 @@ pub fn from_plan(plan: &Plan, inv: &Inventory) -> View {
                 vf_index: d.vf_index,
                 vendor: vf.and_then(|v| v.vendor),
                 device_id: vf.and_then(|v| v.device),
-                netdev: d.netdev.clone(),
+                netdev,
                 numa: d.numa,
                 pcie_root: pf.map(|p| pcie_root(pci, &p.upstream)),
                 link_speed_mbps: pf_netdev.and_then(|n| n.speed_mbps),
                 link_layer: pf_netdev.and_then(|n| n.link_layer),
-                port_state: vf
-                    .and_then(|v| v.rdma.first())
-                    .and_then(|r| r.ports.iter().find(|p| p.num == 1).or(r.ports.first()))
-                    .and_then(|p| p.state.clone()),
-                rdma: d.rdma.clone(),
+                port_state: port_state.or_else(|| last.and_then(|l| l.port_state.clone())),
+                rdma,
                 health: d.health.clone(),
             });
         }

@@ -1,21 +1,22 @@
 //! The DRA driver daemon: one event loop owning the node view, the slices
 //! and the kubelet-facing sockets.
 //!
-//! Inputs: netlink link events and a periodic rescan (devices and health);
-//! the config file (reload); the node's `RdmaNodeState` (roceReady); the
-//! node's ResourceSlices (republish what the kubelet wiped); the registry and
+//! Inputs: netlink link events and a periodic rescan (devices and health,
+//! with what is prepared: a VF in a pod is in use, not broken); the config
+//! file (reload); the node's `RdmaNodeState` (roceReady); the registry and
 //! plugin directories (serve a socket again when it is deleted); the
 //! shutdown signal (sockets removed; slices, prepared claims and CDI specs
 //! stay, since pods still use them and the kubelet wipes slices itself when
-//! the driver stays away).
+//! the driver stays away). Output: the wanted pool content, which the
+//! publisher task ([`publish::run`]) keeps in the API (and puts back when the
+//! kubelet wipes the node's slices), so a slow or hung API server never holds
+//! up a rescan or the kubelet.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Node;
-use kube::Api;
 use nic::{Inventory, Roots};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -25,15 +26,16 @@ use super::api::health::dra_resource_health_server::DraResourceHealthServer;
 use super::api::registration::registration_server::RegistrationServer;
 use super::api::{v1, v1beta1};
 use super::checkpoint::Checkpoint;
-use super::devices::{self, SharedView, View};
+use super::devices::{self, History, PreparedDevices, SharedView, View};
 use super::health::HealthService;
 use super::metrics::DraMetrics;
-use super::publish::{self, Publisher};
+use super::publish;
 use super::registration::{Registered, RegistrationService};
 use super::service::{Claims, ClaimsParts, DraService};
-use super::slices::{self, NodeRef, RoceReadiness};
+use super::slices::{self, Content, RoceReadiness};
 use super::{nodestate, status, DRA_SOCKET, DRIVER};
 use crate::config::{Config, ConfigError};
+use crate::inuse::Memory;
 use crate::kubelet::{self, DirEvent};
 use crate::pools::{self, Plan};
 use crate::server;
@@ -136,10 +138,13 @@ pub enum DriverError {
         /// What.
         why: String,
     },
-    /// No Kubernetes client (kubeconfig or in-cluster config).
+    /// No Kubernetes client config (kubeconfig or in-cluster service account).
     #[error(
         "cannot configure a Kubernetes client (KUBECONFIG, ~/.kube/config or in-cluster service account)"
     )]
+    ClientConfig(#[source] kube::config::InferConfigError),
+    /// The client cannot be built from its config.
+    #[error("cannot build a Kubernetes client")]
     Client(#[source] kube::Error),
     /// The checkpoint dir cannot be read.
     #[error(transparent)]
@@ -252,19 +257,25 @@ fn load_config(path: Option<&Path>) -> Result<(Config, Option<String>), DriverEr
     Ok((cfg, text))
 }
 
-async fn discover(roots: &Roots) -> Inventory {
+/// Walks the node, filling in VFs whose RDMA devices are in a pod with what
+/// `memory` learned of them on the host (ports, GUIDs: the device plugin's
+/// [`Memory`]).
+async fn discover(roots: &Roots, memory: &mut Memory) -> Inventory {
     let roots = roots.clone();
     // DRA hands out no GID indexes: the walk without GID tables is all it needs.
     let scope = nic::discover::Scope { gid_tables: false, ..Default::default() };
-    tokio::task::spawn_blocking(move || nic::discover::discover_scoped(&roots, scope))
+    let mut inv = tokio::task::spawn_blocking(move || nic::discover::discover_scoped(&roots, scope))
         .await
-        .unwrap_or_default()
+        .unwrap_or_default();
+    memory.observe(&mut inv);
+    inv
 }
 
-/// A new plan, keeping VFs that vanished while their PF still has them as
-/// Unhealthy (the device plugin's rule) for pools whose config is unchanged.
-fn replan(prev: Option<&Plan>, inv: &Inventory, cfg: &Config) -> Plan {
-    let mut plan = pools::plan(inv, cfg);
+/// A new plan, with prepared VFs counted as assigned (in use is not broken),
+/// keeping VFs that vanished while their PF still has them as Unhealthy (the
+/// device plugin's rule) for pools whose config is unchanged.
+fn replan(prev: Option<&Plan>, inv: &Inventory, cfg: &Config, prepared: &PreparedDevices) -> Plan {
+    let mut plan = pools::plan_with(inv, cfg, &devices::allocations(cfg, prepared));
     if let Some(prev) = prev {
         for pool in &mut plan.pools {
             if let Some(old) = prev.pools.iter().find(|p| p.config == pool.config) {
@@ -290,6 +301,15 @@ fn log_changes(prev: &View, next: &View) {
     }
 }
 
+/// The pool content of `view` and `roce`, with what had to be left out logged.
+fn content(view: &View, roce: &RoceReadiness) -> Content {
+    let (content, warnings) = slices::content(view, roce);
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
+    content
+}
+
 async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     match rx {
         Some(r) => r.recv().await,
@@ -297,7 +317,20 @@ async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
     }
 }
 
-/// Runs until `shutdown` resolves.
+/// The API client: from KUBECONFIG or the pod's service account, with a read
+/// timeout as a backstop for requests the watchers make on their own.
+async fn client() -> Result<kube::Client, DriverError> {
+    let mut config = kube::Config::infer().await.map_err(DriverError::ClientConfig)?;
+    config.read_timeout = Some(super::CLIENT_READ_TIMEOUT);
+    // Count from when a request is sent, not from when its pooled connection went idle.
+    config.reset_reader_on_write = true;
+    kube::Client::try_from(config).map_err(DriverError::Client)
+}
+
+/// Runs until `shutdown` resolves. Nothing here waits for the API server:
+/// slices are published by their own task ([`publish::run`]), claim status
+/// by another ([`status::run`]), the watches feed channels, and a prepare's
+/// reads are bounded.
 pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<(), DriverError> {
     let started = Instant::now();
     let (mut cfg, mut cfg_text) = load_config(opts.config.as_deref())?;
@@ -309,29 +342,18 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
         tracing::info!(%local, "metrics listening");
         tokio::spawn(fut);
     }
-    let client = kube::Client::try_default().await.map_err(DriverError::Client)?;
-    let node = NodeRef {
-        name: opts.node_name.clone(),
-        uid: match Api::<Node>::all(client.clone()).get_opt(&opts.node_name).await {
-            Ok(Some(n)) => n.metadata.uid,
-            Ok(None) => {
-                tracing::warn!(node = %opts.node_name, "Node not found: slices are published without an owner");
-                None
-            }
-            Err(e) => {
-                tracing::warn!(node = %opts.node_name, error = %e, "cannot read the Node: slices are published without an owner");
-                None
-            }
-        },
-    };
+    let client = client().await?;
     let (checkpoint, bad) = Checkpoint::load(&opts.prepared_dir)?;
     for e in bad {
         tracing::error!(error = %e, "a prepared-claim file cannot be read; it is left as it is");
     }
 
-    let inv = discover(&opts.roots).await;
-    let mut plan = replan(None, &inv, &cfg);
-    let (view_tx, view_rx) = watch::channel::<SharedView>(Arc::new(devices::from_plan(&plan, &inv)));
+    let mut memory = Memory::default();
+    let mut prepared = checkpoint.devices();
+    let inv = discover(&opts.roots, &mut memory).await;
+    let mut plan = replan(None, &inv, &cfg, &prepared);
+    let first = devices::from_plan(&plan, &inv, History { last: &View::default(), prepared: &prepared });
+    let (view_tx, view_rx) = watch::channel::<SharedView>(Arc::new(first));
     tracing::info!(devices = view_rx.borrow().devices.len(), elapsed = ?started.elapsed(), "node discovered");
     metrics.set_view(&view_rx.borrow());
 
@@ -340,7 +362,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     let (changed_tx, changed_rx) = mpsc::unbounded_channel();
     let claims = Claims::new(ClaimsParts {
         driver: DRIVER.into(),
-        pool: node.name.clone(),
+        pool: opts.node_name.clone(),
         cdi_dir: opts.cdi_dir.clone(),
         client: client.clone(),
         view: view_rx.clone(),
@@ -352,7 +374,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     if restored > 0 {
         tracing::info!(specs = restored, "CDI specs of prepared claims written again");
     }
-    let health = HealthService::new(&node.name, view_rx.clone());
+    let health = HealthService::new(&opts.node_name, view_rx.clone());
     let dra_path = dra_socket(&opts.plugins_dir);
     let reg_path = registration_socket(&opts.registry_dir);
     let (reg_svc, mut registered) = RegistrationService::new(DRIVER, &dra_path.to_string_lossy());
@@ -384,54 +406,26 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     };
 
     tokio::spawn(status::run(client.clone(), DRIVER.into(), opts.prepared_dir.clone(), changed_rx));
-    let mut roce = nodestate::watch_node(client.clone(), &node.name);
-    let mut slice_events = publish::watch_slices(client.clone(), &node.name, DRIVER);
-    let mut publisher = Publisher::new(client.clone(), node.clone(), DRIVER);
-    let mut first_publish = true;
-    let mut backoff = Duration::from_secs(1);
-    // When the next sync is due (now at start).
-    let mut sync_at = Some(tokio::time::Instant::now());
+    let mut roce = nodestate::watch_node(client.clone(), &opts.node_name);
+    let (content_tx, content_rx) = watch::channel(content(&view_rx.borrow(), &roce.borrow_and_update()));
+    tokio::spawn(publish::run(
+        client.clone(),
+        opts.node_name.clone(),
+        DRIVER.into(),
+        content_rx,
+        metrics.clone(),
+        started,
+    ));
 
     let mut tick = tokio::time::interval(opts.rescan_interval.max(Duration::from_millis(50)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     tokio::pin!(shutdown);
     loop {
-        let sleep_sync = async {
-            match sync_at {
-                Some(t) => tokio::time::sleep_until(t).await,
-                None => std::future::pending().await,
-            }
-        };
         let mut rescan = false;
+        let mut republish = false;
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = sleep_sync => {
-                let roce_now: RoceReadiness = roce.borrow().clone();
-                let (content, warnings) = slices::content(&view_rx.borrow(), &roce_now);
-                for w in warnings {
-                    tracing::warn!("{w}");
-                }
-                match publisher.sync(&content).await {
-                    Ok(s) => {
-                        metrics.published(s.generation);
-                        sync_at = None;
-                        backoff = Duration::from_secs(1);
-                        if first_publish {
-                            first_publish = false;
-                            tracing::info!(generation = s.generation, slices = content.len(), elapsed = ?started.elapsed(), "first ResourceSlices published");
-                        } else if s.applied + s.deleted > 0 {
-                            tracing::info!(generation = s.generation, applied = s.applied, deleted = s.deleted, "ResourceSlices updated");
-                        }
-                    }
-                    Err(e) => {
-                        metrics.publish_failed(e.to_string());
-                        tracing::warn!(error = %e, retry_in = ?backoff, "cannot publish ResourceSlices");
-                        sync_at = Some(tokio::time::Instant::now() + backoff);
-                        backoff = (backoff * 2).min(Duration::from_secs(30));
-                    }
-                }
-            }
             _ = tick.tick() => rescan = true,
             Some(_) = recv_opt(&mut link_events) => {
                 // Coalesce a burst (numvfs changes create many links at once).
@@ -457,11 +451,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
             }
             Ok(()) = roce.changed() => {
                 tracing::info!(readiness = ?*roce.borrow(), "RdmaNodeState changed");
-                sync_at.get_or_insert_with(tokio::time::Instant::now);
-            }
-            Some(()) = slice_events.recv() => {
-                // Debounced: our own writes come back as events too.
-                sync_at.get_or_insert_with(|| tokio::time::Instant::now() + Duration::from_millis(100));
+                republish = true;
             }
             Ok(()) = registered.changed() => {
                 let r = registered.borrow().clone();
@@ -486,16 +476,24 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
             }
         }
         if rescan {
-            let inv = discover(&opts.roots).await;
-            let next_plan = replan(Some(&plan), &inv, &cfg);
-            let next = devices::from_plan(&next_plan, &inv);
+            prepared = claims.prepared_devices().await;
+            let inv = discover(&opts.roots, &mut memory).await;
+            let next_plan = replan(Some(&plan), &inv, &cfg, &prepared);
+            let next = {
+                let last = view_tx.borrow();
+                devices::from_plan(&next_plan, &inv, History { last: &last, prepared: &prepared })
+            };
             plan = next_plan;
             if **view_tx.borrow() != next {
                 log_changes(&view_tx.borrow(), &next);
                 metrics.set_view(&next);
                 view_tx.send_replace(Arc::new(next));
-                sync_at.get_or_insert_with(tokio::time::Instant::now);
+                republish = true;
             }
+        }
+        if republish {
+            let c = content(&view_tx.borrow(), &roce.borrow());
+            content_tx.send_if_modified(|cur| std::mem::replace(cur, c) != *cur);
         }
     }
     // The kubelet deregisters us when the registration socket goes away.

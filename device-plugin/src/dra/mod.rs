@@ -78,3 +78,53 @@ pub fn registration_socket_name() -> String {
 
 /// The DRA socket name inside `<plugins dir>/<driver>/`.
 pub const DRA_SOCKET: &str = "dra.sock";
+
+/// How long one API request of the driver may take. The kubelet gives a
+/// whole NodePrepareResources call 45 s (`defaultClientCallTimeout` in
+/// pkg/kubelet/cm/dra/plugin/dra_plugin.go); a prepare makes at most two
+/// rounds of requests (the claim, then its devices' stale holders, read
+/// together), so it answers within 2 × this even when the API server hangs.
+pub const API_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Server-side timeout of our watches (`timeoutSeconds`): the server ends
+/// each watch after this and the watcher resumes from its resourceVersion.
+pub const WATCH_TIMEOUT_SECS: u32 = 60;
+
+/// The client's read timeout, a backstop for requests the driver does not
+/// await itself (the watchers' lists and watch starts, which kube's watcher
+/// leaves unbounded): longer than a quiet watch lasts
+/// ([`WATCH_TIMEOUT_SECS`] plus kube-runtime's 5 s idle margin).
+pub const CLIENT_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(75);
+
+/// An API request that failed or did not answer in [`API_TIMEOUT`].
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// The API server answered with an error, or the connection failed.
+    #[error("cannot {op}")]
+    Api {
+        /// What was asked (`list ResourceSlices`).
+        op: &'static str,
+        /// The client's error.
+        #[source]
+        source: kube::Error,
+    },
+    /// No answer in time.
+    #[error("cannot {op}: the API server did not answer in {after:?}")]
+    Timeout {
+        /// What was asked.
+        op: &'static str,
+        /// How long we waited.
+        after: std::time::Duration,
+    },
+}
+
+/// `fut`, bounded by [`API_TIMEOUT`].
+pub async fn bounded<T>(
+    op: &'static str,
+    fut: impl std::future::Future<Output = Result<T, kube::Error>>,
+) -> Result<T, ApiError> {
+    match tokio::time::timeout(API_TIMEOUT, fut).await {
+        Ok(r) => r.map_err(|source| ApiError::Api { op, source }),
+        Err(_) => Err(ApiError::Timeout { op, after: API_TIMEOUT }),
+    }
+}

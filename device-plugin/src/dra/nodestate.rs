@@ -56,7 +56,9 @@ pub fn readiness(status: &Value) -> RoceReadiness {
 pub fn watch_node(client: kube::Client, node: &str) -> watch::Receiver<RoceReadiness> {
     let (tx, rx) = watch::channel(RoceReadiness::new());
     let api: Api<DynamicObject> = Api::all_with(client, &api_resource());
-    let cfg = watcher::Config::default().fields(&format!("metadata.name={node}"));
+    let cfg = watcher::Config::default()
+        .fields(&format!("metadata.name={node}"))
+        .timeout(super::WATCH_TIMEOUT_SECS);
     let node = node.to_string();
     tokio::spawn(async move {
         let mut stream = watcher::watcher(api, cfg).default_backoff().boxed();

@@ -15,6 +15,17 @@ use super::devices::View;
 /// name for the claim (`pod.spec.resourceClaims[].name`).
 pub const POD_CLAIM_NAME: &str = "resource.kubernetes.io/pod-claim-name";
 
+/// The top-level request of a result's request reference: `req` for `req`
+/// and for its subrequest `req/sub` (a `firstAvailable` alternative). A
+/// container names only top-level requests (`resources.claims[].request`), and
+/// the kubelet hands it the CDI devices whose `request_names` contain that name
+/// (pkg/kubelet/cm/dra/claiminfo.go `cdiDevicesAsList`); upstream drivers map
+/// results the same way (k8s.io/dynamic-resource-allocation/resourceclaim
+/// `BaseRequestRef`).
+pub fn top_level_request(request: &str) -> &str {
+    request.split_once('/').map_or(request, |(parent, _)| parent)
+}
+
 /// The kubelet's name for a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRef {
@@ -321,6 +332,22 @@ mod tests {
         c.metadata.uid = Some("u1".into());
         c.status = None;
         assert!(plan_it(&c, None).unwrap_err().to_string().contains("not allocated yet"));
+    }
+
+    #[test]
+    fn a_subrequest_is_recorded_whole_and_answered_by_its_top_level_request() {
+        assert_eq!(top_level_request("vf/fast"), "vf");
+        assert_eq!(top_level_request("vf"), "vf");
+        let c = claim(
+            json!([result("vf/fast", "pci-0000-3d-00-2")]),
+            json!([{"source": "FromClaim", "requests": ["vf"], "opaque": {"driver": "rdma.kuberdma.io",
+                   "parameters": {"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "umad": false}}}]),
+            pods(),
+        );
+        let p = plan_it(&c, None).unwrap();
+        // The record keeps the subrequest: the CNI's `request` and the config match on it.
+        assert_eq!(p.record.devices[0].request, "vf/fast");
+        assert!(!p.record.devices[0].config.umad, "a config for `vf` covers `vf/fast`");
     }
 
     #[test]

@@ -9,11 +9,13 @@
 //! spec again if it went missing); unprepare of an unknown claim succeeds.
 //! Order of writes: CDI spec, then checkpoint record; a failed record write
 //! removes the spec again, so a failed prepare leaves the node as it was.
+//! A prepare makes at most two rounds of API requests, each bounded by
+//! [`super::API_TIMEOUT`]: it answers well inside the kubelet's 45 s even
+//! when the API server accepts connections and never answers.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use k8s_openapi::api::resource::v1::ResourceClaim;
 use kube::Api;
@@ -27,14 +29,11 @@ use super::devices::SharedView;
 use super::metrics::DraMetrics;
 use super::prepare::{self, ClaimRef, PrepareError};
 
-/// How long one claim read may take before its claim fails (the kubelet's
-/// own call timeout is 45 s; it asks again).
-const CLAIM_READ_TIMEOUT: Duration = Duration::from_secs(20);
-
 /// One prepared device as the kubelet wants it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceOut {
-    /// The claim's request.
+    /// The claim's top-level request (a subrequest `req/sub` is answered as
+    /// `req`: [`prepare::top_level_request`]).
     pub request: String,
     /// Pool name.
     pub pool: String,
@@ -98,6 +97,12 @@ impl Claims {
         self.metrics.set_prepared(prepared_counts(cp, &self.view.borrow()));
     }
 
+    /// The devices prepared now: device name → (its VF, the VF's netdev on
+    /// the host when it was prepared).
+    pub async fn prepared_devices(&self) -> super::devices::PreparedDevices {
+        self.checkpoint.lock().await.devices()
+    }
+
     /// Writes the CDI spec of every prepared claim that has none (after a
     /// reboot emptied `/var/run/cdi`, say); returns how many were written.
     pub async fn restore_cdi_specs(&self) -> usize {
@@ -124,7 +129,7 @@ impl Claims {
         rec.devices
             .iter()
             .map(|d| DeviceOut {
-                request: d.request.clone(),
+                request: prepare::top_level_request(&d.request).to_string(),
                 pool: d.pool.clone(),
                 device: d.device.clone(),
                 cdi_ids: d.cdi_ids.clone(),
@@ -132,16 +137,14 @@ impl Claims {
             .collect()
     }
 
+    /// Reads a claim, bounded by [`super::API_TIMEOUT`] (the kubelet asks
+    /// again when a claim fails).
     async fn read(&self, want: &ClaimRef) -> Result<ResourceClaim, PrepareError> {
         let api: Api<ResourceClaim> = Api::namespaced(self.client.clone(), &want.namespace);
-        match tokio::time::timeout(CLAIM_READ_TIMEOUT, api.get_opt(&want.name)).await {
-            Err(_) => Err(PrepareError::Read {
-                claim: want.clone(),
-                why: format!("no answer in {CLAIM_READ_TIMEOUT:?}"),
-            }),
-            Ok(Err(e)) => Err(PrepareError::Read { claim: want.clone(), why: e.to_string() }),
-            Ok(Ok(None)) => Err(PrepareError::NotFound { claim: want.clone() }),
-            Ok(Ok(Some(c))) => Ok(c),
+        match super::bounded("read the ResourceClaim", api.get_opt(&want.name)).await {
+            Err(e) => Err(PrepareError::Read { claim: want.clone(), why: nic::error_chain(&e) }),
+            Ok(None) => Err(PrepareError::NotFound { claim: want.clone() }),
+            Ok(Some(c)) => Ok(c),
         }
     }
 
@@ -239,11 +242,14 @@ impl Claims {
                     uid: c.uid.clone(),
                 })
                 .collect();
-            v.dedup();
+            v.sort_by(|a, b| a.uid.cmp(&b.uid));
+            v.dedup_by(|a, b| a.uid == b.uid);
             v
         };
-        for h in holders {
-            let still = match self.read(&h).await {
+        // Read together: one round of requests, however many holders.
+        let reads = futures::future::join_all(holders.iter().map(|h| self.read(h))).await;
+        for (h, read) in holders.into_iter().zip(reads) {
+            let still = match read {
                 Ok(c) if c.metadata.uid.as_deref() == Some(h.uid.as_str()) => {
                     let held = c
                         .status

@@ -6,7 +6,8 @@
 //!
 //! Limits and names from `k8s.io/api/resource/v1` (`types.go`):
 //! `ResourceSliceMaxDevices` = 128, `ResourceSliceMaxAttributesAndCapacitiesPerDevice`
-//! = 32, `DeviceAttributeMaxValueLength` = 64, `DeviceMaxIDLength` (the identifier
+//! = 32, `DeviceAttributeMaxValueLength` = 64 (bytes: pkg/apis/resource/validation
+//! checks `len()` of the Go string), `DeviceMaxIDLength` (the identifier
 //! of a qualified name) = 32, `DeviceMaxDomainLength` = 63; the standard
 //! attributes `resource.kubernetes.io/pciBusID` (string, `0000:3b:00.2`),
 //! `resource.kubernetes.io/pcieRoot` (string, `pci0000:3a`) and
@@ -27,7 +28,7 @@ use super::devices::{DraDevice, View};
 pub const MAX_DEVICES_PER_SLICE: usize = 128;
 /// At most this many attributes and capacities per device.
 pub const MAX_ATTRIBUTES_PER_DEVICE: usize = 32;
-/// At most this many characters in a string attribute.
+/// At most this many bytes (UTF-8) in a string attribute.
 pub const MAX_STRING_LEN: usize = 64;
 
 /// Our attribute domain (`kuberdma.io/<name>`).
@@ -143,15 +144,13 @@ pub fn attributes(d: &DraDevice, roce: &RoceReadiness) -> (BTreeMap<String, Devi
             ));
             continue;
         }
-        if let Some(s) = &v.string {
-            if s.chars().count() > MAX_STRING_LEN {
-                warnings.push(format!(
-                    "device {}: attribute {name} is {} characters (limit {MAX_STRING_LEN}); left out",
-                    d.name,
-                    s.chars().count()
-                ));
-                continue;
-            }
+        if let Some(s) = v.string.as_ref().filter(|s| s.len() > MAX_STRING_LEN) {
+            warnings.push(format!(
+                "device {}: attribute {name} is {} bytes (the API's limit is {MAX_STRING_LEN}); left out",
+                d.name,
+                s.len()
+            ));
+            continue;
         }
         if out.len() == MAX_ATTRIBUTES_PER_DEVICE {
             warnings.push(format!(
@@ -313,7 +312,41 @@ mod tests {
         d.netdev = Some("x".repeat(65));
         let (a, w) = attributes(&d, &RoceReadiness::new());
         assert!(!a.contains_key("kuberdma.io/netdev"));
-        assert!(w[0].contains("kuberdma.io/netdev") && w[0].contains("65"), "{w:?}");
+        assert!(w[0].contains("kuberdma.io/netdev") && w[0].contains("65 bytes"), "{w:?}");
+        // Exactly at the limit is fine.
+        d.netdev = Some("x".repeat(64));
+        assert!(attributes(&d, &RoceReadiness::new()).0.contains_key("kuberdma.io/netdev"));
+    }
+
+    #[test]
+    fn the_string_limit_counts_bytes_as_the_api_server_does_and_spares_the_slice() {
+        // 40 characters, 80 bytes: under the limit by characters, over it by `len()`,
+        // which is what the API server's validation measures.
+        let mut d = dev("pci-0000-3d-00-2");
+        d.rdma = vec![crate::pools::RdmaInfo {
+            name: "ñ".repeat(40),
+            char_devs: vec![],
+            link_layer: None,
+            in_other_netns: false,
+        }];
+        let view = View { devices: vec![d, dev("pci-0000-3d-00-3")], rdma_cm: true };
+        let (c, w) = content(&view, &RoceReadiness::new());
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("pci-0000-3d-00-2")
+                && w[0].contains("kuberdma.io/rdmaDevice")
+                && w[0].contains("80 bytes")
+        );
+        // The device and its other attributes are published; only that value is left out.
+        let a = c[0][0].attributes.as_ref().unwrap();
+        assert!(!a.contains_key("kuberdma.io/rdmaDevice"));
+        assert_eq!(a["kuberdma.io/netdev"].string.as_deref(), Some("ens1f0v1"));
+        assert_eq!(c[0].len(), 2);
+        for dev in &c[0] {
+            for v in dev.attributes.as_ref().unwrap().values() {
+                assert!(v.string.as_ref().is_none_or(|s| s.len() <= MAX_STRING_LEN));
+            }
+        }
     }
 
     #[test]

@@ -10,7 +10,9 @@
 //! the entries with server-side apply under our field manager — only our
 //! entries (`driver`, `pool`, `device` are the list-map keys), so other
 //! drivers' entries are untouched. When a claim is unprepared, its entries
-//! are released by applying an empty list. Failed writes are retried.
+//! are released by applying an empty list. Failed writes are retried; each
+//! is bounded by [`super::API_TIMEOUT`], and none of this waits in the path of
+//! a prepare or a rescan.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -151,16 +153,18 @@ async fn sync(client: &kube::Client, driver: &str, dir: &std::path::Path, applie
         }
         let api: Api<ResourceClaim> = Api::namespaced(client.clone(), &ns);
         let pp = PatchParams::apply(FIELD_MANAGER).force();
-        match api.patch_status(&name, &pp, &Patch::Apply(body(&ns, &name, &entries))).await {
+        let patch = Patch::Apply(body(&ns, &name, &entries));
+        let write = api.patch_status(&name, &pp, &patch);
+        match super::bounded("write the ResourceClaim status", write).await {
             Ok(_) => {
                 tracing::info!(claim = %format!("{ns}/{name}"), devices = entries.len(), "claim status network data written");
                 applied.insert(uid, ((ns, name), entries));
             }
-            Err(kube::Error::Api(e)) if e.code == 404 => {
+            Err(super::ApiError::Api { source: kube::Error::Api(e), .. }) if e.code == 404 => {
                 applied.remove(&uid);
             }
             Err(e) => {
-                tracing::warn!(claim = %format!("{ns}/{name}"), error = %e, "cannot write claim status; will retry");
+                tracing::warn!(claim = %format!("{ns}/{name}"), error = %nic::error_chain(&e), "cannot write claim status; will retry");
                 retry = true;
             }
         }

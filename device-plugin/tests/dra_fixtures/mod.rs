@@ -152,13 +152,26 @@ impl Env {
         config: Value,
         pod_uid: &str,
     ) -> String {
+        let requests: Vec<Value> = results
+            .iter()
+            .map(|(req, _, _)| json!({"name": req, "exactly": {"deviceClassName": "rdma.kuberdma.io"}}))
+            .collect();
+        self.create_claim_with_requests(name, json!(requests), results, config, pod_uid)
+    }
+
+    /// Like [`Env::create_claim`] with the claim's own `spec.devices.requests`
+    /// (`firstAvailable` lists, say; the results then name `req/sub`).
+    pub fn create_claim_with_requests(
+        &self,
+        name: &str,
+        requests: Value,
+        results: &[(&str, &str, &str)],
+        config: Value,
+        pod_uid: &str,
+    ) -> String {
         let results: Vec<Value> = results
             .iter()
             .map(|(req, driver, dev)| json!({"request": req, "driver": driver, "pool": self.node, "device": dev}))
-            .collect();
-        let requests: Vec<Value> = results
-            .iter()
-            .map(|r| json!({"name": r["request"], "exactly": {"deviceClassName": "rdma.kuberdma.io"}}))
             .collect();
         let obj = self
             .emu
@@ -196,7 +209,8 @@ pub struct Driver {
 }
 
 impl Driver {
-    fn spawn(mut c: tokio::process::Command) -> Self {
+    /// Runs `c` (built with [`Env::command`]), collecting its stderr.
+    pub fn spawn(mut c: tokio::process::Command) -> Self {
         let mut child = c.spawn().expect("spawn kube-rdma-device-plugin dra");
         let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
         let stderr = child.stderr.take().unwrap();
@@ -218,7 +232,12 @@ impl Driver {
 
     /// Waits until the log contains `needle`.
     pub async fn wait_log(&self, needle: &str) {
-        let deadline = tokio::time::Instant::now() + T;
+        self.wait_log_within(needle, T).await;
+    }
+
+    /// Waits up to `within` until the log contains `needle`.
+    pub async fn wait_log_within(&self, needle: &str, within: Duration) {
+        let deadline = tokio::time::Instant::now() + within;
         while !self.log().contains(needle) {
             if tokio::time::Instant::now() > deadline {
                 panic!("no {needle:?} in the driver's log:\n{}", self.log());
@@ -242,6 +261,45 @@ impl Driver {
         let pid = self.child.id().expect("running") as i32;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
         tokio::time::timeout(T, self.child.wait()).await.expect("stops in time").unwrap()
+    }
+}
+
+/// An API server that hangs: a TCP listener that accepts every connection
+/// and never answers (nor closes), as a wedged kube-apiserver or a
+/// black-holed path through a load balancer looks to a client.
+pub struct HungApiServer {
+    pub addr: std::net::SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl HungApiServer {
+    pub async fn start() -> Self {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            let mut held = Vec::new();
+            while let Ok((s, _)) = l.accept().await {
+                held.push(s);
+            }
+        });
+        HungApiServer { addr, task }
+    }
+
+    /// `template` (a kubeconfig) with every cluster's server pointing here,
+    /// written to `path`.
+    pub fn kubeconfig(&self, template: &Path, path: &Path) -> PathBuf {
+        let mut kc: serde_yaml::Value = serde_yaml::from_slice(&std::fs::read(template).unwrap()).unwrap();
+        for c in kc["clusters"].as_sequence_mut().unwrap() {
+            c["cluster"]["server"] = format!("https://{}", self.addr).into();
+        }
+        std::fs::write(path, serde_yaml::to_string(&kc).unwrap()).unwrap();
+        path.to_path_buf()
+    }
+}
+
+impl Drop for HungApiServer {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 
@@ -293,6 +351,22 @@ pub async fn register(reg_socket: &Path) -> Plugin {
         v1beta1: v1beta1::dra_plugin_client::DraPluginClient::new(ch.clone()),
         health: DraResourceHealthClient::new(ch),
     }
+}
+
+/// The CDI devices the kubelet hands a container whose `resources.claims[]`
+/// entry names `request` (empty: the whole claim), from a claim's prepare
+/// answer: pkg/kubelet/cm/dra/claiminfo.go `cdiDevicesAsList`, which keeps a
+/// device when the container names no request, the device names none, or
+/// its `request_names` contain the container's.
+pub fn kubelet_cdi_devices(answer: &v1::NodePrepareResourceResponse, request: &str) -> Vec<String> {
+    answer
+        .devices
+        .iter()
+        .filter(|d| {
+            request.is_empty() || d.request_names.is_empty() || d.request_names.iter().any(|r| r == request)
+        })
+        .flat_map(|d| d.cdi_device_ids.iter().cloned())
+        .collect()
 }
 
 pub fn claim_ref(name: &str, uid: &str) -> v1::Claim {

@@ -1,6 +1,7 @@
 // Command kube runs one Kubernetes component of k8s.io/kubernetes, chosen by
 // its first argument or, when invoked through a link, by its own name:
-// apiserver, controller-manager, scheduler, kubelet, proxy or kubectl. One
+// apiserver, controller-manager, scheduler, kubelet, proxy or kubectl (and
+// `cel`, the scheduler's DRA CEL selector evaluation alone: cel.go). One
 // binary links the shared dependency graph once instead of six times (the
 // same trick as k3s); each component gets exactly the command its upstream
 // main builds, with the same side-effect imports.
@@ -30,7 +31,7 @@ import (
 	kubelet "k8s.io/kubernetes/cmd/kubelet/app"
 )
 
-const usage = "usage: kube apiserver|controller-manager|scheduler|kubelet|proxy|kubectl [flags]\n"
+const usage = "usage: kube apiserver|controller-manager|scheduler|kubelet|proxy|kubectl [flags] | kube cel < input.json\n"
 
 func main() {
 	name := strings.TrimPrefix(filepath.Base(os.Args[0]), "kube-")
@@ -55,6 +56,8 @@ func main() {
 		cmd = kubelet.NewKubeletCommand(context.Background())
 	case "proxy":
 		cmd = proxy.NewProxyCommand()
+	case "cel":
+		os.Exit(celMain(os.Args[1:]))
 	case "kubectl", "ctl":
 		// As k8s.io/kubernetes/cmd/kubectl: verbosity first, errors printed by kubectl.
 		logs.GlogSetter(kubectl.GetLogVerbosity(os.Args)) // nolint:errcheck
