@@ -102,6 +102,8 @@ fn health(lab: &Lab) -> anyhow::Result<String> {
             // No kubelet in the lab VM: nothing to ask.
             pod_resources: None,
             pod_resources_interval: Duration::from_secs(10),
+            // The lab's kubelet opens ListAndWatch right after Register (below).
+            registration: Default::default(),
         };
         let (stop_tx, stop_rx) = oneshot::channel::<()>();
         let d = tokio::spawn(daemon::run(opts, async {
