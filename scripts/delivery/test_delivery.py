@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import textwrap
 import time
 import traceback
 from pathlib import Path
@@ -38,6 +37,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import chart  # noqa: E402
+import docs_test  # noqa: E402
 import dra  # noqa: E402
 import monitoring  # noqa: E402
 import security  # noqa: E402
@@ -392,12 +392,18 @@ def test_examples() -> str:
 
 
 def readme_values() -> tuple[str, dict[str, Any]]:
-    """The worked example's pools.yaml text and its values merged with my-values.yaml (README.md)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    blocks = [textwrap.dedent(b) for b in re.findall(r"```yaml\n(.*?)```", text, re.S)]
-    pools = next(b for b in blocks if b.lstrip().startswith("pools:"))
-    rest = next(b for b in blocks if b.lstrip().startswith("networks:"))
+    """The quick start's examples/pools.yaml text and its values merged with examples/my-values.yaml
+    (README.md shows both files; the docs test checks that it shows them as they are)."""
+    pools = (ROOT / "examples" / "pools.yaml").read_text(encoding="utf-8")
+    rest = (ROOT / "examples" / "my-values.yaml").read_text(encoding="utf-8")
     return pools, {**yaml.safe_load(pools), **yaml.safe_load(rest)}
+
+
+def test_docs_blocks() -> str:
+    files = docs_test.doc_files([])
+    failures = docs_test.run(files, quiet=True)
+    assert not failures, "\n".join(failures)
+    return f"{len(files)} files"
 
 
 def test_readme_example_renders() -> str:
@@ -1557,7 +1563,11 @@ def main() -> int:
     suite.check("validate: rendered NetworkAttachmentDefinitions", test_rendered_nads)
     suite.check("validate: ServiceMonitor selects the metrics Services", test_servicemonitor)
     suite.check("validate: manifests/examples (NAD, pod, RoceProfile)", test_examples)
-    suite.check("docs: README worked example renders and validates", test_readme_example_renders)
+    suite.check("docs: README quick start's pools.yaml + my-values.yaml render and validate",
+                test_readme_example_renders)
+    suite.check("docs: the docs test catches unmarked, failing and stale blocks", docs_test.self_test)
+    suite.check("docs: every `sh test` block of README.md and docs/ runs, with the output it quotes",
+                test_docs_blocks)
     suite.check("security: default values", lambda: test_security(default_values()))
     suite.check("security: full values (Enforce, configfs)", lambda: test_security(full))
     suite.check("security: rbac-proxy values", lambda: test_security(ci_values("rbac-proxy-values.yaml")))
