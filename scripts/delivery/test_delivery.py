@@ -444,6 +444,10 @@ def test_agent_privileges() -> None:
     assert agent_mounts(f) == {"/host/dev": ("/dev", True), "/host/sys": ("/sys", True),
                                "/host/sys/devices": ("/sys/devices", False),
                                "/host/sys/kernel/config": ("/sys/kernel/config", False)}, agent_mounts(f)
+    # A simulated node is written in its own tree (mounted read-write): no host sysfs or configfs.
+    sim = chart.objects(chart.render({**full_values(), "simulatedNode": {"path": "/var/lib/sim"}}))
+    assert agent_mounts(sim) == {"/host/dev": ("/dev", True), "/var/lib/sim": ("/var/lib/sim", False)}, \
+        agent_mounts(sim)
 
 
 def effective_values(values: dict[str, Any]) -> dict[str, Any]:
