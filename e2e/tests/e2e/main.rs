@@ -8,6 +8,8 @@
 //! last case takes the cluster down and checks the host is as it was.
 
 mod ctx;
+mod device_plugin;
+mod pools;
 mod smoke;
 
 use std::time::Instant;
@@ -27,6 +29,7 @@ fn main() {
     let words: Vec<&String> = args.iter().filter(|a| *a != "--keep").collect();
     let mut cases: Vec<Case> = vec![];
     cases.extend(smoke::cases());
+    cases.extend(device_plugin::cases());
     let selected: Vec<&Case> = cases
         .iter()
         .filter(|c| words.is_empty() || words.iter().any(|w| c.name.contains(w.as_str())))
