@@ -72,6 +72,10 @@ pub fn cases() -> Vec<Case> {
             run: pf_link_down_makes_its_vfs_unhealthy,
         },
         Case {
+            name: "device_plugin_pod_start_with_a_vf_and_multus_is_at_most_1_25x_a_plain_pod",
+            run: pod_start_with_a_vf_is_at_most_1_25x_a_plain_pod,
+        },
+        Case {
             name: "device_plugin_kubelet_restart_allocatable_still_right_6_minutes_later",
             run: kubelet_restart_allocatable_still_right_6_minutes_later,
         },
@@ -141,7 +145,8 @@ fn ours(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
 /// the device IDs and the Allocate answer (protobuf bytes).
 fn checkpointed(ctx: &Ctx, pod_uid: &str, resource: &str) -> Result<(Vec<String>, Vec<u8>)> {
     let f = ctx.layout.root("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint");
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(&f).with_context(|| f.display().to_string())?)?;
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&f).with_context(|| f.display().to_string())?)?;
     let entries = v["Data"]["PodDeviceEntries"].as_array().context("checkpoint has no PodDeviceEntries")?;
     let e = entries
         .iter()
@@ -167,13 +172,18 @@ fn contains(hay: &[u8], needle: &str) -> bool {
 
 /// The simulated node as sysfs shows it now.
 fn inventory(ctx: &Ctx) -> Result<(nic::Inventory, nic::Roots)> {
-    let sim = nic::sim::Sim::open(&ctx.layout.sim()).map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
+    let sim =
+        nic::sim::Sim::open(&ctx.layout.sim()).map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
     let roots = sim.roots();
     Ok((nic::discover::discover(&roots), roots))
 }
 
 fn find_vf<'a>(inv: &'a nic::Inventory, pci: &str) -> Result<&'a nic::Vf> {
-    inv.pfs.iter().flat_map(|p| &p.vfs).find(|v| v.pci.to_string() == pci).with_context(|| format!("no VF {pci}"))
+    inv.pfs
+        .iter()
+        .flat_map(|p| &p.vfs)
+        .find(|v| v.pci.to_string() == pci)
+        .with_context(|| format!("no VF {pci}"))
 }
 
 /// Char devices of an RDMA device: uverbs, umad, issm.
@@ -270,7 +280,8 @@ fn check_rdma_vf_container(ctx: &Ctx, pod: &str, id: &str) -> Result<()> {
     let mut got = ours(&env);
     let got_info = got.remove("PCIDEVICE_KUBERDMA_IO_RDMA_VFS_INFO").context("no PCIDEVICE_..._INFO")?;
     ensure!(got == want, "our variables in {pod}: {got:?}, want exactly {want:?}");
-    let got_info: Value = serde_json::from_str(&got_info).with_context(|| format!("_INFO is not JSON: {got_info}"))?;
+    let got_info: Value =
+        serde_json::from_str(&got_info).with_context(|| format!("_INFO is not JSON: {got_info}"))?;
     ensure!(got_info == info, "PCIDEVICE_KUBERDMA_IO_RDMA_VFS_INFO: {got_info}, want {info}");
     Ok(())
 }
@@ -286,9 +297,8 @@ fn cdi_spec(ctx: &Ctx, pool: &str) -> Option<Value> {
 }
 
 fn cdi_spec_names(ctx: &Ctx, pool: &str, id: &str) -> bool {
-    cdi_spec(ctx, pool).is_some_and(|s| {
-        s["devices"].as_array().is_some_and(|d| d.iter().any(|d| d["name"] == id))
-    })
+    cdi_spec(ctx, pool)
+        .is_some_and(|s| s["devices"].as_array().is_some_and(|d| d.iter().any(|d| d["name"] == id)))
 }
 
 fn rdma_vf_pod_gets_its_devices_env_and_cdi_device(ctx: &Ctx) -> Result<()> {
@@ -299,7 +309,7 @@ fn rdma_vf_pod_gets_its_devices_env_and_cdi_device(ctx: &Ctx) -> Result<()> {
         let cdi = format!("{}={id}", res(RDMA));
         ensure!(contains(&s.resp, &cdi), "the checkpointed Allocate answer does not name CDI device {cdi}");
         ensure!(cdi_spec_names(ctx, RDMA, id), "the CDI spec of {RDMA} on the node does not define {id}");
-    Ok(())
+        Ok(())
     })
 }
 
@@ -307,8 +317,14 @@ fn netdevice_pod_gets_its_env_and_nothing_else(ctx: &Ctx) -> Result<()> {
     pools::ensure(ctx, false)?;
     with_pod(ctx, "dp-netdev", NETDEV, |s| {
         let id = &s.ids[0];
-        ensure!(container_devs(ctx, "dp-netdev", "/dev/infiniband")?.is_empty(), "/dev/infiniband devices in a netdevice pod");
-        ensure!(container_devs(ctx, "dp-netdev", "/dev/vfio")?.is_empty(), "/dev/vfio devices in a netdevice pod");
+        ensure!(
+            container_devs(ctx, "dp-netdev", "/dev/infiniband")?.is_empty(),
+            "/dev/infiniband devices in a netdevice pod"
+        );
+        ensure!(
+            container_devs(ctx, "dp-netdev", "/dev/vfio")?.is_empty(),
+            "/dev/vfio devices in a netdevice pod"
+        );
         let mut got = ours(&env_of(ctx, "dp-netdev")?);
         let info = got.remove("PCIDEVICE_KUBERDMA_IO_E810_NETDEV_INFO").context("no _INFO")?;
         let want: BTreeMap<String, String> =
@@ -318,8 +334,12 @@ fn netdevice_pod_gets_its_env_and_nothing_else(ctx: &Ctx) -> Result<()> {
         ensure!(info == json!({ id: {"generic": {"deviceID": id}} }), "_INFO: {info}");
         // A device without container edits is no CDI device (the CDI library refuses the spec).
         ensure!(!contains(&s.resp, &format!("{}=", res(NETDEV))), "the Allocate answer names a CDI device");
-        ensure!(cdi_spec(ctx, NETDEV).is_none(), "a CDI spec exists for {NETDEV}: {:?}", cdi_spec(ctx, NETDEV));
-    Ok(())
+        ensure!(
+            cdi_spec(ctx, NETDEV).is_none(),
+            "a CDI spec exists for {NETDEV}: {:?}",
+            cdi_spec(ctx, NETDEV)
+        );
+        Ok(())
     })
 }
 
@@ -334,7 +354,10 @@ fn vfio_pod_gets_its_group_and_container(ctx: &Ctx) -> Result<()> {
         let want = expected_devs(&roots, &["/dev/vfio/vfio".to_string(), group_path.clone()])?;
         let got = container_devs(ctx, "dp-vfio", "/dev/vfio")?;
         ensure!(got == want, "/dev/vfio: {got:?}, want exactly {want:?}");
-        ensure!(container_devs(ctx, "dp-vfio", "/dev/infiniband")?.is_empty(), "/dev/infiniband devices in a vfio pod");
+        ensure!(
+            container_devs(ctx, "dp-vfio", "/dev/infiniband")?.is_empty(),
+            "/dev/infiniband devices in a vfio pod"
+        );
         let mut got = ours(&env_of(ctx, "dp-vfio")?);
         let info = got.remove("PCIDEVICE_KUBERDMA_IO_E810_VFIO_INFO").context("no _INFO")?;
         let want: BTreeMap<String, String> =
@@ -347,7 +370,7 @@ fn vfio_pod_gets_its_group_and_container(ctx: &Ctx) -> Result<()> {
         let cdi = format!("{}={id}", res(VFIO));
         ensure!(contains(&s.resp, &cdi), "the Allocate answer does not name CDI device {cdi}");
         ensure!(cdi_spec_names(ctx, VFIO, id), "the CDI spec of {VFIO} does not define {id}");
-    Ok(())
+        Ok(())
     })
 }
 
@@ -373,7 +396,11 @@ fn shared_pool_body(ctx: &Ctx) -> Result<()> {
     with_pod(ctx, "dp-shared", SHARED, |s| {
         let id = &s.ids[0];
         let (inv, roots) = inventory(ctx)?;
-        let pf = inv.pfs.iter().find(|p| p.netdevs.iter().any(|n| n.name == "ens1f0np0")).context("no PF ens1f0np0")?;
+        let pf = inv
+            .pfs
+            .iter()
+            .find(|p| p.netdevs.iter().any(|n| n.name == "ens1f0np0"))
+            .context("no PF ens1f0np0")?;
         let r = pf.rdma.first().context("the PF has no RDMA device")?;
         let mut paths: Vec<String> = char_devs(r).iter().map(|c| c.node_path.display().to_string()).collect();
         paths.push("/dev/infiniband/rdma_cm".into());
@@ -391,7 +418,7 @@ fn shared_pool_body(ctx: &Ctx) -> Result<()> {
         .into_iter()
         .collect();
         ensure!(got == want, "our variables: {got:?}, want exactly {want:?}");
-    Ok(())
+        Ok(())
     })
 }
 
@@ -415,7 +442,9 @@ fn registrations(ctx: &Ctx, from: u64, resource: &str) -> Result<usize> {
     let key = format!("resourceName=\"{resource}\"");
     Ok(tail
         .lines()
-        .filter(|l| l.contains("Got registration request from device plugin with resource") && l.contains(&key))
+        .filter(|l| {
+            l.contains("Got registration request from device plugin with resource") && l.contains(&key)
+        })
         .count())
 }
 
@@ -480,11 +509,13 @@ fn wait_restarted(ctx: &Ctx, ns: &str, pod: &str, more_than: i64) -> Result<()> 
 }
 
 fn plugin_pod(ctx: &Ctx) -> Result<String> {
-    let pods = ctx.json(&["-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/component=device-plugin"])?;
+    let pods =
+        ctx.json(&["-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/component=device-plugin"])?;
     pods["items"]
         .as_array()
         .and_then(|i| {
-            i.iter().find(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
+            i.iter()
+                .find(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
         })
         .and_then(|p| p["metadata"]["name"].as_str().map(String::from))
         .context("no running device plugin pod")
@@ -504,7 +535,9 @@ fn deleted_or_crashed_plugin_reregisters(ctx: &Ctx) -> Result<()> {
         crash_container(ctx, "default", "dp-crash")?;
         wait_restarted(ctx, "default", "dp-crash", 0)?;
         check_rdma_vf_container(ctx, "dp-crash", &id)?;
-        eventually("a new device plugin pod", Duration::from_secs(90), || Ok(plugin_pod(ctx).ok().filter(|p| *p != old)))?;
+        eventually("a new device plugin pod", Duration::from_secs(90), || {
+            Ok(plugin_pod(ctx).ok().filter(|p| *p != old))
+        })?;
         registered_once_since(ctx, from)?;
         pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(30))?;
 
@@ -520,7 +553,7 @@ fn deleted_or_crashed_plugin_reregisters(ctx: &Ctx) -> Result<()> {
         pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(30))?;
         ensure!(restart_count(ctx, "default", "dp-crash")? == workload_restarts, "the workload restarted");
         check_rdma_vf_container(ctx, "dp-crash", &id)?;
-    Ok(())
+        Ok(())
     })
 }
 
@@ -728,9 +761,15 @@ fn multus_net1_is_the_allocated_vf(ctx: &Ctx) -> Result<()> {
     ctx.delete("default", "pod", "dp-net")?;
     let (vf_name, before, ip) = r?;
     // Back under its name, with its MAC and MTU; the address freed.
-    let link =
-        eventually(&format!("{vf_name} back on the node"), Duration::from_secs(30), || Ok(node_link(&vf_name)))?;
-    ensure!(link["mtu"] == before["mtu"], "{vf_name} MTU {} after the pod, was {}", link["mtu"], before["mtu"]);
+    let link = eventually(&format!("{vf_name} back on the node"), Duration::from_secs(30), || {
+        Ok(node_link(&vf_name))
+    })?;
+    ensure!(
+        link["mtu"] == before["mtu"],
+        "{vf_name} MTU {} after the pod, was {}",
+        link["mtu"],
+        before["mtu"]
+    );
     ensure!(
         link["address"] == before["address"],
         "{vf_name} MAC {} after the pod, was {}",
@@ -746,10 +785,12 @@ fn multus_net1_is_the_allocated_vf(ctx: &Ctx) -> Result<()> {
 // Health
 
 fn set_pf_link(ctx: &Ctx, pf: &str, up: bool) -> Result<()> {
-    let mut sim = nic::sim::Sim::open(&ctx.layout.sim()).map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
+    let mut sim =
+        nic::sim::Sim::open(&ctx.layout.sim()).map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
     // sysfs first (what the plugin reads), then the link itself (its netlink event is what
     // makes the plugin read sysfs again at once).
-    sim.set_operstate(pf, if up { "up" } else { "down" }).map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
+    sim.set_operstate(pf, if up { "up" } else { "down" })
+        .map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
     node::ip_in(&node::netns(), &["link", "set", pf, if up { "up" } else { "down" }])?;
     Ok(())
 }
@@ -775,6 +816,19 @@ fn pf_link_down_makes_its_vfs_unhealthy(ctx: &Ctx) -> Result<()> {
     let t0 = Instant::now();
     pools::wait_allocatable(ctx, &pools::base_counts(), within).context("Healthy again after link up")?;
     println!("     (Healthy again after {:.1} s)", t0.elapsed().as_secs_f64());
+    Ok(())
+}
+
+fn pod_start_with_a_vf_is_at_most_1_25x_a_plain_pod(ctx: &Ctx) -> Result<()> {
+    let lat = crate::podstart::measure(ctx, 10)?;
+    for l in lat.report().lines() {
+        println!("     {l}");
+    }
+    ensure!(
+        lat.ratio() <= 1.25,
+        "the VF pod starts {:.2}x as slowly as the plain pod (target 1.25x)",
+        lat.ratio()
+    );
     Ok(())
 }
 

@@ -9,6 +9,7 @@
 
 mod ctx;
 mod device_plugin;
+mod podstart;
 mod pools;
 mod smoke;
 
