@@ -106,9 +106,9 @@ pub fn measure(ctx: &Ctx, n: usize) -> Result<Latency> {
                 ctx.delete("default", "pod", &name)?;
                 let d = d?;
                 if vf {
-                    lat.vf.push(d)
+                    lat.vf.push(d);
                 } else {
-                    lat.plain.push(d)
+                    lat.plain.push(d);
                 };
             }
         }
