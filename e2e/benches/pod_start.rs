@@ -5,12 +5,13 @@
 //!   cargo bench -p kube-rdma-e2e --bench pod_start [-- N]
 //!
 //! Brings the cluster up if it is not (as `scripts/cluster up`) and installs the
-//! device plugin cases' pools; leaves the cluster up. Exits 1 when the target is missed.
+//! device plugin cases' pools; leaves the cluster up. Performance is printed, never
+//! asserted (CONTRIBUTING.md, Benchmarks): the last line says whether the target is met.
 
 #[path = "../tests/e2e/ctx.rs"]
 #[allow(dead_code)]
 mod ctx;
-#[path = "../tests/e2e/podstart.rs"]
+#[path = "pod_start/measure.rs"]
 mod podstart;
 #[path = "../tests/e2e/pools.rs"]
 #[allow(dead_code)]
@@ -27,7 +28,6 @@ fn main() {
             println!("{}", lat.report());
             let ok = lat.ratio() <= TARGET;
             println!("target <= {TARGET:.2}x: {}", if ok { "met" } else { "MISSED" });
-            std::process::exit(if ok { 0 } else { 1 });
         }
         Err(e) => {
             eprintln!("pod_start: {e:#}");

@@ -72,10 +72,6 @@ pub fn cases() -> Vec<Case> {
             run: pf_link_down_makes_its_vfs_unhealthy,
         },
         Case {
-            name: "device_plugin_pod_start_with_a_vf_and_multus_is_at_most_1_25x_a_plain_pod",
-            run: pod_start_with_a_vf_is_at_most_1_25x_a_plain_pod,
-        },
-        Case {
             name: "device_plugin_kubelet_restart_allocatable_still_right_6_minutes_later",
             run: kubelet_restart_allocatable_still_right_6_minutes_later,
         },
@@ -850,19 +846,6 @@ fn pf_link_down_makes_its_vfs_unhealthy(ctx: &Ctx) -> Result<()> {
         "     (PF up: the kubelet had the Healthy VFs after {pushed:.1} s, allocatable after {node:.1} s)"
     );
     pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(5))
-}
-
-fn pod_start_with_a_vf_is_at_most_1_25x_a_plain_pod(ctx: &Ctx) -> Result<()> {
-    let lat = crate::podstart::measure(ctx, 10)?;
-    for l in lat.report().lines() {
-        println!("     {l}");
-    }
-    ensure!(
-        lat.ratio() <= 1.25,
-        "the VF pod starts {:.2}x as slowly as the plain pod (target 1.25x)",
-        lat.ratio()
-    );
-    Ok(())
 }
 
 fn chart_back_on_its_default_pool(ctx: &Ctx) -> Result<()> {

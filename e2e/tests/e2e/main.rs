@@ -9,7 +9,6 @@
 
 mod ctx;
 mod device_plugin;
-mod podstart;
 mod pools;
 mod smoke;
 
