@@ -501,8 +501,15 @@ pub fn plan_with(inv: &Inventory, cfg: &Config, alloc: &Allocations) -> Plan {
             for vf in &pf.vfs {
                 let mut facts = vf_facts(pf, vf);
                 // A VF in a pod whose RDMA device left no trace on the host: the
-                // kubelet's word that it is assigned keeps it in its pool.
-                if vf.netdev.is_none() && alloc.assigned_anywhere(&vf.pci.to_string()) {
+                // kubelet's word that it is assigned to a pool that wants RDMA keeps it
+                // there. Only that: a vfio-pci VF (never a netdev) or a netdevice VF in a
+                // pod assigned to a pool without RDMA is no RDMA device, and claiming one
+                // as such would move it into the first `isRdma` pool while the pod runs
+                // (and leave it there as an Unhealthy extra once the pod is gone).
+                let id = vf.pci.to_string();
+                if vf.netdev.is_none()
+                    && pool_facts.iter().any(|p| p.require_rdma && alloc.contains(&p.resource, &id))
+                {
                     facts.is_rdma = true;
                 }
                 let (taken, d) =

@@ -100,6 +100,32 @@ fn the_kubelet_is_a_second_witness_of_use() {
 }
 
 #[test]
+fn a_vf_the_kubelet_assigned_to_a_pool_without_rdma_stays_in_that_pool() {
+    // The e2e node: an RDMA VF pool first, then a netdevice and a vfio pool on the E810.
+    let desc = nic::sim::load_desc(examples().join("../../e2e/node.yaml")).unwrap();
+    let mut sim = Sim::materialise(&desc).unwrap();
+    let text = "pools:\n  - {name: rdma_vfs, selectors: {isRdma: true}}\n  \
+                - {name: e810_netdev, selectors: {drivers: [iavf]}}\n  \
+                - {name: e810_vfio, selectors: {drivers: [vfio-pci]}}\n";
+    let cfg = Config::parse(text, std::path::Path::new("pools.yaml")).unwrap();
+    // A vfio pod holds VF 2 (no netdev, ever); a Multus pod holds VF 0's netdev.
+    sim.remove_netdev("ens2f0v0").unwrap();
+    let inv = nic::discover(&sim.roots());
+    let mut alloc = Allocations::default();
+    alloc.by_resource.entry("kuberdma.io/e810_vfio".into()).or_default().insert("0000:5e:01.2".into());
+    alloc.by_resource.entry("kuberdma.io/e810_netdev".into()).or_default().insert("0000:5e:01.0".into());
+    let plan = pools::plan_with(&inv, &cfg, &alloc);
+    let ids = |i: usize| plan.pools[i].devices.iter().map(|d| d.id.clone()).collect::<Vec<_>>();
+    assert_eq!(ids(0), ["0000:3d:00.1", "0000:3d:00.2", "0000:3d:00.3", "0000:3d:00.4"]);
+    assert_eq!(ids(1), ["0000:5e:01.0", "0000:5e:01.1"]);
+    assert_eq!(ids(2), ["0000:5e:01.2", "0000:5e:01.3"]);
+    for id in ["0000:5e:01.0", "0000:5e:01.2"] {
+        let d = plan.pools.iter().find_map(|p| p.device(id)).unwrap();
+        assert!(d.health.is_healthy() && d.in_use, "{d:?}");
+    }
+}
+
+#[test]
 fn preferred_allocation_leaves_devices_a_pod_still_holds_for_last() {
     let mut sim = exclusive();
     // The kubelet freed these (pod deleted) but the CNI has not taken them back yet.

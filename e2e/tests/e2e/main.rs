@@ -8,7 +8,9 @@
 //! last case takes the cluster down and checks the host is as it was.
 
 mod ctx;
+mod device_plugin;
 mod operator;
+mod pools;
 mod smoke;
 
 use std::time::Instant;
@@ -28,6 +30,9 @@ fn main() {
     let words: Vec<&String> = args.iter().filter(|a| *a != "--keep").collect();
     let mut cases: Vec<Case> = vec![];
     cases.extend(smoke::cases());
+    // The device plugin cases first: their kubelet-restart watcher must see 6 minutes
+    // without another kubelet restart (the operator's stale case stops the kubelet).
+    cases.extend(device_plugin::cases());
     cases.extend(operator::cases());
     let selected: Vec<&Case> = cases
         .iter()

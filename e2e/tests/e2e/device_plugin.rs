@@ -1,0 +1,862 @@
+//! Device plugin mode on the real kubelet (issue 20): the chart serves a pool
+//! of each kind on the simulated node, pods get their devices through the
+//! kubelet's device manager and containerd's CDI, Multus attaches the VF, and
+//! registration survives kubelet and plugin restarts.
+//!
+//! Every case name starts with `device_plugin_`, so `scripts/test-e2e device`
+//! runs them all. Order matters for one pair: the kubelet restart case starts
+//! a watcher of the node's resources that runs while the later cases do, and
+//! `device_plugin_kubelet_restart_..._6_minutes_later` joins it once 6 minutes
+//! have passed since the restart (the kubelet drops a resource whose plugin
+//! has been gone for 5, devicemanager `endpointStopGracePeriod`). No case in
+//! between re-registers a pool (the plugin restart and shared pool cases come
+//! before), so a lost registration cannot be hidden by a fresh one.
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::MetadataExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, ensure, Context, Result};
+use base64::Engine;
+use kube_rdma_e2e::cluster::{self, NAMESPACE, NODE_NAME};
+use kube_rdma_e2e::node;
+use serde_json::{json, Value};
+
+use crate::ctx::{busybox_pod, eventually, Ctx};
+use crate::pools::{self, res, NET, NETDEV, RDMA, SHARED, VFIO};
+use crate::Case;
+
+pub fn cases() -> Vec<Case> {
+    vec![
+        Case {
+            name: "device_plugin_pools_of_each_kind_are_allocatable_with_their_counts",
+            run: pools_of_each_kind_are_allocatable_with_their_counts,
+        },
+        Case {
+            name: "device_plugin_kubectl_describe_node_shows_each_pool_in_capacity_and_allocatable",
+            run: kubectl_describe_node_shows_each_pool,
+        },
+        Case {
+            name: "device_plugin_rdma_vf_pod_gets_its_uverbs_rdma_cm_env_and_cdi_device",
+            run: rdma_vf_pod_gets_its_devices_env_and_cdi_device,
+        },
+        Case {
+            name: "device_plugin_netdevice_pod_gets_its_env_and_no_device_node_or_cdi_device",
+            run: netdevice_pod_gets_its_env_and_nothing_else,
+        },
+        Case {
+            name: "device_plugin_vfio_pod_gets_its_vfio_group_and_container_devices",
+            run: vfio_pod_gets_its_group_and_container,
+        },
+        Case {
+            name: "device_plugin_shared_pool_in_shared_netns_mode_hands_out_the_pf_hca",
+            run: shared_pool_hands_out_the_pf_hca,
+        },
+        Case {
+            name: "device_plugin_deleted_or_crashed_plugin_reregisters_and_a_crashed_container_keeps_its_devices",
+            run: deleted_or_crashed_plugin_reregisters,
+        },
+        Case {
+            name: "device_plugin_kubelet_restart_under_load_registers_once_and_keeps_pods_devices",
+            run: kubelet_restart_under_load_registers_once,
+        },
+        Case {
+            name: "device_plugin_multus_net1_is_the_allocated_vf_and_comes_back_on_delete",
+            run: multus_net1_is_the_allocated_vf,
+        },
+        Case {
+            name: "device_plugin_pf_link_down_makes_its_vfs_unhealthy_at_the_kubelet_within_5_s",
+            run: pf_link_down_makes_its_vfs_unhealthy,
+        },
+        Case {
+            name: "device_plugin_kubelet_restart_allocatable_still_right_6_minutes_later",
+            run: kubelet_restart_allocatable_still_right_6_minutes_later,
+        },
+        Case { name: "device_plugin_chart_back_on_its_default_pool", run: chart_back_on_its_default_pool },
+    ]
+}
+
+// ---------------------------------------------------------------------------
+// Pools on the node
+
+fn pools_of_each_kind_are_allocatable_with_their_counts(ctx: &Ctx) -> Result<()> {
+    pools::ensure(ctx, false)?;
+    let (cap, alloc) = pools::node_resources(ctx)?;
+    for (r, n) in pools::base_counts() {
+        ensure!(cap.get(&r) == Some(&n), "capacity of {r}: {:?}, want {n}", cap.get(&r));
+        ensure!(alloc.get(&r) == Some(&n), "allocatable of {r}: {:?}, want {n}", alloc.get(&r));
+    }
+    Ok(())
+}
+
+fn kubectl_describe_node_shows_each_pool(ctx: &Ctx) -> Result<()> {
+    pools::ensure(ctx, false)?;
+    let out = ctx.kubectl(&["describe", "node", NODE_NAME])?;
+    for section in ["Capacity:", "Allocatable:"] {
+        let lines: Vec<&str> = out
+            .lines()
+            .skip_while(|l| l.trim_end() != section)
+            .skip(1)
+            .take_while(|l| l.starts_with(' '))
+            .collect();
+        ensure!(!lines.is_empty(), "no {section} section in kubectl describe node:\n{out}");
+        for (r, n) in pools::base_counts() {
+            let shown = lines.iter().find_map(|l| {
+                let (k, v) = l.trim().split_once(':')?;
+                (k == r).then(|| v.trim().to_string())
+            });
+            ensure!(shown.as_deref() == Some(&n.to_string()), "{section} {r}: {shown:?}, want {n}\n{out}");
+        }
+    }
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// What a container gets
+
+/// A busybox pod requesting one device of `pool`, with optional annotations.
+fn pool_pod(name: &str, pool: &str, annotations: &str) -> String {
+    let extra = format!("      resources:\n        limits:\n          {}: 1\n", res(pool));
+    busybox_pod("default", name, &extra, annotations)
+}
+
+/// The container's environment.
+fn env_of(ctx: &Ctx, pod: &str) -> Result<BTreeMap<String, String>> {
+    let out = ctx.exec("default", pod, &["env"])?;
+    Ok(out.lines().filter_map(|l| l.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect())
+}
+
+/// Our variables (and the ones we set for NCCL/UCX) in `env`.
+fn ours(env: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    env.iter()
+        .filter(|(k, _)| ["PCIDEVICE_", "KUBERDMA_", "NCCL_", "UCX_"].iter().any(|p| k.starts_with(p)))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+/// What the kubelet checkpointed for the pod's container and `resource`:
+/// the device IDs and the Allocate answer (protobuf bytes).
+fn checkpointed(ctx: &Ctx, pod_uid: &str, resource: &str) -> Result<(Vec<String>, Vec<u8>)> {
+    let f = ctx.layout.root("/var/lib/kubelet/device-plugins/kubelet_internal_checkpoint");
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(&f).with_context(|| f.display().to_string())?)?;
+    let entries = v["Data"]["PodDeviceEntries"].as_array().context("checkpoint has no PodDeviceEntries")?;
+    let e = entries
+        .iter()
+        .find(|e| e["PodUID"] == pod_uid && e["ResourceName"] == resource)
+        .with_context(|| format!("no checkpoint entry for pod {pod_uid} and {resource}"))?;
+    let mut ids: Vec<String> = e["DeviceIDs"]
+        .as_object()
+        .map(|m| m.values().flat_map(|l| l.as_array().cloned().unwrap_or_default()))
+        .into_iter()
+        .flatten()
+        .filter_map(|x| x.as_str().map(String::from))
+        .collect();
+    ids.sort();
+    let resp = base64::engine::general_purpose::STANDARD
+        .decode(e["AllocResp"].as_str().unwrap_or(""))
+        .context("AllocResp is not base64")?;
+    Ok((ids, resp))
+}
+
+fn contains(hay: &[u8], needle: &str) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
+/// The simulated node as sysfs shows it now.
+fn inventory(ctx: &Ctx) -> Result<(nic::Inventory, nic::Roots)> {
+    let sim =
+        nic::sim::Sim::open(&ctx.layout.sim()).map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
+    let roots = sim.roots();
+    Ok((nic::discover::discover(&roots), roots))
+}
+
+fn find_vf<'a>(inv: &'a nic::Inventory, pci: &str) -> Result<&'a nic::Vf> {
+    inv.pfs
+        .iter()
+        .flat_map(|p| &p.vfs)
+        .find(|v| v.pci.to_string() == pci)
+        .with_context(|| format!("no VF {pci}"))
+}
+
+/// Char devices of an RDMA device: uverbs, umad, issm.
+fn char_devs(r: &nic::RdmaDev) -> Vec<&nic::CharDev> {
+    r.uverbs.iter().chain(&r.umad).chain(&r.issm).collect()
+}
+
+/// `major:minor` (hex, as `stat -c %t:%T` prints) of a node on the host.
+fn host_rdev(roots: &nic::Roots, node_path: &str) -> Result<String> {
+    let p = roots.dev.join(node_path.trim_start_matches("/dev/"));
+    let dev = std::fs::metadata(&p).with_context(|| format!("{} on the node", p.display()))?.rdev();
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    Ok(format!("{major:x}:{minor:x}"))
+}
+
+/// The char devices in the container's `dir` (name → `major:minor`); empty
+/// when the directory does not exist. Fails on anything that is not a char device.
+fn container_devs(ctx: &Ctx, pod: &str, dir: &str) -> Result<BTreeMap<String, String>> {
+    let out = ctx.exec(
+        "default",
+        pod,
+        &["sh", "-c", &format!("[ -d {dir} ] || exit 0; for f in {dir}/*; do [ -e \"$f\" ] && stat -c '%n|%F|%t:%T' \"$f\"; done; true")],
+    )?;
+    let mut m = BTreeMap::new();
+    for l in out.lines().filter(|l| !l.is_empty()) {
+        let f: Vec<&str> = l.split('|').collect();
+        ensure!(f.len() == 3 && f[1] == "character special file", "{dir} in the container holds {l}");
+        m.insert(f[0].to_string(), f[2].to_string());
+    }
+    Ok(m)
+}
+
+/// Expected `path → major:minor` for a list of node paths.
+fn expected_devs(roots: &nic::Roots, paths: &[String]) -> Result<BTreeMap<String, String>> {
+    paths.iter().map(|p| Ok((p.clone(), host_rdev(roots, p)?))).collect()
+}
+
+struct Started {
+    ids: Vec<String>,
+    resp: Vec<u8>,
+}
+
+/// Starts `name` with one device of `pool`; its checkpointed allocation.
+fn start_pool_pod(ctx: &Ctx, name: &str, pool: &str, annotations: &str) -> Result<Started> {
+    ctx.delete("default", "pod", name)?;
+    ctx.apply(&pool_pod(name, pool, annotations))?;
+    let p = ctx.wait_running("default", name, Duration::from_secs(120))?;
+    let uid = p["metadata"]["uid"].as_str().context("pod uid")?.to_string();
+    let (ids, resp) = checkpointed(ctx, &uid, &res(pool))?;
+    ensure!(ids.len() == 1, "{name} holds {ids:?} of {pool}, want one device");
+    Ok(Started { ids, resp })
+}
+
+/// Runs `f` with pod `name` holding one device of `pool`, then deletes the pod whatever happened.
+fn with_pod(ctx: &Ctx, name: &str, pool: &str, f: impl FnOnce(&Started) -> Result<()>) -> Result<()> {
+    let r = start_pool_pod(ctx, name, pool, "").and_then(|s| f(&s));
+    let d = ctx.delete("default", "pod", name);
+    r.and(d)
+}
+
+/// What a container of the RDMA VF pool must have for VF `id`: its RDMA char
+/// devices and rdma_cm, and exactly the variables of the README's table (plus
+/// the CDI spec's, which only containerd's CDI injection puts there).
+fn check_rdma_vf_container(ctx: &Ctx, pod: &str, id: &str) -> Result<()> {
+    let (inv, roots) = inventory(ctx)?;
+    let vf = find_vf(&inv, id)?;
+    let r = vf.rdma.first().with_context(|| format!("VF {id} has no RDMA device on the node"))?;
+    let mut paths: Vec<String> = char_devs(r).iter().map(|c| c.node_path.display().to_string()).collect();
+    paths.push("/dev/infiniband/rdma_cm".into());
+    let want = expected_devs(&roots, &paths)?;
+    let got = container_devs(ctx, pod, "/dev/infiniband")?;
+    ensure!(got == want, "/dev/infiniband in {pod}: {got:?}, want exactly {want:?}");
+    ensure!(container_devs(ctx, pod, "/dev/vfio")?.is_empty(), "{pod} has /dev/vfio devices");
+
+    let env = env_of(ctx, pod)?;
+    let mut rdma_info = serde_json::Map::new();
+    for c in char_devs(r) {
+        let key = ["uverbs", "umad", "issm"].into_iter().find(|k| c.name.starts_with(k)).unwrap_or("");
+        rdma_info.insert(key.into(), c.node_path.display().to_string().into());
+    }
+    rdma_info.insert("rdma_cm".into(), "/dev/infiniband/rdma_cm".into());
+    rdma_info.insert("rdma_dev".into(), r.name.clone().into());
+    let info = json!({ id: {"generic": {"deviceID": id}, "rdma": rdma_info} });
+    let want: BTreeMap<String, String> = [
+        ("PCIDEVICE_KUBERDMA_IO_RDMA_VFS".to_string(), id.to_string()),
+        ("KUBERDMA_RDMA_VFS_RDMA_DEVICES".into(), r.name.clone()),
+        ("KUBERDMA_RDMA_VFS_UCX_NET_DEVICES".into(), format!("{}:1", r.name)),
+        ("NCCL_IB_ROCE_VERSION_NUM".into(), "2".into()),
+        (format!("KUBERDMA_RDMA_DEVICE_{}", env_part(id)), r.name.clone()),
+    ]
+    .into_iter()
+    .collect();
+    let mut got = ours(&env);
+    let got_info = got.remove("PCIDEVICE_KUBERDMA_IO_RDMA_VFS_INFO").context("no PCIDEVICE_..._INFO")?;
+    ensure!(got == want, "our variables in {pod}: {got:?}, want exactly {want:?}");
+    let got_info: Value =
+        serde_json::from_str(&got_info).with_context(|| format!("_INFO is not JSON: {got_info}"))?;
+    ensure!(got_info == info, "PCIDEVICE_KUBERDMA_IO_RDMA_VFS_INFO: {got_info}, want {info}");
+    Ok(())
+}
+
+fn env_part(s: &str) -> String {
+    s.chars().map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_uppercase() } else { '_' }).collect()
+}
+
+/// The pool's CDI spec on the node.
+fn cdi_spec(ctx: &Ctx, pool: &str) -> Option<Value> {
+    let f = ctx.layout.root("/run/cdi").join(format!("kuberdma.io-{pool}.json"));
+    serde_json::from_str(&std::fs::read_to_string(f).ok()?).ok()
+}
+
+fn cdi_spec_names(ctx: &Ctx, pool: &str, id: &str) -> bool {
+    cdi_spec(ctx, pool)
+        .is_some_and(|s| s["devices"].as_array().is_some_and(|d| d.iter().any(|d| d["name"] == id)))
+}
+
+fn rdma_vf_pod_gets_its_devices_env_and_cdi_device(ctx: &Ctx) -> Result<()> {
+    pools::ensure(ctx, false)?;
+    with_pod(ctx, "dp-rdma", RDMA, |s| {
+        let id = &s.ids[0];
+        check_rdma_vf_container(ctx, "dp-rdma", id)?;
+        let cdi = format!("{}={id}", res(RDMA));
+        ensure!(contains(&s.resp, &cdi), "the checkpointed Allocate answer does not name CDI device {cdi}");
+        ensure!(cdi_spec_names(ctx, RDMA, id), "the CDI spec of {RDMA} on the node does not define {id}");
+        Ok(())
+    })
+}
+
+fn netdevice_pod_gets_its_env_and_nothing_else(ctx: &Ctx) -> Result<()> {
+    pools::ensure(ctx, false)?;
+    with_pod(ctx, "dp-netdev", NETDEV, |s| {
+        let id = &s.ids[0];
+        ensure!(
+            container_devs(ctx, "dp-netdev", "/dev/infiniband")?.is_empty(),
+            "/dev/infiniband devices in a netdevice pod"
+        );
+        ensure!(
+            container_devs(ctx, "dp-netdev", "/dev/vfio")?.is_empty(),
+            "/dev/vfio devices in a netdevice pod"
+        );
+        let mut got = ours(&env_of(ctx, "dp-netdev")?);
+        let info = got.remove("PCIDEVICE_KUBERDMA_IO_E810_NETDEV_INFO").context("no _INFO")?;
+        let want: BTreeMap<String, String> =
+            [("PCIDEVICE_KUBERDMA_IO_E810_NETDEV".to_string(), id.clone())].into_iter().collect();
+        ensure!(got == want, "our variables: {got:?}, want exactly {want:?}");
+        let info: Value = serde_json::from_str(&info)?;
+        ensure!(info == json!({ id: {"generic": {"deviceID": id}} }), "_INFO: {info}");
+        // A device without container edits is no CDI device (the CDI library refuses the spec).
+        ensure!(!contains(&s.resp, &format!("{}=", res(NETDEV))), "the Allocate answer names a CDI device");
+        ensure!(
+            cdi_spec(ctx, NETDEV).is_none(),
+            "a CDI spec exists for {NETDEV}: {:?}",
+            cdi_spec(ctx, NETDEV)
+        );
+        Ok(())
+    })
+}
+
+fn vfio_pod_gets_its_group_and_container(ctx: &Ctx) -> Result<()> {
+    pools::ensure(ctx, false)?;
+    with_pod(ctx, "dp-vfio", VFIO, |s| {
+        let id = &s.ids[0];
+        let (inv, roots) = inventory(ctx)?;
+        let vf = find_vf(&inv, id)?;
+        let group = vf.vfio.as_ref().with_context(|| format!("VF {id} has no VFIO group on the node"))?;
+        let group_path = group.node_path.display().to_string();
+        let want = expected_devs(&roots, &["/dev/vfio/vfio".to_string(), group_path.clone()])?;
+        let got = container_devs(ctx, "dp-vfio", "/dev/vfio")?;
+        ensure!(got == want, "/dev/vfio: {got:?}, want exactly {want:?}");
+        ensure!(
+            container_devs(ctx, "dp-vfio", "/dev/infiniband")?.is_empty(),
+            "/dev/infiniband devices in a vfio pod"
+        );
+        let mut got = ours(&env_of(ctx, "dp-vfio")?);
+        let info = got.remove("PCIDEVICE_KUBERDMA_IO_E810_VFIO_INFO").context("no _INFO")?;
+        let want: BTreeMap<String, String> =
+            [("PCIDEVICE_KUBERDMA_IO_E810_VFIO".to_string(), id.clone())].into_iter().collect();
+        ensure!(got == want, "our variables: {got:?}, want exactly {want:?}");
+        let info: Value = serde_json::from_str(&info)?;
+        let want_info = json!({ id: {"generic": {"deviceID": id},
+                                     "vfio": {"mount": "/dev/vfio/vfio", "dev-mount": group_path}} });
+        ensure!(info == want_info, "_INFO: {info}, want {want_info}");
+        let cdi = format!("{}={id}", res(VFIO));
+        ensure!(contains(&s.resp, &cdi), "the Allocate answer does not name CDI device {cdi}");
+        ensure!(cdi_spec_names(ctx, VFIO, id), "the CDI spec of {VFIO} does not define {id}");
+        Ok(())
+    })
+}
+
+/// `<sim>/sys/module/ib_core/parameters/netns_mode`, what the plugin reads.
+fn netns_mode_file(ctx: &Ctx) -> std::path::PathBuf {
+    ctx.layout.sim().join("sys/module/ib_core/parameters/netns_mode")
+}
+
+fn shared_pool_hands_out_the_pf_hca(ctx: &Ctx) -> Result<()> {
+    // A shared pool is refused in exclusive mode (as k8s-rdma-shared-dev-plugin refuses to
+    // start): the node flips to shared mode first, as booting with netns_mode=1 would.
+    let mode = netns_mode_file(ctx);
+    let before = std::fs::read_to_string(&mode).with_context(|| mode.display().to_string())?;
+    std::fs::write(&mode, "Y\n")?;
+    let r = shared_pool_body(ctx);
+    let back = pools::ensure(ctx, false);
+    std::fs::write(&mode, &before)?;
+    r.and(back)
+}
+
+fn shared_pool_body(ctx: &Ctx) -> Result<()> {
+    pools::ensure(ctx, true)?;
+    with_pod(ctx, "dp-shared", SHARED, |s| {
+        let id = &s.ids[0];
+        let (inv, roots) = inventory(ctx)?;
+        let pf = inv
+            .pfs
+            .iter()
+            .find(|p| p.netdevs.iter().any(|n| n.name == "ens1f0np0"))
+            .context("no PF ens1f0np0")?;
+        let r = pf.rdma.first().context("the PF has no RDMA device")?;
+        let mut paths: Vec<String> = char_devs(r).iter().map(|c| c.node_path.display().to_string()).collect();
+        paths.push("/dev/infiniband/rdma_cm".into());
+        let want = expected_devs(&roots, &paths)?;
+        let got = container_devs(ctx, "dp-shared", "/dev/infiniband")?;
+        ensure!(got == want, "/dev/infiniband: {got:?}, want exactly {want:?}");
+        let got = ours(&env_of(ctx, "dp-shared")?);
+        // No PCIDEVICE_* in shared mode (the README: VF pools).
+        let want: BTreeMap<String, String> = [
+            ("KUBERDMA_MLX5_SHARED_RDMA_DEVICES".to_string(), r.name.clone()),
+            ("KUBERDMA_MLX5_SHARED_UCX_NET_DEVICES".into(), format!("{}:1", r.name)),
+            ("NCCL_IB_ROCE_VERSION_NUM".into(), "2".into()),
+            (format!("KUBERDMA_RDMA_DEVICE_{}", env_part(id)), r.name.clone()),
+        ]
+        .into_iter()
+        .collect();
+        ensure!(got == want, "our variables: {got:?}, want exactly {want:?}");
+        Ok(())
+    })
+}
+
+// ---------------------------------------------------------------------------
+// Restarts
+
+/// The kubelet's log (appended across restarts).
+fn kubelet_log(ctx: &Ctx) -> std::path::PathBuf {
+    ctx.layout.logs().join("kubelet.log")
+}
+
+fn log_len(ctx: &Ctx) -> u64 {
+    std::fs::metadata(kubelet_log(ctx)).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Registrations of `resource` the kubelet logged after byte `from` of its log
+/// (`server.go` `Register`: "Got registration request from device plugin with resource").
+fn registrations(ctx: &Ctx, from: u64, resource: &str) -> Result<usize> {
+    let all = std::fs::read(kubelet_log(ctx))?;
+    let tail = String::from_utf8_lossy(&all[(from as usize).min(all.len())..]).into_owned();
+    let key = format!("resourceName=\"{resource}\"");
+    Ok(tail
+        .lines()
+        .filter(|l| {
+            l.contains("Got registration request from device plugin with resource") && l.contains(&key)
+        })
+        .count())
+}
+
+/// Waits until every base pool registered once after `from`, then a little
+/// longer, and checks none registered twice.
+fn registered_once_since(ctx: &Ctx, from: u64) -> Result<()> {
+    for r in pools::base_counts().keys() {
+        eventually(&format!("{r} registered with the kubelet"), Duration::from_secs(60), || {
+            Ok((registrations(ctx, from, r)? >= 1).then_some(()))
+        })?;
+    }
+    // The plugin re-registers a pool whose ListAndWatch the kubelet did not open within a few
+    // seconds: a double registration would show by then.
+    std::thread::sleep(Duration::from_secs(8));
+    for r in pools::base_counts().keys() {
+        let n = registrations(ctx, from, r)?;
+        ensure!(n == 1, "{r} registered {n} times with the kubelet (want once)");
+    }
+    Ok(())
+}
+
+/// containerd's task pid of the pod's first container.
+fn container_pid(ctx: &Ctx, ns: &str, pod: &str) -> Result<i32> {
+    let p = ctx.json(&["-n", ns, "get", "pod", pod])?;
+    let cid = p["status"]["containerStatuses"][0]["containerID"]
+        .as_str()
+        .and_then(|s| s.strip_prefix("containerd://"))
+        .with_context(|| format!("{ns}/{pod} has no containerd container"))?
+        .to_string();
+    let out = kube_rdma_e2e::daemon::run(
+        std::process::Command::new(kube_rdma_e2e::peers::bin("ctr"))
+            .arg(format!("--address={}", ctx.layout.containerd_sock().display()))
+            .args(["-n", "k8s.io", "task", "ls"]),
+    )?;
+    out.lines()
+        .find_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 2 && f[0] == cid).then(|| f[1].parse().ok()).flatten()
+        })
+        .with_context(|| format!("no task {cid} in ctr task ls:\n{out}"))
+}
+
+fn restart_count(ctx: &Ctx, ns: &str, pod: &str) -> Result<i64> {
+    let p = ctx.json(&["-n", ns, "get", "pod", pod])?;
+    Ok(p["status"]["containerStatuses"][0]["restartCount"].as_i64().unwrap_or(0))
+}
+
+/// SIGKILLs the pod's container from the host (PID 1 of its namespace ignores it from inside).
+fn crash_container(ctx: &Ctx, ns: &str, pod: &str) -> Result<()> {
+    let pid = container_pid(ctx, ns, pod)?;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL)
+        .with_context(|| format!("killing {pid} of {ns}/{pod}"))?;
+    Ok(())
+}
+
+fn wait_restarted(ctx: &Ctx, ns: &str, pod: &str, more_than: i64) -> Result<()> {
+    eventually(&format!("{ns}/{pod} restarted and ready"), Duration::from_secs(90), || {
+        let p = ctx.json(&["-n", ns, "get", "pod", pod])?;
+        let c = &p["status"]["containerStatuses"][0];
+        Ok((c["restartCount"].as_i64().unwrap_or(0) > more_than && c["ready"] == true).then_some(()))
+    })
+}
+
+fn plugin_pod(ctx: &Ctx) -> Result<String> {
+    let pods =
+        ctx.json(&["-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/component=device-plugin"])?;
+    pods["items"]
+        .as_array()
+        .and_then(|i| {
+            i.iter()
+                .find(|p| p["metadata"]["deletionTimestamp"].is_null() && p["status"]["phase"] == "Running")
+        })
+        .and_then(|p| p["metadata"]["name"].as_str().map(String::from))
+        .context("no running device plugin pod")
+}
+
+fn deleted_or_crashed_plugin_reregisters(ctx: &Ctx) -> Result<()> {
+    pools::ensure(ctx, false)?;
+    with_pod(ctx, "dp-crash", RDMA, |s| {
+        let id = s.ids[0].clone();
+
+        // 1. The DaemonSet's pod deleted; while it is gone, the workload's container crashes:
+        // the kubelet restarts it from its checkpointed Allocate answer, CDI names included.
+        let from = log_len(ctx);
+        let old = plugin_pod(ctx)?;
+        ctx.delete(NAMESPACE, "pod", &old)?;
+        ensure!(cdi_spec_names(ctx, RDMA, &id), "the CDI spec of {id} went with the plugin pod");
+        crash_container(ctx, "default", "dp-crash")?;
+        wait_restarted(ctx, "default", "dp-crash", 0)?;
+        check_rdma_vf_container(ctx, "dp-crash", &id)?;
+        eventually("a new device plugin pod", Duration::from_secs(90), || {
+            Ok(plugin_pod(ctx).ok().filter(|p| *p != old))
+        })?;
+        registered_once_since(ctx, from)?;
+        pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(30))?;
+
+        // 2. The plugin's own container crashes (no cleanup of its sockets): the kubelet restarts
+        // it and it registers again; the workload keeps its devices and does not restart.
+        let from = log_len(ctx);
+        let plugin = plugin_pod(ctx)?;
+        let before = restart_count(ctx, NAMESPACE, &plugin)?;
+        let workload_restarts = restart_count(ctx, "default", "dp-crash")?;
+        crash_container(ctx, NAMESPACE, &plugin)?;
+        wait_restarted(ctx, NAMESPACE, &plugin, before)?;
+        registered_once_since(ctx, from)?;
+        pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(30))?;
+        ensure!(restart_count(ctx, "default", "dp-crash")? == workload_restarts, "the workload restarted");
+        check_rdma_vf_container(ctx, "dp-crash", &id)?;
+        Ok(())
+    })
+}
+
+/// The watcher the kubelet restart case leaves running: the node's resources
+/// every few seconds until 6 minutes after the restart.
+struct Watch {
+    restarted: Instant,
+    log_from: u64,
+    stop: Arc<AtomicBool>,
+    handle: JoinHandle<Vec<String>>,
+}
+
+static WATCH: Mutex<Option<Watch>> = Mutex::new(None);
+
+/// How long allocatable is watched after the kubelet restart: past the
+/// kubelet's 5-minute endpoint grace.
+const WATCH_FOR: Duration = Duration::from_secs(6 * 60);
+
+/// Busy threads on every core until `stop` is set.
+fn load(stop: Arc<AtomicBool>) -> Vec<JoinHandle<()>> {
+    let n = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2);
+    (0..n)
+        .map(|_| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let mut x: u64 = 1;
+                while !stop.load(Ordering::Relaxed) {
+                    for _ in 0..100_000 {
+                        x = x.wrapping_mul(6364136223846793005).wrapping_add(1);
+                    }
+                    std::hint::black_box(x);
+                }
+            })
+        })
+        .collect()
+}
+
+fn kubelet_restart_under_load_registers_once(ctx: &Ctx) -> Result<()> {
+    pools::ensure(ctx, false)?;
+    if let Some(w) = WATCH.lock().expect("lock").take() {
+        w.stop.store(true, Ordering::Relaxed);
+        let _ = w.handle.join();
+    }
+    let s = start_pool_pod(ctx, "dp-keep", RDMA, "")?;
+    let id = s.ids[0].clone();
+    let from = log_len(ctx);
+    let stop_load = Arc::new(AtomicBool::new(false));
+    let loaders = load(stop_load.clone());
+    let r = (|| {
+        cluster::restart_daemon("kubelet", Duration::from_secs(10))?;
+        let restarted = Instant::now();
+        eventually("the node Ready after the kubelet restart", Duration::from_secs(90), || {
+            let n = ctx.json(&["get", "node", NODE_NAME])?;
+            let ready = n["status"]["conditions"]
+                .as_array()
+                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+            Ok(ready.then_some(()))
+        })?;
+        registered_once_since(ctx, from)?;
+        pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(60))?;
+        Ok::<Instant, anyhow::Error>(restarted)
+    })();
+    stop_load.store(true, Ordering::Relaxed);
+    for l in loaders {
+        let _ = l.join();
+    }
+    let restarted = r?;
+
+    // The running pod kept its VF and devices; a new pod still gets one.
+    ensure!(restart_count(ctx, "default", "dp-keep")? == 0, "dp-keep restarted with the kubelet");
+    check_rdma_vf_container(ctx, "dp-keep", &id)?;
+    let n = start_pool_pod(ctx, "dp-new", RDMA, "")?;
+    ensure!(n.ids[0] != id, "dp-new got {id}, the VF dp-keep holds");
+    check_rdma_vf_container(ctx, "dp-new", &n.ids[0])?;
+    ctx.delete("default", "pod", "dp-new")?;
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let watcher_ctx = Ctx { layout: ctx.layout.clone() };
+    let stop_w = stop.clone();
+    let handle = std::thread::spawn(move || {
+        let mut problems = vec![];
+        while restarted.elapsed() < WATCH_FOR && !stop_w.load(Ordering::Relaxed) {
+            match pools::node_resources(&watcher_ctx) {
+                Ok((cap, _)) => {
+                    for r in pools::base_counts().keys() {
+                        if !cap.contains_key(r) {
+                            problems.push(format!(
+                                "{r} missing from the node's capacity {:.0} s after the restart",
+                                restarted.elapsed().as_secs_f64()
+                            ));
+                        }
+                    }
+                }
+                Err(e) => problems.push(format!("reading the node: {e:#}")),
+            }
+            std::thread::sleep(Duration::from_secs(5));
+        }
+        problems
+    });
+    *WATCH.lock().expect("lock") = Some(Watch { restarted, log_from: from, stop, handle });
+    println!("     (watching the node's resources until 6 minutes after the kubelet restart)");
+    Ok(())
+}
+
+fn kubelet_restart_allocatable_still_right_6_minutes_later(ctx: &Ctx) -> Result<()> {
+    let Some(w) = WATCH.lock().expect("lock").take() else {
+        bail!("no kubelet restart is being watched: run device_plugin_kubelet_restart_under_load_... first (the word `kubelet_restart` selects both)");
+    };
+    let left = WATCH_FOR.saturating_sub(w.restarted.elapsed());
+    println!("     (waiting {:.0} s more)", left.as_secs_f64());
+    std::thread::sleep(left + Duration::from_secs(10));
+    let problems = w.handle.join().map_err(|_| anyhow::anyhow!("the watcher panicked"))?;
+    ensure!(problems.is_empty(), "while watching:\n{}", problems.join("\n"));
+    let (cap, alloc) = pools::node_resources(ctx)?;
+    for (r, n) in pools::base_counts() {
+        ensure!(
+            cap.get(&r) == Some(&n) && alloc.get(&r) == Some(&n),
+            "{:.0} s after the kubelet restart {r}: capacity {:?}, allocatable {:?}, want {n}",
+            w.restarted.elapsed().as_secs_f64(),
+            cap.get(&r),
+            alloc.get(&r)
+        );
+        let regs = registrations(ctx, w.log_from, &r)?;
+        ensure!(regs == 1, "{r} registered {regs} times since the kubelet restart (want once)");
+    }
+    let p = ctx.json(&["-n", "default", "get", "pod", "dp-keep"])?;
+    ensure!(p["status"]["phase"] == "Running", "dp-keep: {}", p["status"]["phase"]);
+    let s = start_pool_pod(ctx, "dp-late", RDMA, "")?;
+    check_rdma_vf_container(ctx, "dp-late", &s.ids[0])?;
+    ctx.delete("default", "pod", "dp-late")?;
+    ctx.delete("default", "pod", "dp-keep")
+}
+
+// ---------------------------------------------------------------------------
+// Multus
+
+/// `ip -j link show dev NAME` in the node's netns; `None` when it is not there.
+fn node_link(name: &str) -> Option<Value> {
+    let out = node::ip_in(&node::netns(), &["-j", "link", "show", "dev", name]).ok()?;
+    let v: Value = serde_json::from_str(&out).ok()?;
+    v.as_array()?.first().cloned()
+}
+
+fn multus_net1_is_the_allocated_vf(ctx: &Ctx) -> Result<()> {
+    pools::ensure(ctx, false)?;
+    // The VFs' netdevs as the node has them before the pod (name, MAC, MTU by PCI address).
+    let (inv, _) = inventory(ctx)?;
+    let netdevs: BTreeMap<String, Value> = inv
+        .pfs
+        .iter()
+        .flat_map(|p| &p.vfs)
+        .filter_map(|v| {
+            let n = v.netdev.as_ref()?;
+            Some((v.pci.to_string(), node_link(&n.name)?))
+        })
+        .collect();
+    let s = start_pool_pod(ctx, "dp-net", RDMA, &format!("k8s.v1.cni.cncf.io/networks: {NET}"))?;
+    let id = s.ids[0].clone();
+    let r = (|| {
+        let before = netdevs.get(&id).with_context(|| format!("VF {id} had no netdev on the node"))?;
+        let vf_name = before["ifname"].as_str().context("ifname")?.to_string();
+        // The VF's netdev left the node; the pod has it as net1 with the NAD's MTU and an address.
+        ensure!(node_link(&vf_name).is_none(), "{vf_name} (the allocated VF) is still on the node");
+        let out = ctx.exec(
+            "default",
+            "dp-net",
+            &["sh", "-c", "cat /sys/class/net/net1/mtu /sys/class/net/net1/address; ip -4 -o addr show net1"],
+        )?;
+        let mut lines = out.lines();
+        let mtu = lines.next().unwrap_or("").trim();
+        ensure!(mtu == pools::NET_MTU.to_string(), "net1 MTU {mtu}, want {}", pools::NET_MTU);
+        let mac = lines.next().unwrap_or("").trim();
+        ensure!(Some(mac) == before["address"].as_str(), "net1 MAC {mac}, the VF's is {}", before["address"]);
+        let addr = out
+            .split_whitespace()
+            .skip_while(|w| *w != "inet")
+            .nth(1)
+            .with_context(|| format!("net1 has no IPv4 address: {out}"))?
+            .to_string();
+        ensure!(addr.starts_with("192.168.213.") && addr.ends_with("/24"), "net1 has {addr}");
+        let ip = addr.trim_end_matches("/24").to_string();
+        let lease = ctx.layout.root("/var/lib/cni/networks").join(NET).join(&ip);
+        ensure!(lease.exists(), "host-local has no lease {}", lease.display());
+        // Multus names the device it attached: the one the kubelet allocated.
+        let p = ctx.json(&["-n", "default", "get", "pod", "dp-net"])?;
+        let status: Value = serde_json::from_str(
+            p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"].as_str().unwrap_or("[]"),
+        )?;
+        let net1 = status
+            .as_array()
+            .and_then(|a| a.iter().find(|n| n["interface"] == "net1"))
+            .with_context(|| format!("network-status has no net1: {status}"))?;
+        ensure!(
+            net1["device-info"]["pci"]["pci-address"] == id.as_str(),
+            "network-status net1 device-info {} is not the allocated {id}",
+            net1["device-info"]
+        );
+        ensure!(
+            net1["ips"].as_array().is_some_and(|a| a.iter().any(|x| x == ip.as_str())),
+            "network-status ips {}",
+            net1["ips"]
+        );
+        Ok((vf_name, before.clone(), ip))
+    })();
+    ctx.delete("default", "pod", "dp-net")?;
+    let (vf_name, before, ip) = r?;
+    // Back under its name, with its MAC and MTU; the address freed.
+    let link = eventually(&format!("{vf_name} back on the node"), Duration::from_secs(30), || {
+        Ok(node_link(&vf_name))
+    })?;
+    ensure!(
+        link["mtu"] == before["mtu"],
+        "{vf_name} MTU {} after the pod, was {}",
+        link["mtu"],
+        before["mtu"]
+    );
+    ensure!(
+        link["address"] == before["address"],
+        "{vf_name} MAC {} after the pod, was {}",
+        link["address"],
+        before["address"]
+    );
+    let lease = ctx.layout.root("/var/lib/cni/networks").join(NET).join(&ip);
+    ensure!(!lease.exists(), "the address {ip} is still leased after the pod");
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// Health
+
+fn set_pf_link(ctx: &Ctx, pf: &str, up: bool) -> Result<()> {
+    let mut sim =
+        nic::sim::Sim::open(&ctx.layout.sim()).map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
+    // sysfs first (what the plugin reads), then the link itself (its netlink event is what
+    // makes the plugin read sysfs again at once).
+    sim.set_operstate(pf, if up { "up" } else { "down" })
+        .map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
+    node::ip_in(&node::netns(), &["link", "set", pf, if up { "up" } else { "down" }])?;
+    Ok(())
+}
+
+/// How often the kubelet writes its node status (`nodeStatusUpdateFrequency`, default 10 s,
+/// not set by the e2e's KubeletConfiguration): device health reaches the kubelet at once but
+/// `status.allocatable` only at its next status update.
+const NODE_STATUS_EVERY: Duration = Duration::from_secs(10);
+
+/// "State pushed for device plugin" lines of `resource` after byte `from` (`client.go`: the
+/// kubelet received a ListAndWatch update).
+fn state_pushes(ctx: &Ctx, from: u64, resource: &str) -> Result<usize> {
+    let all = std::fs::read(kubelet_log(ctx))?;
+    let tail = String::from_utf8_lossy(&all[(from as usize).min(all.len())..]).into_owned();
+    let key = format!("resource=\"{resource}\"");
+    Ok(tail.lines().filter(|l| l.contains("State pushed for device plugin") && l.contains(&key)).count())
+}
+
+/// Sets the PF link `up` or down; within 5 s the kubelet has the plugin's
+/// update, and allocatable shows it at the kubelet's next node status update.
+/// Returns (seconds to the kubelet's update, seconds to allocatable).
+fn link_change_reaches_the_node(ctx: &Ctx, up: bool, want_alloc: u32) -> Result<(f64, f64)> {
+    let rdma = res(RDMA);
+    let from = log_len(ctx);
+    set_pf_link(ctx, "ens1f0np0", up)?;
+    let t0 = Instant::now();
+    eventually("the kubelet receiving the plugin's update", Duration::from_secs(5), || {
+        Ok((state_pushes(ctx, from, &rdma)? >= 1).then_some(()))
+    })?;
+    let pushed = t0.elapsed().as_secs_f64();
+    eventually(
+        &format!("allocatable {rdma} {want_alloc} (capacity 4)"),
+        Duration::from_secs(5) + NODE_STATUS_EVERY,
+        || {
+            let (cap, alloc) = pools::node_resources(ctx)?;
+            Ok((cap.get(&rdma) == Some(&4) && alloc.get(&rdma) == Some(&want_alloc)).then_some(()))
+        },
+    )?;
+    Ok((pushed, t0.elapsed().as_secs_f64()))
+}
+
+fn pf_link_down_makes_its_vfs_unhealthy(ctx: &Ctx) -> Result<()> {
+    pools::ensure(ctx, false)?;
+    let r = (|| {
+        let (pushed, node) = link_change_reaches_the_node(ctx, false, 0)?;
+        println!("     (PF down: the kubelet had the Unhealthy VFs after {pushed:.1} s, allocatable after {node:.1} s)");
+        let (_, alloc) = pools::node_resources(ctx)?;
+        ensure!(alloc.get(&res(NETDEV)) == Some(&2), "the E810's pool changed: {alloc:?}");
+        Ok(())
+    })();
+    if r.is_err() {
+        set_pf_link(ctx, "ens1f0np0", true)?;
+        return r;
+    }
+    let (pushed, node) = link_change_reaches_the_node(ctx, true, 4).context("Healthy again after link up")?;
+    println!(
+        "     (PF up: the kubelet had the Healthy VFs after {pushed:.1} s, allocatable after {node:.1} s)"
+    );
+    pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(5))
+}
+
+fn chart_back_on_its_default_pool(ctx: &Ctx) -> Result<()> {
+    pools::restore_defaults(ctx)?;
+    let want: BTreeMap<String, u32> = [(res(RDMA), 4)].into_iter().collect();
+    pools::wait_allocatable(ctx, &want, Duration::from_secs(90))?;
+    let nad = ctx.json(&["-n", "default", "get", "network-attachment-definitions", NET]);
+    ensure!(nad.is_err(), "the chart left NetworkAttachmentDefinition {NET}");
+    // Pods a failed case left behind (each case deletes its own when it passes).
+    for p in ["dp-keep", "dp-new", "dp-late", "dp-net"] {
+        ctx.delete("default", "pod", p)?;
+    }
+    Ok(())
+}
