@@ -81,6 +81,10 @@ pub struct UndoCx<'a> {
     pub pci: Option<PciAddr>,
     /// The VF lock's descriptor, which IPAM plugins inherit ([`crate::ipam::start`]).
     pub held: Option<RawFd>,
+    /// The attachment the VF was given to after this one (its journal
+    /// name, from the VF lock: [`crate::journal::Lock::owner`]): the VF's
+    /// PF-side settings and its netdev on the host are that one's now.
+    pub reassigned: Option<String>,
     host: Option<RouteSocket>,
     /// The pod's route socket, being opened on a thread in the pod.
     pod_socket: Option<Spawned<std::result::Result<RouteSocket, LinkError>>>,
@@ -99,7 +103,20 @@ impl<'a> UndoCx<'a> {
     ) -> Self {
         let pod = if netns.is_empty() { None } else { Netns::open(netns).ok() };
         let pod_socket = pod.as_ref().and_then(|p| p.spawn(RouteSocket::open_here).ok());
-        UndoCx { roots, env, pod, pci, held, host: None, pod_socket }
+        UndoCx { roots, env, pod, pci, held, reassigned: None, host: None, pod_socket }
+    }
+
+    /// Notes who the VF lock `lock` says the VF belongs to, if that is not
+    /// the attachment `(container_id, ifname)` being undone.
+    pub fn owned_by_lock(
+        mut self,
+        lock: Option<&crate::journal::Lock>,
+        container_id: &str,
+        ifname: &str,
+    ) -> Self {
+        let ours = crate::journal::file_name(container_id, ifname);
+        self.reassigned = lock.map(crate::journal::Lock::owner).filter(|o| !o.is_empty() && *o != ours);
+        self
     }
 
     /// The pod's route socket (`None`: no pod netns).
@@ -215,6 +232,10 @@ impl PfAttrs {
     /// `ip link set PF vf N <restore>`. A PF that is gone took its VFs'
     /// settings with it: nothing to restore.
     pub fn undo(&self, cx: &mut UndoCx) -> Result<()> {
+        if let Some(owner) = &cx.reassigned {
+            tracing::info!(pf = %self.pf_netdev, vf = self.vf, owner = %owner, "the VF was given to another attachment since: its PF-side settings are that one's, left as they are");
+            return Ok(());
+        }
         let host = cx.host()?;
         let Some(pf) = self.pf(host)? else {
             tracing::warn!(pf = %self.pf_netdev, "PF netdev gone; its VF settings went with it");
@@ -381,6 +402,11 @@ impl NetdevMove {
                     tracing::warn!(name = %name, "the pod's link of that name is not our VF; leaving it");
                 }
             }
+        }
+        if let Some(owner) = &cx.reassigned {
+            // Not in this attachment's pod: wherever it is, it is another's.
+            tracing::info!(name = %self.host_name, owner = %owner, "the VF was given to another attachment since: its netdev is left as it is");
+            return Ok(());
         }
         let (pci, roots) = (cx.pci, cx.roots);
         let host = cx.host()?;
