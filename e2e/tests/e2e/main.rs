@@ -7,6 +7,7 @@
 //! A WORD runs only the cases whose name contains it. Without `--keep` the
 //! last case takes the cluster down and checks the host is as it was.
 
+mod cni;
 mod ctx;
 mod smoke;
 
@@ -27,6 +28,7 @@ fn main() {
     let words: Vec<&String> = args.iter().filter(|a| *a != "--keep").collect();
     let mut cases: Vec<Case> = vec![];
     cases.extend(smoke::cases());
+    cases.extend(cni::cases());
     let selected: Vec<&Case> = cases
         .iter()
         .filter(|c| words.is_empty() || words.iter().any(|w| c.name.contains(w.as_str())))
