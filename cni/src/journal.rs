@@ -177,6 +177,23 @@ pub fn list(state_dir: &Path) -> Result<Vec<(PathBuf, Result<Journal>)>> {
     Ok(out)
 }
 
+/// The attachment VF `pci` was given to after the one journaled at `path`:
+/// another journal naming the VF and written later (the ADDs of a VF run one
+/// at a time under its lock, and each writes its journal once, before its
+/// first step). `None`: the VF is still this attachment's, as far as the
+/// state dir knows. Reads every journal: DEL and GC ask only when the
+/// attachment's pod netns is gone (a node reboot, a sandbox killed without
+/// its DEL), the one way another ADD can have had the VF meanwhile.
+pub fn later_owner(state_dir: &Path, path: &Path, pci: PciAddr) -> Option<String> {
+    let written = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let mine = written(path)?;
+    list(state_dir).ok()?.into_iter().find_map(|(p, j)| {
+        let j = j.ok()?;
+        (p != path && j.pci == Some(pci) && written(&p).is_some_and(|t| t > mine))
+            .then(|| format!("{}/{}", j.container_id, j.ifname))
+    })
+}
+
 /// A journal in place under its name, being flushed to disk on its own
 /// thread ([`save`]).
 #[derive(Debug)]
@@ -313,7 +330,6 @@ pub fn ensure_dirs(state_dir: &Path) -> Result<()> {
 #[derive(Debug)]
 pub struct Lock {
     file: File,
-    path: PathBuf,
 }
 
 impl Lock {
@@ -324,7 +340,6 @@ impl Lock {
         let file = OpenOptions::new()
             .create(true)
             .truncate(false)
-            .read(true)
             .write(true)
             .open(&p)
             .map_err(|e| Error::io(&p, e))?;
@@ -334,7 +349,7 @@ impl Lock {
             // SAFETY: flock on a descriptor we own.
             let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
             if r == 0 {
-                return Ok(Self { file, path: p });
+                return Ok(Self { file });
             }
             let e = std::io::Error::last_os_error();
             if e.raw_os_error() != Some(libc::EWOULDBLOCK) && e.raw_os_error() != Some(libc::EINTR) {
@@ -354,27 +369,6 @@ impl Lock {
     /// file, so the lock then lasts until both have closed it.
     pub fn raw_fd(&self) -> std::os::fd::RawFd {
         self.file.as_raw_fd()
-    }
-
-    /// What the lock file says: for a VF lock, the journal name of the
-    /// attachment the VF was last given to ([`Lock::set_owner`]); empty for
-    /// a lock no ADD of this build has taken. Only meaningful while held.
-    pub fn owner(&self) -> String {
-        use std::os::unix::fs::FileExt;
-        let mut buf = [0u8; NAME_MAX + 1];
-        let n = self.file.read_at(&mut buf, 0).unwrap_or(0);
-        String::from_utf8_lossy(&buf[..n]).trim().to_string()
-    }
-
-    /// Records `owner` (a journal file name) in the lock file: the VF now
-    /// belongs to that attachment. A journal whose pod went without a DEL
-    /// (a node reboot, a netns gone) may outlive the VF's next attachment;
-    /// its late DEL then reads here that the VF's settings are no longer its
-    /// own to restore. Written while the lock is held, so DEL reads it whole.
-    pub fn set_owner(&self, owner: &str) -> Result<()> {
-        use std::os::unix::fs::FileExt;
-        self.file.set_len(0).map_err(|e| Error::io(&self.path, e))?;
-        self.file.write_all_at(owner.as_bytes(), 0).map_err(|e| Error::io(&self.path, e))
     }
 }
 

@@ -81,9 +81,9 @@ pub struct UndoCx<'a> {
     pub pci: Option<PciAddr>,
     /// The VF lock's descriptor, which IPAM plugins inherit ([`crate::ipam::start`]).
     pub held: Option<RawFd>,
-    /// The attachment the VF was given to after this one (its journal
-    /// name, from the VF lock: [`crate::journal::Lock::owner`]): the VF's
-    /// PF-side settings and its netdev on the host are that one's now.
+    /// The attachment the VF was given to after this one (`container/ifname`,
+    /// [`UndoCx::owned_after`]): the VF's PF-side settings and its netdev are
+    /// that one's now.
     pub reassigned: Option<String>,
     host: Option<RouteSocket>,
     /// The pod's route socket, being opened on a thread in the pod.
@@ -106,16 +106,12 @@ impl<'a> UndoCx<'a> {
         UndoCx { roots, env, pod, pci, held, reassigned: None, host: None, pod_socket }
     }
 
-    /// Notes who the VF lock `lock` says the VF belongs to, if that is not
-    /// the attachment `(container_id, ifname)` being undone.
-    pub fn owned_by_lock(
-        mut self,
-        lock: Option<&crate::journal::Lock>,
-        container_id: &str,
-        ifname: &str,
-    ) -> Self {
-        let ours = crate::journal::file_name(container_id, ifname);
-        self.reassigned = lock.map(crate::journal::Lock::owner).filter(|o| !o.is_empty() && *o != ours);
+    /// Notes the attachment the VF was given to after this one, if any
+    /// ([`crate::journal::later_owner`]), when this one's pod netns is gone.
+    pub fn owned_after(mut self, state_dir: &std::path::Path, journal: &std::path::Path) -> Self {
+        if self.pod.is_none() {
+            self.reassigned = self.pci.and_then(|p| crate::journal::later_owner(state_dir, journal, p));
+        }
         self
     }
 

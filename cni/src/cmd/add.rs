@@ -144,16 +144,12 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         steps,
     };
     let saved = journal::save(&jpath, &j)?;
-    // From here the VF is this attachment's: a late DEL of an earlier one
-    // (its pod gone without it, as after a node reboot) must leave it alone.
-    let previous_owner = vf_lock.owner();
-    let owned = vf_lock.set_owner(&journal::file_name(&env.container_id, &env.ifname));
     failpoint("journal");
     tracing::debug!(steps = ?j.steps.iter().map(Step::name).collect::<Vec<_>>(), ms = t0.elapsed().as_secs_f64() * 1e3, "planned");
 
     let mut run = Run { started: 0, pending: None, held: Some(vf_lock.raw_fd()) };
     // The journal is flushed while the steps run; ADD succeeds once it is on disk.
-    let applied = owned.and_then(|()| run.apply(&j.steps, env, &mut host, &pod, &mut podc, &mut pf_lock));
+    let applied = run.apply(&j.steps, env, &mut host, &pod, &mut podc, &mut pf_lock);
     match applied.and_then(|r| saved.durable().map(|()| r)) {
         Ok(ipam_result) => {
             let iface = match &target {
@@ -188,8 +184,6 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
             let mut cx = UndoCx::new(roots, env, &env.netns, Some(vf.pci), run.held);
             if txn::undo(&j.steps[..run.started], &mut cx).complete() {
                 let _ = journal::remove(&jpath);
-                // Nothing of this attachment is left: the VF is as it was, and so is its owner.
-                let _ = vf_lock.set_owner(&previous_owner);
             } else {
                 tracing::error!("rollback incomplete; the journal stays for the DEL the runtime sends");
             }
