@@ -461,6 +461,9 @@ impl NetdevMove {
         let mut change = self.restore(l);
         change.netns_fd = Some(here.raw_fd());
         change.name = Some(self.host_name.clone());
+        // The move itself takes the link down (`__dev_change_net_namespace`
+        // closes it): its state is set after the move, in the same request.
+        change.up = Some(self.original.up);
         match pod.set_link(l.index, &change) {
             Ok(()) => return Ok(()),
             Err(e) if e.errno() == Some(libc::EEXIST) => {}

@@ -1393,3 +1393,24 @@ fn a_late_del_of_a_pod_gone_with_its_node_leaves_the_vf_of_the_pod_that_has_it_n
     assert!(lab.ipam_allocations().is_empty());
     assert_eq!(lab.state_files(), ["cni.log".to_string()].into());
 }
+
+/// Regression (found by the e2e tier, whose VF netdevs are up on the node as
+/// `ip link set up` or systemd-networkd leave them): DEL brought an up VF home
+/// down. Its state in the pod (up) matched the original, so the request left
+/// it out, but the netns move closes the link; the state is now always set.
+#[test]
+fn del_brings_a_vf_that_was_up_home_up() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    ip(lab.host.name(), &["link", "set", &vfname, "up"]);
+    let before = link_info(lab.host.name(), &vfname);
+    assert!(before.2, "set up above");
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.229.0.0/24");
+    let (code, out) = lab.cni("ADD", "up1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert!(link_info(pod.name(), "net1").2, "up in the pod");
+    let (code, out) = lab.cni("DEL", "up1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(link_info(lab.host.name(), &vfname), before, "home as it was, up");
+}
