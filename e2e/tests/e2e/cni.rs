@@ -29,6 +29,8 @@ use crate::Case;
 const NS: &str = "default";
 /// The chart's default pool: the ConnectX-6 Dx VFs (4).
 const POOL: &str = "kuberdma.io/rdma_vfs";
+/// The pool's PF, the ConnectX-6 Dx port of e2e/node.yaml.
+const POOL_PF: &str = "0000:3d:00.0";
 /// The route every network's IPAM adds besides the default route.
 const ROUTE: &str = "10.77.0.0/16";
 
@@ -113,12 +115,8 @@ impl Home {
                 links.get(name).with_context(|| format!("VF netdev {name} not in the node's netns"))?;
             home.insert(name.clone(), st.clone());
         }
-        let pool_pf = sim
-            .values()
-            .map(|(_, pf)| pf.clone())
-            .find(|pf| pf.starts_with("0000:3d"))
-            .context("the ConnectX-6 Dx PF 0000:3d:00.0")?;
-        Ok(Home { links: home, pool_pf })
+        ensure!(sim.values().any(|(_, pf)| pf == POOL_PF), "no VF of the pool's PF {POOL_PF}: {sim:?}");
+        Ok(Home { links: home, pool_pf: POOL_PF.to_string() })
     }
 
     /// Waits until every VF netdev is home as it was, and sysfs says so.
@@ -354,11 +352,9 @@ fn pods_with_2_and_4_vfs_of_one_network_run_and_give_everything_back(ctx: &Ctx) 
                 ensure!(leases(ctx, net).len() == n, "{n} leases expected, {:?}", leases(ctx, net));
                 let js = journals(ctx)?;
                 ensure!(js.len() == n, "{n} journals expected, {js:?}");
-                ensure!(
-                    sim_vf_netdevs(ctx).len() == 6 - n,
-                    "sysfs still shows the pod's VFs on the host: {:?}",
-                    sim_vf_netdevs(ctx)
-                );
+                eventually("sysfs to show the pod's VFs gone from the host", Duration::from_secs(5), || {
+                    Ok((sim_vf_netdevs(ctx).len() == 6 - n).then_some(()))
+                })?;
                 let distinct: std::collections::BTreeSet<String> =
                     js.iter().map(|j| j["pci"].to_string()).collect();
                 ensure!(distinct.len() == n, "the pod's interfaces share VFs: {js:?}");
