@@ -177,6 +177,23 @@ pub fn list(state_dir: &Path) -> Result<Vec<(PathBuf, Result<Journal>)>> {
     Ok(out)
 }
 
+/// The attachment VF `pci` was given to after the one journaled at `path`:
+/// another journal naming the VF and written later (the ADDs of a VF run one
+/// at a time under its lock, and each writes its journal once, before its
+/// first step). `None`: the VF is still this attachment's, as far as the
+/// state dir knows. Reads every journal: DEL and GC ask only when the
+/// attachment's pod netns is gone (a node reboot, a sandbox killed without
+/// its DEL), the one way another ADD can have had the VF meanwhile.
+pub fn later_owner(state_dir: &Path, path: &Path, pci: PciAddr) -> Option<String> {
+    let written = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let mine = written(path)?;
+    list(state_dir).ok()?.into_iter().find_map(|(p, j)| {
+        let j = j.ok()?;
+        (p != path && j.pci == Some(pci) && written(&p).is_some_and(|t| t > mine))
+            .then(|| format!("{}/{}", j.container_id, j.ifname))
+    })
+}
+
 /// A journal in place under its name, being flushed to disk on its own
 /// thread ([`save`]).
 #[derive(Debug)]

@@ -81,6 +81,10 @@ pub struct UndoCx<'a> {
     pub pci: Option<PciAddr>,
     /// The VF lock's descriptor, which IPAM plugins inherit ([`crate::ipam::start`]).
     pub held: Option<RawFd>,
+    /// The attachment the VF was given to after this one (`container/ifname`,
+    /// [`UndoCx::owned_after`]): the VF's PF-side settings and its netdev are
+    /// that one's now.
+    pub reassigned: Option<String>,
     host: Option<RouteSocket>,
     /// The pod's route socket, being opened on a thread in the pod.
     pod_socket: Option<Spawned<std::result::Result<RouteSocket, LinkError>>>,
@@ -99,7 +103,16 @@ impl<'a> UndoCx<'a> {
     ) -> Self {
         let pod = if netns.is_empty() { None } else { Netns::open(netns).ok() };
         let pod_socket = pod.as_ref().and_then(|p| p.spawn(RouteSocket::open_here).ok());
-        UndoCx { roots, env, pod, pci, held, host: None, pod_socket }
+        UndoCx { roots, env, pod, pci, held, reassigned: None, host: None, pod_socket }
+    }
+
+    /// Notes the attachment the VF was given to after this one, if any
+    /// ([`crate::journal::later_owner`]), when this one's pod netns is gone.
+    pub fn owned_after(mut self, state_dir: &std::path::Path, journal: &std::path::Path) -> Self {
+        if self.pod.is_none() {
+            self.reassigned = self.pci.and_then(|p| crate::journal::later_owner(state_dir, journal, p));
+        }
+        self
     }
 
     /// The pod's route socket (`None`: no pod netns).
@@ -215,6 +228,10 @@ impl PfAttrs {
     /// `ip link set PF vf N <restore>`. A PF that is gone took its VFs'
     /// settings with it: nothing to restore.
     pub fn undo(&self, cx: &mut UndoCx) -> Result<()> {
+        if let Some(owner) = &cx.reassigned {
+            tracing::info!(pf = %self.pf_netdev, vf = self.vf, owner = %owner, "the VF was given to another attachment since: its PF-side settings are that one's, left as they are");
+            return Ok(());
+        }
         let host = cx.host()?;
         let Some(pf) = self.pf(host)? else {
             tracing::warn!(pf = %self.pf_netdev, "PF netdev gone; its VF settings went with it");
@@ -382,6 +399,11 @@ impl NetdevMove {
                 }
             }
         }
+        if let Some(owner) = &cx.reassigned {
+            // Not in this attachment's pod: wherever it is, it is another's.
+            tracing::info!(name = %self.host_name, owner = %owner, "the VF was given to another attachment since: its netdev is left as it is");
+            return Ok(());
+        }
         let (pci, roots) = (cx.pci, cx.roots);
         let host = cx.host()?;
         // Its host name may have been taken meanwhile by a link that is not
@@ -439,6 +461,9 @@ impl NetdevMove {
         let mut change = self.restore(l);
         change.netns_fd = Some(here.raw_fd());
         change.name = Some(self.host_name.clone());
+        // The move itself takes the link down (`__dev_change_net_namespace`
+        // closes it): its state is set after the move, in the same request.
+        change.up = Some(self.original.up);
         match pod.set_link(l.index, &change) {
             Ok(()) => return Ok(()),
             Err(e) if e.errno() == Some(libc::EEXIST) => {}

@@ -1323,3 +1323,94 @@ fn the_journal_and_its_directory_are_flushed_before_add_returns() {
     let (code, out) = lab.cni("DEL", "fs1", pod.path(), "net1", &conf);
     assert_eq!(code, 0, "{out}");
 }
+
+/// Journal ownership (issue 22, "node reboot"): a pod's netns went without a
+/// DEL (a node reboot: its processes and netns gone, the VF back on the host
+/// under its own name), the VF was given to a new pod, and only then did the
+/// old attachment's DEL come, with an empty CNI_NETNS as containerd sends it
+/// once the netns is gone (`stopPodSandbox`). The DEL succeeds and releases
+/// the old lease, but the VF, in the new pod with the new pod's MTU, and its
+/// PF-side settings are the new pod's: the old journal's restore of them
+/// (what an ADD with `"vlan": 10` journals) is not attempted. It used to be,
+/// resetting the new pod's VLAN.
+#[test]
+fn a_late_del_of_a_pod_gone_with_its_node_leaves_the_vf_of_the_pod_that_has_it_now() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pf = format!("k{}p", lab.tag);
+    ip(lab.host.name(), &["link", "add", &pf, "type", "veth", "peer", "name", &format!("k{}q", lab.tag)]);
+    let before = link_info(lab.host.name(), &vfname);
+    let log = lab.state.path().join("cni.log");
+    let mut conf = lab.conf("1.1.0", pci, "10.228.0.0/24");
+    conf["logFile"] = json!(log);
+    let old = lab.pod(0);
+    let (code, out) = lab.cni("ADD", "old", old.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    let restore = json!({"mac": null, "vlan": [0, 0, false], "spoofchk": null, "trust": null, "rate": null, "linkState": null});
+    add_journal_step(
+        &lab,
+        "old",
+        "net1",
+        0,
+        json!({"pfAttrs": {"pfNetdev": pf, "vf": 0, "restore": restore}}),
+    );
+    // The reboot: the VF is recreated on the host under its name, the pod's netns is gone.
+    ip(old.name(), &["link", "set", "net1", "netns", lab.host.name(), "name", &vfname]);
+    ip(lab.host.name(), &["link", "set", &vfname, "mtu", &before.1.to_string()]);
+    drop(old);
+
+    let new = lab.pod(1);
+    let mut conf_new = conf.clone();
+    conf_new["mtu"] = json!(1400);
+    let (code, res) = lab.cni("ADD", "new", new.path(), "net1", &conf_new);
+    assert_eq!(code, 0, "{res}");
+    let new_addr = res["ips"][0]["address"].as_str().unwrap().to_string();
+    let logged = std::fs::read_to_string(&log).unwrap().len();
+
+    let (code, out) = lab.cni("DEL", "old", std::path::Path::new(""), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        link_info(new.name(), "net1"),
+        (before.0.clone(), 1400, true),
+        "the new pod's VF as its ADD made it"
+    );
+    assert_eq!(addrs(new.name(), "net1"), vec![new_addr.clone()]);
+    let leases = lab.ipam_allocations();
+    assert_eq!(leases.len(), 1, "the old lease released, the new one kept: {leases:?}");
+    assert!(leases.iter().any(|l| new_addr.starts_with(l.rsplit('/').next().unwrap())), "{leases:?}");
+    assert_eq!(lab.state_files(), ["attachments/new:net1.json".to_string(), "cni.log".to_string()].into());
+    let text = std::fs::read_to_string(&log).unwrap()[logged..].to_string();
+    assert!(
+        !text.contains("restore VF 0 attributes"),
+        "the old DEL touched the new pod's PF-side settings: {text}"
+    );
+    assert!(text.contains("given to another attachment"), "the skip is logged: {text}");
+
+    // The new pod's own DEL puts everything back.
+    let (code, out) = lab.cni("DEL", "new", new.path(), "net1", &conf_new);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(link_info(lab.host.name(), &vfname), before, "the VF is home as it was");
+    assert!(lab.ipam_allocations().is_empty());
+    assert_eq!(lab.state_files(), ["cni.log".to_string()].into());
+}
+
+/// Regression (found by the e2e tier, whose VF netdevs are up on the node as
+/// `ip link set up` or systemd-networkd leave them): DEL brought an up VF home
+/// down. Its state in the pod (up) matched the original, so the request left
+/// it out, but the netns move closes the link; the state is now always set.
+#[test]
+fn del_brings_a_vf_that_was_up_home_up() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    ip(lab.host.name(), &["link", "set", &vfname, "up"]);
+    let before = link_info(lab.host.name(), &vfname);
+    assert!(before.2, "set up above");
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.229.0.0/24");
+    let (code, out) = lab.cni("ADD", "up1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert!(link_info(pod.name(), "net1").2, "up in the pod");
+    let (code, out) = lab.cni("DEL", "up1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(link_info(lab.host.name(), &vfname), before, "home as it was, up");
+}

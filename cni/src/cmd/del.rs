@@ -104,7 +104,8 @@ pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
         Record::Journal(f) => {
             // The runtime may send an empty CNI_NETNS once the sandbox is gone.
             let netns = if env.netns.is_empty() { f.journal.netns.as_str() } else { env.netns.as_str() };
-            let mut cx = UndoCx::new(roots, env, netns, f.journal.pci, held);
+            let mut cx =
+                UndoCx::new(roots, env, netns, f.journal.pci, held).owned_after(&conf.state_dir, &f.path);
             let undone = txn::undo(&f.journal.steps, &mut cx);
             for (step, _) in &undone.steps {
                 tracing::error!(step, "left as it is: DEL goes on (best effort)");

@@ -63,7 +63,8 @@ pub fn gc(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
                 netns: String::new(),
                 ..env.clone()
             };
-            let mut cx = UndoCx::new(roots, &genv, &j.netns, j.pci, _lock.as_ref().map(Lock::raw_fd));
+            let mut cx = UndoCx::new(roots, &genv, &j.netns, j.pci, _lock.as_ref().map(Lock::raw_fd))
+                .owned_after(&conf.state_dir, &path);
             // Best effort, as DEL: only a failed IPAM release keeps the
             // journal (for the next GC or DEL to retry it).
             if let Some(e) = txn::undo(&j.steps, &mut cx).ipam {

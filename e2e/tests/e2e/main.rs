@@ -7,6 +7,7 @@
 //! A WORD runs only the cases whose name contains it. Without `--keep` the
 //! last case takes the cluster down and checks the host is as it was.
 
+mod cni;
 mod ctx;
 mod device_plugin;
 mod operator;
@@ -34,6 +35,7 @@ fn main() {
     // without another kubelet restart (the operator's stale case stops the kubelet).
     cases.extend(device_plugin::cases());
     cases.extend(operator::cases());
+    cases.extend(cni::cases());
     let selected: Vec<&Case> = cases
         .iter()
         .filter(|c| words.is_empty() || words.iter().any(|w| c.name.contains(w.as_str())))
