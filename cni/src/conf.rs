@@ -22,7 +22,8 @@ use serde_json::{Map, Value};
 
 use crate::error::{Error, Result};
 
-/// Default state directory (DESIGN.md).
+/// Default state directory (`stateDir`): journals and locks ([`crate::journal`]), IPAM
+/// plugin version cache ([`crate::ipam`]); the README's CNI section documents it.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/kube-rdma";
 
 /// Largest network configuration we read from stdin: 1 MiB. Real ones are a

@@ -1,10 +1,13 @@
 //! `kube-rdma-cni`: CNI plugin entry point. Stdout carries only the CNI JSON;
-//! logs go to stderr or to `logFile`.
+//! logs go to stderr or to `logFile`. Exit status as the CNI spec says (0, or
+//! the error JSON's code path: 1), except that a stdout that cannot be written
+//! and a failed `install` are 2, as every kube-rdma binary ([`nic::cli`]).
 
 use std::process::ExitCode;
 
 use anyhow::Context;
 use kube_rdma_cni::logging::{Format, Settings};
+use nic::cli::{emit, error_line, EXIT_ERROR};
 
 fn usage() -> &'static str {
     "kube-rdma-cni: CNI plugin (run by a container runtime with CNI_COMMAND set)\n\
@@ -20,7 +23,7 @@ fn install(args: &[String]) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("cannot find our own executable")?;
     let to = kube_rdma_cni::install(&exe, std::path::Path::new(&dest))
         .with_context(|| format!("install into {dest}"))?;
-    eprintln!("installed {}", to.display());
+    error_line(&format!("installed {}", to.display()));
     Ok(())
 }
 
@@ -52,23 +55,22 @@ fn main() -> ExitCode {
             return match install(&args[2..]) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
-                    eprintln!("kube-rdma-cni: {e:#}");
-                    ExitCode::from(1)
+                    error_line(&format!("kube-rdma-cni: {e:#}"));
+                    ExitCode::from(EXIT_ERROR)
                 }
             }
         }
         Some("--version") | Some("version") => {
-            println!(
-                "kube-rdma-cni {} (CNI {})",
+            let text = format!(
+                "kube-rdma-cni {} (CNI {})\n",
                 // Release version from scripts/delivery/build-dist (VERSION), else the crate's.
                 option_env!("KUBE_RDMA_VERSION").unwrap_or(env!("CARGO_PKG_VERSION")),
                 kube_rdma_cni::SUPPORTED_VERSIONS.join(", ")
             );
-            return ExitCode::SUCCESS;
+            return nic::cli::print_info("kube-rdma-cni", &text);
         }
         Some("--help") | Some("-h") => {
-            println!("{}", usage());
-            return ExitCode::SUCCESS;
+            return nic::cli::print_info("kube-rdma-cni", &format!("{}\n", usage()));
         }
         _ => {}
     }
@@ -94,7 +96,16 @@ fn main() -> ExitCode {
         tracing::error!(code = e.code(), kind = e.label(), command = %cmd, "{}", e.chain());
     }
     if !out.stdout.is_empty() {
-        println!("{}", out.stdout);
+        // A runtime that stopped reading (EPIPE) gets nothing more and the status
+        // stands; a result that cannot be written at all (ENOSPC) was not delivered:
+        // exit 2 (docs/cli.md). Never the panic of `println!`.
+        if let Err(e) = emit(&format!("{}\n", out.stdout)) {
+            if settings.file.is_some() {
+                tracing::error!(command = %cmd, "{e}");
+            }
+            error_line(&format!("kube-rdma-cni: {e}"));
+            return ExitCode::from(EXIT_ERROR);
+        }
     }
     tracing::debug!(ms = t0.elapsed().as_secs_f64() * 1e3, "done");
     ExitCode::from(out.status as u8)

@@ -366,6 +366,34 @@ fn version_lists_every_supported_version() {
     assert_eq!(v["supportedVersions"], json!(["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"]));
 }
 
+/// A runtime that closed our stdout (EPIPE) or a full disk: never a panic. A
+/// closed pipe keeps the status (0 for VERSION, 1 for an error JSON); a stdout
+/// that cannot be written is one line on stderr and exit 2 (docs/cli.md).
+#[test]
+fn a_closed_or_full_stdout_never_panics() {
+    use std::os::fd::OwnedFd;
+    use std::os::unix::net::UnixStream;
+    let cases: [(&str, &[&str], i32); 3] = [("VERSION", &[], 0), ("", &[], 1), ("", &["--version"], 0)];
+    for (cmd, args, want) in cases {
+        let mut c = std::process::Command::new(BIN);
+        c.args(args).env("CNI_COMMAND", cmd).stdin(std::process::Stdio::null());
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        drop(ours);
+        let o = c.stdout(std::process::Stdio::from(OwnedFd::from(theirs))).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(want), "{cmd} {args:?}: {err}");
+        assert!(!err.contains("panicked"), "{cmd} {args:?}: {err}");
+
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let o = c.stdout(full).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{cmd} {args:?}: {err}");
+        let last = err.lines().last().unwrap_or_default();
+        assert!(last.starts_with("kube-rdma-cni: writing to stdout: No space left on device"), "{err}");
+        assert!(!err.contains("panicked"), "{err}");
+    }
+}
+
 #[test]
 fn missing_cni_command_prints_error_json_not_usage() {
     let out = std::process::Command::new(BIN)

@@ -14,7 +14,8 @@
 //! format and, with their meaning, those of sriov-network-device-plugin and
 //! k8s-rdma-shared-dev-plugin; [`names`] derives socket, CDI and variable names.
 //!
-//! [`dra`] is the same inventory and pools in DRA mode (`kube-rdma-device-plugin dra`).
+//! [`dra`] is the same inventory and pools in DRA mode (`kube-rdma-device-plugin dra`;
+//! cargo feature `dra`, on by default).
 //!
 //! ```no_run
 //! use kube_rdma_device_plugin::{config::Config, pools};
@@ -29,6 +30,7 @@ pub mod allocate;
 pub mod config;
 pub mod daemon;
 pub mod devinfo;
+#[cfg(feature = "dra")]
 pub mod dra;
 pub mod health;
 pub mod inuse;

@@ -1,5 +1,11 @@
 //! `kube-rdma-device-plugin`: with no subcommand, the daemon; `discover`
 //! prints what would be advertised and why.
+//!
+//! Output flags and exit status follow the one convention of every kube-rdma
+//! binary ([`nic::cli`], docs/cli.md): `discover -o table|json|yaml`, exit 0 when
+//! its node checks pass, 1 when one fails (the RDMA netns mode does not fit the
+//! pools, or there is no SR-IOV VF and no RDMA device), 2 for a usage or
+//! environment error.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -8,14 +14,18 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
-use kube_rdma_device_plugin::{config::Config, daemon, dra, podresources, pools, report};
+#[cfg(feature = "dra")]
+use kube_rdma_device_plugin::dra;
+use kube_rdma_device_plugin::{config::Config, daemon, podresources, pools, report};
+use nic::cli::{emit, error_line, EXIT_ERROR, EXIT_FAILED};
 use nic::Roots;
 
 #[derive(Parser, Debug)]
 #[command(
     name = "kube-rdma-device-plugin",
     version = VERSION,
-    about = "Serves SR-IOV VFs with their RDMA devices to the kubelet"
+    about = "Serves SR-IOV VFs with their RDMA devices to the kubelet",
+    after_help = EXIT_HELP
 )]
 struct Cli {
     #[command(subcommand)]
@@ -44,7 +54,7 @@ struct Cli {
     /// Where device-info files are written.
     #[arg(long, default_value = "/var/run/k8s.cni.cncf.io/devinfo/dp")]
     devinfo_dir: PathBuf,
-    /// Serve /metrics and /healthz here (e.g. 0.0.0.0:9109).
+    /// Serve /metrics and /healthz here, e.g. 0.0.0.0:9410 (the chart's port; default: not served).
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
     /// Do not subscribe to netlink link events.
@@ -93,35 +103,66 @@ fn init_logging(format: LogFormat) {
 
 #[derive(Subcommand, Debug)]
 enum Cmd {
-    /// Print PFs, VFs, RDMA devices and, per device, its pool or why not.
+    /// Print PFs, VFs, RDMA devices and, per device, its pool or why not; then the node checks.
+    #[command(after_help = EXIT_HELP)]
     Discover {
-        /// Output format.
-        #[arg(long, value_enum, default_value_t = Output::Table)]
+        /// Output format: table (with a legend of its columns), json, yaml.
+        #[arg(short = 'o', long, default_value = "table", value_parser = parse_output)]
         output: Output,
     },
     /// DRA mode: publish the pools as ResourceSlices and prepare claims for the kubelet.
+    #[cfg(feature = "dra")]
     Dra(dra::driver::Args),
 }
 
-#[derive(ValueEnum, Clone, Copy, Debug)]
+/// Exit status, for `--help` (the convention of [`nic::cli`]).
+const EXIT_HELP: &str = "\
+Exit status:
+  0  all is well (discover: every node check passes)
+  1  discover: a node check fails (RDMA netns mode against the pools, no SR-IOV VF or RDMA device)
+  2  a usage or environment error: bad flags or files, stdout not writable";
+
+#[derive(Clone, Copy, Debug)]
 enum Output {
     Table,
     Json,
+    Yaml,
+}
+
+/// `-o` as every kube-rdma binary reads it; `wide` has nothing more to show here.
+fn parse_output(s: &str) -> Result<Output, String> {
+    match s {
+        "table" => Ok(Output::Table),
+        "json" => Ok(Output::Json),
+        "yaml" => Ok(Output::Yaml),
+        "wide" | "name" => Err(format!("-o {s} does not apply here: use one of table, json, yaml")),
+        _ if s.starts_with("jsonpath") => {
+            Err("-o jsonpath does not apply here: use one of table, json, yaml".into())
+        }
+        _ => Err(format!("unknown output format {s:?}: use one of table, json, yaml")),
+    }
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        // --help and --version go to stdout under the one convention (a full disk is exit 2).
+        Err(e) if !e.use_stderr() => {
+            return nic::cli::print_info("kube-rdma-device-plugin", &e.render().to_string())
+        }
+        Err(e) => e.exit(),
+    };
     init_logging(cli.log_format);
     match run(cli) {
-        Ok(()) => ExitCode::SUCCESS,
+        Ok(code) => code,
         Err(e) => {
-            eprintln!("kube-rdma-device-plugin: {e:#}");
-            ExitCode::FAILURE
+            error_line(&format!("kube-rdma-device-plugin: {e:#}"));
+            ExitCode::from(EXIT_ERROR)
         }
     }
 }
 
-fn run(cli: Cli) -> anyhow::Result<()> {
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     // The simulated node lives as long as this value.
     let sim = match &cli.sim {
         Some(p) => {
@@ -139,26 +180,32 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 Some(p) => Config::load(p)?,
                 None => Config::default_pools(),
             };
-            cfg.check_netns(nic::vfdev::netns_mode_from_sysfs(&roots))?;
+            let netns = nic::vfdev::netns_mode_from_sysfs(&roots);
             let inv = nic::discover(&roots);
             let plan = pools::plan(&inv, &cfg);
+            let failures = report::node_checks(&inv, &cfg, &plan, netns, &roots);
             let origin = match &cli.sim {
                 Some(p) => {
                     format!("simulated from {} (materialised under {})", p.display(), roots.sysfs.display())
                 }
                 None => format!("sysfs {}, dev {}", roots.sysfs.display(), roots.dev.display()),
             };
-            match output {
+            let text = match output {
                 Output::Table => {
-                    print!("{}", report::render_table(&inv, &cfg, &plan, &origin, &cli.kubelet_dir));
+                    report::render_table(&inv, &cfg, &plan, &origin, &cli.kubelet_dir, netns, &failures)
                 }
-                Output::Json => {
-                    let v = report::render_json(&inv, &cfg, &plan, &cli.kubelet_dir);
-                    println!("{}", serde_json::to_string_pretty(&v)?);
+                Output::Json | Output::Yaml => {
+                    let v = report::render_json(&inv, &cfg, &plan, &cli.kubelet_dir, netns, &failures);
+                    match output {
+                        Output::Yaml => serde_yaml::to_string(&v)?,
+                        _ => format!("{}\n", serde_json::to_string_pretty(&v)?),
+                    }
                 }
-            }
-            Ok(())
+            };
+            emit(&text)?;
+            Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
         }
+        #[cfg(feature = "dra")]
         Some(Cmd::Dra(ref args)) => {
             let misplaced = device_plugin_flags(&cli);
             if !misplaced.is_empty() {
@@ -168,7 +215,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
             rt.block_on(dra::driver::run_until_signal(opts))?;
             drop(sim);
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
         None => {
             for (flag, v) in [
@@ -208,12 +255,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 daemon::run(opts, shutdown).await.map_err(anyhow::Error::from)
             })?;
             drop(sim);
-            Ok(())
+            Ok(ExitCode::SUCCESS)
         }
     }
 }
 
 /// Device plugin mode flags given with `dra` (they would be ignored there).
+#[cfg(feature = "dra")]
 fn device_plugin_flags(cli: &Cli) -> Vec<&'static str> {
     let mut set = Vec::new();
     let d = Cli::parse_from(["kube-rdma-device-plugin"]);

@@ -297,7 +297,10 @@ pub async fn serve_routes(
                 };
                 let _ = tokio::time::timeout(Duration::from_secs(2), read).await;
                 let head = String::from_utf8_lossy(&buf[..n]);
-                let path = head.split_whitespace().nth(1).unwrap_or("");
+                // The route is the path alone: `/metrics?x=1` is `/metrics`, as the
+                // operator's endpoints and Prometheus (`params:`) expect.
+                let target = head.split_whitespace().nth(1).unwrap_or("");
+                let path = target.split(['?', '#']).next().unwrap_or("");
                 let (status, ctype, body) =
                     route(path).unwrap_or(("404 Not Found", "text/plain", "not found\n".to_string()));
                 let resp = format!(

@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 use std::path::Path;
 
-use nic::{Inventory, LinkLayer, Netdev, Pf, RdmaDev, RdmaProtocol, Vf};
+use nic::{Inventory, LinkLayer, Netdev, NetnsMode, Pf, RdmaDev, RdmaProtocol, Roots, Vf};
 use serde_json::json;
 
 use crate::config::{Config, Format, Mode, Policy};
@@ -173,13 +173,121 @@ fn mode(p: &crate::pools::Pool) -> String {
     }
 }
 
+/// A node-wide check of `discover` that fails: the node cannot serve what the
+/// pools ask for, or there is nothing to serve. Any makes `discover` exit 1.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Failure {
+    /// Kebab-case name (`rdma-netns`, `no-devices`), as the operator names its checks.
+    pub check: &'static str,
+    /// What is wrong.
+    pub message: String,
+    /// What to do or look at, in order.
+    pub fix: Vec<String>,
+}
+
+/// Every failing node check: the RDMA netns mode against the pools (shared pools
+/// need shared mode; VFs with RDMA devices given to pods need exclusive mode, as
+/// `kubectl rdma check` and the agent's `rdma-netns` check say, unless the config
+/// also has shared pools: the agent does not see the config), and a node with no
+/// SR-IOV VF and no RDMA device at all.
+pub fn node_checks(
+    inv: &Inventory,
+    cfg: &Config,
+    plan: &Plan,
+    netns: Option<NetnsMode>,
+    roots: &Roots,
+) -> Vec<Failure> {
+    let mut out = Vec::new();
+    if let Err(e) = cfg.check_netns(netns) {
+        out.push(Failure {
+            check: "rdma-netns",
+            message: e.to_string(),
+            fix: vec!["boot with ib_core netns_mode=1 (the kernel default): remove `options ib_core netns_mode=0` from /etc/modprobe.d and reboot".into()],
+        });
+    }
+    // VF pools need exclusive mode unless the config also shares HCAs, which need
+    // shared mode: then shared is the config's choice, and its VF pools work without
+    // moving RDMA devices (each pod sees all of them).
+    let shares = cfg.pools.iter().any(|p| p.is_shared());
+    let rdma_vfs = plan
+        .pools
+        .iter()
+        .filter(|p| p.config.mode == Mode::Vf && !shares)
+        .flat_map(|p| &p.devices)
+        .filter(|d| !d.rdma.is_empty())
+        .count();
+    if let Some(why) = nic::netns_mode_problem(netns, rdma_vfs) {
+        out.push(Failure {
+            check: "rdma-netns",
+            message: why,
+            fix: vec![
+                nic::NETNS_EXCLUSIVE_FIX.into(),
+                format!("or, for the running kernel only and before any pod or other network namespace exists: {}", nic::NETNS_EXCLUSIVE_NOW),
+            ],
+        });
+    }
+    let vfs = inv.pfs.iter().map(|p| p.vfs.len()).sum::<usize>();
+    if vfs == 0 && inv.hcas.is_empty() && plan.pools.iter().all(|p| p.devices.is_empty()) {
+        let sys = roots.sysfs.display();
+        let message = if inv.pfs.is_empty() {
+            format!("no SR-IOV physical function and no RDMA device found: looked for PCI functions with sriov_totalvfs and for RDMA devices (infiniband/) under {sys}/bus/pci/devices")
+        } else {
+            format!("{} SR-IOV physical function(s) but no VF: sriov_numvfs is 0 on every one, and no RDMA device without SR-IOV", inv.pfs.len())
+        };
+        out.push(Failure {
+            check: "no-devices",
+            message,
+            fix: vec![
+                "the NIC is there and its driver bound: `lspci -nnk | grep -A3 -i -e mellanox -e E810` (mlx5_core, ice)".into(),
+                "VFs are created: `cat /sys/class/net/<pf>/device/sriov_totalvfs`, then `echo N > /sys/class/net/<pf>/device/sriov_numvfs`".into(),
+                "the RDMA modules are loaded: `lsmod | grep -e mlx5_ib -e irdma -e ib_uverbs`, and `rdma link` lists devices".into(),
+                "in a container: /sys is the host's (or pass --sysfs-root)".into(),
+            ],
+        });
+    }
+    out
+}
+
+fn netns_text(m: Option<NetnsMode>) -> &'static str {
+    match m {
+        Some(NetnsMode::Exclusive) => {
+            "exclusive (ib_core netns_mode=0: each RDMA device in one network namespace)"
+        }
+        Some(NetnsMode::Shared) => {
+            "shared (ib_core netns_mode=1, the kernel default: every RDMA device in every network namespace)"
+        }
+        None => "unknown (ib_core not loaded: no module/ib_core/parameters/netns_mode)",
+    }
+}
+
+/// What the table's columns mean, printed under it.
+pub const LEGEND: &str = "\
+Columns:
+  VFS            VFs created / possible (sriov_numvfs / sriov_totalvfs)
+  UPSTREAM       the PCIe bridges above the PF, nearest first, root port last (a GPU behind the same switch is a GPUDirect RDMA peer)
+  RDMA           the function's RDMA device (rdma link, ibv_devices)
+  UVERBS         its /dev/infiniband char device, which a pod is given
+  GID            the RoCE v2 GID index of the VF's netdev (IPv4 first): NCCL_IB_GID_INDEX, ib_write_bw -x
+  POOL / WHY NOT → the pool that serves the device, or \"not served\" and the selector or rule that rejected it
+  SOCKET         the pool's gRPC socket in the kubelet's device plugin directory (--kubelet-dir), where the kubelet connects
+";
+
 /// The human-readable report; sockets are named as in `kubelet_dir`.
-pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str, kubelet_dir: &Path) -> String {
+pub fn render_table(
+    inv: &Inventory,
+    cfg: &Config,
+    plan: &Plan,
+    origin: &str,
+    kubelet_dir: &Path,
+    netns: Option<NetnsMode>,
+    failures: &[Failure],
+) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "node: {origin}");
     let _ = writeln!(s, "{}", describe_config(cfg));
     let _ =
         writeln!(s, "rdma_cm: {}", if inv.rdma_cm { "/dev/infiniband/rdma_cm present" } else { "absent" });
+    let _ = writeln!(s, "rdma netns: {}", netns_text(netns));
 
     let _ = writeln!(s, "\nPhysical functions ({})", inv.pfs.len());
     let rows: Vec<Vec<String>> = inv
@@ -200,6 +308,7 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str, ku
                 protocol(pf.rdma_protocol),
                 format!("{}/{}", dash(pf.num_vfs), dash(pf.total_vfs)),
                 pf.upstream.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(" > "),
+                pf_decision(pf, plan),
             ]
         })
         .collect();
@@ -217,6 +326,7 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str, ku
             "PROTOCOL",
             "VFS",
             "UPSTREAM",
+            "POOL / WHY NOT",
         ],
         &rows,
     ));
@@ -403,11 +513,47 @@ pub fn render_table(inv: &Inventory, cfg: &Config, plan: &Plan, origin: &str, ku
         let _ = writeln!(s, "\nProblems ({})", problems.len());
         s.push_str(&table(&["DEVICE", "FIELD", "REASON"], &problems));
     }
+    s.push('\n');
+    s.push_str(LEGEND);
+    if failures.is_empty() {
+        let _ = writeln!(s, "\nNode checks: all pass");
+    } else {
+        let _ = writeln!(s, "\nNode checks: {} failing", failures.len());
+        for f in failures {
+            let _ = writeln!(s, "  FAIL {}: {}", f.check, f.message);
+            for fix in &f.fix {
+                let _ = writeln!(s, "    fix: {fix}");
+            }
+        }
+    }
     s
 }
 
+/// A PF's row: its shared-mode decision, else why VF pools do not serve it.
+fn pf_decision(pf: &Pf, plan: &Plan) -> String {
+    let bdf = pf.pci.to_string();
+    let labelled = format!("{bdf} (");
+    if let Some(d) =
+        plan.decisions.iter().find(|d| d.kind == "PF" && (d.device == bdf || d.device.starts_with(&labelled)))
+    {
+        return decision_text(Some(d));
+    }
+    let mut why = "not served: a PF stays with the host, VF pools serve its VFs (a PF's RDMA device is served only by a shared-mode pool)".to_string();
+    if pf.vfs.is_empty() {
+        why.push_str("; it has no VF (sriov_numvfs 0)");
+    }
+    why
+}
+
 /// The machine-readable report; sockets are named as in `kubelet_dir`.
-pub fn render_json(inv: &Inventory, cfg: &Config, plan: &Plan, kubelet_dir: &Path) -> serde_json::Value {
+pub fn render_json(
+    inv: &Inventory,
+    cfg: &Config,
+    plan: &Plan,
+    kubelet_dir: &Path,
+    netns: Option<NetnsMode>,
+    failures: &[Failure],
+) -> serde_json::Value {
     let pools: Vec<serde_json::Value> = plan
         .pools
         .iter()
@@ -443,8 +589,10 @@ pub fn render_json(inv: &Inventory, cfg: &Config, plan: &Plan, kubelet_dir: &Pat
     let mut v = json!({
         "config": describe_config(cfg),
         "inventory": inv,
+        "rdmaNetnsMode": netns,
         "pools": pools,
         "decisions": plan.decisions,
+        "failures": failures,
     });
     if !no_rdma.is_empty() {
         v["vfsWithoutRdma"] = serde_json::Value::Array(no_rdma);

@@ -14,8 +14,12 @@ use serde_json::{json, Value};
 
 const NODE: &str = "cx6dx-dual";
 
+/// The example node in shared RDMA netns mode (the example itself is exclusive):
+/// a VF's RDMA device stays in the host's `infiniband` class when its netdev moves.
 fn sim() -> nic::sim::Sim {
-    nic::sim::Sim::from_file(example("cx6dx-dual.yaml")).expect("materialise the example node")
+    let mut desc = nic::sim::load_desc(example("cx6dx-dual.yaml")).unwrap();
+    desc.rdma_netns_mode = nic::NetnsMode::Shared;
+    nic::sim::Sim::materialise(&desc).expect("materialise the example node")
 }
 
 /// The example node in exclusive RDMA netns mode: a VF's RDMA device leaves

@@ -548,6 +548,20 @@ async fn metrics_and_healthz_are_served() {
     .unwrap();
     let m = get("/metrics").await;
     assert!(m.contains("kuberdma_pool_capacity{resource=\"kuberdma.io/rdma_vfs\"} 16"), "{m}");
+    // A query string (Prometheus `params:`, a cache buster) names the same route,
+    // as on the operator's endpoints; an unknown path is still 404.
+    let q = get("/metrics?x=1").await;
+    assert!(q.starts_with("HTTP/1.1 200"), "{q}");
+    let body = |r: &str| {
+        r[r.find("\r\n\r\n").unwrap()..]
+            .lines()
+            .filter(|l| !l.contains("_seconds"))
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(body(&q), body(&m), "/metrics?x=1 answers as /metrics");
+    assert!(get("/healthz?verbose").await.starts_with("HTTP/1.1 200"));
+    assert!(get("/nope?x=1").await.starts_with("HTTP/1.1 404"));
     assert!(m.contains("kuberdma_pool_healthy{resource=\"kuberdma.io/rdma_vfs\"} 16"), "{m}");
     // In use now, not "ever allocated": no pod holds the VF yet (no PodResources here).
     assert!(m.contains("kuberdma_pool_allocated{resource=\"kuberdma.io/rdma_vfs\"} 0"), "{m}");

@@ -29,7 +29,7 @@ use tonic::transport::Channel;
 
 const T: Duration = Duration::from_secs(10);
 
-/// A VF pool and a shared pool on `cx6dx-dual`.
+/// A VF pool and a shared pool on `cx6dx-dual` (in shared netns mode, which the shared pool needs).
 const POOLS: &str = "pools:\n- name: vfs\n  selectors: {rootDevices: [\"0000:3d:00.0\"]}\n- name: hca\n  mode: shared\n  rdmaHcaMax: 3\n  selectors: {ifNames: [ens1f1np1]}\n";
 
 #[derive(Debug, Clone)]
@@ -205,12 +205,14 @@ fn generated_requests_get_valid_answers_or_invalid_argument_and_the_daemon_lives
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let dirs = Dirs::new();
     let cfg = dirs.write_config(POOLS);
+    let nodes = tempfile::tempdir().unwrap();
+    let node = example_in_mode(nodes.path(), "cx6dx-dual.yaml", nic::NetnsMode::Shared);
     let (k, mut child, mut clients, pools) = rt.block_on(async {
         let k = FakeKubelet::start(&dirs.kubelet);
         let child = dirs
             .daemon_command()
             .arg("--sim")
-            .arg(examples().join("cx6dx-dual.yaml"))
+            .arg(&node)
             .arg("--config")
             .arg(&cfg)
             .arg("--no-link-events")

@@ -149,7 +149,7 @@ async fn shared_pools_are_refused_at_load_on_an_exclusive_mode_node() {
     .expect("refused at once");
     let e = r.expect_err("exclusive mode").to_string();
     assert!(e.contains("pool \"hca\": field `rdmaHcaMax`") && e.contains("exclusive netns mode"), "{e}");
-    // The discover command says the same and fails.
+    // The discover command says the same as a failing node check (exit 1), with the fix.
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"))
         .args(["discover", "--sysfs-root"])
         .arg(&node.roots().sysfs)
@@ -159,8 +159,10 @@ async fn shared_pools_are_refused_at_load_on_an_exclusive_mode_node() {
         .arg(&cfg)
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("exclusive netns mode"));
+    assert_eq!(out.status.code(), Some(1));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("FAIL rdma-netns: ") && text.contains("exclusive netns mode"), "{text}");
+    assert!(text.contains("fix: boot with ib_core netns_mode=1"), "{text}");
 }
 
 /// `kubeletRootDir` says where the kubelet lives; `periodicUpdateInterval: 0`

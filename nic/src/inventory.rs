@@ -448,3 +448,29 @@ pub enum NetnsMode {
     /// Each RDMA device belongs to one netns (`ib_core netns_mode=0`).
     Exclusive,
 }
+
+/// How to put a node's RDMA subsystem in exclusive netns mode for good: the
+/// module option, read when ib_core loads at boot.
+pub const NETNS_EXCLUSIVE_FIX: &str =
+    "echo 'options ib_core netns_mode=0' > /etc/modprobe.d/ib_core.conf && reboot";
+
+/// The same for the running kernel only, and only while no network namespace but
+/// the host's exists: ib_core refuses with EBUSY otherwise (`rdma_compatdev_set`),
+/// as on a node already running pods.
+pub const NETNS_EXCLUSIVE_NOW: &str = "rdma system set netns exclusive";
+
+/// Why the node's RDMA netns `mode` does not fit pods that are given `rdma_vfs`
+/// VFs with their RDMA devices, or `None` when it does (or nothing is served).
+/// Those VFs' RDMA devices must move into each pod's network namespace, which only
+/// exclusive mode allows: in shared mode (the kernel default) the CNI cannot move
+/// them and every pod sees every RDMA device of the node. `None` mode (ib_core
+/// not loaded, or unreadable) is not a verdict either way.
+pub fn netns_mode_problem(mode: Option<NetnsMode>, rdma_vfs: usize) -> Option<String> {
+    (mode == Some(NetnsMode::Shared) && rdma_vfs > 0).then(|| {
+        format!(
+            "RDMA netns mode is shared (ib_core netns_mode=1, the kernel default), but {rdma_vfs} VF{s} with an RDMA device {are} to be given to pods, whose RDMA devices must move into each pod's network namespace: only exclusive mode allows that",
+            s = if rdma_vfs == 1 { "" } else { "s" },
+            are = if rdma_vfs == 1 { "is" } else { "are" },
+        )
+    })
+}

@@ -202,6 +202,10 @@ pub struct NodeRoce {
     pub interfaces: Vec<InterfaceRoce>,
     /// RDMA subsystem netns mode (`rdma system show`).
     pub rdma_netns_mode: Observed<NetnsMode>,
+    /// SR-IOV VFs with an RDMA device: what VF pools give to pods, and why the
+    /// netns mode must be exclusive ([`crate::netns_mode_problem`]).
+    #[serde(default)]
+    pub rdma_vfs: usize,
 }
 
 impl NodeRoce {

@@ -58,8 +58,9 @@ pub struct NodeDesc {
     pub rdma_netns_mode: NetnsMode,
     /// An older, out-of-tree irdma with the `roce_ena` module parameter (true:
     /// RoCEv2 on every E810 port, false: iWARP, its default) and no ice devlink
-    /// parameters for the protocol. Omitted: upstream ice/irdma (Linux ≥ 5.15),
-    /// where each PF's protocol is the devlink `enable_roce`/`enable_iwarp` pair.
+    /// parameters for the protocol. Omitted: upstream ice/irdma (Linux ≥ 5.17, whose
+    /// ice commit e523af4ee560 added the devlink `enable_roce`/`enable_iwarp` pair),
+    /// where each PF's protocol is that pair.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub irdma_roce_ena: Option<bool>,
 }

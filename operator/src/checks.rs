@@ -79,11 +79,57 @@ fn glob_match(pattern: &str, name: &str) -> bool {
 
 /// All checks of a node, interface by interface, in a stable order.
 pub fn check_node(profile: &RoceProfileSpec, node: &NodeRoce) -> Vec<Check> {
-    node.interfaces
+    let mut checks: Vec<Check> = node
+        .interfaces
         .iter()
         .filter(|i| interface_selected(profile.interface_selector.as_ref(), i))
         .flat_map(|i| check_interface(profile, i))
-        .collect()
+        .collect();
+    // Node-wide, and only beside interface checks: alone it must not make a node
+    // without a checked interface look ready.
+    if !checks.is_empty() {
+        checks.push(netns_check(node));
+    }
+    checks
+}
+
+/// Interface name of the node-wide checks.
+pub const NODE: &str = "node";
+
+/// `rdma-netns`: a node whose VFs with RDMA devices are given to pods needs the
+/// RDMA subsystem in exclusive netns mode ([`nic::netns_mode_problem`]); without
+/// such VFs (shared-mode HCAs only) the mode is not checked.
+pub fn netns_check(node: &NodeRoce) -> Check {
+    let expected = "exclusive".to_string();
+    let check = |result, actual: String, remediation: &str| Check {
+        name: "rdma-netns".into(),
+        interface: NODE.into(),
+        result,
+        expected: expected.clone(),
+        actual,
+        remediation: remediation.into(),
+    };
+    let mode = node.rdma_netns_mode.value().copied();
+    let shown = node.rdma_netns_mode.label(|m| match m {
+        nic::NetnsMode::Shared => "shared".into(),
+        nic::NetnsMode::Exclusive => "exclusive".into(),
+    });
+    if node.rdma_vfs == 0 {
+        return check(CheckResult::NotApplicable, format!("{shown} (no VF with an RDMA device)"), "");
+    }
+    match mode {
+        Some(nic::NetnsMode::Exclusive) => check(CheckResult::Pass, shown, ""),
+        Some(nic::NetnsMode::Shared) => check(
+            CheckResult::Fail,
+            format!("shared: {} VFs with RDMA devices cannot move into pods", node.rdma_vfs),
+            nic::NETNS_EXCLUSIVE_FIX,
+        ),
+        None => check(
+            CheckResult::Unknown,
+            format!("{shown}: {}", node.rdma_netns_mode.reason().unwrap_or("not read")),
+            "",
+        ),
+    }
 }
 
 /// All checks of one interface.

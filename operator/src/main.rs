@@ -131,7 +131,14 @@ struct AgentArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        // --help and --version go to stdout under the one convention (a full disk is exit 2).
+        Err(e) if !e.use_stderr() => {
+            return nic::cli::print_info("kube-rdma-operator", &e.render().to_string())
+        }
+        Err(e) => e.exit(),
+    };
     logging::init(cli.log_format, "info");
     match run(cli) {
         Ok(code) => code,

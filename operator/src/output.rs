@@ -12,11 +12,11 @@
 //!   (bad flags or files, no cluster access, an API error).
 //! - Results on stdout, errors (one line each) and logs on stderr. A stdout closed
 //!   early (`| head`) ends the output quietly ([`emit`]); the exit status is still
-//!   the verdict.
+//!   the verdict. A stdout that cannot be written (`> /dev/full`) is exit 2.
+//!
+//! This is the convention of every kube-rdma binary: [`nic::cli`], docs/cli.md.
 
-use std::io::Write as _;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::crd::RdmaNodeState;
 use crate::jsonpath::Template;
@@ -82,40 +82,11 @@ Exit status:
   1  a check fails, a node shown is not ready or its agent is stale, or a node asked for has no RdmaNodeState
   2  a usage or environment error: bad flags or files, no cluster access, an API error";
 
-/// Exit 0.
-pub const EXIT_OK: u8 = 0;
-/// Exit 1: checks failed, not ready, not found.
-pub const EXIT_FAILED: u8 = 1;
-/// Exit 2: usage or environment error.
-pub const EXIT_ERROR: u8 = 2;
+pub use nic::cli::{emit, error_line, EXIT_ERROR, EXIT_FAILED, EXIT_OK};
 
 /// 0 when `ok`, else 1.
 pub fn verdict(ok: bool) -> ExitCode {
     ExitCode::from(if ok { EXIT_OK } else { EXIT_FAILED })
-}
-
-static STDOUT_CLOSED: AtomicBool = AtomicBool::new(false);
-
-/// Writes `text` to stdout. Once stdout is closed by the reader (EPIPE, e.g. `|
-/// head`), this and every later call write nothing and succeed: the output simply
-/// ends there. (Rust ignores SIGPIPE, so `print!` would panic instead.)
-pub fn emit(text: &str) -> std::io::Result<()> {
-    if STDOUT_CLOSED.load(Ordering::Relaxed) {
-        return Ok(());
-    }
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-            STDOUT_CLOSED.store(true, Ordering::Relaxed);
-            Ok(())
-        }
-        r => r,
-    }
-}
-
-/// Writes one error line to stderr; a closed stderr is ignored (nothing else could be done).
-pub fn error_line(text: &str) {
-    let _ = writeln!(std::io::stderr().lock(), "{text}");
 }
 
 /// Why an object could not be printed (never expected: our types serialise).

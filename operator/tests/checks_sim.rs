@@ -332,7 +332,8 @@ fn interface_selector_limits_the_checked_ports() {
         Some(kube_rdma_operator::crd::InterfaceSelector { names: vec!["ens1f0*".into()], drivers: vec![] });
     let node = SimNode::new(&example("cx6dx-dual"));
     let s = evaluate(&RoceProfile::new("p", spec), &node.read());
-    assert!(s.checks.iter().all(|c| c.interface == "ens1f0np0"));
+    // Beside the node-wide rdma-netns check, only the selected port's.
+    assert!(s.checks.iter().all(|c| c.interface == "ens1f0np0" || c.interface == "node"), "{:#?}", s.checks);
     assert_eq!(s.interfaces.len(), 1);
 }
 
@@ -352,14 +353,43 @@ fn fingerprint_is_stable_and_changes_with_settings() {
 #[test]
 fn the_rdma_netns_mode_is_reported_per_node() {
     let s = run(&example("cx6dx-dual"));
-    assert_eq!(s.netns_mode, kube_rdma_operator::crd::NetnsModeState::Shared);
-    let mut d = example("cx6dx-dual");
-    d.rdma_netns_mode = nic::simdesc::NetnsMode::Exclusive;
-    let s = run(&d);
     assert_eq!(s.netns_mode, kube_rdma_operator::crd::NetnsModeState::Exclusive);
     assert_eq!(serde_json::to_value(&s).unwrap()["netnsMode"], "exclusive");
+    let mut d = example("cx6dx-dual");
+    d.rdma_netns_mode = nic::simdesc::NetnsMode::Shared;
+    let s = run(&d);
+    assert_eq!(s.netns_mode, kube_rdma_operator::crd::NetnsModeState::Shared);
     // A change of mode is a change of the state (the fingerprint moves).
     assert_ne!(s.fingerprint, run(&example("cx6dx-dual")).fingerprint);
+}
+
+/// Shared netns mode where VFs with RDMA devices go to pods: a failing node check
+/// with the module option as remediation, so the node is not ready; exclusive
+/// passes; a node without such VFs is not checked for it.
+#[test]
+fn shared_netns_mode_with_rdma_vfs_fails_the_rdma_netns_check() {
+    let netns = |s: &RdmaNodeStateStatus| s.checks.iter().find(|c| c.name == "rdma-netns").cloned().unwrap();
+    let ok = run(&example("cx6dx-dual"));
+    assert_eq!(netns(&ok).result, CheckResult::Pass);
+    assert_eq!(ok.summary.ready, "True");
+
+    let mut d = example("cx6dx-dual");
+    d.rdma_netns_mode = nic::simdesc::NetnsMode::Shared;
+    let s = run(&d);
+    let c = netns(&s);
+    assert_eq!(
+        (c.interface.as_str(), c.result, c.expected.as_str()),
+        ("node", CheckResult::Fail, "exclusive")
+    );
+    assert_eq!(c.actual, "shared: 16 VFs with RDMA devices cannot move into pods");
+    assert_eq!(c.remediation, "echo 'options ib_core netns_mode=0' > /etc/modprobe.d/ib_core.conf && reboot");
+    assert_eq!(s.summary.ready, "False");
+    let ready = s.conditions.iter().find(|c| c.type_ == "RoceReady").unwrap();
+    assert!(ready.message.contains("node/rdma-netns"), "{ready:?}");
+
+    // e810-xxv's VFs have no RDMA device (upstream iavf): nothing moves into pods.
+    let s = run(&example("e810-xxv"));
+    assert_eq!(netns(&s).result, CheckResult::NotApplicable, "{:?}", netns(&s));
 }
 
 #[test]

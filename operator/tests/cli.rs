@@ -161,7 +161,7 @@ fn agent_once_and_kubectl_rdma_check_print_the_same_and_exit_the_same_on_the_sam
     let dir = tempfile::tempdir().unwrap();
     let prio4 = profile_file(dir.path(), "{pfc: {priorities: [4]}}");
     let mut seen = std::collections::BTreeSet::new();
-    for example_name in ["cx6dx-dual", "e810-xxv"] {
+    for example_name in ["cx6dx-dual", "e810-xxv", "mixed"] {
         let sim = example_path(example_name);
         for profile in [None, Some(prio4.as_path())] {
             for format in ["table", "json", "yaml", "jsonpath={.status.summary.ready} {.status.profile}"] {
@@ -233,6 +233,79 @@ fn a_closed_stdout_ends_the_output_quietly_with_the_same_exit_status() {
         assert_eq!(o.status.code(), Some(want), "{what}: {err}");
         assert!(err.is_empty(), "{what}: quiet, got {err}");
     }
+}
+
+/// `> /dev/full`: the output cannot be written, which is one line on stderr and
+/// exit 2 (an environment error), never a panic; the same for --help.
+#[test]
+fn a_full_disk_is_one_error_line_and_exit_2() {
+    let sim = example_path("cx6dx-dual");
+    let cmds: [(&str, Command); 5] = [
+        ("agent --once", {
+            let mut c = op();
+            c.args(["agent", "--once", "-o", "json", "--sim"]).arg(&sim);
+            c
+        }),
+        ("check", {
+            let mut c = kubectl_rdma();
+            c.args(["check", "--sim"]).arg(&sim);
+            c
+        }),
+        ("crds", {
+            let mut c = op();
+            c.arg("crds");
+            c
+        }),
+        ("kube-rdma-operator --help", {
+            let mut c = op();
+            c.arg("--help");
+            c
+        }),
+        ("kubectl rdma --version", {
+            let mut c = kubectl_rdma();
+            c.arg("--version");
+            c
+        }),
+    ];
+    for (what, mut c) in cmds {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let o = c.stdout(full).output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+        assert_eq!(err.lines().count(), 1, "{what}: one line, got {err}");
+        assert!(err.contains("writing to stdout: No space left on device"), "{what}: {err}");
+    }
+}
+
+/// mixed.yaml is in shared RDMA netns mode with VFs that have RDMA devices: both
+/// commands fail the node-wide `rdma-netns` check with the module option as fix,
+/// and exit 1, as `kube-rdma-device-plugin discover` does on the same node
+/// (device-plugin/tests/discover_cli.rs).
+#[test]
+fn shared_netns_mode_fails_agent_once_and_check_with_the_remediation() {
+    let sim = example_path("mixed");
+    let [(ca, oa), (ck, ok)] = both(&sim, None, "table");
+    assert_eq!((ca, ck), (1, 1), "{oa}");
+    assert_eq!(without_times(&oa), without_times(&ok));
+    assert!(oa.contains("READY False") && oa.contains("NETNS shared"), "{oa}");
+    let row = oa.lines().find(|l| l.contains("rdma-netns")).unwrap_or_else(|| panic!("{oa}"));
+    assert!(
+        row.trim_start().starts_with("node") && row.contains("Fail") && row.contains("exclusive"),
+        "{row}"
+    );
+    assert!(
+        oa.contains(
+            "echo 'options ib_core netns_mode=0' > /etc/modprobe.d/ib_core.conf    # node/rdma-netns"
+        ),
+        "{oa}"
+    );
+    assert!(oa.contains("  reboot    # node/rdma-netns"), "{oa}");
+    let [(code, json), _] = both(&sim, None, "json");
+    assert_eq!(code, 1);
+    let state: RdmaNodeState = serde_json::from_str(&json).unwrap();
+    let status = state.status.unwrap();
+    let c = status.checks.iter().find(|c| c.name == "rdma-netns").unwrap();
+    assert_eq!(c.remediation, nic::NETNS_EXCLUSIVE_FIX);
 }
 
 fn profile_file(dir: &std::path::Path, spec: &str) -> std::path::PathBuf {

@@ -98,7 +98,13 @@ async fn first_publish_applies_object_and_status_labels_the_node_and_an_unchange
         assert_eq!(b["profile"], "default");
         assert_eq!(b["observedAt"], "2026-11-30T01:00:00Z");
         assert_eq!(b["lastHeartbeatTime"], "2026-11-30T01:00:00Z");
-        assert_eq!(b["netnsMode"], "shared");
+        assert_eq!(b["netnsMode"], "exclusive");
+        // The node-wide netns check is published with the interface checks.
+        let netns = b["checks"].as_array().unwrap().iter().find(|c| c["name"] == "rdma-netns").unwrap();
+        assert_eq!(
+            (netns["interface"].as_str(), netns["expected"].as_str()),
+            (Some("node"), Some("exclusive"))
+        );
         assert_eq!(b["conditions"][0]["lastTransitionTime"], "2026-11-30T01:00:00Z");
         assert_eq!(b["fingerprint"].as_str().unwrap().len(), 16);
         let lbl = expect(&mut h, "PATCH", LABEL, 200, labelled("2", Some("true"))).await;

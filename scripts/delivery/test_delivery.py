@@ -701,15 +701,27 @@ def test_named_typos_rejected() -> str:
 native_binary = chart.native_binary
 
 
-def discover(config: str, node: str) -> dict[str, int]:
+def example_node(tmp: str, node: str, netns: str | None) -> Path:
+    """examples/nodes/NODE copied into `tmp`, in RDMA netns mode `netns` when given: pools that
+    share HCAs need `shared`, VF pools `exclusive`, or discover fails its rdma-netns check (exit 1)."""
+    text = (ROOT / "examples" / "nodes" / node).read_text(encoding="utf-8")
+    if netns:
+        text = re.sub(r"(?m)^rdmaNetnsMode:.*\n", "", text)
+        text = re.sub(r"(?m)^(node: .*\n)", rf"\1rdmaNetnsMode: {netns}\n", text, count=1)
+    out = Path(tmp, node)
+    out.write_text(text, encoding="utf-8")
+    return out
+
+
+def discover(config: str, node: str, netns: str | None = None) -> dict[str, int]:
     """`kube-rdma-device-plugin discover --config FILE --sim NODE --output json`: resource -> devices."""
     with tempfile.TemporaryDirectory(prefix="kube-rdma-migrate-") as tmp:
         cfg = Path(tmp, "config.yaml")
         cfg.write_text(config, encoding="utf-8")
         res = subprocess.run([str(native_binary("kube-rdma-device-plugin")), "discover", "--config", str(cfg),
-                              "--sim", str(ROOT / "examples" / "nodes" / node), "--output", "json"],
+                              "--sim", str(example_node(tmp, node, netns)), "--output", "json"],
                              capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr
+    assert res.returncode == 0, res.stderr + res.stdout[-2000:]
     return {p["resource"]: len(p["devices"]) for p in json.loads(res.stdout)["pools"]}
 
 
@@ -721,7 +733,7 @@ def test_migration_sndp() -> str:
     objs = chart.objects(rendered)
     config = next(o for o in objs if o["kind"] == "ConfigMap")["data"]["config.yaml"]
     assert json.loads(config) == json.loads(values["rawConfig"]), "rawConfig was not passed verbatim"
-    advertised = discover(config, "mixed.yaml")
+    advertised = discover(config, "mixed.yaml", "exclusive")
     nads = {n["metadata"]["name"]: n["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"]
             for n in objs if n["kind"] == "NetworkAttachmentDefinition"}
     assert len(nads) == len(values["networks"]), nads
@@ -739,7 +751,7 @@ def test_migration_rsdp() -> str:
     values = ci_values("migration-rsdp-values.yaml")
     rendered = chart.render(values)
     config = next(o for o in chart.objects(rendered) if o["kind"] == "ConfigMap")["data"]["config.yaml"]
-    advertised = discover(config, "cx6dx-dual.yaml")
+    advertised = discover(config, "cx6dx-dual.yaml", "shared")
     assert list(advertised) == ["rdma/hca_shared_devices_a"], advertised
     notes = rendered["kube-rdma/templates/NOTES.txt"]
     assert "rdma/hca_shared_devices_a" in notes and "kuberdma.io/" not in notes.split("Check what")[0], notes
@@ -1373,11 +1385,12 @@ def device_plugin_config(values: dict[str, Any] | None) -> str:
     return next(o for o in objs if o["kind"] == "ConfigMap")["data"]["config.yaml"]
 
 
-def discover_in_image(version: str, config: str, node: str) -> dict[str, int]:
-    """Run the image's device plugin discovery on a simulated node with `config`; resource -> devices."""
+def discover_in_image(version: str, config: str, node: str, netns: str | None = None) -> dict[str, int]:
+    """Run the image's device plugin discovery on a simulated node with `config` (in netns mode
+    `netns`, see example_node); resource -> devices."""
     with tempfile.TemporaryDirectory(prefix="kube-rdma-dp-") as tmp:
         Path(tmp, "config.yaml").write_text(config, encoding="utf-8")
-        shutil.copy2(ROOT / "examples" / "nodes" / node, Path(tmp, node))
+        example_node(tmp, node, netns)
         os.chmod(tmp, 0o755)
         out = run_in_image(version, ["/usr/bin/kube-rdma-device-plugin", "discover", "--output", "json",
                                      "--config", "/cfg/config.yaml", "--sim", f"/cfg/{node}"],
@@ -1409,7 +1422,7 @@ def test_dp_accepts_raw_sriovdp_config(version: str) -> str:
 def test_dp_accepts_raw_rdma_shared_config(version: str) -> str:
     raw = (FIXTURES / "rdma-shared-dev-plugin-config.json").read_text(encoding="utf-8")
     values = merged(default_values(), pools=[], rawConfig=raw)
-    pools = discover_in_image(version, device_plugin_config(values), "cx6dx-dual.yaml")
+    pools = discover_in_image(version, device_plugin_config(values), "cx6dx-dual.yaml", "shared")
     # k8s-rdma-shared-dev-plugin's prefix (rdma) is kept; one PF's HCA shared 16 ways.
     assert pools == {"rdma/hca_shared_devices_a": 16}, pools
     return str(pools)

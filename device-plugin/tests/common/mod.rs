@@ -564,6 +564,17 @@ pub fn examples() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/nodes")
 }
 
+/// The example node `name` in RDMA netns mode `mode`, as a description file in
+/// `dir` (for the real binary's `--sim`): shared pools need shared mode, and the
+/// bundled cx6dx-dual is exclusive.
+pub fn example_in_mode(dir: &Path, name: &str, mode: nic::NetnsMode) -> PathBuf {
+    let mut desc = nic::sim::load_desc(examples().join(name)).expect("example node");
+    desc.rdma_netns_mode = mode;
+    let p = dir.join(name);
+    std::fs::write(&p, serde_yaml::to_string(&desc).unwrap()).unwrap();
+    p
+}
+
 pub fn sim(name: &str) -> nic::sim::Sim {
     nic::sim::Sim::from_file(examples().join(name)).expect("materialise example node")
 }

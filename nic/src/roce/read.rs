@@ -154,7 +154,8 @@ fn observe_with<T: Transport, E: Ethtool>(
         .or_else(|| std::env::var("NODE_NAME").ok().filter(|s| !s.is_empty()))
         .or_else(|| sysfs::read_string(Path::new("/proc/sys/kernel/hostname")).ok())
         .unwrap_or_else(|| "unknown".into());
-    NodeRoce { node, interfaces, rdma_netns_mode: netns_mode(roots) }
+    let rdma_vfs = inv.pfs.iter().flat_map(|p| &p.vfs).filter(|v| !v.rdma.is_empty()).count();
+    NodeRoce { node, interfaces, rdma_netns_mode: netns_mode(roots), rdma_vfs }
 }
 
 /// What `observe_iface` needs to know about one netdev from the inventory.

@@ -133,7 +133,12 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        // --help and --version go to stdout under the one convention (a full disk is exit 2).
+        Err(e) if !e.use_stderr() => return nic::cli::print_info("kubectl-rdma", &e.render().to_string()),
+        Err(e) => e.exit(),
+    };
     logging::init(cli.log_format, "warn,kube_client=off");
     match run(cli) {
         Ok(c) => c,
