@@ -60,7 +60,10 @@ impl MutatingHold {
     /// a request arriving then is let through without taking it (system:masters
     /// is never throttled): then it tries again.
     pub async fn take(api: &ApiServer, probe: &Path) -> Self {
-        let probe = super::client_for(probe).await;
+        // The probe sees the first answer (kube's client would retry a 429 for 15 s).
+        let mut cfg = super::config_for(probe).await;
+        cfg.default_retry = false;
+        let probe = kube::Client::try_from(cfg).unwrap();
         let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(probe, super::NAMESPACE);
         let cm: k8s_openapi::api::core::v1::ConfigMap =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "probe"}})).unwrap();
@@ -145,7 +148,9 @@ impl FaultProxy {
             ),
         )
         .unwrap();
-        let upstream = super::client_for(&kc).await;
+        let mut cfg = super::config_for(&kc).await;
+        cfg.default_retry = false;
+        let upstream = kube::Client::try_from(cfg).unwrap();
         let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = l.local_addr().unwrap();
         let rules: Arc<Mutex<Vec<Rule>>> = Arc::default();

@@ -134,9 +134,14 @@ pub fn resource(name: &str) -> ApiResource {
 
 /// A client for `kubeconfig`.
 pub async fn client_for(kubeconfig: &Path) -> kube::Client {
+    kube::Client::try_from(config_for(kubeconfig).await).unwrap()
+}
+
+/// The client configuration `kubeconfig` gives (kube's default: 429, 503
+/// and 504 are retried, honouring Retry-After).
+pub async fn config_for(kubeconfig: &Path) -> kube::Config {
     let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
-    let cfg = kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap();
-    kube::Client::try_from(cfg).unwrap()
+    kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()
 }
 
 /// `kubectl apply --server-side` of `objs` as the admin.
@@ -248,7 +253,7 @@ impl Env {
             .arg("--no-link-events")
             .env("KUBECONFIG", &self.driver_kubeconfig)
             .env_remove("KUBERNETES_SERVICE_HOST")
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", std::env::var("DRA_LOG").unwrap_or_else(|_| "info".into()))
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         c
