@@ -107,7 +107,9 @@ async fn run() {
         .collect();
     let mut uids: Vec<String> = Vec::with_capacity(CLAIMS);
     for (i, dev) in devices.iter().enumerate().take(CLAIMS) {
-        uids.push(env.create_claim(&format!("c{i}"), &[("vf", DRIVER, dev)], json!([]), &format!("pod-{i}")).await);
+        uids.push(
+            env.create_claim(&format!("c{i}"), &[("vf", DRIVER, dev)], json!([]), &format!("pod-{i}")).await,
+        );
     }
     let mut prepare = Vec::with_capacity(CLAIMS);
     for (i, uid) in uids.iter().enumerate() {

@@ -344,27 +344,35 @@ async fn prepares_and_unprepares_claims_each_answered_on_its_own() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let a = env.create_claim(
-        "a",
-        &[("vf", DRIVER, "pci-0000-3d-00-1"), ("gpu", "gpu.nvidia.com", "gpu-0")],
-        our_config(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig",
+    let a = env
+        .create_claim(
+            "a",
+            &[("vf", DRIVER, "pci-0000-3d-00-1"), ("gpu", "gpu.nvidia.com", "gpu-0")],
+            our_config(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig",
                           "env": {"NCCL_IB_TC": "106"}, "umad": false})),
-        "pod-a",
-    ).await;
-    let b = env.create_claim(
-        "b",
-        &[("vf", DRIVER, "pci-0000-af-00-1"), ("vf", DRIVER, "pci-0000-af-00-2")],
-        json!([]),
-        "pod-b",
-    ).await;
+            "pod-a",
+        )
+        .await;
+    let b = env
+        .create_claim(
+            "b",
+            &[("vf", DRIVER, "pci-0000-af-00-1"), ("vf", DRIVER, "pci-0000-af-00-2")],
+            json!([]),
+            "pod-b",
+        )
+        .await;
     // Allocated the device `a` holds: the scheduler would never, a stale API might.
     let c = env.create_claim("c", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-c").await;
-    let bad = env.create_claim(
-        "bad",
-        &[("vf", DRIVER, "pci-0000-3d-00-2")],
-        our_config(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "mtu": 9000})),
-        "pod-d",
-    ).await;
+    let bad = env
+        .create_claim(
+            "bad",
+            &[("vf", DRIVER, "pci-0000-3d-00-2")],
+            our_config(
+                json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "mtu": 9000}),
+            ),
+            "pod-d",
+        )
+        .await;
     let r = p
         .prepare(vec![
             claim_ref("a", &a),
@@ -507,13 +515,17 @@ async fn a_first_available_subrequest_is_answered_by_its_top_level_request() {
         {"name": "fast", "deviceClassName": "rdma.kuberdma.io",
          "selectors": [{"cel": {"expression": "has(device.attributes[\"kuberdma.io\"].linkSpeedMbps) && device.attributes[\"kuberdma.io\"].linkSpeedMbps >= 100000"}}]},
         {"name": "any", "deviceClassName": "rdma.kuberdma.io"}]}]);
-    let uid = env.create_claim_with_requests(
-        "fa",
-        requests,
-        &[("vf/fast", DRIVER, "pci-0000-3d-00-1")],
-        our_config(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "umad": false})),
-        "pod-fa",
-    ).await;
+    let uid = env
+        .create_claim_with_requests(
+            "fa",
+            requests,
+            &[("vf/fast", DRIVER, "pci-0000-3d-00-1")],
+            our_config(
+                json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "umad": false}),
+            ),
+            "pod-fa",
+        )
+        .await;
     // What the kubelet sends: the claim's namespace, name and UID, nothing of its requests.
     let r = p.prepare(vec![claim_ref("fa", &uid)]).await;
     let answer = &r.claims[&uid];
@@ -710,9 +722,7 @@ async fn roce_ready_follows_the_nodes_rdmanodestate() {
     env.wait_slices("published", |s| device_count(s) == 16).await;
 
     let check = |iface: &str, result: &str| json!({"name": "pfc", "interface": iface, "result": result, "expected": "3", "actual": "3"});
-    let set_checks = |pf0: &'static str, pf1: &'static str| {
-        json!({"checks": [check("ens1f0np0", pf0), check("ens1f1np1", pf1)]})
-    };
+    let set_checks = |pf0: &'static str, pf1: &'static str| json!({"checks": [check("ens1f0np0", pf0), check("ens1f1np1", pf1)]});
     env.create(
         "rdmanodestates",
         json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaNodeState",
@@ -737,9 +747,12 @@ async fn roce_ready_follows_the_nodes_rdmanodestate() {
     // etcd moves on (two writes the driver does not watch) and is compacted; kube-apiserver
     // restarts, dropping every watch.
     for n in ["moves-etcd-on-1", "moves-etcd-on-2"] {
-        env.create("configmaps", json!({"apiVersion": "v1", "kind": "ConfigMap",
-                                        "metadata": {"name": n, "namespace": "default"}}))
-            .await;
+        env.create(
+            "configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                        "metadata": {"name": n, "namespace": "default"}}),
+        )
+        .await;
     }
     let mark = env.audit().len();
     tokio::task::block_in_place(|| {

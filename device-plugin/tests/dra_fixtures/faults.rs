@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use hyper::body::Bytes;
 use http_body_util::{combinators::UnsyncBoxBody, BodyExt, Full};
+use hyper::body::Bytes;
 use hyper::body::Incoming;
 use kube_rdma_e2e::apiserver::ApiServer;
 use tokio::io::AsyncWriteExt;
@@ -39,7 +39,8 @@ impl Frozen {
 
 impl Drop for Frozen {
     fn drop(&mut self) {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGCONT);
+        let _ =
+            nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid), nix::sys::signal::Signal::SIGCONT);
     }
 }
 
@@ -64,7 +65,8 @@ impl MutatingHold {
         let mut cfg = super::config_for(probe).await;
         cfg.default_retry = false;
         let probe = kube::Client::try_from(cfg).unwrap();
-        let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> = kube::Api::namespaced(probe, super::NAMESPACE);
+        let cms: kube::Api<k8s_openapi::api::core::v1::ConfigMap> =
+            kube::Api::namespaced(probe, super::NAMESPACE);
         let cm: k8s_openapi::api::core::v1::ConfigMap =
             serde_json::from_value(serde_json::json!({"metadata": {"name": "probe"}})).unwrap();
         let dry = kube::api::PostParams { dry_run: true, ..Default::default() };
@@ -159,7 +161,8 @@ impl FaultProxy {
             while let Ok((s, _)) = l.accept().await {
                 let (upstream, rules) = (upstream.clone(), r.clone());
                 tokio::spawn(async move {
-                    let svc = hyper::service::service_fn(move |req| handle(req, upstream.clone(), rules.clone()));
+                    let svc =
+                        hyper::service::service_fn(move |req| handle(req, upstream.clone(), rules.clone()));
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(hyper_util::rt::TokioIo::new(s), svc)
                         .await;
@@ -213,7 +216,8 @@ impl Drop for FaultProxy {
 }
 
 fn full(status: http::StatusCode, msg: &str) -> http::Response<ProxyBody> {
-    let mut r = http::Response::new(Full::new(Bytes::from(msg.to_string())).map_err(|e| match e {}).boxed_unsync());
+    let mut r =
+        http::Response::new(Full::new(Bytes::from(msg.to_string())).map_err(|e| match e {}).boxed_unsync());
     *r.status_mut() = status;
     r
 }

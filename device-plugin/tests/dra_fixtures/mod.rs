@@ -147,9 +147,17 @@ pub async fn config_for(kubeconfig: &Path) -> kube::Config {
 /// `kubectl apply --server-side` of `objs` as the admin.
 pub fn kubectl_apply(api: &ApiServer, dir: &Path, objs: &[Value]) {
     let path = dir.join("apply.json");
-    std::fs::write(&path, serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objs})).unwrap())
+    std::fs::write(
+        &path,
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objs})).unwrap(),
+    )
+    .unwrap();
+    let o = api
+        .kubectl()
+        .args(["apply", "--server-side", "--force-conflicts", "-f"])
+        .arg(&path)
+        .output()
         .unwrap();
-    let o = api.kubectl().args(["apply", "--server-side", "--force-conflicts", "-f"]).arg(&path).output().unwrap();
     assert!(o.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&o.stderr));
 }
 
@@ -184,15 +192,18 @@ impl Env {
         let policy = tmp.path().join("audit-policy.yaml");
         std::fs::write(&policy, AUDIT_POLICY).unwrap();
         let audit_log = tmp.path().join("audit.log");
-        let mut extra =
-            vec![format!("--audit-policy-file={}", policy.display()), format!("--audit-log-path={}", audit_log.display())];
+        let mut extra = vec![
+            format!("--audit-policy-file={}", policy.display()),
+            format!("--audit-log-path={}", audit_log.display()),
+        ];
         extra.extend(args.iter().map(|a| a.to_string()));
         let rbac = chart_rbac();
         let (slot, api, token) = tokio::task::block_in_place(|| {
             let slot = Slot::take();
             let api = ApiServer::start_with(Options { extra_args: extra, ..Options::default() })
                 .unwrap_or_else(|e| panic!("control plane: {e:#}"));
-            let mut objs = vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})];
+            let mut objs =
+                vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})];
             objs.extend(rbac.iter().cloned());
             kubectl_apply(&api, tmp.path(), &objs);
             let token = api
@@ -292,7 +303,11 @@ impl Env {
     }
 
     pub async fn list(&self, res: &str) -> Vec<Value> {
-        let l = self.api_of(res, None).list(&ListParams::default()).await.unwrap_or_else(|e| panic!("list {res}: {e}"));
+        let l = self
+            .api_of(res, None)
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("list {res}: {e}"));
         l.items.into_iter().map(|o| serde_json::to_value(o).unwrap()).collect()
     }
 
@@ -370,7 +385,12 @@ impl Env {
         self.wait_slices_within(what, WAIT, pred).await
     }
 
-    pub async fn wait_slices_within(&self, what: &str, within: Duration, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+    pub async fn wait_slices_within(
+        &self,
+        what: &str,
+        within: Duration,
+        pred: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
             let v = self.slices().await;
