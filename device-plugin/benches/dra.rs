@@ -1,5 +1,6 @@
 //! DRA mode benchmark on a simulated 1024-VF node (8 PF × 128 VF), the real
-//! binary against the API emulator (HTTPS, kubeconfig) and a fake kubelet:
+//! binary against a real kube-apiserver v1.34.4 (HTTPS, the chart's
+//! ServiceAccount token and RBAC) and a fake kubelet:
 //! - start → first published slice: process spawn to the moment the API holds
 //!   the node's complete pool (8 slices of 128 devices), from empty (the
 //!   kubelet wiped the node's slices); baseline in the same run: the same
@@ -9,7 +10,8 @@
 //!   them per pod (API read, plan, CDI spec and checkpoint writes), p50/p99
 //!   over 512 claims; baselines in the same run: a repeated prepare of a
 //!   prepared claim (answered from the checkpoint: the gRPC round trip) and a
-//!   bare GET of a claim from the same emulator by an in-process kube client.
+//!   bare GET of a claim from the same kube-apiserver by an in-process kube
+//!   client (with the driver's token).
 //!
 //! Run: `cargo bench -p kube-rdma-device-plugin --bench dra`.
 
@@ -71,24 +73,13 @@ async fn run() {
     let mut first_slice = Vec::new();
     let mut running = None;
     for i in 0..STARTS {
-        env.wipe_slices();
+        env.wipe_slices().await;
         let t = Instant::now();
         let driver = env.spawn(&[]);
-        let node = env.node.clone();
-        env.emu
-            .store()
-            .wait_until(Duration::from_secs(30), |s| {
-                let n: usize = s
-                    .list("resourceslices", None)
-                    .ok()?
-                    .iter()
-                    .filter(|o| o["spec"]["nodeName"] == node.as_str())
-                    .map(|o| o["spec"]["devices"].as_array().map_or(0, Vec::len))
-                    .sum();
-                (n == 1024).then_some(())
-            })
-            .await
-            .expect("1024 devices published");
+        env.wait_slices_within("1024 devices published", Duration::from_secs(60), |s| {
+            s.iter().map(|o| o["spec"]["devices"].as_array().map_or(0, Vec::len)).sum::<usize>() == 1024
+        })
+        .await;
         first_slice.push(t.elapsed());
         if i + 1 < STARTS {
             driver.stop().await;
@@ -108,16 +99,18 @@ async fn run() {
     let mut p = register(&env.reg_socket()).await;
     let devices: Vec<String> = env
         .slices()
+        .await
         .iter()
         .flat_map(|s| {
             s["spec"]["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap().to_string())
         })
         .collect();
-    let uids: Vec<String> = (0..CLAIMS)
-        .map(|i| {
-            env.create_claim(&format!("c{i}"), &[("vf", DRIVER, &devices[i])], json!([]), &format!("pod-{i}"))
-        })
-        .collect();
+    let mut uids: Vec<String> = Vec::with_capacity(CLAIMS);
+    for (i, dev) in devices.iter().enumerate().take(CLAIMS) {
+        uids.push(
+            env.create_claim(&format!("c{i}"), &[("vf", DRIVER, dev)], json!([]), &format!("pod-{i}")).await,
+        );
+    }
     let mut prepare = Vec::with_capacity(CLAIMS);
     for (i, uid) in uids.iter().enumerate() {
         let t = Instant::now();
@@ -131,9 +124,7 @@ async fn run() {
         p.prepare(vec![claim_ref(&format!("c{i}"), uid)]).await;
         cached.push(t.elapsed());
     }
-    let kubeconfig = kube::config::Kubeconfig::read_from(env.emu.kubeconfig_path()).unwrap();
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default()).await.unwrap();
-    let client = kube::Client::try_from(config).unwrap();
+    let client = client_for(&env.driver_kubeconfig).await;
     let api: kube::Api<ResourceClaim> = kube::Api::namespaced(client, "default");
     let mut get = Vec::with_capacity(CLAIMS);
     for i in 0..CLAIMS {

@@ -1,12 +1,14 @@
 //! `kube-rdma-device-plugin dra`, the real binary, against a fake kubelet
-//! (registration, DRAPlugin v1/v1beta1, health) over real unix sockets and
-//! the API emulator over HTTPS through a kubeconfig, on simulated nodes.
-//! Each test is one scenario with timeouts.
+//! (registration, DRAPlugin v1/v1beta1, health) over real unix sockets and a
+//! real kube-apiserver (a control plane per test) with the chart's
+//! ServiceAccount token and RBAC, on simulated nodes. Each test is one
+//! scenario with timeouts.
 
 mod dra_fixtures;
 
 use std::time::Duration;
 
+use dra_fixtures::faults::{FaultProxy, Frozen, MutatingHold, ONE_MUTATING_REQUEST};
 use dra_fixtures::*;
 use kube_rdma_device_plugin::dra::api::health::HealthStatus;
 use kube_rdma_device_plugin::dra::api::v1beta1;
@@ -85,7 +87,7 @@ async fn registers_with_the_kubelet_and_publishes_the_nodes_vfs() {
     let s = &slices[0];
     assert_eq!(s["metadata"]["name"], format!("{NODE}-{DRIVER}-0"));
     assert_eq!(s["spec"]["pool"], json!({"name": NODE, "generation": 1, "resourceSliceCount": 1}));
-    let node_uid = env.emu.store().get("nodes", None, NODE).unwrap().unwrap()["metadata"]["uid"].clone();
+    let node_uid = env.get("nodes", None, NODE).await.unwrap()["metadata"]["uid"].clone();
     assert_eq!(s["metadata"]["ownerReferences"][0]["uid"], node_uid, "the Node owns the slices");
     assert_eq!(s["metadata"]["managedFields"][0]["manager"], DRIVER, "server-side apply, our field manager");
     let a = attrs(&slices, "pci-0000-3d-00-1");
@@ -129,17 +131,19 @@ async fn registers_with_the_kubelet_and_publishes_the_nodes_vfs() {
     let status = driver.stop().await;
     assert!(status.success(), "{status}");
     assert!(!env.reg_socket().exists() && !env.dra_socket().exists(), "sockets removed at shutdown");
-    let before = env.emu.log().records().len();
+    let before = env.audit().len();
     let driver = env.spawn(&[]);
     register(&env.reg_socket()).await;
     driver.wait_log("first ResourceSlices published").await;
-    let writes: Vec<_> = env.emu.log().records()[before..]
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let requests = Env::driver_requests(&env.audit()[before..]);
+    assert!(requests.iter().any(|r| r.starts_with("list resourceslices")), "{requests:?}");
+    let writes: Vec<_> = requests
         .iter()
-        .filter(|r| r.path.contains("resourceslices") && r.method != "GET")
-        .map(|r| format!("{} {}", r.method, r.path))
+        .filter(|r| r.contains("resourceslices") && !r.starts_with("list") && !r.starts_with("watch"))
         .collect();
     assert!(writes.is_empty(), "a restart without change wrote {writes:?}");
-    assert_eq!(generation(&env.slices()), 1);
+    assert_eq!(generation(&env.slices().await), 1);
     driver.stop().await;
 }
 
@@ -153,55 +157,60 @@ async fn slices_wiped_by_a_restarting_kubelet_come_back_with_a_new_generation() 
 
     // The kubelet deletes every slice of its node when it starts, then finds
     // the plugin's registration socket again.
-    assert_eq!(env.wipe_slices(), 1);
+    assert_eq!(env.wipe_slices().await, 1);
     let slices = env.wait_slices("republished", |s| device_count(s) == 16).await;
     assert_eq!(generation(&slices), 2, "content came back under a new generation");
     register(&env.reg_socket()).await;
 
-    // A slice changed by someone else is put back as well.
+    // A slice changed by someone else (a replace, retried on 409 while the driver writes) is
+    // put back as well.
     let name = format!("{NODE}-{DRIVER}-0");
-    env.emu
-        .store()
-        .update("resourceslices", None, &name, |s| {
-            s["spec"]["devices"].as_array_mut().unwrap().truncate(3);
-        })
-        .unwrap();
+    env.update("resourceslices", None, &name, |s| {
+        s["spec"]["devices"].as_array_mut().unwrap().truncate(3);
+    })
+    .await;
     let slices = env.wait_slices("repaired", |s| device_count(s) == 16).await;
     assert!(generation(&slices) >= 3);
     driver.stop().await;
 }
 
+/// kube-apiserver's in-flight limit answers the driver's slice writes 429
+/// (Retry-After) while another request holds the only mutating slot; the
+/// driver says so, keeps trying, and publishes once the slot is free.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn publishing_survives_api_errors() {
     let sim = sim();
-    let env = Env::new(NODE, sim.roots()).await;
-    let fault = env.emu.faults().add(
-        kube_rdma_apiemu::Fault::internal_error()
-            .path_prefix("/apis/resource.k8s.io/v1/resourceslices/")
-            .times(2),
-    );
+    let env = Env::with_args(NODE, sim.roots(), &ONE_MUTATING_REQUEST).await;
+    let hold = MutatingHold::take(&env.api, &env.driver_kubeconfig).await;
     let driver = env.spawn(&[]);
-    env.wait_slices("published after two 500s", |s| device_count(s) == 16).await;
-    assert_eq!(env.emu.faults().fired(fault), 2);
-    driver.wait_log("cannot publish ResourceSlices").await;
+    // kube's client retries a 429 as Retry-After says until the driver's 10 s bound.
+    driver.wait_log_within("cannot publish ResourceSlices", Duration::from_secs(30)).await;
+    let throttled = |events: &[Value]| {
+        Env::driver_requests(events)
+            .into_iter()
+            .filter(|r| r.starts_with("patch resourceslices") && r.ends_with(" 429"))
+            .count()
+    };
+    assert!(throttled(&env.audit()) >= 1, "{:?}", Env::driver_requests(&env.audit()));
+    assert!(env.slices().await.is_empty(), "published while every write was refused");
+    drop(hold);
+    env.wait_slices("published once the slot is free", |s| device_count(s) == 16).await;
     driver.stop().await;
 }
 
 /// Regression (issue 25): the driver loop awaited every API call, unbounded,
 /// one after another, so an API server that stops answering stalled
 /// rescans (and so health) and could outlast the kubelet's 45 s
-/// NodePrepareResources timeout. Here it accepts connections and never
-/// answers, from the start: the driver still serves the kubelet, follows the
-/// node, and answers a prepare with an error well within 45 s.
+/// NodePrepareResources timeout. Here kube-apiserver is stopped (SIGSTOP:
+/// connections are accepted, nothing answers) from the start: the driver
+/// still serves the kubelet, follows the node, and answers a prepare with an
+/// error well within 45 s; once the server runs again it publishes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hung_api_server_stalls_neither_rescans_nor_prepare() {
     let mut sim = sim();
     let env = Env::new(NODE, sim.roots()).await;
-    let hung = HungApiServer::start().await;
-    let kubeconfig = hung.kubeconfig(env.emu.kubeconfig_path(), &env.tmp.path().join("hung-kubeconfig"));
-    let mut c = env.command();
-    c.env("KUBECONFIG", &kubeconfig).args(["--rescan-interval", "0.2", "--metrics-addr", "127.0.0.1:0"]);
-    let driver = Driver::spawn(c);
+    let frozen = Frozen::new(&env.api);
+    let driver = env.spawn(&["--rescan-interval", "0.2", "--metrics-addr", "127.0.0.1:0"]);
     let metrics = driver.metrics_addr().await;
     let mut p = register(&env.reg_socket()).await;
     let mut s = p.watch_health().await;
@@ -240,50 +249,51 @@ async fn a_hung_api_server_stalls_neither_rescans_nor_prepare() {
         m.devices.iter().all(|d| d.health == HealthStatus::Healthy as i32)
     })
     .await;
+
+    // kube-apiserver runs again: the driver publishes without being restarted.
+    drop(frozen);
+    env.wait_slices("published once kube-apiserver answers", |s| device_count(s) == 16).await;
     let status = driver.stop().await;
     assert!(status.success(), "{status}");
 }
 
 /// The same with an API server that answers some requests and hangs on
-/// others: the stale-holder reads of a prepare are bounded (the holder then
-/// stays, and the claim fails in time), and slice writes that hang delay
-/// only the slices.
+/// others (kube-apiserver cannot be told to: the test's proxy in front of it
+/// hangs them): the stale-holder reads of a prepare are bounded (the holder
+/// then stays, and the claim fails in time), and slice writes that hang
+/// delay only the slices.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn requests_that_hang_delay_only_themselves() {
     let mut sim = sim();
     let env = Env::new(NODE, sim.roots()).await;
-    let driver = env.spawn(&["--rescan-interval", "0.2"]);
+    let proxy = FaultProxy::start(&env.api).await;
+    let kubeconfig = proxy.kubeconfig(&env.driver_kubeconfig, &env.tmp.path().join("proxied-kubeconfig"));
+    let mut c = env.command();
+    c.env("KUBECONFIG", &kubeconfig).args(["--rescan-interval", "0.2"]);
+    let driver = Driver::spawn(c);
     let mut p = register(&env.reg_socket()).await;
     let mut s = p.watch_health().await;
     let g0 = generation(&env.wait_slices("published", |s| device_count(s) == 16).await);
 
-    let d = env.create_claim("d", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-d");
+    let d = env.create_claim("d", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-d").await;
     assert_eq!(p.prepare(vec![claim_ref("d", &d)]).await.claims[&d].error, "");
     // `d`'s reads hang from now on; `e` is allocated its device (as after a reboot).
-    let hang = Duration::from_secs(120);
-    env.emu.faults().add(
-        kube_rdma_apiemu::Fault::latency(hang)
-            .method(http::Method::GET)
-            .path("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/d"),
-    );
-    let e = env.create_claim("e", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-e");
+    let reads = proxy.hang(http::Method::GET, "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/d");
+    let e = env.create_claim("e", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-e").await;
     let t0 = std::time::Instant::now();
     let r = p.prepare(vec![claim_ref("e", &e)]).await;
     let took = t0.elapsed();
     assert!(r.claims[&e].error.contains(&format!("already prepared for claim {d}")), "{:?}", r.claims[&e]);
     assert!(took >= Duration::from_secs(9) && took < Duration::from_secs(20), "took {took:?}");
     driver.wait_log("cannot tell whether a prepared claim still exists").await;
+    assert!(proxy.fired(reads) >= 1);
     assert!(
         nic::prepared::read_claim(&env.prepared, &d).unwrap().is_some(),
         "a holder that cannot be asked stays"
     );
 
     // Slice writes hang: health still follows the node at once; the slices catch up after.
-    let writes = env.emu.faults().add(
-        kube_rdma_apiemu::Fault::latency(hang)
-            .method(http::Method::PATCH)
-            .path_prefix("/apis/resource.k8s.io/v1/resourceslices/"),
-    );
+    let writes = proxy.hang_prefix(http::Method::PATCH, "/apis/resource.k8s.io/v1/resourceslices/");
     sim.set_operstate("ens1f0np0", "down").unwrap();
     let t0 = std::time::Instant::now();
     wait_health(&mut s, "PF 0's VFs unhealthy", |m| {
@@ -298,8 +308,9 @@ async fn requests_that_hang_delay_only_themselves() {
             Duration::from_secs(25),
         )
         .await;
-    assert_eq!(generation(&env.slices()), g0, "the hung write changed nothing");
-    env.emu.faults().remove(writes);
+    assert_eq!(generation(&env.slices().await), g0, "the hung write changed nothing");
+    assert!(proxy.fired(writes) >= 1);
+    proxy.remove(writes);
     let slices = env
         .wait_slices("healthy=false after the API recovered", |s| {
             attrs(s, "pci-0000-3d-00-1")["kuberdma.io/healthy"] == json!({"bool": false})
@@ -337,27 +348,35 @@ async fn prepares_and_unprepares_claims_each_answered_on_its_own() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 
-    let a = env.create_claim(
-        "a",
-        &[("vf", DRIVER, "pci-0000-3d-00-1"), ("gpu", "gpu.nvidia.com", "gpu-0")],
-        our_config(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig",
+    let a = env
+        .create_claim(
+            "a",
+            &[("vf", DRIVER, "pci-0000-3d-00-1"), ("gpu", "gpu.nvidia.com", "gpu-0")],
+            our_config(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig",
                           "env": {"NCCL_IB_TC": "106"}, "umad": false})),
-        "pod-a",
-    );
-    let b = env.create_claim(
-        "b",
-        &[("vf", DRIVER, "pci-0000-af-00-1"), ("vf", DRIVER, "pci-0000-af-00-2")],
-        json!([]),
-        "pod-b",
-    );
+            "pod-a",
+        )
+        .await;
+    let b = env
+        .create_claim(
+            "b",
+            &[("vf", DRIVER, "pci-0000-af-00-1"), ("vf", DRIVER, "pci-0000-af-00-2")],
+            json!([]),
+            "pod-b",
+        )
+        .await;
     // Allocated the device `a` holds: the scheduler would never, a stale API might.
-    let c = env.create_claim("c", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-c");
-    let bad = env.create_claim(
-        "bad",
-        &[("vf", DRIVER, "pci-0000-3d-00-2")],
-        our_config(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "mtu": 9000})),
-        "pod-d",
-    );
+    let c = env.create_claim("c", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-c").await;
+    let bad = env
+        .create_claim(
+            "bad",
+            &[("vf", DRIVER, "pci-0000-3d-00-2")],
+            our_config(
+                json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "mtu": 9000}),
+            ),
+            "pod-d",
+        )
+        .await;
     let r = p
         .prepare(vec![
             claim_ref("a", &a),
@@ -418,10 +437,10 @@ async fn prepares_and_unprepares_claims_each_answered_on_its_own() {
     assert!(m.contains("kuberdma_dra_prepare_failures_total 2"), "{m}");
 
     // Repeats are answered from the checkpoint, without reading the claim again.
-    let reads = env.claim_reads("a");
+    let reads = env.claim_reads("a").await;
     let again = p.prepare(vec![claim_ref("a", &a)]).await;
     assert_eq!(again.claims[&a], *ra);
-    assert_eq!(env.claim_reads("a"), reads, "a repeated prepare read the claim again");
+    assert_eq!(env.claim_reads("a").await, reads, "a repeated prepare read the claim again");
     // Through v1beta1 (kubelets 1.32-1.33) too.
     let beta = p
         .v1beta1
@@ -445,10 +464,10 @@ async fn prepares_and_unprepares_claims_each_answered_on_its_own() {
     assert!(wrong.claims["11111111-2222-3333-4444-555555555555"].error.contains("recreated"));
 
     // A holder deleted while the kubelet was away (reboot) gives its VF up.
-    let d = env.create_claim("d", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-d");
+    let d = env.create_claim("d", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-d").await;
     assert_eq!(p.prepare(vec![claim_ref("d", &d)]).await.claims[&d].error, "");
-    env.emu.store().delete("resourceclaims", Some("default"), "d").unwrap();
-    let e = env.create_claim("e", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-e");
+    env.delete("resourceclaims", Some("default"), "d").await;
+    let e = env.create_claim("e", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-e").await;
     assert_eq!(p.prepare(vec![claim_ref("e", &e)]).await.claims[&e].error, "");
     assert!(nic::prepared::read_claim(&env.prepared, &d).unwrap().is_none(), "the stale record is gone");
     driver.wait_log("no longer holds its device").await;
@@ -469,10 +488,10 @@ async fn prepares_and_unprepares_claims_each_answered_on_its_own() {
     driver.stop().await;
     let driver = env.spawn(&[]);
     let mut p = register(&env.reg_socket()).await;
-    let reads = env.claim_reads("b");
+    let reads = env.claim_reads("b").await;
     let rb2 = p.prepare(vec![claim_ref("b", &b)]).await;
     assert_eq!(rb2.claims[&b], *rb);
-    assert_eq!(env.claim_reads("b"), reads);
+    assert_eq!(env.claim_reads("b").await, reads);
     // A CDI spec lost with /var/run (reboot) is written again at start.
     std::fs::remove_file(env.cdi.join(format!("kuberdma.io-claim_{c}.json"))).unwrap();
     driver.stop().await;
@@ -500,13 +519,17 @@ async fn a_first_available_subrequest_is_answered_by_its_top_level_request() {
         {"name": "fast", "deviceClassName": "rdma.kuberdma.io",
          "selectors": [{"cel": {"expression": "has(device.attributes[\"kuberdma.io\"].linkSpeedMbps) && device.attributes[\"kuberdma.io\"].linkSpeedMbps >= 100000"}}]},
         {"name": "any", "deviceClassName": "rdma.kuberdma.io"}]}]);
-    let uid = env.create_claim_with_requests(
-        "fa",
-        requests,
-        &[("vf/fast", DRIVER, "pci-0000-3d-00-1")],
-        our_config(json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "umad": false})),
-        "pod-fa",
-    );
+    let uid = env
+        .create_claim_with_requests(
+            "fa",
+            requests,
+            &[("vf/fast", DRIVER, "pci-0000-3d-00-1")],
+            our_config(
+                json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig", "umad": false}),
+            ),
+            "pod-fa",
+        )
+        .await;
     // What the kubelet sends: the claim's namespace, name and UID, nothing of its requests.
     let r = p.prepare(vec![claim_ref("fa", &uid)]).await;
     let answer = &r.claims[&uid];
@@ -604,7 +627,7 @@ async fn a_pod_starting_and_stopping_on_a_prepared_vf_leaves_the_slices_as_they_
     let g0 = generation(&slices);
     let before = attrs(&slices, "pci-0000-3d-00-1").clone();
     assert_eq!(before["kuberdma.io/netdev"], json!({"string": "ens1f0np0v0"}));
-    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-a");
+    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-a").await;
     assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
 
     // The CNI moves the VF's netdev into the pod.
@@ -624,7 +647,7 @@ async fn a_pod_starting_and_stopping_on_a_prepared_vf_leaves_the_slices_as_they_
     let driver = env.spawn(&["--rescan-interval", "0.1"]);
     register(&env.reg_socket()).await;
     driver.wait_log("first ResourceSlices published").await;
-    let slices = env.slices();
+    let slices = env.slices().await;
     assert_eq!(attrs(&slices, "pci-0000-3d-00-1"), &before);
     assert_eq!(generation(&slices), g0 + 1, "a restart with a pod running changed the slices");
 
@@ -659,7 +682,7 @@ async fn a_prepared_vf_the_host_cannot_see_in_its_pod_stays_healthy_with_its_att
     let before = attrs(&slices, "pci-0000-af-00-2").clone();
     assert_eq!(before["kuberdma.io/rdmaDevice"], json!({"string": "mlx5_11"}));
     assert_eq!(before["kuberdma.io/portState"], json!({"string": "ACTIVE"}));
-    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-af-00-2")], json!([]), "pod-a");
+    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-af-00-2")], json!([]), "pod-a").await;
     assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
 
     for vf in ["0000:af:00.2", "0000:af:00.3"] {
@@ -689,31 +712,28 @@ async fn a_prepared_vf_the_host_cannot_see_in_its_pod_stays_healthy_with_its_att
     driver.stop().await;
 }
 
+/// roceReady follows the node's RdmaNodeState, also across a kube-apiserver
+/// restart after etcd was compacted: with the watch cache off (so the server
+/// answers from etcd) the driver's watch resumes from a resourceVersion that
+/// is gone, gets 410 Gone, and lists again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn roce_ready_follows_the_nodes_rdmanodestate() {
     let sim = sim();
-    let env = Env::new(NODE, sim.roots()).await;
-    for crd in serde_yaml::Deserializer::from_str(
-        &std::fs::read_to_string(example("../../operator/crds/crds.yaml")).unwrap(),
-    ) {
-        let v: Value = serde::Deserialize::deserialize(crd).unwrap();
-        if !v.is_null() {
-            env.emu.store().create(v).unwrap();
-        }
-    }
+    let mut env = Env::with_args(NODE, sim.roots(), &["--watch-cache=false"]).await;
+    tokio::task::block_in_place(|| env.apply_crds());
     let driver = env.spawn(&[]);
     register(&env.reg_socket()).await;
     env.wait_slices("published", |s| device_count(s) == 16).await;
 
     let check = |iface: &str, result: &str| json!({"name": "pfc", "interface": iface, "result": result, "expected": "3", "actual": "3"});
-    env.emu
-        .store()
-        .create(json!({
-            "apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaNodeState",
-            "metadata": {"name": NODE}, "spec": {"nodeName": NODE},
-            "status": {"checks": [check("ens1f0np0", "Pass"), check("ens1f1np1", "Fail")]}
-        }))
-        .unwrap();
+    let set_checks = |pf0: &'static str, pf1: &'static str| json!({"checks": [check("ens1f0np0", pf0), check("ens1f1np1", pf1)]});
+    env.create(
+        "rdmanodestates",
+        json!({"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaNodeState",
+               "metadata": {"name": NODE}, "spec": {"nodeName": NODE}}),
+    )
+    .await;
+    env.patch_status("rdmanodestates", None, NODE, set_checks("Pass", "Fail")).await;
     let slices = env
         .wait_slices("roceReady on both PFs", |s| {
             attrs(s, "pci-0000-af-00-1").get("kuberdma.io/roceReady").is_some()
@@ -722,17 +742,39 @@ async fn roce_ready_follows_the_nodes_rdmanodestate() {
     assert_eq!(attrs(&slices, "pci-0000-3d-00-1")["kuberdma.io/roceReady"], json!({"bool": true}));
     assert_eq!(attrs(&slices, "pci-0000-af-00-1")["kuberdma.io/roceReady"], json!({"bool": false}));
 
-    env.emu
-        .store()
-        .update("rdmanodestates", None, NODE, |o| {
-            o["status"]["checks"][1]["result"] = "Pass".into();
-        })
-        .unwrap();
+    env.patch_status("rdmanodestates", None, NODE, set_checks("Pass", "Pass")).await;
     env.wait_slices("PF 1 ready", |s| {
         attrs(s, "pci-0000-af-00-1")["kuberdma.io/roceReady"] == json!({"bool": true})
     })
     .await;
-    env.emu.store().delete("rdmanodestates", None, NODE).unwrap();
+
+    // etcd moves on (two writes the driver does not watch) and is compacted; kube-apiserver
+    // restarts, dropping every watch.
+    for n in ["moves-etcd-on-1", "moves-etcd-on-2"] {
+        env.create(
+            "configmaps",
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                        "metadata": {"name": n, "namespace": "default"}}),
+        )
+        .await;
+    }
+    let mark = env.audit().len();
+    tokio::task::block_in_place(|| {
+        env.api.compact().unwrap();
+        env.api.restart().unwrap();
+    });
+    env.patch_status("rdmanodestates", None, NODE, set_checks("Fail", "Pass")).await;
+    env.wait_slices("PF 0 not ready after the restart", |s| {
+        attrs(s, "pci-0000-3d-00-1")["kuberdma.io/roceReady"] == json!({"bool": false})
+    })
+    .await;
+    let relists: Vec<String> = Env::driver_requests(&env.audit()[mark..])
+        .into_iter()
+        .filter(|r| r.starts_with("list rdmanodestates"))
+        .collect();
+    assert!(!relists.is_empty(), "no list after 410: {:?}", Env::driver_requests(&env.audit()[mark..]));
+
+    env.delete("rdmanodestates", None, NODE).await;
     env.wait_slices("no state, no roceReady", |s| {
         attrs(s, "pci-0000-3d-00-1").get("kuberdma.io/roceReady").is_none()
     })
@@ -747,7 +789,7 @@ async fn network_data_the_cni_recorded_reaches_the_claim_status() {
     let driver = env.spawn(&[]);
     let mut p = register(&env.reg_socket()).await;
     env.wait_slices("published", |s| device_count(s) == 16).await;
-    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-a");
+    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-a").await;
     assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
 
     // What kube-rdma-cni writes after it moved the VF into the pod.
@@ -766,16 +808,20 @@ async fn network_data_the_cni_recorded_reaches_the_claim_status() {
     )
     .unwrap();
     let claim = env
-        .emu
-        .store()
-        .wait_for("resourceclaims", Some("default"), "a", T, |c| {
+        .wait_for("resourceclaims", Some("default"), "a", "the claim's device status", |c| {
             c.is_some_and(|c| c["status"]["devices"].is_array())
         })
         .await
-        .unwrap()
         .unwrap();
+    // kube-apiserver answers a device status without conditions with `conditions: null`.
+    let mut devices = claim["status"]["devices"].clone();
+    for d in devices.as_array_mut().unwrap() {
+        if d["conditions"].is_null() {
+            d.as_object_mut().unwrap().remove("conditions");
+        }
+    }
     assert_eq!(
-        claim["status"]["devices"],
+        devices,
         json!([{"driver": DRIVER, "pool": NODE, "device": "pci-0000-3d-00-1",
                 "networkData": {"interfaceName": "net1", "ips": ["192.168.1.2/24"], "hardwareAddress": "02:00:00:3d:00:01"}}])
     );
@@ -783,13 +829,10 @@ async fn network_data_the_cni_recorded_reaches_the_claim_status() {
 
     // Unprepared: our entries are released.
     assert!(p.unprepare(vec![claim_ref("a", &a)]).await.claims[&a].error.is_empty());
-    env.emu
-        .store()
-        .wait_for("resourceclaims", Some("default"), "a", T, |c| {
-            c.is_some_and(|c| c["status"]["devices"].as_array().is_none_or(|d| d.is_empty()))
-        })
-        .await
-        .unwrap();
+    env.wait_for("resourceclaims", Some("default"), "a", "our device status released", |c| {
+        c.is_some_and(|c| c["status"]["devices"].as_array().is_none_or(|d| d.is_empty()))
+    })
+    .await;
     driver.stop().await;
 }
 

@@ -234,11 +234,10 @@ def native_binary(name: str) -> Path:
     return _native[name]
 
 
-def apiemu_binary() -> Path | None:
-    """The in-repo API emulator's binary, built; None while the crate is not on this branch."""
-    if not (ROOT / "apiemu" / "Cargo.toml").exists():
-        return None
-    res = subprocess.run(["cargo", "build", "--locked", "-p", "kube-rdma-apiemu", "--bin", "kube-rdma-apiemu"],
+def api_server_binary() -> Path:
+    """The real-API-server fixture as a program (operator/examples/apiserver.rs: etcd and
+    kube-apiserver v1.34.4 from e2e/build-peers, kube_rdma_e2e::ApiServer), built."""
+    res = subprocess.run(["cargo", "build", "--locked", "-p", "kube-rdma-operator", "--example", "apiserver"],
                          cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr[-4000:]
-    return native_binary("kube-rdma-operator").parent / "kube-rdma-apiemu"
+    return native_binary("kube-rdma-operator").parent / "examples" / "apiserver"

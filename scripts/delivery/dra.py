@@ -6,8 +6,9 @@ alone: `python3 scripts/delivery/dra.py`).
   ServiceAccount projected into that container only, the kubelet's plugin dirs mounted and
   NODE_NAME from the downward API; the driver's ClusterRoleBinding names that ServiceAccount.
 - The chart's DRA command line, run by the real binary (paths mapped into a scratch dir) on a
-  simulated node against the API emulator, serves the kubelet where the mounts put the kubelet's
-  dirs and publishes the node's ResourceSlices.
+  simulated node against a real kube-apiserver (v1.34.4, the chart's ServiceAccount token and
+  RBAC), serves the kubelet where the mounts put the kubelet's dirs and publishes the node's
+  ResourceSlices.
 - RBAC grants exactly what the driver calls on each Kubernetes version (1.34, 1.35; 1.36+ adds
   resourceclaims/driver), and the rendered objects pass `kubernetes-validate --strict` for each.
 - Every CEL selector of the DeviceClasses, of values.yaml's example class and of the examples in
@@ -256,8 +257,9 @@ def published_devices() -> list[dict[str, Any]]:
 def run_chart_command_line() -> str:
     """The chart's DRA container, run by the real binary: its args with every path under a mount
     moved to the same place under a scratch "host" dir, its ConfigMap as the config file, the
-    simulated node in place of /sys and /dev, NODE_NAME as the downward API sets it and the API
-    emulator in place of the in-cluster API (with an RdmaNodeState, so roceReady is published)."""
+    simulated node in place of /sys and /dev, NODE_NAME as the downward API sets it, and a real
+    kube-apiserver in place of the in-cluster API, reached with a token of the chart's
+    ServiceAccount under the chart's RBAC (with an RdmaNodeState, so roceReady is published)."""
     import monitoring
 
     objs = rendered()
@@ -265,8 +267,6 @@ def run_chart_command_line() -> str:
     c = driver_container(ds)
     config = next(o for o in objs if o["kind"] == "ConfigMap"
                   and o["metadata"]["name"] == ds["spec"]["template"]["spec"]["volumes"][0]["configMap"]["name"])
-    emu = chart.apiemu_binary()
-    assert emu is not None, "needs the in-repo API emulator (apiemu crate)"
     binary = chart.native_binary("kube-rdma-device-plugin")
     node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": SIM_NODE}}
     check = lambda iface, result: {"name": "pfc", "interface": iface, "result": result,  # noqa: E731
@@ -274,9 +274,29 @@ def run_chart_command_line() -> str:
     state = {"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaNodeState", "metadata": {"name": SIM_NODE},
              "spec": {"nodeName": SIM_NODE},
              "status": {"checks": [check("ens1f0np0", "Pass"), check("ens1f1np1", "Fail")]}}
-    seeds = [yaml.safe_dump(node), chart.CHART_CRDS.read_text(encoding="utf-8"), yaml.safe_dump(state)]
+    # The driver's ServiceAccount, ClusterRole and binding as the chart renders them.
+    rbac = [o for o in objs if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding")
+            and security._component(o) == "device-plugin"]
+    sa = next(o for o in rbac if o["kind"] == "ServiceAccount")
+    assert sa["metadata"]["name"] == ds["spec"]["template"]["spec"]["serviceAccountName"], sa
+    namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": sa["metadata"]["namespace"]}}
+    seeds = [yaml.safe_dump(node), yaml.safe_dump_all([namespace, *rbac]), chart.CHART_CRDS.read_text(encoding="utf-8"),
+             yaml.safe_dump(state)]
     with tempfile.TemporaryDirectory(prefix="kube-rdma-dra-chart-") as tmp, \
-            monitoring.ApiEmulator(emu, seeds) as api:
+            monitoring.ApiServer(chart.api_server_binary(), seeds) as api:
+        kubectl = [api.kubectl, f"--kubeconfig={api.kubeconfig}"]
+        # The seed's status is not applied to a resource with a status subresource: the agent's
+        # own write is a status apply.
+        status_file = Path(tmp, "state-status.yaml")
+        status_file.write_text(yaml.safe_dump(state), encoding="utf-8")
+        subprocess.run([*kubectl, "apply", "--server-side", "--subresource=status", "-f", str(status_file)],
+                       check=True, capture_output=True, text=True)
+        token = subprocess.run([*kubectl, "create", "token", sa["metadata"]["name"], "-n", sa["metadata"]["namespace"],
+                                "--duration=1h"], check=True, capture_output=True, text=True).stdout.strip()
+        kc = yaml.safe_load(api.kubeconfig.read_text(encoding="utf-8"))
+        kc["users"] = [{"name": u["name"], "user": {"token": token}} for u in kc["users"]]
+        driver_kubeconfig = Path(tmp, "driver.kubeconfig")
+        driver_kubeconfig.write_text(yaml.safe_dump(kc), encoding="utf-8")
         # The container's filesystem, as far as the driver sees it: every absolute path of its
         # command line lives under `root` (never on this machine's own /var/lib/kubelet).
         root = Path(tmp, "root")
@@ -293,7 +313,7 @@ def run_chart_command_line() -> str:
             return f"{name}={root / value.lstrip('/')}" if eq and value.startswith("/") else arg
 
         args = [mapped(a) for a in c["args"]]
-        env = {**os.environ, "KUBECONFIG": str(api.kubeconfig), "NODE_NAME": SIM_NODE,
+        env = {**os.environ, "KUBECONFIG": str(driver_kubeconfig), "NODE_NAME": SIM_NODE,
                "RUST_LOG": next(e["value"] for e in c["env"] if e["name"] == "RUST_LOG")}
         cmd = [str(binary), *args, "--sim", str(chart.ROOT / "examples" / "nodes" / f"{SIM_NODE}.yaml")]
         proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -498,7 +518,7 @@ CHECKS: list[tuple[str, Callable[[], str | None]]] = [
      test_binding_names_the_daemonsets_account),
     ("dra: RBAC is exactly what the driver calls, per Kubernetes version", test_rbac_per_version),
     ("dra: refused before Kubernetes 1.34", test_refuses_dra_before_1_34),
-    ("dra: the chart's command line runs the driver (real binary, emulated API, simulated node)",
+    ("dra: the chart's command line runs the driver (real binary, real kube-apiserver, simulated node)",
      run_chart_command_line),
     ("dra: every selector, with the scheduler's CEL, on every device we publish", test_selectors_with_the_schedulers_cel),
     ("dra: DeviceClasses select rdma.kuberdma.io and healthy devices", test_classes_select_our_healthy_devices),

@@ -1106,12 +1106,7 @@ def exported_metrics() -> tuple[set[str], list[str]]:
     return names, notes
 
 
-def api_server_binary() -> Path:
-    """The real-API-server fixture as a program (operator/examples/apiserver.rs), built."""
-    res = subprocess.run(["cargo", "build", "--locked", "-p", "kube-rdma-operator", "--example", "apiserver"],
-                         cwd=ROOT, capture_output=True, text=True)
-    assert res.returncode == 0, res.stderr[-4000:]
-    return native_binary("kube-rdma-operator").parent / "examples" / "apiserver"
+api_server_binary = chart.api_server_binary
 
 
 SIM_NODE = "cx6dx-dual"

@@ -1,38 +1,174 @@
-//! DRA test fixtures: the API emulator (real HTTP + TLS through a
-//! kubeconfig), the real `kube-rdma-device-plugin dra` binary, and a fake
-//! kubelet that does what the kubelet's plugin watcher and DRA manager do:
-//! GetInfo on the registration socket, pick a service from
+//! DRA test fixtures: a real etcd + kube-apiserver v1.34.4
+//! ([`kube_rdma_e2e::ApiServer`], resource.k8s.io/v1 served as GA) with the
+//! chart's ServiceAccount and RBAC for the driver, the real
+//! `kube-rdma-device-plugin dra` binary run with that account's token, and a
+//! fake kubelet that does what the kubelet's plugin watcher and DRA manager
+//! do: GetInfo on the registration socket, pick a service from
 //! `supported_versions`, NotifyRegistrationStatus, dial the endpoint (sending
 //! `:authority localhost`, as kubelets >= 1.26 do on unix sockets), call
 //! NodePrepareResources / NodeUnprepareResources and NodeWatchResources,
 //! and delete the node's ResourceSlices as a restarting kubelet does.
+//!
+//! What the driver asked the server is read from kube-apiserver's own audit
+//! log; faults are the server's own where it can make them (see [`faults`]).
 #![allow(dead_code)]
 
+pub mod faults;
+
 use std::path::{Path, PathBuf};
+use std::sync::{Condvar, Mutex, OnceLock};
 use std::time::Duration;
 
-use kube_rdma_apiemu::Emulator;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::GroupVersionKind;
 use kube_rdma_device_plugin::dra::api::health::dra_resource_health_client::DraResourceHealthClient;
 use kube_rdma_device_plugin::dra::api::health::{NodeWatchResourcesRequest, NodeWatchResourcesResponse};
 use kube_rdma_device_plugin::dra::api::registration::registration_client::RegistrationClient;
 use kube_rdma_device_plugin::dra::api::registration::{InfoRequest, PluginInfo, RegistrationStatus};
 use kube_rdma_device_plugin::dra::api::{v1, v1beta1};
 use kube_rdma_device_plugin::kubelet;
+use kube_rdma_e2e::apiserver::{ApiServer, Options};
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 use tonic::Streaming;
 
 pub const T: Duration = Duration::from_secs(10);
+/// How long to wait for the API to show what the driver did (two control
+/// planes and their drivers share two cores).
+pub const WAIT: Duration = Duration::from_secs(60);
 pub const DRIVER: &str = "rdma.kuberdma.io";
+/// The chart's namespace and the driver's ServiceAccount in it.
+pub const NAMESPACE: &str = "kube-rdma";
+pub const SERVICE_ACCOUNT: &str = "kube-rdma-device-plugin";
+/// The user the driver's token authenticates as.
+pub const DRIVER_USER: &str = "system:serviceaccount:kube-rdma:kube-rdma-device-plugin";
+
+/// Every request to the DRA and kuberdma.io groups, once answered (the
+/// `ResponseComplete` stage; watches also log `ResponseStarted`).
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  resources: [{group: resource.k8s.io}, {group: kuberdma.io}]
+- level: None
+";
 
 /// The simulated nodes shipped in the repo.
 pub fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/nodes").join(name)
 }
 
-/// One driver's world: emulator, temp dirs and the node.
+/// Control planes running at once in a test binary (each is an etcd and a
+/// kube-apiserver; two at a time keep two cores busy without starving them).
+const MAX_PLANES: usize = 2;
+static PLANES: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
+
+struct Slot;
+
+impl Slot {
+    fn take() -> Slot {
+        let (m, cv) = &PLANES;
+        let mut n = m.lock().unwrap_or_else(|p| p.into_inner());
+        while *n >= MAX_PLANES {
+            n = cv.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+        *n += 1;
+        Slot
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let (m, cv) = &PLANES;
+        *m.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        cv.notify_one();
+    }
+}
+
+/// The driver's ServiceAccount, ClusterRole and ClusterRoleBinding as the
+/// chart renders them with `dra.enabled` for Kubernetes 1.34 (Helm's engine,
+/// scripts/delivery/chart.py; `scripts/setup-deps` installs it).
+pub fn chart_rbac() -> &'static [Value] {
+    static RBAC: OnceLock<Vec<Value>> = OnceLock::new();
+    RBAC.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/delivery");
+        let py = format!(
+            "import json, sys; sys.path.insert(0, {d:?}); import chart\n\
+             v = chart.load_values(chart.CHART_DIR / 'values.yaml'); v['dra']['enabled'] = True\n\
+             print(json.dumps(chart.objects(chart.render(v, kube_version='1.34.0'))))",
+            d = dir.display().to_string(),
+        );
+        let o = std::process::Command::new("python3").args(["-c", &py]).output().expect("run python3");
+        assert!(
+            o.status.success(),
+            "rendering the chart (scripts/setup-deps installs Helm's engine): {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let objs: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+        let rbac: Vec<Value> = objs
+            .into_iter()
+            .filter(|o| {
+                matches!(o["kind"].as_str(), Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding"))
+                    && o["metadata"]["labels"]["app.kubernetes.io/component"] == "device-plugin"
+            })
+            .collect();
+        let kinds: Vec<&str> = rbac.iter().filter_map(|o| o["kind"].as_str()).collect();
+        assert_eq!(kinds.len(), 3, "the driver's ServiceAccount, ClusterRole and binding: {kinds:?}");
+        rbac
+    })
+}
+
+/// The API resource behind a short name the tests use.
+pub fn resource(name: &str) -> ApiResource {
+    let (g, v, k, plural) = match name {
+        "nodes" => ("", "v1", "Node", "nodes"),
+        "configmaps" => ("", "v1", "ConfigMap", "configmaps"),
+        "resourceslices" => ("resource.k8s.io", "v1", "ResourceSlice", "resourceslices"),
+        "resourceclaims" => ("resource.k8s.io", "v1", "ResourceClaim", "resourceclaims"),
+        "rdmanodestates" => ("kuberdma.io", "v1alpha1", "RdmaNodeState", "rdmanodestates"),
+        other => panic!("no resource {other} in the fixtures"),
+    };
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(g, v, k), plural)
+}
+
+/// A client for `kubeconfig`.
+pub async fn client_for(kubeconfig: &Path) -> kube::Client {
+    kube::Client::try_from(config_for(kubeconfig).await).unwrap()
+}
+
+/// The client configuration `kubeconfig` gives (kube's default: 429, 503
+/// and 504 are retried, honouring Retry-After).
+pub async fn config_for(kubeconfig: &Path) -> kube::Config {
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    kube::Config::from_custom_kubeconfig(kc, &Default::default()).await.unwrap()
+}
+
+/// `kubectl apply --server-side` of `objs` as the admin.
+pub fn kubectl_apply(api: &ApiServer, dir: &Path, objs: &[Value]) {
+    let path = dir.join("apply.json");
+    std::fs::write(
+        &path,
+        serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "List", "items": objs})).unwrap(),
+    )
+    .unwrap();
+    let o = api
+        .kubectl()
+        .args(["apply", "--server-side", "--force-conflicts", "-f"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "kubectl apply: {}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// One driver's world: a control plane of its own, temp dirs and the node.
 pub struct Env {
-    pub emu: Emulator,
+    /// The control plane (stopped when the Env goes).
+    pub api: ApiServer,
+    /// The admin's client, for the test's own reads and writes.
+    pub client: kube::Client,
+    /// The driver's kubeconfig: its ServiceAccount's token.
+    pub driver_kubeconfig: PathBuf,
     pub tmp: tempfile::TempDir,
     pub node: String,
     pub registry: PathBuf,
@@ -40,22 +176,64 @@ pub struct Env {
     pub cdi: PathBuf,
     pub prepared: PathBuf,
     pub roots: nic::Roots,
+    audit_log: PathBuf,
+    _slot: Slot,
 }
 
 impl Env {
-    /// An emulator holding `node` (a Node object), and the driver's dirs.
+    /// A control plane holding `node` (a Node object), and the driver's dirs.
     pub async fn new(node: &str, roots: nic::Roots) -> Self {
-        let emu = Emulator::builder().start().await.expect("start the API emulator");
-        emu.store()
-            .create(json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}))
-            .expect("create the Node");
+        Self::with_args(node, roots, &[]).await
+    }
+
+    /// As [`Env::new`], kube-apiserver started with `args` too.
+    pub async fn with_args(node: &str, roots: nic::Roots, args: &[&str]) -> Self {
         let tmp = tempfile::tempdir().unwrap();
+        let policy = tmp.path().join("audit-policy.yaml");
+        std::fs::write(&policy, AUDIT_POLICY).unwrap();
+        let audit_log = tmp.path().join("audit.log");
+        let mut extra = vec![
+            format!("--audit-policy-file={}", policy.display()),
+            format!("--audit-log-path={}", audit_log.display()),
+        ];
+        extra.extend(args.iter().map(|a| a.to_string()));
+        let rbac = chart_rbac();
+        let (slot, api, token) = tokio::task::block_in_place(|| {
+            let slot = Slot::take();
+            let api = ApiServer::start_with(Options { extra_args: extra, ..Options::default() })
+                .unwrap_or_else(|e| panic!("control plane: {e:#}"));
+            let mut objs =
+                vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})];
+            objs.extend(rbac.iter().cloned());
+            kubectl_apply(&api, tmp.path(), &objs);
+            let token = api
+                .service_account_token(NAMESPACE, SERVICE_ACCOUNT, None)
+                .unwrap_or_else(|e| panic!("the driver's token: {e:#}"));
+            (slot, api, token)
+        });
+        let driver_kubeconfig = api.token_kubeconfig(SERVICE_ACCOUNT, &token).unwrap();
+        let client = client_for(&api.kubeconfig()).await;
         let registry = tmp.path().join("plugins_registry");
         let plugins = tmp.path().join("plugins");
         std::fs::create_dir_all(&registry).unwrap();
         std::fs::create_dir_all(&plugins).unwrap();
         let prepared = plugins.join(DRIVER).join("prepared");
-        Env { emu, cdi: tmp.path().join("cdi"), tmp, node: node.into(), registry, plugins, prepared, roots }
+        let env = Env {
+            api,
+            client,
+            driver_kubeconfig,
+            cdi: tmp.path().join("cdi"),
+            tmp,
+            node: node.into(),
+            registry,
+            plugins,
+            prepared,
+            roots,
+            audit_log,
+            _slot: slot,
+        };
+        env.create("nodes", json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}})).await;
+        env
     }
 
     pub fn reg_socket(&self) -> PathBuf {
@@ -66,7 +244,8 @@ impl Env {
         self.plugins.join(DRIVER).join("dra.sock")
     }
 
-    /// The real binary in DRA mode, configured as the chart configures it.
+    /// The real binary in DRA mode, configured as the chart configures it
+    /// (its ServiceAccount's token; here through a kubeconfig).
     pub fn command(&self) -> tokio::process::Command {
         let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"));
         c.arg("dra")
@@ -83,8 +262,9 @@ impl Env {
             .arg("--dev-root")
             .arg(&self.roots.dev)
             .arg("--no-link-events")
-            .env("KUBECONFIG", self.emu.kubeconfig_path())
-            .env("RUST_LOG", "info")
+            .env("KUBECONFIG", &self.driver_kubeconfig)
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .env("RUST_LOG", std::env::var("DRA_LOG").unwrap_or_else(|_| "info".into()))
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
         c
@@ -97,13 +277,102 @@ impl Env {
         Driver::spawn(c)
     }
 
+    fn api_of(&self, res: &str, ns: Option<&str>) -> Api<DynamicObject> {
+        let ar = resource(res);
+        match ns {
+            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &ar),
+            None => Api::all_with(self.client.clone(), &ar),
+        }
+    }
+
+    /// Creates `obj` (a `res`), as the admin; returns it as stored.
+    pub async fn create(&self, res: &str, obj: Value) -> Value {
+        let ns = obj["metadata"]["namespace"].as_str().map(String::from);
+        let o: DynamicObject = serde_json::from_value(obj).unwrap();
+        let created = self
+            .api_of(res, ns.as_deref())
+            .create(&PostParams::default(), &o)
+            .await
+            .unwrap_or_else(|e| panic!("create {res}: {e}"));
+        serde_json::to_value(created).unwrap()
+    }
+
+    pub async fn get(&self, res: &str, ns: Option<&str>, name: &str) -> Option<Value> {
+        let o = self.api_of(res, ns).get_opt(name).await.unwrap_or_else(|e| panic!("get {res} {name}: {e}"));
+        o.map(|o| serde_json::to_value(o).unwrap())
+    }
+
+    pub async fn list(&self, res: &str) -> Vec<Value> {
+        let l = self
+            .api_of(res, None)
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("list {res}: {e}"));
+        l.items.into_iter().map(|o| serde_json::to_value(o).unwrap()).collect()
+    }
+
+    pub async fn delete(&self, res: &str, ns: Option<&str>, name: &str) {
+        self.api_of(res, ns)
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("delete {res} {name}: {e}"));
+    }
+
+    /// Merge-patches the status subresource with `status`.
+    pub async fn patch_status(&self, res: &str, ns: Option<&str>, name: &str, status: Value) -> Value {
+        let o = self
+            .api_of(res, ns)
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(json!({"status": status})))
+            .await
+            .unwrap_or_else(|e| panic!("patch {res}/{name}/status: {e}"));
+        serde_json::to_value(o).unwrap()
+    }
+
+    /// Reads `res/name`, changes it with `f` and writes it back (a replace
+    /// with its resourceVersion): a writer racing the driver, which retries
+    /// when the server answers 409 Conflict. Returns how many 409s it got.
+    pub async fn update(&self, res: &str, ns: Option<&str>, name: &str, f: impl Fn(&mut Value)) -> usize {
+        let api = self.api_of(res, ns);
+        for conflicts in 0..20 {
+            let mut v = serde_json::to_value(api.get(name).await.unwrap()).unwrap();
+            f(&mut v);
+            let o: DynamicObject = serde_json::from_value(v).unwrap();
+            match api.replace(name, &PostParams::default(), &o).await {
+                Ok(_) => return conflicts,
+                Err(kube::Error::Api(e)) if e.code == 409 => continue,
+                Err(e) => panic!("replace {res} {name}: {e}"),
+            }
+        }
+        panic!("replace {res} {name}: 20 conflicts in a row");
+    }
+
+    /// Waits until `res/name` satisfies `pred`; returns it.
+    pub async fn wait_for(
+        &self,
+        res: &str,
+        ns: Option<&str>,
+        name: &str,
+        what: &str,
+        pred: impl Fn(Option<&Value>) -> bool,
+    ) -> Option<Value> {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let v = self.get(res, ns, name).await;
+            if pred(v.as_ref()) {
+                return v;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!("timed out waiting for {what}; {res}/{name} is {:#}", json!(v));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// This node's ResourceSlices of our driver, by name.
-    pub fn slices(&self) -> Vec<Value> {
+    pub async fn slices(&self) -> Vec<Value> {
         let mut v: Vec<Value> = self
-            .emu
-            .store()
-            .list("resourceslices", None)
-            .unwrap()
+            .list("resourceslices")
+            .await
             .into_iter()
             .filter(|s| s["spec"]["driver"] == DRIVER && s["spec"]["nodeName"] == self.node.as_str())
             .collect();
@@ -113,55 +382,68 @@ impl Env {
 
     /// Waits until the published slices satisfy `pred`.
     pub async fn wait_slices(&self, what: &str, pred: impl Fn(&[Value]) -> bool) -> Vec<Value> {
-        let node = self.node.clone();
-        let r = self
-            .emu
-            .store()
-            .wait_until(T, |s| {
-                let mut v: Vec<Value> = s
-                    .list("resourceslices", None)
-                    .ok()?
-                    .into_iter()
-                    .filter(|s| s["spec"]["driver"] == DRIVER && s["spec"]["nodeName"] == node.as_str())
-                    .collect();
-                v.sort_by(|a, b| a["metadata"]["name"].as_str().cmp(&b["metadata"]["name"].as_str()));
-                pred(&v).then_some(v)
-            })
-            .await;
-        match r {
-            Ok(v) => v,
-            Err(_) => panic!("timed out waiting for slices: {what}; have {:#}", json!(self.slices())),
+        self.wait_slices_within(what, WAIT, pred).await
+    }
+
+    pub async fn wait_slices_within(
+        &self,
+        what: &str,
+        within: Duration,
+        pred: impl Fn(&[Value]) -> bool,
+    ) -> Vec<Value> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let v = self.slices().await;
+            if pred(&v) {
+                return v;
+            }
+            if tokio::time::Instant::now() > deadline {
+                panic!("timed out waiting for slices: {what}; have {:#}", json!(v));
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 
     /// Deletes every ResourceSlice of the node, as the kubelet does when it starts.
-    pub fn wipe_slices(&self) -> usize {
-        let slices = self.slices();
+    pub async fn wipe_slices(&self) -> usize {
+        let slices = self.slices().await;
         for s in &slices {
-            self.emu.store().delete("resourceslices", None, s["metadata"]["name"].as_str().unwrap()).unwrap();
+            self.delete("resourceslices", None, s["metadata"]["name"].as_str().unwrap()).await;
         }
         slices.len()
     }
 
     /// Creates a ResourceClaim allocated on this node (`results`: request,
     /// driver, device) and reserved for pod `pod_uid`; returns its UID.
-    pub fn create_claim(
+    pub async fn create_claim(
         &self,
         name: &str,
         results: &[(&str, &str, &str)],
         config: Value,
         pod_uid: &str,
     ) -> String {
-        let requests: Vec<Value> = results
+        // One request per name, asking for as many devices as it was allocated.
+        let mut requests: Vec<(&str, usize)> = Vec::new();
+        for (req, _, _) in results {
+            match requests.iter_mut().find(|(r, _)| r == req) {
+                Some((_, n)) => *n += 1,
+                None => requests.push((req, 1)),
+            }
+        }
+        let requests: Vec<Value> = requests
             .iter()
-            .map(|(req, _, _)| json!({"name": req, "exactly": {"deviceClassName": "rdma.kuberdma.io"}}))
+            .map(|(req, n)| {
+                json!({"name": req, "exactly": {"deviceClassName": "rdma.kuberdma.io",
+                                                "allocationMode": "ExactCount", "count": n}})
+            })
             .collect();
-        self.create_claim_with_requests(name, json!(requests), results, config, pod_uid)
+        self.create_claim_with_requests(name, json!(requests), results, config, pod_uid).await
     }
 
     /// Like [`Env::create_claim`] with the claim's own `spec.devices.requests`
-    /// (`firstAvailable` lists, say; the results then name `req/sub`).
-    pub fn create_claim_with_requests(
+    /// (`firstAvailable` lists, say; the results then name `req/sub`). The
+    /// allocation is written to the status subresource, as the scheduler does.
+    pub async fn create_claim_with_requests(
         &self,
         name: &str,
         requests: Value,
@@ -174,31 +456,89 @@ impl Env {
             .map(|(req, driver, dev)| json!({"request": req, "driver": driver, "pool": self.node, "device": dev}))
             .collect();
         let obj = self
-            .emu
-            .store()
-            .create(json!({
-                "apiVersion": "resource.k8s.io/v1",
-                "kind": "ResourceClaim",
-                "metadata": {"name": name, "namespace": "default",
-                             "annotations": {"resource.kubernetes.io/pod-claim-name": "rdma"}},
-                "spec": {"devices": {"requests": requests}},
-                "status": {
-                    "allocation": {"devices": {"results": results, "config": config}},
-                    "reservedFor": [{"resource": "pods", "name": format!("pod-{pod_uid}"), "uid": pod_uid}],
-                }
-            }))
-            .expect("create the claim");
+            .create(
+                "resourceclaims",
+                json!({
+                    "apiVersion": "resource.k8s.io/v1",
+                    "kind": "ResourceClaim",
+                    "metadata": {"name": name, "namespace": "default",
+                                 "annotations": {"resource.kubernetes.io/pod-claim-name": "rdma"}},
+                    "spec": {"devices": {"requests": requests}},
+                }),
+            )
+            .await;
+        self.patch_status(
+            "resourceclaims",
+            Some("default"),
+            name,
+            json!({
+                "allocation": {"devices": {"results": results, "config": config}},
+                "reservedFor": [{"resource": "pods", "name": format!("pod-{pod_uid}"), "uid": pod_uid}],
+            }),
+        )
+        .await;
         obj["metadata"]["uid"].as_str().unwrap().to_string()
     }
 
-    pub fn claim(&self, name: &str) -> Value {
-        self.emu.store().get("resourceclaims", Some("default"), name).unwrap().expect("claim exists")
+    pub async fn claim(&self, name: &str) -> Value {
+        self.get("resourceclaims", Some("default"), name).await.expect("claim exists")
     }
 
-    /// GET requests the emulator saw for claim `name`.
-    pub fn claim_reads(&self, name: &str) -> usize {
-        let path = format!("/apis/resource.k8s.io/v1/namespaces/default/resourceclaims/{name}");
-        self.emu.log().records().iter().filter(|r| r.method == "GET" && r.path == path).count()
+    /// kube-apiserver's audit events so far (answered requests), oldest first.
+    pub fn audit(&self) -> Vec<Value> {
+        let text = std::fs::read_to_string(&self.audit_log).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .filter(|e| e["stage"] == "ResponseComplete")
+            .collect()
+    }
+
+    /// The driver's requests among `events`, as `"<verb> <resource>[/<sub>] <name>"`.
+    pub fn driver_requests(events: &[Value]) -> Vec<String> {
+        events
+            .iter()
+            .filter(|e| e["user"]["username"] == DRIVER_USER)
+            .map(|e| {
+                let r = &e["objectRef"];
+                let sub = r["subresource"].as_str().map(|s| format!("/{s}")).unwrap_or_default();
+                format!(
+                    "{} {}{sub} {} {}",
+                    e["verb"].as_str().unwrap_or(""),
+                    r["resource"].as_str().unwrap_or(""),
+                    r["name"].as_str().unwrap_or(""),
+                    e["responseStatus"]["code"]
+                )
+            })
+            .collect()
+    }
+
+    /// GET requests the driver made for claim `name`, as kube-apiserver
+    /// logged them (after a moment for the last answer's audit event).
+    pub async fn claim_reads(&self, name: &str) -> usize {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.audit()
+            .iter()
+            .filter(|e| {
+                e["user"]["username"] == DRIVER_USER
+                    && e["verb"] == "get"
+                    && e["objectRef"]["resource"] == "resourceclaims"
+                    && e["objectRef"]["name"] == name
+            })
+            .count()
+    }
+
+    /// Our CRDs (operator/crds/crds.yaml), applied and established.
+    pub fn apply_crds(&self) {
+        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../operator/crds/crds.yaml");
+        let o = self.api.kubectl().args(["apply", "--server-side", "-f"]).arg(&crds).output().unwrap();
+        assert!(o.status.success(), "applying the CRDs: {}", String::from_utf8_lossy(&o.stderr));
+        let o = self
+            .api
+            .kubectl()
+            .args(["wait", "--for=condition=Established", "--timeout=60s", "crd/rdmanodestates.kuberdma.io"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "CRD established: {}", String::from_utf8_lossy(&o.stderr));
     }
 }
 
@@ -261,45 +601,6 @@ impl Driver {
         let pid = self.child.id().expect("running") as i32;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGTERM).unwrap();
         tokio::time::timeout(T, self.child.wait()).await.expect("stops in time").unwrap()
-    }
-}
-
-/// An API server that hangs: a TCP listener that accepts every connection
-/// and never answers (nor closes), as a wedged kube-apiserver or a
-/// black-holed path through a load balancer looks to a client.
-pub struct HungApiServer {
-    pub addr: std::net::SocketAddr,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl HungApiServer {
-    pub async fn start() -> Self {
-        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = l.local_addr().unwrap();
-        let task = tokio::spawn(async move {
-            let mut held = Vec::new();
-            while let Ok((s, _)) = l.accept().await {
-                held.push(s);
-            }
-        });
-        HungApiServer { addr, task }
-    }
-
-    /// `template` (a kubeconfig) with every cluster's server pointing here,
-    /// written to `path`.
-    pub fn kubeconfig(&self, template: &Path, path: &Path) -> PathBuf {
-        let mut kc: serde_yaml::Value = serde_yaml::from_slice(&std::fs::read(template).unwrap()).unwrap();
-        for c in kc["clusters"].as_sequence_mut().unwrap() {
-            c["cluster"]["server"] = format!("https://{}", self.addr).into();
-        }
-        std::fs::write(path, serde_yaml::to_string(&kc).unwrap()).unwrap();
-        path.to_path_buf()
-    }
-}
-
-impl Drop for HungApiServer {
-    fn drop(&mut self) {
-        self.task.abort();
     }
 }
 
