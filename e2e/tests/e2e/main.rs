@@ -8,6 +8,7 @@
 //! last case takes the cluster down and checks the host is as it was.
 
 mod ctx;
+mod dra;
 mod smoke;
 
 use std::time::Instant;
@@ -27,6 +28,8 @@ fn main() {
     let words: Vec<&String> = args.iter().filter(|a| *a != "--keep").collect();
     let mut cases: Vec<Case> = vec![];
     cases.extend(smoke::cases());
+    // DRA mode last: its cases switch the chart and the last switches it back.
+    cases.extend(dra::cases());
     let selected: Vec<&Case> = cases
         .iter()
         .filter(|c| words.is_empty() || words.iter().any(|w| c.name.contains(w.as_str())))
