@@ -63,7 +63,18 @@ pub fn cases() -> Vec<Case> {
             name: "dra_a_vf_and_another_drivers_gpu_are_aligned_by_pcie_root",
             run: dra_a_vf_and_another_drivers_gpu_are_aligned_by_pcie_root,
         },
-        Case { name: "dra_switched_back_to_device_plugin_mode", run: dra_switched_back_to_device_plugin_mode },
+        Case {
+            name: "dra_bench_claim_pod_start_is_within_1_3x_of_a_plain_pod",
+            run: dra_bench_claim_pod_start_is_within_1_3x_of_a_plain_pod,
+        },
+        Case {
+            name: "dra_bench_driver_start_to_1024_vf_slices_accepted",
+            run: dra_bench_driver_start_to_1024_vf_slices_accepted,
+        },
+        Case {
+            name: "dra_switched_back_to_device_plugin_mode",
+            run: dra_switched_back_to_device_plugin_mode,
+        },
     ]
 }
 
@@ -126,10 +137,14 @@ fn dra_switched_back_to_device_plugin_mode(ctx: &Ctx) -> Result<()> {
         upgrade(ctx, None, "values.yaml")?;
     }
     ensure!(!runs_dra(ctx)?, "still in DRA mode");
-    ensure!(ctx.kubectl(&["-n", NS, "get", "network-attachment-definitions", NET, "--ignore-not-found"])?.is_empty());
+    ensure!(ctx
+        .kubectl(&["-n", NS, "get", "network-attachment-definitions", NET, "--ignore-not-found"])?
+        .is_empty());
     eventually("kuberdma.io/rdma_vfs allocatable again", Duration::from_secs(90), || {
         let n = ctx.json(&["get", "node", NODE_NAME])?;
-        Ok((n["status"]["allocatable"]["kuberdma.io/rdma_vfs"] == VFS.to_string()).then_some(()))
+        let n =
+            n["status"]["allocatable"]["kuberdma.io/rdma_vfs"].as_str().and_then(|s| s.parse::<usize>().ok());
+        Ok((n == Some(VFS)).then_some(()))
     })
 }
 
@@ -334,10 +349,7 @@ fn node_links() -> Result<BTreeMap<String, String>> {
         .context("ip -j")?
         .iter()
         .map(|l| {
-            (
-                l["ifname"].as_str().unwrap_or("").to_string(),
-                l["address"].as_str().unwrap_or("").to_string(),
-            )
+            (l["ifname"].as_str().unwrap_or("").to_string(), l["address"].as_str().unwrap_or("").to_string())
         })
         .collect())
 }
@@ -377,13 +389,24 @@ fn dra_with_multus_net1_is_the_prepared_vf_and_the_claim_shows_it(ctx: &Ctx) -> 
         let cname = claim["metadata"]["name"].as_str().unwrap_or("").to_string();
         let nd = eventually("status.devices[].networkData of the claim", Duration::from_secs(30), || {
             let c = ctx.json(&["-n", NS, "get", "resourceclaim", &cname])?;
-            Ok(c["status"]["devices"].as_array().and_then(|ds| {
-                ds.iter().find(|d| d["driver"] == DRIVER && d["device"] == name.as_str()).map(|d| d["networkData"].clone())
-            }).filter(|n| !n.is_null()))
+            Ok(c["status"]["devices"]
+                .as_array()
+                .and_then(|ds| {
+                    ds.iter()
+                        .find(|d| d["driver"] == DRIVER && d["device"] == name.as_str())
+                        .map(|d| d["networkData"].clone())
+                })
+                .filter(|n| !n.is_null()))
         })?;
         ensure!(nd["interfaceName"] == "net1", "networkData {nd}");
-        ensure!(nd["hardwareAddress"].as_str().is_some_and(|m| m.eq_ignore_ascii_case(&mac)), "networkData {nd}");
-        ensure!(nd["ips"].as_array().is_some_and(|i| i.iter().any(|a| a == ip.as_str())), "networkData {nd}, net1 {ip}");
+        ensure!(
+            nd["hardwareAddress"].as_str().is_some_and(|m| m.eq_ignore_ascii_case(&mac)),
+            "networkData {nd}"
+        );
+        ensure!(
+            nd["ips"].as_array().is_some_and(|i| i.iter().any(|a| a == ip.as_str())),
+            "networkData {nd}, net1 {ip}"
+        );
         ensure!(prepared_path(ctx, &uid).exists(), "no prepared record");
         Ok(netdev)
     })();
@@ -433,7 +456,11 @@ fn dra_first_available_subrequest_reaches_the_container_naming_the_request(ctx: 
     // No simulated VF has 400G: the scheduler takes the second alternative.
     let body = "          firstAvailable:\n            - name: fast\n              deviceClassName: rdma.kuberdma.io\n              selectors:\n                - cel:\n                    expression: 'has(device.attributes[\"kuberdma.io\"].linkSpeedMbps) && device.attributes[\"kuberdma.io\"].linkSpeedMbps >= 400000'\n            - name: any\n              deviceClassName: rdma.kuberdma.io";
     let t = "dra-first";
-    ctx.apply(&format!("{}---\n{}", template(t, body), claim_pod("dra-first", &from_template(t), Some("vf"), "")))?;
+    ctx.apply(&format!(
+        "{}---\n{}",
+        template(t, body),
+        claim_pod("dra-first", &from_template(t), Some("vf"), "")
+    ))?;
     let r = (|| {
         ctx.wait_running(NS, "dra-first", Duration::from_secs(90))?;
         let res = results(&pods_claim(ctx, "dra-first")?);
@@ -449,11 +476,18 @@ fn dra_first_available_subrequest_reaches_the_container_naming_the_request(ctx: 
 fn dra_a_restarted_kubelet_leaves_running_pods_their_devices(ctx: &Ctx) -> Result<()> {
     let slices = dra_mode(ctx)?;
     let t = "dra-kubelet";
-    ctx.apply(&format!("{}---\n{}", template(t, ONE_VF), claim_pod("dra-kubelet", &from_template(t), None, "")))?;
+    ctx.apply(&format!(
+        "{}---\n{}",
+        template(t, ONE_VF),
+        claim_pod("dra-kubelet", &from_template(t), None, "")
+    ))?;
     let r = (|| {
         let p0 = ctx.wait_running(NS, "dra-kubelet", Duration::from_secs(90))?;
         let claim = pods_claim(ctx, "dra-kubelet")?;
-        let name = results(&claim).first().and_then(|r| r["device"].as_str().map(str::to_string)).context("allocated")?;
+        let name = results(&claim)
+            .first()
+            .and_then(|r| r["device"].as_str().map(str::to_string))
+            .context("allocated")?;
         let dev = devices(&slices).remove(&name).context("allocated device not in our slices")?;
         cluster::restart_daemon("kubelet", Duration::from_secs(10))?;
         eventually("the node Ready and our pool published again", Duration::from_secs(90), || {
@@ -468,11 +502,13 @@ fn dra_a_restarted_kubelet_leaves_running_pods_their_devices(ctx: &Ctx) -> Resul
         let restarts = |p: &Value| p["status"]["containerStatuses"][0]["restartCount"].as_i64();
         ensure!(restarts(&p0) == restarts(&p1), "the container restarted: {}", p1["status"]);
         ensure!(
-            p0["status"]["containerStatuses"][0]["containerID"] == p1["status"]["containerStatuses"][0]["containerID"],
+            p0["status"]["containerStatuses"][0]["containerID"]
+                == p1["status"]["containerStatuses"][0]["containerID"],
             "a new container"
         );
         check_container_has(ctx, "dra-kubelet", &dev)?;
-        let after = ctx.json(&["-n", NS, "get", "resourceclaim", claim["metadata"]["name"].as_str().unwrap_or("")])?;
+        let after =
+            ctx.json(&["-n", NS, "get", "resourceclaim", claim["metadata"]["name"].as_str().unwrap_or("")])?;
         ensure!(results(&after) == results(&claim), "allocation changed: {}", after["status"]);
         Ok(())
     })();
@@ -579,7 +615,10 @@ spec:
         matchAttribute: resource.kubernetes.io/pcieRoot
 "#
     );
-    ctx.apply(&format!("{gpu}---\n{}", claim_pod("dra-aligned", "resourceClaimName: dra-aligned", None, "")))?;
+    ctx.apply(&format!(
+        "{gpu}---\n{}",
+        claim_pod("dra-aligned", "resourceClaimName: dra-aligned", None, "")
+    ))?;
     let r = eventually("the aligned claim allocated", Duration::from_secs(60), || {
         let c = ctx.json(&["-n", NS, "get", "resourceclaim", "dra-aligned"])?;
         let all = c["status"]["allocation"]["devices"]["results"].as_array().cloned().unwrap_or_default();
@@ -601,5 +640,157 @@ spec:
     let vf = by.get("vf").context("no VF allocated")?;
     let dev = devices(&slices).remove(vf).context("the VF is not ours")?;
     ensure!(attr(&dev, "resource.kubernetes.io/pcieRoot") == root.as_str(), "{vf} on another root");
+    Ok(())
+}
+
+// ------------------------------------------------------------------ benchmarks
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+/// Applies `yaml` and times until pod `name` is Running and ready (polled
+/// every 50 ms; each kubectl call adds its own ~tens of ms to both kinds alike).
+fn time_to_running(ctx: &Ctx, yaml: &str, name: &str) -> Result<Duration> {
+    let t0 = Instant::now();
+    ctx.apply(yaml)?;
+    loop {
+        let p = ctx.json(&["-n", NS, "get", "pod", name])?;
+        let ready = p["status"]["containerStatuses"]
+            .as_array()
+            .is_some_and(|cs| !cs.is_empty() && cs.iter().all(|c| c["ready"] == true));
+        if p["status"]["phase"] == "Running" && ready {
+            return Ok(t0.elapsed());
+        }
+        ensure!(t0.elapsed() < Duration::from_secs(120), "{name} not running: {}", p["status"]);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+const STARTS: usize = 10;
+/// Issue 25's target for a pod with a ResourceClaimTemplate of one VF against
+/// the same pod without one.
+const CLAIM_POD_TARGET: f64 = 1.3;
+
+fn dra_bench_claim_pod_start_is_within_1_3x_of_a_plain_pod(ctx: &Ctx) -> Result<()> {
+    dra_mode(ctx)?;
+    let t = "dra-bench";
+    ctx.apply(&template(t, ONE_VF))?;
+    let (mut plain, mut claim) = (Vec::new(), Vec::new());
+    let r = (|| -> Result<()> {
+        // Interleaved, so both kinds see the same machine.
+        for i in 0..STARTS {
+            let p = format!("bench-plain-{i}");
+            plain.push(time_to_running(ctx, &busybox_pod(NS, &p, "", ""), &p)?);
+            ctx.delete(NS, "pod", &p)?;
+            let c = format!("bench-claim-{i}");
+            claim.push(time_to_running(ctx, &claim_pod(&c, &from_template(t), None, ""), &c)?);
+            ctx.delete(NS, "pod", &c)?;
+        }
+        Ok(())
+    })();
+    for i in 0..STARTS {
+        ctx.delete(NS, "pod", &format!("bench-plain-{i}"))?;
+        ctx.delete(NS, "pod", &format!("bench-claim-{i}"))?;
+    }
+    ctx.delete(NS, "resourceclaimtemplate", t)?;
+    r?;
+    let ms = |d: &Duration| format!("{:.0}", d.as_secs_f64() * 1e3);
+    let (p, c) = (median(plain.clone()), median(claim.clone()));
+    let ratio = c.as_secs_f64() / p.as_secs_f64();
+    println!(
+        "     pod start to Running (median of {STARTS}): plain {} ms, one-VF claim {} ms, ratio {ratio:.2} (target <= {CLAIM_POD_TARGET})\n     plain {:?} ms\n     claim {:?} ms",
+        ms(&p),
+        ms(&c),
+        plain.iter().map(ms).collect::<Vec<_>>(),
+        claim.iter().map(ms).collect::<Vec<_>>()
+    );
+    ensure!(ratio <= CLAIM_POD_TARGET, "claim pods start {ratio:.2}x slower than plain pods");
+    Ok(())
+}
+
+/// The driver binary the cluster's image was built from (build-dist --debug
+/// in KUBE_RDMA_STATIC_TARGET_DIR), else the shared dist copy.
+fn driver_binary() -> std::path::PathBuf {
+    let name = "kube-rdma-device-plugin";
+    std::env::var_os("KUBE_RDMA_STATIC_TARGET_DIR")
+        .map(|d| std::path::PathBuf::from(d).join("x86_64-unknown-linux-gnu/debug").join(name))
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| kube_rdma_e2e::peers::cache_dir().join("dist").join(name))
+}
+
+fn dra_bench_driver_start_to_1024_vf_slices_accepted(ctx: &Ctx) -> Result<()> {
+    // A second, simulated node of 8 PFs x 128 VFs whose driver runs on the
+    // host against the cluster's API server; no kubelet there, so its slices
+    // are published without a Node owner.
+    let mut desc = nic::sim::big_node(8, 128);
+    desc.node = "kr-bench-1024".into();
+    let sim = nic::sim::Sim::materialise(&desc).map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
+    let roots = sim.roots();
+    let dirs = tempfile::tempdir()?;
+    let count = |ctx: &Ctx| -> Result<usize> {
+        let all = ctx.json(&[
+            "get",
+            "resourceslices",
+            "--field-selector",
+            &format!("spec.nodeName={}", desc.node),
+        ])?;
+        let s: Vec<Value> = all["items"].as_array().cloned().unwrap_or_default();
+        if complete(&s).is_err() {
+            return Ok(0);
+        }
+        Ok(devices(&s).len())
+    };
+    let bin = driver_binary();
+    let mut runs = Vec::new();
+    let mut result = Ok(());
+    for _ in 0..3 {
+        ctx.kubectl(&[
+            "delete",
+            "resourceslices",
+            "--field-selector",
+            &format!("spec.nodeName={}", desc.node),
+        ])?;
+        let t0 = Instant::now();
+        let mut child = std::process::Command::new(&bin)
+            .arg("dra")
+            .args(["--node-name", &desc.node, "--no-link-events"])
+            .arg("--plugins-registry-dir")
+            .arg(dirs.path().join("registry"))
+            .arg("--plugins-dir")
+            .arg(dirs.path().join("plugins"))
+            .arg("--cdi-dir")
+            .arg(dirs.path().join("cdi"))
+            .arg("--sysfs-root")
+            .arg(&roots.sysfs)
+            .arg("--dev-root")
+            .arg(&roots.dev)
+            .env("KUBECONFIG", ctx.layout.kubeconfig())
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let r = eventually("1024 devices in a complete pool", Duration::from_secs(60), || {
+            Ok((count(ctx)? == 1024).then_some(()))
+        });
+        let took = t0.elapsed();
+        let _ = child.kill();
+        let _ = child.wait();
+        if let Err(e) = r {
+            result = Err(e);
+            break;
+        }
+        runs.push(took);
+    }
+    ctx.kubectl(&["delete", "resourceslices", "--field-selector", &format!("spec.nodeName={}", desc.node)])?;
+    result?;
+    println!(
+        "     driver start -> complete pool of 1024 VFs accepted by the API server (debug build, {}): median {:.0} ms, runs {:?} ms",
+        bin.display(),
+        median(runs.clone()).as_secs_f64() * 1e3,
+        runs.iter().map(|d| (d.as_secs_f64() * 1e3).round()).collect::<Vec<_>>()
+    );
     Ok(())
 }
