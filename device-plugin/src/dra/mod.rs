@@ -14,6 +14,7 @@
 //! those records into `ResourceClaim.status.devices` network data.
 //! [`driver`] ties it together.
 
+pub mod authority;
 pub mod cdi;
 pub mod checkpoint;
 pub mod claimconfig;
