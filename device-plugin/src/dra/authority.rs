@@ -605,3 +605,312 @@ pub fn huffman_encode(s: &[u8]) -> Vec<u8> {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const SOCKET: &str = "/var/lib/kubelet/plugins_registry/x-reg.sock";
+
+    fn hex(s: &str) -> Vec<u8> {
+        let s: String = s.split_whitespace().collect();
+        (0..s.len()).step_by(2).map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap()).collect()
+    }
+
+    fn reps(block: &[u8]) -> Vec<Rep> {
+        let mut seen = Vec::new();
+        assert_eq!(walk(block, &mut |r| seen.push(r)), Ok(None), "nothing to rewrite");
+        seen
+    }
+
+    fn lit(index: u64, name: Option<&str>, value: &str) -> Rep {
+        Rep::Literal { index, name: name.map(|n| n.as_bytes().to_vec()), value: value.as_bytes().to_vec() }
+    }
+
+    /// RFC 7541 §5.2 string, plain or Huffman.
+    fn string_lit(s: &str, huffman: bool) -> Vec<u8> {
+        let body = if huffman { huffman_encode(s.as_bytes()) } else { s.as_bytes().to_vec() };
+        let mut out = int(if huffman { 0x80 } else { 0 }, 7, body.len() as u64);
+        out.extend(body);
+        out
+    }
+
+    /// RFC 7541 §5.1 integer with the representation bits in `first`.
+    fn int(first: u8, n: u32, mut v: u64) -> Vec<u8> {
+        let max = (1u64 << n) - 1;
+        if v < max {
+            return vec![first | v as u8];
+        }
+        let mut out = vec![first | max as u8];
+        v -= max;
+        while v >= 128 {
+            out.push((v % 128) as u8 | 0x80);
+            v /= 128;
+        }
+        out.push(v as u8);
+        out
+    }
+
+    /// A request header block the way grpc-go's hpack encoder writes one
+    /// for `GetInfo` (static name indices, incremental indexing), with
+    /// `authority` and its representation (`kind`: 0x40, 0x00 or 0x10).
+    fn grpc_block(authority: &str, kind: u8, huffman: bool) -> Vec<u8> {
+        let mut b = vec![0x83, 0x86]; // :method POST, :scheme http
+        b.extend(int(0x40, 6, 4));
+        b.extend(string_lit("/pluginregistration.Registration/GetInfo", huffman));
+        b.extend(int(kind, if kind == 0x40 { 6 } else { 4 }, 1));
+        b.extend(string_lit(authority, huffman));
+        b.extend(int(0x40, 6, 31));
+        b.extend(string_lit("application/grpc", huffman));
+        b.extend(int(0x40, 6, 58));
+        b.extend(string_lit("grpc-go/1.72.0", huffman));
+        b.push(0x40);
+        b.extend(string_lit("te", huffman));
+        b.extend(string_lit("trailers", huffman));
+        b
+    }
+
+    /// `grpc_block` with its authority value, plain, replaced by localhost.
+    fn expected(kind: u8, huffman: bool) -> Vec<u8> {
+        let got = grpc_block(SOCKET, kind, huffman);
+        let mut prefix = vec![0x83, 0x86];
+        prefix.extend(int(0x40, 6, 4));
+        prefix.extend(string_lit("/pluginregistration.Registration/GetInfo", huffman));
+        prefix.extend(int(kind, if kind == 0x40 { 6 } else { 4 }, 1));
+        let suffix_at = prefix.len() + string_lit(SOCKET, huffman).len();
+        let mut want = prefix;
+        want.extend(string_lit("localhost", false));
+        want.extend_from_slice(&got[suffix_at..]);
+        want
+    }
+
+    fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        push_frame_header(&mut out, payload.len(), kind, flags, stream);
+        out.extend_from_slice(payload);
+        out
+    }
+
+    const SETTINGS: &[u8] = &[0, 0, 6, 4, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0];
+
+    fn run(input: &[u8], chunk: usize) -> Vec<u8> {
+        let mut r = Rewriter::default();
+        let mut out = Vec::new();
+        for c in input.chunks(chunk) {
+            r.feed(c, &mut out);
+        }
+        r.finish(&mut out);
+        out
+    }
+
+    #[test]
+    fn rfc7541_c3_requests_without_huffman_walk() {
+        assert_eq!(
+            reps(&hex("8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d")),
+            [Rep::Indexed(2), Rep::Indexed(6), Rep::Indexed(4), lit(1, None, "www.example.com")]
+        );
+        assert_eq!(
+            reps(&hex("8286 84be 5808 6e6f 2d63 6163 6865")),
+            [Rep::Indexed(2), Rep::Indexed(6), Rep::Indexed(4), Rep::Indexed(62), lit(24, None, "no-cache")]
+        );
+        assert_eq!(
+            reps(&hex("8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65")),
+            [
+                Rep::Indexed(2),
+                Rep::Indexed(7),
+                Rep::Indexed(5),
+                Rep::Indexed(63),
+                lit(0, Some("custom-key"), "custom-value")
+            ]
+        );
+    }
+
+    #[test]
+    fn rfc7541_c4_requests_with_huffman_walk() {
+        assert_eq!(
+            reps(&hex("8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff")),
+            [Rep::Indexed(2), Rep::Indexed(6), Rep::Indexed(4), lit(1, None, "www.example.com")]
+        );
+        assert_eq!(
+            reps(&hex("8286 84be 5886 a8eb 1064 9cbf")),
+            [Rep::Indexed(2), Rep::Indexed(6), Rep::Indexed(4), Rep::Indexed(62), lit(24, None, "no-cache")]
+        );
+        assert_eq!(
+            reps(&hex("8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf")),
+            [
+                Rep::Indexed(2),
+                Rep::Indexed(7),
+                Rep::Indexed(5),
+                Rep::Indexed(63),
+                lit(0, Some("custom-key"), "custom-value")
+            ]
+        );
+        assert_eq!(huffman_encode(b"www.example.com"), hex("f1e3 c2e5 f23a 6ba0 ab90 f4ff"));
+    }
+
+    #[test]
+    fn rfc7541_c1_integers_and_size_updates() {
+        // C.1.2: 1337 with a 5-bit prefix.
+        let mut at = 0;
+        assert_eq!(integer(&[0x1f, 0x9a, 0x0a], &mut at, 5), Ok(1337));
+        assert_eq!(at, 3);
+        assert_eq!(reps(&[0x3f, 0xe1, 0x1f, 0x82]), [Rep::SizeUpdate(4096), Rep::Indexed(2)]);
+    }
+
+    #[test]
+    fn a_socket_path_authority_becomes_localhost_and_nothing_else_changes() {
+        for huffman in [false, true] {
+            for kind in [0x40, 0x00, 0x10] {
+                let block = grpc_block(SOCKET, kind, huffman);
+                let got = rewrite_block(&block).unwrap().expect("rewritten");
+                assert_eq!(got, expected(kind, huffman), "kind {kind:#x} huffman {huffman}");
+                let mut seen = Vec::new();
+                assert_eq!(walk(&got, &mut |r| seen.push(r)), Ok(None), "the result is valid");
+                assert_eq!(seen[3], lit(1, None, "localhost"));
+            }
+        }
+    }
+
+    #[test]
+    fn a_literal_authority_name_is_recognised_too() {
+        let mut block = vec![0x00];
+        block.extend(string_lit(":authority", true));
+        block.extend(string_lit(SOCKET, false));
+        let mut want = vec![0x00];
+        want.extend(string_lit(":authority", true));
+        want.extend(string_lit("localhost", false));
+        assert_eq!(rewrite_block(&block), Ok(Some(want)));
+    }
+
+    #[test]
+    fn valid_authorities_are_left_alone() {
+        for a in ["localhost", "127.0.0.1:10250", "[::1]:80", "rdma.kuberdma.io"] {
+            for huffman in [false, true] {
+                assert_eq!(rewrite_block(&grpc_block(a, 0x40, huffman)), Ok(None), "{a}");
+            }
+        }
+        for a in ["%2Fvar%2Flib%2Fsock", "unix:///run/x.sock", "a b"] {
+            assert!(rewrite_block(&grpc_block(a, 0x40, false)).unwrap().is_some(), "{a}");
+        }
+    }
+
+    #[test]
+    fn malformed_blocks_are_errors_not_panics() {
+        assert_eq!(rewrite_block(&[0x41]), Err(HpackError::Truncated(1)));
+        assert_eq!(rewrite_block(&[0x41, 0x05, b'a']), Err(HpackError::Truncated(1)));
+        assert_eq!(rewrite_block(&[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01]), Err(HpackError::Overflow(0)));
+        // A Huffman string with 8 bits of padding, then one that is EOS.
+        assert_eq!(rewrite_block(&[0x41, 0x81, 0xff]), Err(HpackError::Huffman(1)));
+        assert_eq!(rewrite_block(&[0x41, 0x84, 0xff, 0xff, 0xff, 0xff]), Err(HpackError::Huffman(1)));
+    }
+
+    /// preface, SETTINGS, HEADERS (`flags`, `payload`), DATA on stream 1.
+    fn stream(headers: &[u8]) -> Vec<u8> {
+        let mut s = PREFACE.to_vec();
+        s.extend_from_slice(SETTINGS);
+        s.extend_from_slice(headers);
+        s.extend(frame(0x0, END_STREAM, 1, &[0, 0, 0, 0, 0]));
+        s
+    }
+
+    #[test]
+    fn a_padded_prioritised_headers_frame_is_rewritten_with_its_priority_split_over_reads() {
+        let block = grpc_block(SOCKET, 0x40, true);
+        let mut payload = vec![3]; // pad length
+        payload.extend([0x80, 0, 0, 0, 16]); // exclusive, depends on 0, weight 16
+        payload.extend(&block);
+        payload.extend([0, 0, 0]);
+        let input = stream(&frame(HEADERS, END_HEADERS | PADDED | PRIORITY, 1, &payload));
+        let mut want_payload = vec![0x80, 0, 0, 0, 16];
+        want_payload.extend(expected(0x40, true));
+        let want = stream(&frame(HEADERS, END_HEADERS | PRIORITY, 1, &want_payload));
+        for chunk in [1, 2, 7, 9, 100, input.len()] {
+            assert_eq!(run(&input, chunk), want, "read {chunk} bytes at a time");
+        }
+    }
+
+    #[test]
+    fn a_block_over_continuation_frames_comes_out_as_one_headers_frame() {
+        let block = grpc_block(SOCKET, 0x40, false);
+        let (a, b) = block.split_at(20);
+        let (b, c) = b.split_at(30);
+        let mut frames = frame(HEADERS, END_STREAM, 3, a);
+        frames.extend(frame(CONTINUATION, 0, 3, b));
+        frames.extend(frame(CONTINUATION, END_HEADERS, 3, c));
+        let want = stream(&frame(HEADERS, END_STREAM | END_HEADERS, 3, &expected(0x40, false)));
+        assert_eq!(run(&stream(&frames), 1), want);
+    }
+
+    #[test]
+    fn a_rewritten_block_over_16384_bytes_is_framed_in_continuations() {
+        let mut block = grpc_block(SOCKET, 0x40, false);
+        block.push(0x00);
+        block.extend(string_lit("x-big", false));
+        block.extend(string_lit(&"v".repeat(40_000), false));
+        let got = run(&stream(&frame(HEADERS, END_HEADERS, 1, &block)), 4096);
+        let mut want_block = expected(0x40, false);
+        want_block.extend_from_slice(&block[grpc_block(SOCKET, 0x40, false).len()..]);
+        let mut want = PREFACE.to_vec();
+        want.extend_from_slice(SETTINGS);
+        want.extend(frame(HEADERS, 0, 1, &want_block[..16384]));
+        want.extend(frame(CONTINUATION, 0, 1, &want_block[16384..32768]));
+        want.extend(frame(CONTINUATION, END_HEADERS, 1, &want_block[32768..]));
+        want.extend(frame(0x0, END_STREAM, 1, &[0, 0, 0, 0, 0]));
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn anything_it_cannot_follow_passes_through_byte_exact() {
+        // A valid authority: untouched, padding and all.
+        let mut payload = vec![2];
+        payload.extend(grpc_block("localhost", 0x40, true));
+        payload.extend([0, 0]);
+        let input = stream(&frame(HEADERS, END_HEADERS | PADDED, 1, &payload));
+        assert_eq!(run(&input, 1), input);
+        // Not HTTP/2.
+        let input = b"GET / HTTP/1.1\r\nHost: /x\r\n\r\n".to_vec();
+        assert_eq!(run(&input, 3), input);
+        // Padding longer than the frame; a truncated block; CONTINUATION
+        // missing; a block over the cap; the client leaving mid-block.
+        let bad = [
+            stream(&frame(HEADERS, END_HEADERS | PADDED, 1, &[9, 0x82])),
+            stream(&frame(HEADERS, END_HEADERS, 1, &[0x41, 0x20, b'/'])),
+            stream(&frame(HEADERS, 0, 1, &grpc_block(SOCKET, 0x40, false))),
+        ];
+        for input in bad {
+            assert_eq!(run(&input, 5), input);
+        }
+        let mut big = PREFACE.to_vec();
+        for _ in 0..5 {
+            big.extend(frame(if big.len() == 24 { HEADERS } else { CONTINUATION }, 0, 1, &[0x82; 16000]));
+        }
+        assert_eq!(run(&big, 1000), big);
+        let mut cut = stream(&frame(HEADERS, END_HEADERS, 1, &grpc_block(SOCKET, 0x40, false)));
+        cut.truncate(cut.len() - 30);
+        assert_eq!(run(&cut, 1), cut);
+    }
+
+    #[tokio::test]
+    async fn the_adapter_rewrites_what_the_server_reads_and_passes_writes_through() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (mut client, server) = tokio::io::duplex(64);
+        let mut server = AuthorityFix::new(server);
+        let input = stream(&frame(HEADERS, END_HEADERS, 1, &grpc_block(SOCKET, 0x40, true)));
+        let want = stream(&frame(HEADERS, END_HEADERS, 1, &expected(0x40, true)));
+        let writer = tokio::spawn(async move {
+            for c in input.chunks(3) {
+                client.write_all(c).await.unwrap();
+            }
+            client.shutdown().await.unwrap();
+            let mut back = Vec::new();
+            client.read_to_end(&mut back).await.unwrap();
+            back
+        });
+        let mut got = Vec::new();
+        server.read_to_end(&mut got).await.unwrap();
+        assert_eq!(got, want);
+        server.write_all(b"answer").await.unwrap();
+        server.shutdown().await.unwrap();
+        assert_eq!(writer.await.unwrap(), b"answer");
+    }
+}
