@@ -506,6 +506,11 @@ fn dra_a_restarted_kubelet_leaves_running_pods_their_devices(ctx: &Ctx) -> Resul
                 == p1["status"]["containerStatuses"][0]["containerID"],
             "a new container"
         );
+        // The API says Running from before the restart; the new kubelet
+        // answers exec for the pod once it has synced it again.
+        eventually("exec into the pod after the kubelet restart", Duration::from_secs(30), || {
+            Ok(check_container_has(ctx, "dra-kubelet", &dev).ok())
+        })?;
         check_container_has(ctx, "dra-kubelet", &dev)?;
         let after =
             ctx.json(&["-n", NS, "get", "resourceclaim", claim["metadata"]["name"].as_str().unwrap_or("")])?;
@@ -518,9 +523,12 @@ fn dra_a_restarted_kubelet_leaves_running_pods_their_devices(ctx: &Ctx) -> Resul
 
 fn dra_a_deleted_pod_is_unprepared_and_its_claim_deallocated(ctx: &Ctx) -> Result<()> {
     dra_mode(ctx)?;
-    // A claim of its own (not from a template), so it outlives the pod.
+    // A claim of its own (not from a template), so it outlives the pod; its
+    // requests sit one level shallower than a template's.
+    let one_vf: Vec<&str> = ONE_VF.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).collect();
     let claim = format!(
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: dra-own\n  namespace: {NS}\nspec:\n  devices:\n    requests:\n      - name: vf\n{ONE_VF}\n"
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: dra-own\n  namespace: {NS}\nspec:\n  devices:\n    requests:\n      - name: vf\n{}\n",
+        one_vf.join("\n")
     );
     ctx.apply(&format!("{claim}---\n{}", claim_pod("dra-own", "resourceClaimName: dra-own", None, "")))?;
     let r = (|| {
