@@ -23,8 +23,8 @@ use tokio::task::JoinHandle;
 
 use super::api::health::dra_resource_health_server::DraResourceHealthServer;
 use super::api::registration::registration_server::RegistrationServer;
-use super::authority;
 use super::api::{v1, v1beta1};
+use super::authority;
 use super::checkpoint::Checkpoint;
 use super::devices::{self, History, PreparedDevices, SharedView, View};
 use super::health::HealthService;
