@@ -3,7 +3,13 @@
 //! namespace tagged, so a VF netdev the CNI moved into a pod vanishes from
 //! the host's `<vf>/net/` and `/sys/class/net`, and comes back with DEL.
 //! Runs inside the node's network namespace (`kube-rdma-cluster simsync`,
-//! started by `up`) and polls the namespace's links (`/proc/net/dev`) every 100 ms.
+//! started by `up`) and polls the namespace's links (`/proc/net/dev`, flags) every 20 ms.
+//!
+//! A PF's link state follows too: `ip link set <pf> down|up` in the node's
+//! namespace becomes the tree's `operstate` (and carrier, speed, RDMA port
+//! state), after which simsync changes the link's alias so that a
+//! netlink link event follows the sysfs change, in the kernel's order (a
+//! daemon that rescans on the first event would read the old state).
 //!
 //! The RDMA device is left on the host: the kernel here has no RDMA
 //! subsystem, so the e2e networks use `rdma: disabled` and nothing moves it
@@ -25,12 +31,46 @@ fn vf_netdevs(sim: &nic::sim::Sim) -> Vec<String> {
         .collect()
 }
 
+/// Netdev names of the PFs of the node's tree.
+fn pf_netdevs(sim: &nic::sim::Sim) -> Vec<String> {
+    nic::discover::discover(&sim.roots())
+        .pfs
+        .iter()
+        .flat_map(|p| p.netdevs.iter().map(|n| n.name.clone()))
+        .collect()
+}
+
+/// Whether the link `name` of this network namespace has its lower layer up
+/// (`IFF_RUNNING`: operstate up), `None` when there is no such link.
+fn running(name: &str) -> Option<bool> {
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return None;
+    }
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    for (d, b) in req.ifr_name.iter_mut().zip(name.bytes().take(libc::IFNAMSIZ - 1)) {
+        *d = b as libc::c_char;
+    }
+    let rc = unsafe { libc::ioctl(fd, libc::SIOCGIFFLAGS, &mut req) };
+    unsafe { libc::close(fd) };
+    (rc == 0).then_some(unsafe { req.ifr_ifru.ifru_flags } as libc::c_int & libc::IFF_RUNNING != 0)
+}
+
 /// Runs forever (until killed).
 pub fn run(dir: &Path) -> Result<()> {
     let mut sim = nic::sim::Sim::open(dir).map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
     // Every VF netdev the tree knows, present or not: the tree's own list is the description.
     let names: BTreeSet<String> = vf_netdevs(&sim).into_iter().collect();
     let mut on_host: BTreeSet<String> = names.clone();
+    // Only changes are mirrored: the tree's initial state is the description's.
+    let mut pf_up: Vec<(String, Option<bool>)> = pf_netdevs(&sim)
+        .into_iter()
+        .map(|n| {
+            let r = running(&n);
+            (n, r)
+        })
+        .collect();
+    let mut pokes = 0u64;
     eprintln!("simsync: watching {} VF netdevs of {}", names.len(), dir.display());
     loop {
         // /proc/net/dev lists the links of the reader's network namespace (/sys here is the host's).
@@ -62,6 +102,31 @@ pub fn run(dir: &Path) -> Result<()> {
                 Err(e) => eprintln!("simsync: {n}: {}", nic::error_chain(&e)),
             }
         }
-        std::thread::sleep(Duration::from_millis(100));
+        for (n, last) in pf_up.iter_mut() {
+            let now = running(n);
+            if now.is_none() || now == *last {
+                continue;
+            }
+            *last = now;
+            let state = if now == Some(true) { "up" } else { "down" };
+            match sim.set_operstate(n, state) {
+                Ok(()) => {
+                    eprintln!("simsync: {n} operstate {state}");
+                    pokes += 1;
+                    let alias = format!("simsync-{pokes}");
+                    let ok = std::process::Command::new("ip")
+                        .args(["link", "set", "dev", n.as_str(), "alias", alias.as_str()])
+                        .status()
+                        .is_ok_and(|s| s.success());
+                    if !ok {
+                        eprintln!(
+                            "simsync: {n}: setting the alias (link event after the sysfs change) failed"
+                        );
+                    }
+                }
+                Err(e) => eprintln!("simsync: {n}: {}", nic::error_chain(&e)),
+            }
+        }
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

@@ -20,6 +20,8 @@ alone: `python3 scripts/delivery/dra.py`).
 - Every example request names a class the chart renders (or the NVIDIA GPU class, for the
   alignment example); the driver's opaque config in the examples uses only the fields it reads.
 - The chart refuses a DeviceClass name that is not a DNS subdomain, and DRA mode before 1.34.
+- NetworkAttachmentDefinitions in DRA mode have no resourceName annotation: the CNI config names
+  the driver's prepared dir and the network's claim and request.
 """
 
 from __future__ import annotations
@@ -221,6 +223,53 @@ def test_refuses_dra_before_1_34() -> str:
         assert "1.34" in msg and "dra.enabled" in msg, msg
         return "refused: " + msg.splitlines()[0][-100:]
     raise AssertionError("dra.enabled rendered for Kubernetes 1.33")
+
+
+def test_networks_in_dra_mode_have_no_resource_name() -> str:
+    """Issue 25: in DRA mode the chart's NetworkAttachmentDefinition kept the device plugin's
+    k8s.v1.cni.cncf.io/resourceName annotation. Multus looks a NAD's resourceName up among the
+    pod's devices and claims (multus-cni v4.2.3 pkg/k8sclient getKubernetesDelegate,
+    pkg/kubeletclient getDRAResources) and would hand kube-rdma-cni a device plugin ID or a CDI
+    name as deviceID. In DRA mode: no annotation, no deviceID, the driver's prepared dir (under
+    dra.pluginsDir) and the network's claim/request in the CNI config; no pool needed. Device
+    plugin mode keeps the annotation and ignores claim/request, and still needs a pool."""
+    nets = [{"name": "rdma-dra-net", "namespace": "default", "claim": "rdma", "request": "vf",
+             "ipam": {"type": "host-local", "subnet": "192.168.110.0/24"}, "config": {"rdma": "required"}},
+            {"name": "any-claim", "pool": "rdma_vfs", "ipam": {"type": "static"}}]
+    for plugins_dir, prepared in (("/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins/rdma.kuberdma.io/prepared"),
+                                  ("/data/kubelet/plugins/", "/data/kubelet/plugins/rdma.kuberdma.io/prepared")):
+        values = dra_values()
+        values["networks"] = copy.deepcopy(nets)
+        values["dra"]["pluginsDir"] = plugins_dir
+        objs = rendered(values)
+        nads = {o["metadata"]["name"]: o for o in objs if o["kind"] == "NetworkAttachmentDefinition"}
+        assert set(nads) == {"rdma-dra-net", "any-claim"}, sorted(nads)
+        for name, nad in nads.items():
+            assert "k8s.v1.cni.cncf.io/resourceName" not in nad["metadata"].get("annotations", {}), nad["metadata"]
+            conf = json.loads(nad["spec"]["config"])
+            assert "deviceID" not in conf and "pciBusID" not in conf, conf
+            assert conf["preparedDir"] == prepared, conf
+            ds = driver_daemonsets(objs)[0]
+            own = f"{flag(driver_container(ds)['args'], 'plugins-dir').rstrip('/')}/{DRIVER}"
+            assert conf["preparedDir"].startswith(own + "/"), f"{conf['preparedDir']} is not under the driver's {own}"
+        first = json.loads(nads["rdma-dra-net"]["spec"]["config"])
+        assert (first["claim"], first["request"], first["rdma"]) == ("rdma", "vf", "required"), first
+        assert "claim" not in json.loads(nads["any-claim"]["spec"]["config"])
+    values = chart.load_values(chart.CHART_DIR / "values.yaml")
+    values["networks"] = copy.deepcopy(nets[1:])
+    values["networks"][0]["claim"] = "rdma"
+    nad = next(o for o in rendered(values) if o["kind"] == "NetworkAttachmentDefinition")
+    assert nad["metadata"]["annotations"]["k8s.v1.cni.cncf.io/resourceName"] == "kuberdma.io/rdma_vfs", nad
+    conf = json.loads(nad["spec"]["config"])
+    assert not {"claim", "request", "preparedDir"} & set(conf), conf
+    values["networks"] = [{"name": "no-pool", "ipam": {"type": "static"}}]
+    try:
+        chart.render(values)
+    except Exception as e:  # helm-python raises its own error type
+        assert "no-pool" in str(e) and "has no pool" in str(e), str(e)
+    else:
+        raise AssertionError("a device plugin mode network without a pool rendered")
+    return "DRA: no resourceName, preparedDir under pluginsDir, claim/request; device plugin mode: resourceName"
 
 
 def free_port() -> int:
@@ -518,6 +567,8 @@ CHECKS: list[tuple[str, Callable[[], str | None]]] = [
      test_binding_names_the_daemonsets_account),
     ("dra: RBAC is exactly what the driver calls, per Kubernetes version", test_rbac_per_version),
     ("dra: refused before Kubernetes 1.34", test_refuses_dra_before_1_34),
+    ("dra: NetworkAttachmentDefinitions have no resourceName; the CNI finds the claim's prepared VF",
+     test_networks_in_dra_mode_have_no_resource_name),
     ("dra: the chart's command line runs the driver (real binary, real kube-apiserver, simulated node)",
      run_chart_command_line),
     ("dra: every selector, with the scheduler's CEL, on every device we publish", test_selectors_with_the_schedulers_cel),

@@ -1474,6 +1474,10 @@ def test_cni_accepts_nad_configs(version: str) -> str:
     nads += load_examples()["network-attachment-definition.yaml"]
     nads += [o for o in chart.objects(chart.render(readme_values()[1]))
              if o["kind"] == "NetworkAttachmentDefinition"]
+    dra_mode = copy.deepcopy(full_values())  # the same networks as the DRA driver's NADs
+    dra_mode.setdefault("dra", {})["enabled"] = True
+    nads += [o for o in chart.objects(chart.render(dra_mode, kube_version="1.34.0"))
+             if o["kind"] == "NetworkAttachmentDefinition"]
     confs = [n["spec"]["config"] for n in nads]
     bad = json.dumps({"cniVersion": "1.1.0", "name": "bad", "type": "kube-rdma-cni", "mtu": 99999,
                       "ipam": {"type": "host-local"}})

@@ -206,11 +206,16 @@ def schema() -> dict[str, Any]:
         "networks": array_of(closed({
             "name": {"type": "string", "pattern": DNS_LABEL, "maxLength": 63},
             "namespace": {"type": "string", "pattern": DNS_LABEL},
+            # Device plugin mode (required there; the chart says so): the resourceName annotation.
             "pool": {"type": "string", "minLength": 1},
+            # DRA mode: the pod's name for the claim (or the ResourceClaim's name) and its request
+            # whose prepared VF the CNI attaches; any of the pod's when left out.
+            "claim": {"type": "string", "minLength": 1},
+            "request": {"type": "string", "minLength": 1},
             # CNI configuration is checked by kube-rdma-cni itself (and by scripts/test-delivery).
             "ipam": ref("k8sObject"),
             "config": ref("k8sObject"),
-        }, ["name", "pool"])),
+        }, ["name"])),
         "devicePlugin": component({
             "rescanInterval": {"type": "integer", "minimum": 1},
             "hostNetwork": {"type": "boolean"},

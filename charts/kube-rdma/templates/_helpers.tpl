@@ -272,7 +272,10 @@ with `resourcePrefix`, or read from `rawConfig` with the defaults of the file's 
 {{- end -}}
 {{- $resources := include "kube-rdma.poolResources" . | fromJson -}}
 {{- range .Values.networks -}}
-{{- if not (hasKey $resources .pool) -}}
+{{- if and (not .pool) (not $.Values.dra.enabled) -}}
+{{- fail (printf "network %q has no pool: in device plugin mode its resourceName annotation names the pool's resource (DRA mode needs none: the pod's claim picks the VF)" .name) -}}
+{{- end -}}
+{{- if and .pool (not (hasKey $resources .pool)) -}}
 {{- fail (printf "network %q uses pool %q, which is not in %s (pools there: %s)" .name .pool (ternary "rawConfig" "`pools`" (not (empty $.Values.rawConfig))) (keys $resources | sortAlpha | join ", ")) -}}
 {{- end -}}
 {{- end -}}

@@ -7,13 +7,23 @@
 //!   (0.5.0 is needed for names that start with a digit; podman 4.3 and
 //!   containerd 1.7 read 0.3.0 specs);
 //! - a device's edits: its char devices (`uverbsN`, and `umadN`/`issmN` unless
-//!   the request's config says `umad: false`) plus the request's extra env;
+//!   the request's config says `umad: false`) plus the request's extra env. A
+//!   device without any (a VF without RDMA, no extra env) is neither defined
+//!   nor handed to the kubelet, as in device plugin mode: the CDI library
+//!   refuses a device with empty edits ("invalid device, empty device edits",
+//!   container-device-interface `pkg/cdi/device.go`) and with it the whole
+//!   spec, so containerd would fail the container; a claim with no such device
+//!   has no spec at all ("invalid spec, no devices");
 //! - spec-wide edits (applied whenever any device of the claim is used):
 //!   `rdma_cm` unless no request of the claim wants it, and per request
 //!   `KUBERDMA_<REQUEST>_PCI_ADDRESSES` and `KUBERDMA_<REQUEST>_RDMA_DEVICES`
 //!   (top-level request names, the ones containers use, upper-cased, `-` as
 //!   `_`: a `firstAvailable` subrequest `vf/fast` sets `KUBERDMA_VF_...`, so a
-//!   program reads the same name whichever alternative the scheduler chose).
+//!   program reads the same name whichever alternative the scheduler chose);
+//!   a variable with nothing to list (`_RDMA_DEVICES` of VFs without RDMA) is
+//!   left out rather than set empty. Spec-wide edits reach a container only
+//!   through a named device, so the variables of a claim none of whose devices
+//!   has edits are not set.
 //!
 //! Paths are the node's `/dev/...`, never the roots we read from.
 
@@ -61,48 +71,69 @@ pub fn spec_path(dir: &Path, claim_uid: &str) -> PathBuf {
     dir.join(format!("kuberdma.io-claim_{claim_uid}.json"))
 }
 
-/// The spec of one claim.
-pub fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> Value {
+/// The char device paths a container gets for `cd`.
+fn node_paths(cd: &ClaimDevice) -> Vec<String> {
+    cd.device
+        .rdma
+        .iter()
+        .flat_map(|r| r.char_devs.iter())
+        .filter(|c| cd.config.umad || !(c.name.starts_with("umad") || c.name.starts_with("issm")))
+        .map(|c| c.node_path.to_string_lossy().into_owned())
+        .collect()
+}
+
+/// Whether the claim's spec defines a CDI device for `device` under `config`,
+/// and so whether the kubelet gets its ID: only when it has edits of its own.
+pub fn named(device: &DraDevice, config: &DeviceConfig) -> bool {
+    !config.env.is_empty() || !node_paths(&ClaimDevice { request: "", device, config }).is_empty()
+}
+
+/// The spec of one claim; `None` when none of its devices is [`named`].
+pub fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> Option<Value> {
     let mut per_request: BTreeMap<&str, (Vec<String>, Vec<String>)> = BTreeMap::new();
+    for cd in devices {
+        let (pcis, rdmas) = per_request.entry(top_level_request(cd.request)).or_default();
+        pcis.push(cd.device.pci.to_string());
+        rdmas.extend(cd.device.rdma.iter().map(|r| r.name.clone()));
+    }
     let cdi_devices: Vec<Value> = devices
         .iter()
+        .filter(|cd| named(cd.device, cd.config))
         .map(|cd| {
-            let d = cd.device;
-            let nodes: Vec<Value> = d
-                .rdma
-                .iter()
-                .flat_map(|r| r.char_devs.iter())
-                .filter(|c| cd.config.umad || !(c.name.starts_with("umad") || c.name.starts_with("issm")))
-                .map(|c| json!({ "path": c.node_path.to_string_lossy() }))
-                .collect();
+            let mut edits = serde_json::Map::new();
+            let nodes: Vec<Value> = node_paths(cd).into_iter().map(|p| json!({ "path": p })).collect();
+            if !nodes.is_empty() {
+                edits.insert("deviceNodes".into(), nodes.into());
+            }
             let env: Vec<String> = cd.config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            let (pcis, rdmas) = per_request.entry(top_level_request(cd.request)).or_default();
-            pcis.push(d.pci.to_string());
-            rdmas.extend(d.rdma.iter().map(|r| r.name.clone()));
-            json!({ "name": device_name(&d.name, claim_uid), "containerEdits": { "deviceNodes": nodes, "env": env } })
+            if !env.is_empty() {
+                edits.insert("env".into(), env.into());
+            }
+            json!({ "name": device_name(&cd.device.name, claim_uid), "containerEdits": edits })
         })
         .collect();
-    let env: Vec<String> = per_request
-        .iter()
-        .flat_map(|(req, (pcis, rdmas))| {
-            let r = env_part(req);
-            [
-                format!("KUBERDMA_{r}_PCI_ADDRESSES={}", pcis.join(",")),
-                format!("KUBERDMA_{r}_RDMA_DEVICES={}", rdmas.join(",")),
-            ]
-        })
-        .collect();
+    if cdi_devices.is_empty() {
+        return None;
+    }
+    let mut env = Vec::new();
+    for (req, (pcis, rdmas)) in &per_request {
+        let r = env_part(req);
+        env.push(format!("KUBERDMA_{r}_PCI_ADDRESSES={}", pcis.join(",")));
+        if !rdmas.is_empty() {
+            env.push(format!("KUBERDMA_{r}_RDMA_DEVICES={}", rdmas.join(",")));
+        }
+    }
     let mut edits = json!({ "env": env });
-    if rdma_cm_on_node && devices.iter().any(|d| d.config.rdma_cm) {
+    if rdma_cm_on_node && devices.iter().any(|d| d.config.rdma_cm && !d.device.rdma.is_empty()) {
         edits["deviceNodes"] = json!([{ "path": RDMA_CM }]);
     }
-    json!({ "cdiVersion": CDI_VERSION, "kind": KIND, "devices": cdi_devices, "containerEdits": edits })
+    Some(json!({ "cdiVersion": CDI_VERSION, "kind": KIND, "devices": cdi_devices, "containerEdits": edits }))
 }
 
 /// The spec of a prepared claim, from its record and the node's current
 /// devices (char device numbers are read again, so a spec written after a
 /// reboot names the devices as they are now); `None` for a claim without
-/// devices of ours.
+/// [`named`] devices of ours.
 pub fn spec_for(record: &PreparedClaim, view: &View) -> Result<Option<Value>, String> {
     if record.devices.is_empty() {
         return Ok(None);
@@ -114,7 +145,7 @@ pub fn spec_for(record: &PreparedClaim, view: &View) -> Result<Option<Value>, St
         })?;
         cds.push(ClaimDevice { request: &d.request, device, config: &d.config });
     }
-    Ok(Some(spec(&record.uid, &cds, view.rdma_cm)))
+    Ok(spec(&record.uid, &cds, view.rdma_cm))
 }
 
 /// Writes the claim's spec atomically; returns its path.
@@ -182,7 +213,7 @@ mod tests {
         let d = dev();
         let mut cfg = DeviceConfig::default();
         cfg.env.insert("NCCL_IB_TC".into(), "106".into());
-        let s = spec("0a1b", &[ClaimDevice { request: "rail-0", device: &d, config: &cfg }], true);
+        let s = spec("0a1b", &[ClaimDevice { request: "rail-0", device: &d, config: &cfg }], true).unwrap();
         assert_eq!(s["cdiVersion"], "0.3.0");
         assert_eq!(s["kind"], "kuberdma.io/claim");
         assert_eq!(s["devices"][0]["name"], "pci-0000-3d-00-2_0a1b");
@@ -213,7 +244,8 @@ mod tests {
                 ClaimDevice { request: "vf/fast", device: &b, config: &cfg },
             ],
             true,
-        );
+        )
+        .unwrap();
         assert_eq!(
             s["containerEdits"]["env"],
             json!([
@@ -227,8 +259,55 @@ mod tests {
     fn config_can_drop_mad_devices_and_rdma_cm() {
         let d = dev();
         let cfg = DeviceConfig { umad: false, rdma_cm: false, ..Default::default() };
-        let s = spec("u", &[ClaimDevice { request: "vf", device: &d, config: &cfg }], true);
+        let s = spec("u", &[ClaimDevice { request: "vf", device: &d, config: &cfg }], true).unwrap();
         assert_eq!(s["devices"][0]["containerEdits"]["deviceNodes"].as_array().unwrap().len(), 1);
         assert!(s["containerEdits"].get("deviceNodes").is_none());
+    }
+
+    /// The CDI library's `Device.validate` refuses a device whose edits are
+    /// empty, and `Spec.validate` a spec without devices; either takes the
+    /// whole claim's spec down. Every device defined has edits, only defined
+    /// devices are named, and a claim with nothing to inject has no spec.
+    #[test]
+    fn only_devices_with_edits_are_defined_and_a_spec_needs_one() {
+        let rdma = dev();
+        let mut plain = dev();
+        plain.name = "pci-0000-3d-00-3".into();
+        plain.pci = "0000:3d:00.3".parse().unwrap();
+        plain.rdma.clear();
+        let cfg = DeviceConfig::default();
+        assert!(named(&rdma, &cfg) && !named(&plain, &cfg));
+        let s = spec(
+            "u",
+            &[
+                ClaimDevice { request: "vf", device: &rdma, config: &cfg },
+                ClaimDevice { request: "vf", device: &plain, config: &cfg },
+            ],
+            true,
+        )
+        .unwrap();
+        let devices = s["devices"].as_array().unwrap();
+        assert_eq!(devices.len(), 1);
+        assert_eq!(devices[0]["name"], "pci-0000-3d-00-2_u");
+        for d in devices {
+            let e = d["containerEdits"].as_object().unwrap();
+            assert!(e.values().all(|v| !v.as_array().unwrap().is_empty()), "no empty edit lists: {d}");
+        }
+        // The spec-wide variables still list both: the container gets them
+        // through the RDMA VF.
+        assert_eq!(s["containerEdits"]["env"][0], "KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.2,0000:3d:00.3");
+
+        let only_plain = [ClaimDevice { request: "vf", device: &plain, config: &cfg }];
+        assert_eq!(spec("u", &only_plain, true), None);
+        // rdma_cm goes with RDMA devices, umad: false does not empty a device with uverbs.
+        let no_mad = DeviceConfig { umad: false, ..Default::default() };
+        assert!(named(&rdma, &no_mad));
+        let mut mad_only = dev();
+        mad_only.rdma[0].char_devs.retain(|c| c.name.starts_with("umad"));
+        assert!(!named(&mad_only, &no_mad), "only MAD devices, and the config drops them");
+        let env = DeviceConfig { env: [("A".to_string(), "1".to_string())].into(), ..Default::default() };
+        let s = spec("u", &[ClaimDevice { request: "vf", device: &plain, config: &env }], true).unwrap();
+        assert!(s["containerEdits"].get("deviceNodes").is_none(), "no rdma_cm without RDMA: {s}");
+        assert_eq!(s["containerEdits"]["env"], json!(["KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.3"]));
     }
 }

@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 use nic::{Inventory, Roots};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::UnixListenerStream;
 
 use super::api::health::dra_resource_health_server::DraResourceHealthServer;
 use super::api::registration::registration_server::RegistrationServer;
 use super::api::{v1, v1beta1};
+use super::authority;
 use super::checkpoint::Checkpoint;
 use super::devices::{self, History, PreparedDevices, SharedView, View};
 use super::health::HealthService;
@@ -213,7 +213,7 @@ fn serve_dra(path: &Path, claims: Arc<Claims>, health: HealthService) -> Result<
             .add_service(v1::dra_plugin_server::DraPluginServer::new(svc.clone()))
             .add_service(v1beta1::dra_plugin_server::DraPluginServer::new(svc))
             .add_service(DraResourceHealthServer::new(health))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+            .serve_with_incoming_shutdown(authority::incoming(listener), async {
                 let _ = rx.await;
             })
             .await;
@@ -230,7 +230,7 @@ fn serve_registration(path: &Path, svc: RegistrationService) -> Result<Served, D
     let task = tokio::spawn(async move {
         let res = tonic::transport::Server::builder()
             .add_service(RegistrationServer::new(svc))
-            .serve_with_incoming_shutdown(UnixListenerStream::new(listener), async {
+            .serve_with_incoming_shutdown(authority::incoming(listener), async {
                 let _ = rx.await;
             })
             .await;

@@ -8,12 +8,15 @@
 //! apply)**, with `roceReady` from the node's `RdmaNodeState` ([`nodestate`]).
 //! The kubelet side: [`registration`] (plugin watcher socket), [`service`]
 //! (`DRAPlugin` v1 and v1beta1 → [`prepare`], [`cdi`], [`checkpoint`]),
-//! [`health`] (`DRAResourceHealth`). What was prepared is written in the
-//! format of [`nic::prepared`], which the CNI reads to find a pod's VF by
-//! `K8S_POD_UID` and where it records what it configured; [`status`] turns
-//! those records into `ResourceClaim.status.devices` network data.
+//! [`health`] (`DRAResourceHealth`); both sockets serve through
+//! [`authority`], which lets a request whose `:authority` is a socket path
+//! through h2. What was prepared is written in the format of
+//! [`nic::prepared`], which the CNI reads to find a pod's VF by `K8S_POD_UID`
+//! and where it records what it configured; [`status`] turns those records
+//! into `ResourceClaim.status.devices` network data.
 //! [`driver`] ties it together.
 
+pub mod authority;
 pub mod cdi;
 pub mod checkpoint;
 pub mod claimconfig;

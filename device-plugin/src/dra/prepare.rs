@@ -161,16 +161,22 @@ pub fn plan<'a>(
 
     let devices = picked
         .iter()
-        .map(|(req, d)| PreparedDevice {
-            request: req.clone(),
-            pool: pool.to_string(),
-            device: d.name.clone(),
-            pci: d.pci,
-            pf: Some(d.pf),
-            netdev: d.netdev.clone(),
-            rdma_devices: d.rdma.iter().map(|r| r.name.clone()).collect(),
-            cdi_ids: vec![cdi::device_id(&d.name, &want.uid)],
-            config: claimconfig::effective(&configs, req),
+        .map(|(req, d)| {
+            let config = claimconfig::effective(&configs, req);
+            // Only a device the spec defines is named (see `cdi`).
+            let cdi_ids =
+                if cdi::named(d, &config) { vec![cdi::device_id(&d.name, &want.uid)] } else { vec![] };
+            PreparedDevice {
+                request: req.clone(),
+                pool: pool.to_string(),
+                device: d.name.clone(),
+                pci: d.pci,
+                pf: Some(d.pf),
+                netdev: d.netdev.clone(),
+                rdma_devices: d.rdma.iter().map(|r| r.name.clone()).collect(),
+                cdi_ids,
+                config,
+            }
         })
         .collect();
     let record = PreparedClaim {
@@ -213,9 +219,22 @@ mod tests {
             port_state: None,
             health,
         };
+        // 3d:00.2 has an RDMA device, 3d:00.3 none (nothing for a container but its netdev).
+        let mut with_rdma = d("pci-0000-3d-00-2", "0000:3d:00.2", Health::Healthy);
+        with_rdma.rdma = vec![crate::pools::RdmaInfo {
+            name: "mlx5_2".into(),
+            char_devs: vec![nic::CharDev {
+                name: "uverbs2".into(),
+                node_path: "/dev/infiniband/uverbs2".into(),
+                major_minor: None,
+                present: true,
+            }],
+            link_layer: None,
+            in_other_netns: false,
+        }];
         View {
             devices: vec![
-                d("pci-0000-3d-00-2", "0000:3d:00.2", Health::Healthy),
+                with_rdma,
                 d("pci-0000-3d-00-3", "0000:3d:00.3", Health::Healthy),
                 d("pci-0000-3d-00-4", "0000:3d:00.4", Health::Unhealthy("PF link down".into())),
             ],
@@ -275,8 +294,39 @@ mod tests {
         assert_eq!(devs, [("rail0", "pci-0000-3d-00-2"), ("rail1", "pci-0000-3d-00-3")]);
         assert_eq!(r.devices[0].cdi_ids, ["kuberdma.io/claim=pci-0000-3d-00-2_u1"]);
         assert!(r.devices[0].config.umad && !r.devices[1].config.umad);
+        // 3d:00.3 has no RDMA device and rail1 no env: nothing to inject, so
+        // neither named to the kubelet nor defined in the spec.
+        assert!(r.devices[1].cdi_ids.is_empty(), "{:?}", r.devices[1].cdi_ids);
         let spec = p.cdi_spec.unwrap();
-        assert_eq!(spec["devices"].as_array().unwrap().len(), 2);
+        let names: Vec<&str> =
+            spec["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
+        assert_eq!(names, ["pci-0000-3d-00-2_u1"]);
+    }
+
+    /// Regression: a claim for a VF without RDMA got a CDI device
+    /// `{"deviceNodes": [], "env": []}`, which the CDI library refuses ("invalid
+    /// device, empty device edits") together with the whole spec, so
+    /// containerd failed the pod's container on the unresolvable CDI ID.
+    #[test]
+    fn a_claim_whose_devices_have_nothing_to_inject_names_no_cdi_device_and_has_no_spec() {
+        let c = claim(json!([result("vf", "pci-0000-3d-00-3")]), json!([]), pods());
+        let p = plan_it(&c, None).unwrap();
+        assert_eq!(p.record.devices.len(), 1, "still prepared: the CNI moves its netdev");
+        assert!(p.record.devices[0].cdi_ids.is_empty());
+        assert_eq!(p.cdi_spec, None);
+        // Extra env from the claim's config is an edit: then it is named.
+        let c = claim(
+            json!([result("vf", "pci-0000-3d-00-3")]),
+            json!([{"source": "FromClaim", "opaque": {"driver": "rdma.kuberdma.io",
+                   "parameters": {"apiVersion": "kuberdma.io/v1alpha1", "kind": "RdmaDeviceConfig",
+                                  "env": {"NCCL_IB_TC": "106"}}}}]),
+            pods(),
+        );
+        let p = plan_it(&c, None).unwrap();
+        assert_eq!(p.record.devices[0].cdi_ids, ["kuberdma.io/claim=pci-0000-3d-00-3_u1"]);
+        let spec = p.cdi_spec.unwrap();
+        assert_eq!(spec["devices"][0]["containerEdits"], json!({"env": ["NCCL_IB_TC=106"]}));
+        assert_eq!(spec["containerEdits"], json!({"env": ["KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.3"]}));
     }
 
     #[test]

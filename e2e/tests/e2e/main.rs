@@ -10,6 +10,7 @@
 mod cni;
 mod ctx;
 mod device_plugin;
+mod dra;
 mod operator;
 mod pools;
 mod smoke;
@@ -36,6 +37,8 @@ fn main() {
     cases.extend(device_plugin::cases());
     cases.extend(operator::cases());
     cases.extend(cni::cases());
+    // DRA mode last: its cases switch the chart and the last switches it back.
+    cases.extend(dra::cases());
     let selected: Vec<&Case> = cases
         .iter()
         .filter(|c| words.is_empty() || words.iter().any(|w| c.name.contains(w.as_str())))
