@@ -231,7 +231,9 @@ fn tree_layout_is_the_kernels() {
         fs::read_to_string(r.sys("class/infiniband/mlx5_0/ports/1/hw_counters/np_cnp_sent")).unwrap(),
         "0\n"
     );
-    assert_eq!(fs::read_to_string(r.sys("module/ib_core/parameters/netns_mode")).unwrap(), "Y\n");
+    // The bundled node runs RDMA's exclusive netns mode (`netns_mode=0`, read back as N),
+    // which the CNI's moves need.
+    assert_eq!(fs::read_to_string(r.sys("module/ib_core/parameters/netns_mode")).unwrap(), "N\n");
     // E810: RDMA via ice.roce.N; GPU class 0x030200.
     let e810 = Sim::from_file(example("mixed.yaml")).unwrap();
     let er = e810.roots();
