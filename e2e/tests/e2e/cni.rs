@@ -429,10 +429,7 @@ fn add_timeouts_forced_by_the_runtime_leave_nothing_behind(ctx: &Ctx) -> Result<
 fn restart_kubelet(ctx: &Ctx) -> Result<()> {
     cluster::restart_daemon("kubelet", Duration::from_secs(10))?;
     eventually("the node Ready after the kubelet restart", Duration::from_secs(90), || {
-        let n = ctx.json(&["get", "node", NODE_NAME])?;
-        let ready = n["status"]["conditions"]
-            .as_array()
-            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        let ready = ctx.node_ready()?;
         Ok(ready.then_some(()))
     })?;
     // The device plugin registers again with the new kubelet.

@@ -91,6 +91,14 @@ impl Ctx {
         self.kubectl(&a)
     }
 
+    /// Whether the cluster's node reports Ready.
+    pub fn node_ready(&self) -> Result<bool> {
+        let n = self.json(&["get", "node", cluster::NODE_NAME])?;
+        Ok(n["status"]["conditions"]
+            .as_array()
+            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True")))
+    }
+
     /// Deletes `kind ns/name` and waits until it is gone.
     pub fn delete(&self, ns: &str, kind: &str, name: &str) -> Result<()> {
         self.kubectl(&[
@@ -147,4 +155,16 @@ spec:
 "#,
         img = kube_rdma_e2e::images::BUSYBOX
     )
+}
+
+/// Merges `b` into `a` as Helm merges values files: objects key by key, anything else replaced.
+pub fn merge(a: &mut Value, b: Value) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
 }

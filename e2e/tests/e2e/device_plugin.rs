@@ -602,10 +602,7 @@ fn kubelet_restart_under_load_registers_once(ctx: &Ctx) -> Result<()> {
         cluster::restart_daemon("kubelet", Duration::from_secs(10))?;
         let restarted = Instant::now();
         eventually("the node Ready after the kubelet restart", Duration::from_secs(90), || {
-            let n = ctx.json(&["get", "node", NODE_NAME])?;
-            let ready = n["status"]["conditions"]
-                .as_array()
-                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+            let ready = ctx.node_ready()?;
             Ok(ready.then_some(()))
         })?;
         registered_once_since(ctx, from)?;

@@ -14,7 +14,7 @@ use kube_rdma_e2e::cluster::{self, NAMESPACE, NODE_NAME};
 use kube_rdma_e2e::node;
 use serde_json::{json, Value};
 
-use crate::ctx::{busybox_pod, eventually, Ctx};
+use crate::ctx::{busybox_pod, eventually, merge, Ctx};
 use crate::Case;
 
 const DRIVER: &str = "rdma.kuberdma.io";
@@ -98,17 +98,6 @@ fn upgrade(ctx: &Ctx, more: Option<Value>, file: &str) -> Result<()> {
     std::fs::write(&f, serde_yaml::to_string(&values)?)?;
     cluster::helm_upgrade(l, &f)?;
     cluster::wait_rollout(l)
-}
-
-fn merge(a: &mut Value, b: Value) {
-    match (a, b) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (a, b) => *a = b,
-    }
 }
 
 /// Switches the chart to DRA mode (with the DRA network) unless it is there,
@@ -491,10 +480,7 @@ fn dra_a_restarted_kubelet_leaves_running_pods_their_devices(ctx: &Ctx) -> Resul
         let dev = devices(&slices).remove(&name).context("allocated device not in our slices")?;
         cluster::restart_daemon("kubelet", Duration::from_secs(10))?;
         eventually("the node Ready and our pool published again", Duration::from_secs(90), || {
-            let n = ctx.json(&["get", "node", NODE_NAME])?;
-            let ready = n["status"]["conditions"]
-                .as_array()
-                .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+            let ready = ctx.node_ready()?;
             let s = our_slices(ctx)?;
             Ok((ready && complete(&s).is_ok() && devices(&s).len() == VFS).then_some(()))
         })?;

@@ -16,7 +16,7 @@ use anyhow::{bail, ensure, Context, Result};
 use kube_rdma_e2e::cluster::{self, NAMESPACE, NODE_NAME};
 use serde_json::{json, Value};
 
-use crate::ctx::{eventually, Ctx};
+use crate::ctx::{eventually, merge, Ctx};
 use crate::Case;
 
 const READY_LABEL: &str = "kuberdma.io/roce-ready";
@@ -168,17 +168,6 @@ fn run_out(cmd: &mut Command) -> Result<(i32, String, String)> {
 /// The chart's values as `up` installed them.
 fn installed_values(ctx: &Ctx) -> PathBuf {
     ctx.layout.base.join("values.yaml")
-}
-
-fn merge(a: &mut Value, b: Value) {
-    match (a, b) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (a, b) => *a = b,
-    }
 }
 
 /// `helm upgrade` with `extra` merged over the installed values, rolled out.

@@ -11,7 +11,7 @@ use anyhow::{Context, Result};
 use kube_rdma_e2e::cluster::{self, NAMESPACE, NODE_NAME};
 use serde_json::{json, Value};
 
-use crate::ctx::{eventually, Ctx};
+use crate::ctx::{eventually, merge, Ctx};
 
 /// The RDMA VF pool (every VF with an RDMA device: the ConnectX-6 Dx's 4).
 pub const RDMA: &str = "rdma_vfs";
@@ -106,17 +106,6 @@ pub fn restore_defaults(ctx: &Ctx) -> Result<()> {
 
 fn values_file(shared: bool) -> PathBuf {
     cluster::base_dir().join(if shared { "values-dp-shared.yaml" } else { "values-dp.yaml" })
-}
-
-fn merge(a: &mut Value, b: Value) {
-    match (a, b) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                merge(a.entry(k).or_insert(Value::Null), v);
-            }
-        }
-        (a, b) => *a = b,
-    }
 }
 
 /// The node's `status.capacity` and `status.allocatable` of our resources.

@@ -128,10 +128,7 @@ fn a_restarted_kubelet_comes_back_with_the_node_ready(ctx: &Ctx) -> Result<()> {
         "the restarted kubelet is outside the cluster's cgroups"
     );
     eventually("the node Ready after the kubelet restart", Duration::from_secs(60), || {
-        let n = ctx.json(&["get", "node", NODE_NAME])?;
-        let ready = n["status"]["conditions"]
-            .as_array()
-            .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+        let ready = ctx.node_ready()?;
         Ok(ready.then_some(()))
     })
 }
