@@ -27,7 +27,7 @@ use nic::roce::NodeRoce;
 use tokio::sync::mpsc;
 
 use crate::api::{chain, describe_watch, watch_error_kind, ApiError, Backoff};
-use crate::crd::{Mode, RdmaNodeState, RdmaNodeStateStatus, RoceProfile, RoceProfileSpec};
+use crate::crd::{EnforceRecord, Mode, RdmaNodeState, RdmaNodeStateStatus, RoceProfile, RoceProfileSpec};
 use crate::health::Health;
 use crate::profiles::{decode, profile_resource, select_profile, BadProfile, ProfileSet};
 use crate::publish::{Published, Publisher, Seen};
@@ -102,7 +102,29 @@ pub struct Agent {
     reported_bad: BTreeSet<(String, Option<i64>)>,
     observed: Option<NodeRoce>,
     last_profile: Option<RoceProfile>,
+    /// What Enforce last wrote or refused, and under which profile (name, spec).
+    enforced: Option<(ProfileKey, Vec<EnforceRecord>)>,
     failures: u32,
+}
+
+type ProfileKey = (String, RoceProfileSpec);
+
+/// The enforcement records a pass publishes: its own when it wrote or refused
+/// something, else those of the last pass that did under the same profile. A
+/// converged node keeps showing what was applied to it; a new profile, or leaving
+/// Enforce, starts afresh.
+fn carry_records(
+    last: Option<(ProfileKey, Vec<EnforceRecord>)>,
+    key: &ProfileKey,
+    enforcing: bool,
+    now: Vec<EnforceRecord>,
+) -> Option<(ProfileKey, Vec<EnforceRecord>)> {
+    match (enforcing, now.is_empty(), last) {
+        (false, _, _) => None,
+        (true, false, _) => Some((key.clone(), now)),
+        (true, true, Some((k, recs))) if &k == key => Some((k, recs)),
+        (true, true, _) => None,
+    }
 }
 
 /// Kernel notifications that concern an interface the agent checks (or that
@@ -178,6 +200,7 @@ impl Agent {
             reported_bad: BTreeSet::new(),
             observed: None,
             last_profile: None,
+            enforced: None,
             failures: 0,
         }
     }
@@ -276,8 +299,10 @@ impl Agent {
             (observed, Vec::new())
         };
         let mut status = evaluate(&profile, &observed);
-        if !records.is_empty() {
-            status.enforcement = records;
+        let key = (profile.name_any(), profile.spec.clone());
+        self.enforced = carry_records(self.enforced.take(), &key, enforcing, records);
+        if let Some((_, recs)) = &self.enforced {
+            status.enforcement = recs.clone();
             status.fingerprint = fingerprint(&status);
         }
         if let Ok(mut m) = self.metrics.write() {
@@ -583,6 +608,33 @@ mod tests {
             admin_up: true,
             lower_up: true,
         })
+    }
+
+    fn rec(setting: &str, outcome: &str) -> EnforceRecord {
+        EnforceRecord {
+            interface: "ens1f0np0".into(),
+            setting: setting.into(),
+            outcome: outcome.into(),
+            detail: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_converged_node_keeps_showing_what_enforce_applied_until_the_profile_changes() {
+        let spec = RoceProfileSpec { mode: Mode::Enforce, ..crate::checks::default_profile_spec() };
+        let key = ("e".to_string(), spec.clone());
+        let wrote = carry_records(None, &key, true, vec![rec("ecn", "Applied")]);
+        assert_eq!(wrote.as_ref().unwrap().1, vec![rec("ecn", "Applied")]);
+        // The next pass finds nothing to write: the records stay.
+        let settled = carry_records(wrote.clone(), &key, true, vec![]);
+        assert_eq!(settled, wrote);
+        // A pass that writes or refuses again replaces them.
+        let again = carry_records(settled, &key, true, vec![rec("mtu", "Refused")]);
+        assert_eq!(again.as_ref().unwrap().1, vec![rec("mtu", "Refused")]);
+        // Another profile (or the same one edited) starts with nothing; so does Audit.
+        let edited = ("e".to_string(), RoceProfileSpec { min_mtu: Some(9123), ..spec });
+        assert_eq!(carry_records(again.clone(), &edited, true, vec![]), None);
+        assert_eq!(carry_records(again, &key, false, vec![]), None);
     }
 
     #[test]

@@ -384,7 +384,7 @@ pub struct RdmaNodeStateStatus {
     #[serde(default)]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
-    /// What `Enforce` mode wrote or refused, last run.
+    /// What `Enforce` mode last wrote or refused under the current profile.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub enforcement: Vec<EnforceRecord>,
 }

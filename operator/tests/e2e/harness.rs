@@ -75,6 +75,7 @@ pub fn resource(name: &str) -> ApiResource {
         "nodes" => ("", "v1", "Node", "nodes"),
         "pods" => ("", "v1", "Pod", "pods"),
         "serviceaccounts" => ("", "v1", "ServiceAccount", "serviceaccounts"),
+        "configmaps" => ("", "v1", "ConfigMap", "configmaps"),
         "events" => ("events.k8s.io", "v1", "Event", "events"),
         "rdmanodestates" => ("kuberdma.io", "v1alpha1", "RdmaNodeState", "rdmanodestates"),
         "roceprofiles" => ("kuberdma.io", "v1alpha1", "RoceProfile", "roceprofiles"),

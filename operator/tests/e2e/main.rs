@@ -527,6 +527,20 @@ fn throttled_agents_wait_as_long_as_the_server_asks() {
         .collect();
     c.service_account("kube-rdma", "kube-rdma-agent");
     c.kubectl_apply(&rbac);
+    // A writer outside system:masters (which the limit exempts) keeps the one mutating slot
+    // busy while the agents start, so their writes meet 429 on a fast machine too: eight
+    // agents alone rarely overlap where a write takes a millisecond (CI saw none).
+    c.service_account("kube-rdma", "busy-writer");
+    c.kubectl_apply(&[
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+               "metadata": {"name": "busy-writer", "namespace": "kube-rdma"},
+               "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["patch"]}]}),
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+               "metadata": {"name": "busy-writer", "namespace": "kube-rdma"},
+               "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "busy-writer"},
+               "subjects": [{"kind": "ServiceAccount", "name": "busy-writer", "namespace": "kube-rdma"}]}),
+    ]);
+    let busy = BusyWriter::start(&c.service_account_kubeconfig("kube-rdma", "busy-writer", None));
     let agents: Vec<Proc> = nodes
         .iter()
         .map(|n| {
@@ -536,21 +550,28 @@ fn throttled_agents_wait_as_long_as_the_server_asks() {
         })
         .collect();
     let procs: Vec<&Proc> = agents.iter().collect();
+    // The retries of writes the server throttled (watches back off on their own schedule).
+    let throttled = || -> Vec<String> {
+        agents
+            .iter()
+            .flat_map(|a| {
+                strip_ansi(&a.log())
+                    .lines()
+                    .filter(|l| l.contains("API call failed; retrying") && l.contains("TooManyRequests"))
+                    .map(String::from)
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    // The writer holds the slot until an agent has been throttled, then gives it up: every
+    // agent must still publish, on the server's schedule.
+    c.wait_until("an agent's write answered 429", &procs, || (!throttled().is_empty()).then_some(()));
+    let (writes, refused) = busy.stop();
+    assert!(refused > 0, "the busy writer was never refused in {writes} writes: no limit in force");
     for n in &nodes {
         c.wait("rdmanodestates", n, "published despite throttling", &procs, |s| ready(s, "True"));
     }
-    // The retries of writes the server throttled (watches back off on their own schedule).
-    let throttled: Vec<String> = agents
-        .iter()
-        .flat_map(|a| {
-            strip_ansi(&a.log())
-                .lines()
-                .filter(|l| l.contains("API call failed; retrying") && l.contains("TooManyRequests"))
-                .map(String::from)
-                .collect::<Vec<_>>()
-        })
-        .collect();
-    assert!(!throttled.is_empty(), "no 429 seen: the limit was not reached");
+    let throttled = throttled();
     for l in &throttled {
         let ms: u64 = l
             .split("delay_ms=")
@@ -559,6 +580,69 @@ fn throttled_agents_wait_as_long_as_the_server_asks() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         assert!(ms >= 1000, "retried after {ms} ms, the server asked for 1 s: {l}");
+    }
+}
+
+/// Patches ConfigMaps in a loop from a few concurrent tasks as the holder of a
+/// kubeconfig, counting its writes and the server's 429s, until stopped.
+struct BusyWriter {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    thread: Option<std::thread::JoinHandle<(u64, u64)>>,
+}
+
+/// A failed test stops the writer too, rather than leave it writing to a server that is gone.
+impl Drop for BusyWriter {
+    fn drop(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+impl BusyWriter {
+    fn start(kc: &std::path::Path) -> BusyWriter {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let stop = std::sync::Arc::new(AtomicBool::new(false));
+        let (kc, flag) = (kc.to_path_buf(), stop.clone());
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+            rt.block_on(async move {
+                let opts =
+                    kube_rdma_operator::client::ClientOpts { kubeconfig: Some(kc), ..Default::default() };
+                let client = kube_rdma_operator::client::connect(&opts).await.unwrap();
+                let api: kube::Api<kube::api::DynamicObject> =
+                    kube::Api::namespaced_with(client, "kube-rdma", &resource("configmaps"));
+                let tasks = (0..2).map(|t| {
+                    let (api, flag) = (api.clone(), flag.clone());
+                    tokio::spawn(async move {
+                        let (mut writes, mut refused) = (0u64, 0u64);
+                        let name = format!("busy-{t}");
+                        let pp = kube::api::PatchParams::apply("busy-writer").force();
+                        while !flag.load(Ordering::Relaxed) {
+                            let body = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                                              "metadata": {"name": name}, "data": {"n": writes.to_string()}});
+                            match api.patch(&name, &pp, &kube::api::Patch::Apply(&body)).await {
+                                Err(kube::Error::Api(s)) if s.code == 429 => refused += 1,
+                                _ => {}
+                            }
+                            writes += 1;
+                        }
+                        (writes, refused)
+                    })
+                });
+                let mut total = (0, 0);
+                for t in tasks.collect::<Vec<_>>() {
+                    let (w, r) = t.await.unwrap();
+                    total = (total.0 + w, total.1 + r);
+                }
+                total
+            })
+        });
+        BusyWriter { stop, thread: Some(thread) }
+    }
+
+    /// Stops the writer: (writes sent, writes refused with 429).
+    fn stop(mut self) -> (u64, u64) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.thread.take().map_or((0, 0), |t| t.join().unwrap())
     }
 }
 
