@@ -29,15 +29,21 @@
 //! pool before anything is computed ([`check_ids`], [`check_preferred`],
 //! [`resolve`]): sizes and IDs a kubelet never sends are refused by name.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+#[cfg(feature = "daemon")]
+use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+#[cfg(feature = "daemon")]
 use nic::LinkLayer;
 
+#[cfg(feature = "daemon")]
 use crate::api::{CdiDevice, ContainerAllocateResponse, DeviceSpec};
-use crate::config::{Mode, Policy};
-use crate::names;
+#[cfg(feature = "daemon")]
+use crate::config::Mode;
+use crate::config::Policy;
 use crate::pools::{Device, Pool};
-use crate::RDMA_CM;
+#[cfg(feature = "daemon")]
+use crate::{names, RDMA_CM};
 
 /// `/dev/vfio/vfio`, the VFIO container device.
 pub const VFIO_CONTAINER: &str = "/dev/vfio/vfio";
@@ -254,6 +260,7 @@ pub fn cdi_named(pool: &Pool, d: &Device) -> bool {
 /// - `extra` whenever the pool's config has `additionalInfo`, possibly `{}`
 ///   (`pkg/netdevice/pciNetDevice.go` adds the provider when
 ///   `rc.AdditionalInfo != nil`; `extraInfoProvider.go`).
+#[cfg(feature = "daemon")]
 fn info_entry(pool: &Pool, d: &Device, rdma_cm: bool) -> serde_json::Value {
     let mut entry = serde_json::Map::new();
     entry.insert("generic".into(), serde_json::json!({ "deviceID": d.id }));
@@ -287,6 +294,7 @@ fn info_entry(pool: &Pool, d: &Device, rdma_cm: bool) -> serde_json::Value {
 }
 
 /// The response for one container. `ids` must resolve (see [`resolve`]).
+#[cfg(feature = "daemon")]
 pub fn container_response(pool: &Pool, ids: &[String]) -> Result<ContainerAllocateResponse, AllocError> {
     let devs = resolve(pool, ids)?;
     let mut specs: Vec<DeviceSpec> = Vec::new();

@@ -21,11 +21,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use nic::discover::Scope;
 use nic::netlink::events::RtnlEvent;
 use nic::{Inventory, PciAddr, Roots};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -35,6 +34,7 @@ use crate::config::{Config, ConfigError, PoolConfig};
 use crate::inuse::{Allocations, Memory};
 use crate::kubelet::{self, DirEvent};
 use crate::metrics::Metrics;
+use crate::nodewatch::{self, discover, ConfigFile, NodeWatch, Wake};
 use crate::pools::{self, Pool};
 use crate::registration::{self, Instance, Registrar};
 use crate::server::{self, PoolService};
@@ -108,8 +108,6 @@ enum ServeError {
 
 /// How long stopping all pools may take before the rest are aborted.
 const STOP_DEADLINE: Duration = Duration::from_secs(1);
-/// How long link events are collected before one rescan handles them all.
-const COALESCE: Duration = Duration::from_millis(20);
 
 struct Running {
     config: PoolConfig,
@@ -147,7 +145,7 @@ struct Daemon {
     opts: Options,
     metrics: Arc<Metrics>,
     cfg: Config,
-    cfg_text: Option<String>,
+    file: ConfigFile,
     /// The node as last read, with what [`Memory`] knows filled in.
     inv: Inventory,
     memory: Memory,
@@ -176,18 +174,6 @@ enum Scan {
     Functions(BTreeSet<(PciAddr, PciAddr)>),
 }
 
-/// Every walk skips GID tables (see the module docs).
-fn scope() -> Scope {
-    Scope { gid_tables: false, ..Scope::default() }
-}
-
-async fn discover(roots: &Roots) -> Inventory {
-    let roots = roots.clone();
-    tokio::task::spawn_blocking(move || nic::discover::discover_scoped(&roots, scope()))
-        .await
-        .unwrap_or_default()
-}
-
 /// Re-reads `fns` in `inv` (their PF whole when a function cannot be re-read
 /// alone); returns the inventory and the PFs that changed. `None`: the walk
 /// failed and the inventory is lost (the caller walks the node).
@@ -202,12 +188,12 @@ async fn rescan_functions(
         let mut whole = BTreeSet::new();
         for (pf, f) in fns {
             touched.insert(pf);
-            if !nic::discover::rescan_function(&roots, scope(), &mut inv, f) {
+            if !nic::discover::rescan_function(&roots, nodewatch::scope(), &mut inv, f) {
                 whole.insert(pf);
             }
         }
         for pf in whole {
-            let part = nic::discover::discover_pf(&roots, scope(), pf);
+            let part = nic::discover::discover_pf(&roots, nodewatch::scope(), pf);
             inv.replace_pf(pf, part);
         }
         (inv, touched)
@@ -221,17 +207,14 @@ fn netns_mode(roots: &Roots) -> Option<nic::NetnsMode> {
     nic::vfdev::netns_mode_from_sysfs(roots)
 }
 
-fn load_config(path: Option<&Path>, roots: &Roots) -> Result<(Config, Option<String>), ConfigError> {
-    let (cfg, text) = match path {
-        None => (Config::default_pools(), None),
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|source| ConfigError::Io { path: p.to_path_buf(), source })?;
-            (Config::parse(&text, p)?, Some(text))
-        }
-    };
+/// The config file, parsed and checked against the node's RDMA netns mode.
+fn checked(
+    loaded: Result<(ConfigFile, Config), ConfigError>,
+    roots: &Roots,
+) -> Result<(ConfigFile, Config), ConfigError> {
+    let (file, cfg) = loaded?;
     cfg.check_netns(netns_mode(roots))?;
-    Ok((cfg, text))
+    Ok((file, cfg))
 }
 
 /// Runs until `shutdown` resolves, then cleans up and returns `Ok`.
@@ -239,7 +222,7 @@ pub async fn run(
     mut opts: Options,
     shutdown: impl std::future::Future<Output = ()>,
 ) -> Result<(), DaemonError> {
-    let (cfg, cfg_text) = load_config(opts.config.as_deref(), &opts.roots)?;
+    let (file, cfg) = checked(ConfigFile::load(opts.config.as_deref()), &opts.roots)?;
     if let Some(root) = &cfg.kubelet_root {
         opts.kubelet_dir = root.join("device-plugins");
         if opts.pod_resources.is_some() {
@@ -259,30 +242,8 @@ pub async fn run(
         .map_err(|source| DaemonError::Watch { path: opts.kubelet_dir.clone(), source })?;
     let mut kubelet_events = kubelet::watch_dir(&opts.kubelet_dir)
         .map_err(|source| DaemonError::Watch { path: opts.kubelet_dir.clone(), source })?;
-    let mut config_events = match opts.config.as_ref().and_then(|p| p.parent()) {
-        Some(dir) => {
-            let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-            match kubelet::watch_dir(dir) {
-                Ok(rx) => Some(rx),
-                Err(e) => {
-                    tracing::warn!(dir = %dir.display(), error = %e, "cannot watch config dir; reload disabled");
-                    None
-                }
-            }
-        }
-        None => None,
-    };
-    let mut link_events = if opts.link_events {
-        match nic::netlink::events::subscribe(&[nic::netlink::events::Group::Link], 1024) {
-            Ok(rx) => Some(rx),
-            Err(e) => {
-                tracing::warn!(error = %e, "no netlink link events; relying on the periodic rescan");
-                None
-            }
-        }
-    } else {
-        None
-    };
+    let period = cfg.rescan_interval.unwrap_or(opts.rescan_interval);
+    let mut node = NodeWatch::start(opts.link_events, 1024, opts.config.as_deref(), period);
     let mut kubelet_alloc =
         opts.pod_resources.clone().map(|p| poll_pod_resources(p, opts.pod_resources_interval));
     let (died_tx, mut died_rx) = mpsc::unbounded_channel();
@@ -291,7 +252,7 @@ pub async fn run(
         opts,
         metrics,
         cfg,
-        cfg_text,
+        file,
         inv: Inventory::default(),
         memory: Memory::default(),
         alloc: None,
@@ -303,61 +264,35 @@ pub async fn run(
         kubelet_tx,
     };
 
-    d.inv = discover(&d.opts.roots).await;
-    d.memory.observe(&mut d.inv);
+    d.inv = discover(&d.opts.roots, &mut d.memory).await;
     let plan = pools::plan_with(&d.inv, &d.cfg, &Allocations::default());
     for pool in plan.pools {
         d.start_or_keep(pool);
     }
 
-    let mut tick = d.ticker();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = tick_opt(&mut tick) => d.rescan(Scan::Node, "timer").await,
-            Some(ev) = recv_opt(&mut link_events) => {
-                let mut evs = vec![ev];
-                // Coalesce a burst (numvfs changes create many links at once).
-                tokio::time::sleep(COALESCE).await;
-                if let Some(rx) = link_events.as_mut() {
-                    while let Ok(e) = rx.try_recv() {
-                        evs.push(e);
+            w = node.next() => match node.settle(w).await {
+                Wake::Timer => d.rescan(Scan::Node, "timer").await,
+                Wake::Links(evs) => {
+                    let scan = d.scan_for(&evs);
+                    d.rescan(scan, "link event").await;
+                }
+                Wake::ConfigDir => {
+                    if d.maybe_reload().await {
+                        node.set_period(d.cfg.rescan_interval.unwrap_or(d.opts.rescan_interval));
                     }
                 }
-                let scan = d.scan_for(&evs);
-                d.rescan(scan, "link event").await;
-            }
+            },
             Some(ev) = kubelet_events.recv() => d.on_kubelet_dir(ev),
-            Some(_) = recv_opt(&mut config_events) => {
-                tokio::time::sleep(COALESCE).await;
-                if let Some(rx) = config_events.as_mut() { while rx.try_recv().is_ok() {} }
-                if d.maybe_reload().await {
-                    tick = d.ticker();
-                }
-            }
-            Some(a) = recv_opt(&mut kubelet_alloc) => d.on_allocations(a),
+            Some(a) = nodewatch::recv_opt(&mut kubelet_alloc) => d.on_allocations(a),
             Some((name, generation)) = died_rx.recv() => d.on_died(name, generation),
         }
     }
     d.stop_all().await;
     Ok(())
-}
-
-async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
-    match rx {
-        Some(r) => r.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
-async fn tick_opt(t: &mut Option<tokio::time::Interval>) {
-    match t {
-        Some(t) => {
-            t.tick().await;
-        }
-        None => std::future::pending().await,
-    }
 }
 
 /// Asks PodResources every `every` on its own task (a kubelet that hangs
@@ -394,16 +329,6 @@ fn poll_pod_resources(socket: PathBuf, every: Duration) -> mpsc::Receiver<Option
 }
 
 impl Daemon {
-    fn ticker(&self) -> Option<tokio::time::Interval> {
-        let period = self.cfg.rescan_interval.unwrap_or(self.opts.rescan_interval);
-        if period.is_zero() {
-            return None;
-        }
-        let mut t = tokio::time::interval_at(tokio::time::Instant::now() + period, period);
-        t.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        Some(t)
-    }
-
     /// Which functions the link events concern (a PF's link state is read
     /// from the PF, a VF's from the VF); the whole node when one names a
     /// netdev the last walk did not see (new VFs, a VF back from a pod) or
@@ -669,8 +594,7 @@ impl Daemon {
     async fn rescan(&mut self, scan: Scan, why: &str) {
         match scan {
             Scan::Node => {
-                self.inv = discover(&self.opts.roots).await;
-                self.memory.observe(&mut self.inv);
+                self.inv = discover(&self.opts.roots, &mut self.memory).await;
             }
             Scan::Functions(fns) => {
                 let inv = std::mem::take(&mut self.inv);
@@ -682,8 +606,7 @@ impl Daemon {
                         }
                     }
                     None => {
-                        self.inv = discover(&self.opts.roots).await;
-                        self.memory.observe(&mut self.inv);
+                        self.inv = discover(&self.opts.roots, &mut self.memory).await;
                     }
                 }
             }
@@ -725,12 +648,8 @@ impl Daemon {
 
     /// Reloads a changed config; true when it took effect.
     async fn maybe_reload(&mut self) -> bool {
-        let path = self.opts.config.clone();
-        let text = path.as_deref().and_then(|p| std::fs::read_to_string(p).ok());
-        if text.is_none() || text == self.cfg_text {
-            return false;
-        }
-        let (cfg, text) = match load_config(path.as_deref(), &self.opts.roots) {
+        let Some(loaded) = self.file.changed() else { return false };
+        let (file, cfg) = match checked(loaded, &self.opts.roots) {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "config changed but is invalid; keeping the running pools");
@@ -748,7 +667,7 @@ impl Daemon {
         }
         tracing::info!("config changed: reloading pools");
         self.cfg = cfg;
-        self.cfg_text = text;
+        self.file.accept(file);
         let wanted: BTreeMap<String, PoolConfig> =
             self.cfg.pools.iter().map(|p| (p.resource_name(), p.clone())).collect();
         let stale: Vec<String> = self
@@ -764,8 +683,7 @@ impl Daemon {
                 self.remove_pool_files(&n);
             }
         }
-        self.inv = discover(&self.opts.roots).await;
-        self.memory.observe(&mut self.inv);
+        self.inv = discover(&self.opts.roots, &mut self.memory).await;
         let empty = Allocations::default();
         let plan = pools::plan_with(&self.inv, &self.cfg, self.alloc.as_ref().unwrap_or(&empty));
         for pool in plan.pools {

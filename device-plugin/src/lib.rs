@@ -15,7 +15,9 @@
 //! k8s-rdma-shared-dev-plugin; [`names`] derives socket, CDI and variable names.
 //!
 //! [`dra`] is the same inventory and pools in DRA mode (`kube-rdma-device-plugin dra`;
-//! cargo feature `dra`, on by default).
+//! cargo feature `dra`, on by default). Everything that talks to the kubelet is
+//! cargo feature `daemon` (on with `dra`); without it the crate is discovery,
+//! config, pools and their report only (the README's first command).
 //!
 //! ```no_run
 //! use kube_rdma_device_plugin::{config::Config, pools};
@@ -28,32 +30,45 @@
 
 pub mod allocate;
 pub mod config;
+#[cfg(feature = "daemon")]
 pub mod daemon;
 pub mod devinfo;
 #[cfg(feature = "dra")]
 pub mod dra;
 pub mod health;
 pub mod inuse;
+#[cfg(feature = "daemon")]
 pub mod kubelet;
+#[cfg(feature = "daemon")]
 pub mod metrics;
 pub mod names;
+#[cfg(feature = "daemon")]
+pub mod nodewatch;
+#[cfg(feature = "daemon")]
 pub mod podresources;
 pub mod pools;
+#[cfg(feature = "daemon")]
 pub mod registration;
 pub mod report;
+#[cfg(feature = "daemon")]
 pub mod server;
 
 /// Kubelet device plugin API `v1beta1`, generated from `proto/api.proto`.
+#[cfg(feature = "daemon")]
 #[allow(missing_docs, clippy::all)]
 pub mod api {
     tonic::include_proto!("v1beta1");
 }
 
 /// Kubelet PodResources API `v1`, generated from `proto/podresources.proto`.
+#[cfg(feature = "daemon")]
 #[allow(missing_docs, clippy::all)]
 pub mod api_podresources {
     tonic::include_proto!("v1");
 }
+
+/// The kubelet's PodResources socket (the daemon asks it what is in use).
+pub const POD_RESOURCES_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
 
 /// API version string sent in `RegisterRequest.version`.
 pub const API_VERSION: &str = "v1beta1";

@@ -10,13 +10,16 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+#[cfg(feature = "daemon")]
 use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand, ValueEnum};
+#[cfg(feature = "daemon")]
+use kube_rdma_device_plugin::daemon;
 #[cfg(feature = "dra")]
 use kube_rdma_device_plugin::dra;
-use kube_rdma_device_plugin::{config::Config, daemon, podresources, pools, report};
+use kube_rdma_device_plugin::{config::Config, pools, report};
 use nic::cli::{emit, error_line, EXIT_ERROR, EXIT_FAILED};
 use nic::Roots;
 
@@ -61,7 +64,7 @@ struct Cli {
     #[arg(long)]
     no_link_events: bool,
     /// The kubelet's PodResources socket (what is in use now).
-    #[arg(long, default_value = podresources::DEFAULT_SOCKET)]
+    #[arg(long, default_value = kube_rdma_device_plugin::POD_RESOURCES_SOCKET)]
     pod_resources_socket: PathBuf,
     /// Do not ask the kubelet's PodResources API.
     #[arg(long)]
@@ -217,6 +220,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             drop(sim);
             Ok(ExitCode::SUCCESS)
         }
+        #[cfg(not(feature = "daemon"))]
+        None => anyhow::bail!(
+            "this build is discovery only (built without the `daemon` cargo feature): run `discover`, \
+             or build with default features to serve the kubelet"
+        ),
+        #[cfg(feature = "daemon")]
         None => {
             for (flag, v) in [
                 ("--rescan-interval", cli.rescan_interval),

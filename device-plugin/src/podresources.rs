@@ -14,7 +14,7 @@ use crate::inuse::Allocations;
 use crate::kubelet::connect_unix;
 
 /// Where the kubelet serves PodResources.
-pub const DEFAULT_SOCKET: &str = "/var/lib/kubelet/pod-resources/kubelet.sock";
+pub const DEFAULT_SOCKET: &str = crate::POD_RESOURCES_SOCKET;
 
 /// A `List` call that gave no answer.
 #[derive(Debug, thiserror::Error)]

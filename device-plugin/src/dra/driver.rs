@@ -37,6 +37,7 @@ use super::{nodestate, status, DRA_SOCKET, DRIVER};
 use crate::config::{Config, ConfigError};
 use crate::inuse::Memory;
 use crate::kubelet::{self, DirEvent};
+use crate::nodewatch::{discover, ConfigFile, NodeWatch};
 use crate::pools::{self, Plan};
 use crate::server;
 
@@ -241,34 +242,14 @@ fn serve_registration(path: &Path, svc: RegistrationService) -> Result<Served, D
     Ok(Served { stop: Some(stop), task })
 }
 
-fn load_config(path: Option<&Path>) -> Result<(Config, Option<String>), DriverError> {
-    let (cfg, text) = match path {
-        None => (Config::default_pools(), None),
-        Some(p) => {
-            let text = std::fs::read_to_string(p)
-                .map_err(|source| ConfigError::Io { path: p.to_path_buf(), source })?;
-            (Config::parse(&text, p)?, Some(text))
-        }
-    };
+/// The config file, parsed and checked for what DRA mode does.
+fn checked(loaded: Result<(ConfigFile, Config), ConfigError>) -> Result<(ConfigFile, Config), DriverError> {
+    let (file, cfg) = loaded?;
     devices::check_config(&cfg).map_err(|why| DriverError::Unsupported {
-        path: path.map(|p| p.display().to_string()).unwrap_or_else(|| "default config".into()),
+        path: file.path().map(|p| p.display().to_string()).unwrap_or_else(|| "default config".into()),
         why,
     })?;
-    Ok((cfg, text))
-}
-
-/// Walks the node, filling in VFs whose RDMA devices are in a pod with what
-/// `memory` learned of them on the host (ports, GUIDs: the device plugin's
-/// [`Memory`]).
-async fn discover(roots: &Roots, memory: &mut Memory) -> Inventory {
-    let roots = roots.clone();
-    // DRA hands out no GID indexes: the walk without GID tables is all it needs.
-    let scope = nic::discover::Scope { gid_tables: false, ..Default::default() };
-    let mut inv = tokio::task::spawn_blocking(move || nic::discover::discover_scoped(&roots, scope))
-        .await
-        .unwrap_or_default();
-    memory.observe(&mut inv);
-    inv
+    Ok((file, cfg))
 }
 
 /// A new plan, with prepared VFs counted as assigned (in use is not broken),
@@ -310,13 +291,6 @@ fn content(view: &View, roce: &RoceReadiness) -> Content {
     content
 }
 
-async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
-    match rx {
-        Some(r) => r.recv().await,
-        None => std::future::pending().await,
-    }
-}
-
 /// The API client: from KUBECONFIG or the pod's service account, with a read
 /// timeout as a backstop for requests the watchers make on their own.
 async fn client() -> Result<kube::Client, DriverError> {
@@ -327,13 +301,34 @@ async fn client() -> Result<kube::Client, DriverError> {
     kube::Client::try_from(config).map_err(DriverError::Client)
 }
 
+/// The driver's state between wake-ups: the node as last planned, what the
+/// kubelet-facing sockets serve, and the content handed to the publisher.
+struct Driver {
+    opts: Options,
+    cfg: Config,
+    file: ConfigFile,
+    memory: Memory,
+    plan: Plan,
+    metrics: Arc<DraMetrics>,
+    claims: Arc<Claims>,
+    health: HealthService,
+    view_tx: watch::Sender<SharedView>,
+    roce: watch::Receiver<RoceReadiness>,
+    content_tx: watch::Sender<Content>,
+    reg_svc: RegistrationService,
+    reg_path: PathBuf,
+    dra_path: PathBuf,
+    reg_server: Served,
+    dra_server: Served,
+}
+
 /// Runs until `shutdown` resolves. Nothing here waits for the API server:
 /// slices are published by their own task ([`publish::run`]), claim status
 /// by another ([`status::run`]), the watches feed channels, and a prepare's
 /// reads are bounded.
 pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<(), DriverError> {
     let started = Instant::now();
-    let (mut cfg, mut cfg_text) = load_config(opts.config.as_deref())?;
+    let (file, cfg) = checked(ConfigFile::load(opts.config.as_deref()))?;
     let metrics = Arc::new(DraMetrics::default());
     if let Some(addr) = opts.metrics_addr {
         let (local, fut) = crate::metrics::serve_routes(addr, metrics.routes())
@@ -349,9 +344,9 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     }
 
     let mut memory = Memory::default();
-    let mut prepared = checkpoint.devices();
+    let prepared = checkpoint.devices();
     let inv = discover(&opts.roots, &mut memory).await;
-    let mut plan = replan(None, &inv, &cfg, &prepared);
+    let plan = replan(None, &inv, &cfg, &prepared);
     let first = devices::from_plan(&plan, &inv, History { last: &View::default(), prepared: &prepared });
     let (view_tx, view_rx) = watch::channel::<SharedView>(Arc::new(first));
     tracing::info!(devices = view_rx.borrow().devices.len(), elapsed = ?started.elapsed(), "node discovered");
@@ -378,32 +373,21 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     let dra_path = dra_socket(&opts.plugins_dir);
     let reg_path = registration_socket(&opts.registry_dir);
     let (reg_svc, mut registered) = RegistrationService::new(DRIVER, &dra_path.to_string_lossy());
-    let mut dra_server = serve_dra(&dra_path, claims.clone(), health.clone())?;
-    let mut reg_server = serve_registration(&reg_path, reg_svc.clone())?;
+    let dra_server = serve_dra(&dra_path, claims.clone(), health.clone())?;
+    let reg_server = serve_registration(&reg_path, reg_svc.clone())?;
     tracing::info!(registration = %reg_path.display(), endpoint = %dra_path.display(), "serving the kubelet");
     let watch = |dir: &Path| {
         std::fs::create_dir_all(dir).map_err(|source| DriverError::Watch { path: dir.into(), source })?;
         kubelet::watch_dir(dir).map_err(|source| DriverError::Watch { path: dir.into(), source })
     };
     let mut reg_events = watch(&opts.registry_dir)?;
-    let dra_dir = dra_path.parent().map(Path::to_path_buf).unwrap_or_default();
-    let mut dra_events = watch(&dra_dir)?;
-    let mut config_events = match opts.config.as_ref().and_then(|p| p.parent()) {
-        Some(dir) => {
-            let dir = if dir.as_os_str().is_empty() { Path::new(".") } else { dir };
-            kubelet::watch_dir(dir)
-                .map_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "cannot watch config dir; reload disabled"))
-                .ok()
-        }
-        None => None,
-    };
-    let mut link_events = if opts.link_events {
-        nic::netlink::events::subscribe(&[nic::netlink::events::Group::Link], 256)
-            .map_err(|e| tracing::warn!(error = %e, "no netlink link events; relying on the periodic rescan"))
-            .ok()
-    } else {
-        None
-    };
+    let mut dra_events = watch(dra_path.parent().unwrap_or(Path::new("/")))?;
+    let mut node = NodeWatch::start(
+        opts.link_events,
+        256,
+        opts.config.as_deref(),
+        opts.rescan_interval.max(Duration::from_millis(50)),
+    );
 
     tokio::spawn(status::run(client.clone(), DRIVER.into(), opts.prepared_dir.clone(), changed_rx));
     let mut roce = nodestate::watch_node(client.clone(), &opts.node_name);
@@ -416,94 +400,129 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
         metrics.clone(),
         started,
     ));
+    let mut d = Driver {
+        opts,
+        cfg,
+        file,
+        memory,
+        plan,
+        metrics,
+        claims,
+        health,
+        view_tx,
+        roce,
+        content_tx,
+        reg_svc,
+        reg_path,
+        dra_path,
+        reg_server,
+        dra_server,
+    };
 
-    let mut tick = tokio::time::interval(opts.rescan_interval.max(Duration::from_millis(50)));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
     tokio::pin!(shutdown);
     loop {
-        let mut rescan = false;
-        let mut republish = false;
         tokio::select! {
             _ = &mut shutdown => break,
-            _ = tick.tick() => rescan = true,
-            Some(_) = recv_opt(&mut link_events) => {
-                // Coalesce a burst (numvfs changes create many links at once).
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                if let Some(rx) = link_events.as_mut() { while rx.try_recv().is_ok() {} }
-                rescan = true;
-            }
-            Some(_) = recv_opt(&mut config_events) => {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-                if let Some(rx) = config_events.as_mut() { while rx.try_recv().is_ok() {} }
-                let text = opts.config.as_deref().and_then(|p| std::fs::read_to_string(p).ok());
-                if text.is_some() && text != cfg_text {
-                    match load_config(opts.config.as_deref()) {
-                        Ok((c, t)) => {
-                            tracing::info!("config changed: reloading pools");
-                            cfg = c;
-                            cfg_text = t;
-                            rescan = true;
-                        }
-                        Err(e) => tracing::error!(error = %e, "config changed but cannot be used; keeping the running one"),
-                    }
+            // Any wake-up of the node side rescans: a link event, the timer, a config reload.
+            w = node.next() => {
+                let w = node.settle(w).await;
+                if !matches!(w, crate::nodewatch::Wake::ConfigDir) || d.reload() {
+                    d.rescan().await;
                 }
             }
-            Ok(()) = roce.changed() => {
-                tracing::info!(readiness = ?*roce.borrow(), "RdmaNodeState changed");
-                republish = true;
+            Ok(()) = d.roce.changed() => {
+                tracing::info!(readiness = ?*d.roce.borrow(), "RdmaNodeState changed");
+                d.republish();
             }
             Ok(()) = registered.changed() => {
                 let r = registered.borrow().clone();
                 if let Registered::No(why) = &r {
                     tracing::error!(%why, "not registered with the kubelet");
                 }
-                metrics.set_registered(r);
+                d.metrics.set_registered(r);
             }
-            Some(ev) = reg_events.recv() => {
-                if matches!(&ev, DirEvent::Deleted(_) | DirEvent::Rescan) && !reg_path.exists() {
-                    tracing::info!(socket = %reg_path.display(), "registration socket deleted: serving it again");
-                    reg_server.stop().await;
-                    reg_server = serve_registration(&reg_path, reg_svc.clone())?;
-                }
-            }
-            Some(ev) = dra_events.recv() => {
-                if matches!(&ev, DirEvent::Deleted(_) | DirEvent::Rescan) && !dra_path.exists() {
-                    tracing::info!(socket = %dra_path.display(), "DRA socket deleted: serving it again");
-                    dra_server.stop().await;
-                    dra_server = serve_dra(&dra_path, claims.clone(), health.clone())?;
-                }
-            }
-        }
-        if rescan {
-            prepared = claims.prepared_devices().await;
-            let inv = discover(&opts.roots, &mut memory).await;
-            let next_plan = replan(Some(&plan), &inv, &cfg, &prepared);
-            let next = {
-                let last = view_tx.borrow();
-                devices::from_plan(&next_plan, &inv, History { last: &last, prepared: &prepared })
-            };
-            plan = next_plan;
-            if **view_tx.borrow() != next {
-                log_changes(&view_tx.borrow(), &next);
-                metrics.set_view(&next);
-                view_tx.send_replace(Arc::new(next));
-                republish = true;
-            }
-        }
-        if republish {
-            let c = content(&view_tx.borrow(), &roce.borrow());
-            content_tx.send_if_modified(|cur| std::mem::replace(cur, c) != *cur);
+            Some(ev) = reg_events.recv() => d.on_registry_dir(ev).await?,
+            Some(ev) = dra_events.recv() => d.on_plugin_dir(ev).await?,
         }
     }
-    // The kubelet deregisters us when the registration socket goes away.
-    reg_server.stop().await;
-    dra_server.stop().await;
-    for p in [&reg_path, &dra_path] {
-        let _ = std::fs::remove_file(p);
-    }
-    tracing::info!("stopped");
+    d.stop().await;
     Ok(())
+}
+
+impl Driver {
+    /// Takes a changed config file when DRA mode can use it; true when it did.
+    fn reload(&mut self) -> bool {
+        let Some(loaded) = self.file.changed() else { return false };
+        match checked(loaded) {
+            Ok((file, cfg)) => {
+                tracing::info!("config changed: reloading pools");
+                self.cfg = cfg;
+                self.file.accept(file);
+                true
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "config changed but cannot be used; keeping the running one");
+                false
+            }
+        }
+    }
+
+    /// Walks the node again, with what is prepared (in use, not broken); a
+    /// changed view goes to the sockets and the publisher.
+    async fn rescan(&mut self) {
+        let prepared = self.claims.prepared_devices().await;
+        let inv = discover(&self.opts.roots, &mut self.memory).await;
+        let plan = replan(Some(&self.plan), &inv, &self.cfg, &prepared);
+        let next = {
+            let last = self.view_tx.borrow();
+            devices::from_plan(&plan, &inv, History { last: &last, prepared: &prepared })
+        };
+        self.plan = plan;
+        if **self.view_tx.borrow() == next {
+            return;
+        }
+        log_changes(&self.view_tx.borrow(), &next);
+        self.metrics.set_view(&next);
+        self.view_tx.send_replace(Arc::new(next));
+        self.republish();
+    }
+
+    /// Hands the publisher the content of the current view and readiness.
+    fn republish(&self) {
+        let c = content(&self.view_tx.borrow(), &self.roce.borrow());
+        self.content_tx.send_if_modified(|cur| std::mem::replace(cur, c) != *cur);
+    }
+
+    /// The registration socket deleted (a kubelet restart, a cleanup): served again.
+    async fn on_registry_dir(&mut self, ev: DirEvent) -> Result<(), DriverError> {
+        if matches!(&ev, DirEvent::Deleted(_) | DirEvent::Rescan) && !self.reg_path.exists() {
+            tracing::info!(socket = %self.reg_path.display(), "registration socket deleted: serving it again");
+            let next = serve_registration(&self.reg_path, self.reg_svc.clone());
+            std::mem::replace(&mut self.reg_server, next?).stop().await;
+        }
+        Ok(())
+    }
+
+    /// The DRA socket deleted: served again.
+    async fn on_plugin_dir(&mut self, ev: DirEvent) -> Result<(), DriverError> {
+        if matches!(&ev, DirEvent::Deleted(_) | DirEvent::Rescan) && !self.dra_path.exists() {
+            tracing::info!(socket = %self.dra_path.display(), "DRA socket deleted: serving it again");
+            let next = serve_dra(&self.dra_path, self.claims.clone(), self.health.clone());
+            std::mem::replace(&mut self.dra_server, next?).stop().await;
+        }
+        Ok(())
+    }
+
+    /// Shutdown: the sockets go (the kubelet deregisters us when the
+    /// registration socket does); slices, prepared claims and CDI specs stay.
+    async fn stop(self) {
+        self.reg_server.stop().await;
+        self.dra_server.stop().await;
+        for p in [&self.reg_path, &self.dra_path] {
+            let _ = std::fs::remove_file(p);
+        }
+        tracing::info!("stopped");
+    }
 }
 
 /// [`run`] until SIGTERM or SIGINT (handlers installed before anything is

@@ -95,7 +95,7 @@ pub async fn run(
         // Without inotify, look every RETRY; with it, on events (or to retry).
         let wait = if retry || events.is_none() { RETRY } else { Duration::from_secs(3600) };
         tokio::select! {
-            ev = recv_opt(&mut events) => dirty = match ev {
+            ev = crate::nodewatch::recv_opt(&mut events) => dirty = match ev {
                 Some(DirEvent::Created(n) | DirEvent::Deleted(n)) => n.ends_with(prepared::ATTACH_SUFFIX),
                 Some(DirEvent::Rescan) => true,
                 None => {
@@ -171,13 +171,6 @@ async fn sync(client: &kube::Client, driver: &str, dir: &std::path::Path, applie
     }
     applied.retain(|_, (_, e)| !e.is_empty());
     retry
-}
-
-async fn recv_opt<T>(rx: &mut Option<mpsc::Receiver<T>>) -> Option<T> {
-    match rx {
-        Some(r) => r.recv().await,
-        None => std::future::pending().await,
-    }
 }
 
 #[cfg(test)]
