@@ -15,19 +15,19 @@
 //! subsystem, so the e2e networks use `rdma: disabled` and nothing moves it
 //! (the RDMA move itself is covered by the kernel lab).
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
 
-/// Netdev names of the VFs of the node's tree, as on the host now.
-fn vf_netdevs(sim: &nic::sim::Sim) -> Vec<String> {
+/// Netdev names of the VFs of the node's tree, as on the host now, with their VF.
+fn vf_netdevs(sim: &nic::sim::Sim) -> BTreeMap<String, nic::PciAddr> {
     nic::discover::discover(&sim.roots())
         .pfs
         .iter()
         .flat_map(|p| p.vfs.iter())
-        .filter_map(|v| v.netdev.as_ref().map(|n| n.name.clone()))
+        .filter_map(|v| v.netdev.as_ref().map(|n| (n.name.clone(), v.pci)))
         .collect()
 }
 
@@ -60,8 +60,9 @@ fn running(name: &str) -> Option<bool> {
 pub fn run(dir: &Path) -> Result<()> {
     let mut sim = nic::sim::Sim::open(dir).map_err(|e| anyhow::anyhow!("{}", nic::error_chain(&e)))?;
     // Every VF netdev the tree knows, present or not: the tree's own list is the description.
-    let names: BTreeSet<String> = vf_netdevs(&sim).into_iter().collect();
-    let mut on_host: BTreeSet<String> = names.clone();
+    let names = vf_netdevs(&sim);
+    let mut on_host: BTreeSet<String> = names.keys().cloned().collect();
+    let devices = sim.roots().sysfs.join("bus/pci/devices");
     // Only changes are mirrored: the tree's initial state is the description's.
     let mut pf_up: Vec<(String, Option<bool>)> = pf_netdevs(&sim)
         .into_iter()
@@ -81,9 +82,15 @@ pub fn run(dir: &Path) -> Result<()> {
             .filter_map(|l| l.split(':').next())
             .map(|n| n.trim().to_string())
             .collect();
-        for n in &names {
+        for (n, vf) in &names {
             let now = links.contains(n);
             if now == on_host.contains(n) {
+                continue;
+            }
+            // A VF removed from the tree (`echo 1 > remove`, sriov_numvfs lowered) took its
+            // netdev with it: nothing to mirror, and writing its port would bring back part
+            // of a device that is gone. Its netdev comes back with the device.
+            if !devices.join(vf.to_string()).exists() {
                 continue;
             }
             let r = if now { sim.add_netdev_back(n) } else { sim.remove_netdev(n) };

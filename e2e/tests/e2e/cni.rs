@@ -24,6 +24,8 @@ use kube_rdma_e2e::{daemon, node, peers};
 use serde_json::{json, Value};
 
 use crate::ctx::{busybox_pod, eventually, Ctx};
+use crate::device_plugin;
+use crate::links::{add_vf_link, peer_of};
 use crate::Case;
 
 const NS: &str = "default";
@@ -40,9 +42,14 @@ pub fn cases() -> Vec<Case> {
             name: "cni_pods_with_2_and_4_vfs_of_one_network_run_and_give_everything_back",
             run: pods_with_2_and_4_vfs_of_one_network_run_and_give_everything_back,
         },
-        // Not in the suite yet: both passed on a cluster of their own, but after the device
-        // plugin and operator cases the runtime's deadline was never seen within 120 s and the
-        // next case found the pool's VFs still held; issue 22 stays open on them.
+        Case {
+            name: "cni_add_timeouts_forced_by_the_runtime_leave_nothing_behind",
+            run: add_timeouts_forced_by_the_runtime_leave_nothing_behind,
+        },
+        Case {
+            name: "cni_vfs_removed_while_a_pod_runs_let_it_terminate_and_leave_nothing",
+            run: vfs_removed_while_a_pod_runs_let_it_terminate_and_leave_nothing,
+        },
         Case {
             name: "cni_after_a_node_reboot_the_late_dels_leave_the_new_pods_vfs_alone",
             run: after_a_node_reboot_the_late_dels_leave_the_new_pods_vfs_alone,
@@ -378,7 +385,6 @@ if [ "$CNI_COMMAND" = ADD ]; then sleep 14; fi
 exec /opt/cni/bin/host-local "$@"
 "#;
 
-#[allow(dead_code)] // see cases(): not registered until it passes in the whole suite
 fn add_timeouts_forced_by_the_runtime_leave_nothing_behind(ctx: &Ctx) -> Result<()> {
     use std::os::unix::fs::PermissionsExt;
     let home = Home::now(ctx)?;
@@ -406,7 +412,8 @@ fn add_timeouts_forced_by_the_runtime_leave_nothing_behind(ctx: &Ctx) -> Result<
                     "jsonpath={.items[*].message}",
                 ])?;
                 Ok(ev.contains("DeadlineExceeded").then_some(()))
-            })?;
+            })
+            .with_context(|| pod_story(ctx, "slow"))?;
             // Deleted while the kubelet's next attempt may be in flight.
             ctx.delete(NS, "pod", "slow")?;
             home.wait_back(ctx)?;
@@ -426,29 +433,56 @@ fn add_timeouts_forced_by_the_runtime_leave_nothing_behind(ctx: &Ctx) -> Result<
     )
 }
 
+/// What happened to `pod`, for a failure message: its phase and conditions, and its Events.
+fn pod_story(ctx: &Ctx, pod: &str) -> String {
+    let status = ctx
+        .kubectl(&["-n", NS, "get", "pod", pod, "-o", "jsonpath={.status.phase} {.status.conditions}"])
+        .unwrap_or_else(|e| format!("{e:#}"));
+    let events = ctx
+        .kubectl(&[
+            "-n",
+            NS,
+            "get",
+            "events",
+            "--field-selector",
+            &format!("involvedObject.name={pod}"),
+            "-o",
+            "custom-columns=REASON:.reason,COUNT:.count,MESSAGE:.message",
+        ])
+        .unwrap_or_else(|e| format!("{e:#}"));
+    format!("pod {pod}: {status}\n{events}")
+}
+
 fn restart_kubelet(ctx: &Ctx) -> Result<()> {
+    let from = device_plugin::log_len(ctx);
     cluster::restart_daemon("kubelet", Duration::from_secs(10))?;
+    // The node's Ready and allocatable are what the old kubelet last posted: the new one is
+    // up once it has its pods from the API server. A pod it finds in that first list is
+    // admitted before it forgets the devices of pods deleted before the restart (its
+    // checkpoint still holds them: "requested number of devices unavailable"), so a case's
+    // pod must come after it.
+    eventually("the new kubelet syncing its pods from the API server", Duration::from_secs(90), || {
+        Ok(device_plugin::kubelet_logged(ctx, from, &["SyncLoop ADD", "source=\"api\""])?.then_some(()))
+    })?;
     eventually("the node Ready after the kubelet restart", Duration::from_secs(90), || {
         let ready = ctx.node_ready()?;
         Ok(ready.then_some(()))
     })?;
-    // The device plugin registers again with the new kubelet.
+    // The device plugin registers again with the new kubelet and sends it its devices. Until
+    // then the kubelet admits no pod of the pool ("UnexpectedAdmissionError"), while the node's
+    // allocatable may still show what the old kubelet posted.
+    eventually(
+        "the pool registered with the new kubelet and its devices sent",
+        Duration::from_secs(60),
+        || {
+            Ok((device_plugin::registrations(ctx, from, POOL)? >= 1
+                && device_plugin::state_pushes(ctx, from, POOL)? >= 1)
+                .then_some(()))
+        },
+    )?;
     pool_allocatable(ctx, "4")
 }
 
-/// A VF link's peer in the wire netns (its "cable").
-fn peer_of(link: &Value) -> Result<String> {
-    let idx = link["link_index"].as_u64().context("veth without link_index")?;
-    let v: Value = serde_json::from_str(&node::ip_in(&node::wire_netns(), &["-j", "link", "show"])?)?;
-    v.as_array()
-        .into_iter()
-        .flatten()
-        .find(|l| l["ifindex"].as_u64() == Some(idx))
-        .and_then(|l| l["ifname"].as_str().map(String::from))
-        .with_context(|| format!("no peer with ifindex {idx} in the wire netns"))
-}
-
-#[allow(dead_code)] // see cases(): not registered until it passes in the whole suite
 fn vfs_removed_while_a_pod_runs_let_it_terminate_and_leave_nothing(ctx: &Ctx) -> Result<()> {
     let home = Home::now(ctx)?;
     let net = "e2e-lowered";
@@ -512,13 +546,7 @@ fn vfs_removed_while_a_pod_runs_let_it_terminate_and_leave_nothing(ctx: &Ctx) ->
                 node::ip_in(&node::netns(), &["link", "del", n])?;
             }
             let st = &home.links[n];
-            let (peer, mtu) = (&peers[n], st.mtu.to_string());
-            node::ip_in(
-                &node::netns(),
-                &["link", "add", n, "type", "veth", "peer", "name", peer, "netns", &node::wire_netns()],
-            )?;
-            node::ip_in(&node::netns(), &["link", "set", n, "address", &st.mac, "mtu", &mtu, "up"])?;
-            node::ip_in(&node::wire_netns(), &["link", "set", peer, "mtu", &mtu, "up"])?;
+            add_vf_link(n, &peers[n], &st.mac, st.mtu)?;
         }
         home.wait_back(ctx)?;
         pool_allocatable(ctx, "4")

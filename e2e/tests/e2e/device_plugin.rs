@@ -26,6 +26,7 @@ use kube_rdma_e2e::node;
 use serde_json::{json, Value};
 
 use crate::ctx::{busybox_pod, eventually, Ctx};
+use crate::links::{add_vf_link, node_link, peer_of};
 use crate::pools::{self, res, NET, NETDEV, RDMA, SHARED, VFIO};
 use crate::Case;
 
@@ -74,6 +75,10 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "device_plugin_kubelet_restart_allocatable_still_right_6_minutes_later",
             run: kubelet_restart_allocatable_still_right_6_minutes_later,
+        },
+        Case {
+            name: "device_plugin_a_removed_vf_is_unhealthy_at_the_kubelet_within_5_s",
+            run: a_removed_vf_is_unhealthy_at_the_kubelet,
         },
         Case { name: "device_plugin_chart_back_on_its_default_pool", run: chart_back_on_its_default_pool },
     ]
@@ -422,17 +427,24 @@ fn shared_pool_body(ctx: &Ctx) -> Result<()> {
 // Restarts
 
 /// The kubelet's log (appended across restarts).
-fn kubelet_log(ctx: &Ctx) -> std::path::PathBuf {
+pub fn kubelet_log(ctx: &Ctx) -> std::path::PathBuf {
     ctx.layout.logs().join("kubelet.log")
 }
 
-fn log_len(ctx: &Ctx) -> u64 {
+pub fn log_len(ctx: &Ctx) -> u64 {
     std::fs::metadata(kubelet_log(ctx)).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Whether the kubelet logged a line containing every one of `words` after byte `from` of its log.
+pub fn kubelet_logged(ctx: &Ctx, from: u64, words: &[&str]) -> Result<bool> {
+    let all = std::fs::read(kubelet_log(ctx))?;
+    let tail = String::from_utf8_lossy(&all[(from as usize).min(all.len())..]).into_owned();
+    Ok(tail.lines().any(|l| words.iter().all(|w| l.contains(w))))
 }
 
 /// Registrations of `resource` the kubelet logged after byte `from` of its log
 /// (`server.go` `Register`: "Got registration request from device plugin with resource").
-fn registrations(ctx: &Ctx, from: u64, resource: &str) -> Result<usize> {
+pub fn registrations(ctx: &Ctx, from: u64, resource: &str) -> Result<usize> {
     let all = std::fs::read(kubelet_log(ctx))?;
     let tail = String::from_utf8_lossy(&all[(from as usize).min(all.len())..]).into_owned();
     let key = format!("resourceName=\"{resource}\"");
@@ -683,13 +695,6 @@ fn kubelet_restart_allocatable_still_right_6_minutes_later(ctx: &Ctx) -> Result<
 // ---------------------------------------------------------------------------
 // Multus
 
-/// `ip -j link show dev NAME` in the node's netns; `None` when it is not there.
-fn node_link(name: &str) -> Option<Value> {
-    let out = node::ip_in(&node::netns(), &["-j", "link", "show", "dev", name]).ok()?;
-    let v: Value = serde_json::from_str(&out).ok()?;
-    v.as_array()?.first().cloned()
-}
-
 fn multus_net1_is_the_allocated_vf(ctx: &Ctx) -> Result<()> {
     pools::ensure(ctx, false)?;
     // The VFs' netdevs as the node has them before the pod (name, MAC, MTU by PCI address).
@@ -795,7 +800,7 @@ const NODE_STATUS_EVERY: Duration = Duration::from_secs(10);
 
 /// "State pushed for device plugin" lines of `resource` after byte `from` (`client.go`: the
 /// kubelet received a ListAndWatch update).
-fn state_pushes(ctx: &Ctx, from: u64, resource: &str) -> Result<usize> {
+pub fn state_pushes(ctx: &Ctx, from: u64, resource: &str) -> Result<usize> {
     let all = std::fs::read(kubelet_log(ctx))?;
     let tail = String::from_utf8_lossy(&all[(from as usize).min(all.len())..]).into_owned();
     let key = format!("resource=\"{resource}\"");
@@ -806,9 +811,20 @@ fn state_pushes(ctx: &Ctx, from: u64, resource: &str) -> Result<usize> {
 /// update, and allocatable shows it at the kubelet's next node status update.
 /// Returns (seconds to the kubelet's update, seconds to allocatable).
 fn link_change_reaches_the_node(ctx: &Ctx, up: bool, want_alloc: u32) -> Result<(f64, f64)> {
+    change_reaches_the_node(ctx, want_alloc, || set_pf_link(ctx, "ens1f0np0", up))
+}
+
+/// Makes `change` to the node; within 5 s the kubelet has the plugin's update of the
+/// RDMA pool, and at its next node status update allocatable is `want_alloc` of 4.
+/// Returns (seconds to the kubelet's update, seconds to allocatable).
+fn change_reaches_the_node(
+    ctx: &Ctx,
+    want_alloc: u32,
+    change: impl FnOnce() -> Result<()>,
+) -> Result<(f64, f64)> {
     let rdma = res(RDMA);
     let from = log_len(ctx);
-    set_pf_link(ctx, "ens1f0np0", up)?;
+    change()?;
     let t0 = Instant::now();
     eventually("the kubelet receiving the plugin's update", Duration::from_secs(5), || {
         Ok((state_pushes(ctx, from, &rdma)? >= 1).then_some(()))
@@ -843,6 +859,49 @@ fn pf_link_down_makes_its_vfs_unhealthy(ctx: &Ctx) -> Result<()> {
         "     (PF up: the kubelet had the Healthy VFs after {pushed:.1} s, allocatable after {node:.1} s)"
     );
     pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(5))
+}
+
+/// `echo 1 > /sys/bus/pci/devices/<vf>/remove` on a VF of the RDMA pool: the device
+/// goes from sysfs while its PF still counts it (`sriov_numvfs` 4), and the kernel
+/// unregisters its netdev (the link event). The plugin must report it Unhealthy,
+/// not drop it: allocatable 3 of capacity 4. `echo 4 > sriov_numvfs` brings it back.
+fn a_removed_vf_is_unhealthy_at_the_kubelet(ctx: &Ctx) -> Result<()> {
+    pools::ensure(ctx, false)?;
+    let (inv, _) = inventory(ctx)?;
+    let pf = inv.pfs.iter().find(|p| p.pci.to_string() == "0000:3d:00.0").context("no ConnectX PF")?;
+    let vf = pf.vfs.last().context("the PF has no VF")?;
+    let name = vf.netdev.as_ref().map(|n| n.name.clone()).context("the VF has no netdev")?;
+    let link = node_link(&name).with_context(|| format!("{name} is not on the node"))?;
+    let (peer, mac) = (peer_of(&link)?, link["address"].as_str().unwrap_or_default().to_string());
+    let mtu = link["mtu"].as_u64().unwrap_or(1500);
+    let (pf_pci, vf_pci) = (pf.pci, vf.pci);
+    let sim_dir = ctx.layout.sim();
+    let sim_err = |e: nic::sim::SimError| anyhow::anyhow!("{}", nic::error_chain(&e));
+
+    let r = change_reaches_the_node(ctx, 3, || {
+        let mut sim = nic::sim::Sim::open(&sim_dir).map_err(sim_err)?;
+        sim.remove_vf(vf_pci).map_err(sim_err)?;
+        node::ip_in(&node::netns(), &["link", "del", &name])?;
+        Ok(())
+    })
+    .map(|(pushed, node)| {
+        println!(
+            "     (VF {vf_pci} removed: the kubelet had it Unhealthy after {pushed:.1} s, allocatable after {node:.1} s)"
+        );
+    });
+    // Back: the PF's VFs made again, the removed one's netdev wired as before.
+    let restored = (|| -> Result<()> {
+        let mut sim = nic::sim::Sim::open(&sim_dir).map_err(sim_err)?;
+        sim.set_num_vfs(pf_pci, 4).map_err(sim_err)?;
+        if node_link(&name).is_none() {
+            add_vf_link(&name, &peer, &mac, mtu)?;
+        }
+        pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(5) + NODE_STATUS_EVERY)
+    })();
+    match (r, restored) {
+        (Err(e), _) => Err(e),
+        (Ok(()), r) => r.context("bringing the VF back"),
+    }
 }
 
 fn chart_back_on_its_default_pool(ctx: &Ctx) -> Result<()> {

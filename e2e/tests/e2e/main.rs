@@ -11,6 +11,7 @@ mod cni;
 mod ctx;
 mod device_plugin;
 mod dra;
+mod links;
 mod operator;
 mod pools;
 mod smoke;

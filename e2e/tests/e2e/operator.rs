@@ -41,8 +41,10 @@ pub fn cases() -> Vec<Case> {
             name: "operator_audit_profile_reports_drift_and_leaves_the_node_alone",
             run: operator_audit_profile_reports_drift_and_leaves_the_node_alone,
         },
-        // Not in the suite yet: on the real cluster the agent wrote no enforcement record within
-        // the case's wait ("no enforcement records"); issue 21 stays open on it.
+        Case {
+            name: "operator_enforce_profile_changes_the_simulated_node_and_converges",
+            run: operator_enforce_profile_changes_the_simulated_node_and_converges,
+        },
         Case {
             name: "operator_stale_agent_comes_back_with_every_condition_intact",
             run: operator_stale_agent_comes_back_with_every_condition_intact,
@@ -501,7 +503,6 @@ fn operator_audit_profile_reports_drift_and_leaves_the_node_alone(ctx: &Ctx) -> 
     wait_label(ctx, "true", Duration::from_secs(30))
 }
 
-#[allow(dead_code)] // see cases(): not registered until it passes on the real cluster
 fn operator_enforce_profile_changes_the_simulated_node_and_converges(ctx: &Ctx) -> Result<()> {
     let sim_before = sim_files(ctx);
     let _cleanup = Defer(|| {
@@ -613,9 +614,21 @@ fn operator_stale_agent_comes_back_with_every_condition_intact(ctx: &Ctx) -> Res
     );
     ensure!(back["status"]["summary"]["ready"] == "True", "summary.ready {}", back["status"]["summary"]);
     wait_label(ctx, "true", Duration::from_secs(30))?;
-    let pod = ctx.json(&["-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/component=agent"])?;
-    let restarts = &pod["items"][0]["status"]["containerStatuses"][0]["restartCount"];
-    ensure!(restarts.as_i64().unwrap_or(0) >= 1, "the agent container was not restarted: {restarts}");
+    // The kubelet posts the restart count with its next pod status update, which may come
+    // after the restarted agent's first apply.
+    eventually("the agent container's restart in its pod status", Duration::from_secs(30), || {
+        let pod = ctx.json(&["-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/component=agent"])?;
+        let restarts: Vec<i64> = pod["items"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|p| p["metadata"]["deletionTimestamp"].is_null())
+            .map(|p| p["status"]["containerStatuses"][0]["restartCount"].as_i64().unwrap_or(0))
+            .collect();
+        ensure!(!restarts.is_empty(), "no agent pod");
+        Ok(restarts.iter().all(|n| *n >= 1).then_some(()))
+    })
+    .context("the agent container was not restarted")?;
     Ok(())
 }
 
