@@ -66,7 +66,13 @@ async fn run() {
             .output()
             .await
             .unwrap();
-        assert!(out.status.success());
+        // Exit 1 is a failing node check (the big node is not in exclusive netns mode): the
+        // walk and the output are complete all the same; 2 would be an error.
+        assert!(
+            matches!(out.status.code(), Some(0 | 1)),
+            "discover: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         discover.push(t.elapsed());
     }
 
