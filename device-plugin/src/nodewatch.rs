@@ -162,6 +162,10 @@ impl ConfigFile {
         let Some(p) = path else { return Ok((ConfigFile::default(), Config::default_pools())) };
         let text =
             std::fs::read_to_string(p).map_err(|source| ConfigError::Io { path: p.to_path_buf(), source })?;
+        Self::parse(p, text)
+    }
+
+    fn parse(p: &Path, text: String) -> Result<(ConfigFile, Config), ConfigError> {
         let cfg = Config::parse(&text, p)?;
         Ok((ConfigFile { path: Some(p.to_path_buf()), text: Some(text) }, cfg))
     }
@@ -177,7 +181,7 @@ impl ConfigFile {
     pub fn changed(&self) -> Option<Result<(ConfigFile, Config), ConfigError>> {
         let p = self.path.as_deref()?;
         let text = std::fs::read_to_string(p).ok()?;
-        (Some(&text) != self.text.as_ref()).then(|| Self::load(Some(p)))
+        (Some(&text) != self.text.as_ref()).then(|| Self::parse(p, text))
     }
 
     /// Takes `next` as the running config file.

@@ -100,6 +100,38 @@ impl Default for Options {
     }
 }
 
+/// Control planes running at once in one test binary (each is an etcd and a
+/// kube-apiserver; two at a time keep two cores busy without starving them).
+const MAX_PLANES: usize = 2;
+static PLANES: (std::sync::Mutex<usize>, std::sync::Condvar) =
+    (std::sync::Mutex::new(0), std::sync::Condvar::new());
+
+/// A turn to run a control plane: [`PlaneSlot::take`] waits while
+/// [`MAX_PLANES`] are taken in this process; dropping it lets the next one go.
+/// Tests that start an [`ApiServer`] each hold one for as long as it runs.
+pub struct PlaneSlot(());
+
+impl PlaneSlot {
+    /// Waits for a turn.
+    pub fn take() -> PlaneSlot {
+        let (m, cv) = &PLANES;
+        let mut n = m.lock().unwrap_or_else(|p| p.into_inner());
+        while *n >= MAX_PLANES {
+            n = cv.wait(n).unwrap_or_else(|p| p.into_inner());
+        }
+        *n += 1;
+        PlaneSlot(())
+    }
+}
+
+impl Drop for PlaneSlot {
+    fn drop(&mut self) {
+        let (m, cv) = &PLANES;
+        *m.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
+        cv.notify_one();
+    }
+}
+
 /// A running etcd + kube-apiserver.
 pub struct ApiServer {
     /// Its directory (see the module docs).

@@ -16,7 +16,7 @@
 pub mod faults;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Condvar, Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -27,7 +27,7 @@ use kube_rdma_device_plugin::dra::api::registration::registration_client::Regist
 use kube_rdma_device_plugin::dra::api::registration::{InfoRequest, PluginInfo, RegistrationStatus};
 use kube_rdma_device_plugin::dra::api::{v1, v1beta1};
 use kube_rdma_device_plugin::kubelet;
-use kube_rdma_e2e::apiserver::{ApiServer, Options};
+use kube_rdma_e2e::apiserver::{ApiServer, Options, PlaneSlot};
 use serde_json::{json, Value};
 use tonic::transport::Channel;
 use tonic::Streaming;
@@ -57,33 +57,6 @@ rules:
 /// The simulated nodes shipped in the repo.
 pub fn example(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/nodes").join(name)
-}
-
-/// Control planes running at once in a test binary (each is an etcd and a
-/// kube-apiserver; two at a time keep two cores busy without starving them).
-const MAX_PLANES: usize = 2;
-static PLANES: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
-
-struct Slot;
-
-impl Slot {
-    fn take() -> Slot {
-        let (m, cv) = &PLANES;
-        let mut n = m.lock().unwrap_or_else(|p| p.into_inner());
-        while *n >= MAX_PLANES {
-            n = cv.wait(n).unwrap_or_else(|p| p.into_inner());
-        }
-        *n += 1;
-        Slot
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let (m, cv) = &PLANES;
-        *m.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-        cv.notify_one();
-    }
 }
 
 /// The driver's ServiceAccount, ClusterRole and ClusterRoleBinding as the
@@ -177,7 +150,7 @@ pub struct Env {
     pub prepared: PathBuf,
     pub roots: nic::Roots,
     audit_log: PathBuf,
-    _slot: Slot,
+    _slot: PlaneSlot,
 }
 
 impl Env {
@@ -199,7 +172,7 @@ impl Env {
         extra.extend(args.iter().map(|a| a.to_string()));
         let rbac = chart_rbac();
         let (slot, api, token) = tokio::task::block_in_place(|| {
-            let slot = Slot::take();
+            let slot = PlaneSlot::take();
             let api = ApiServer::start_with(Options { extra_args: extra, ..Options::default() })
                 .unwrap_or_else(|e| panic!("control plane: {e:#}"));
             let mut objs =

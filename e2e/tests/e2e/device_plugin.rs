@@ -435,25 +435,27 @@ pub fn log_len(ctx: &Ctx) -> u64 {
     std::fs::metadata(kubelet_log(ctx)).map(|m| m.len()).unwrap_or(0)
 }
 
+/// The kubelet's log after byte `from`.
+fn log_since(ctx: &Ctx, from: u64) -> Result<String> {
+    let all = std::fs::read(kubelet_log(ctx))?;
+    Ok(String::from_utf8_lossy(&all[(from as usize).min(all.len())..]).into_owned())
+}
+
+/// Lines of the kubelet's log after byte `from` containing every one of `words`.
+fn logged(ctx: &Ctx, from: u64, words: &[&str]) -> Result<usize> {
+    Ok(log_since(ctx, from)?.lines().filter(|l| words.iter().all(|w| l.contains(w))).count())
+}
+
 /// Whether the kubelet logged a line containing every one of `words` after byte `from` of its log.
 pub fn kubelet_logged(ctx: &Ctx, from: u64, words: &[&str]) -> Result<bool> {
-    let all = std::fs::read(kubelet_log(ctx))?;
-    let tail = String::from_utf8_lossy(&all[(from as usize).min(all.len())..]).into_owned();
-    Ok(tail.lines().any(|l| words.iter().all(|w| l.contains(w))))
+    Ok(logged(ctx, from, words)? > 0)
 }
 
 /// Registrations of `resource` the kubelet logged after byte `from` of its log
 /// (`server.go` `Register`: "Got registration request from device plugin with resource").
 pub fn registrations(ctx: &Ctx, from: u64, resource: &str) -> Result<usize> {
-    let all = std::fs::read(kubelet_log(ctx))?;
-    let tail = String::from_utf8_lossy(&all[(from as usize).min(all.len())..]).into_owned();
     let key = format!("resourceName=\"{resource}\"");
-    Ok(tail
-        .lines()
-        .filter(|l| {
-            l.contains("Got registration request from device plugin with resource") && l.contains(&key)
-        })
-        .count())
+    logged(ctx, from, &["Got registration request from device plugin with resource", &key])
 }
 
 /// Waits until every base pool registered once after `from`, then a little
@@ -801,10 +803,8 @@ const NODE_STATUS_EVERY: Duration = Duration::from_secs(10);
 /// "State pushed for device plugin" lines of `resource` after byte `from` (`client.go`: the
 /// kubelet received a ListAndWatch update).
 pub fn state_pushes(ctx: &Ctx, from: u64, resource: &str) -> Result<usize> {
-    let all = std::fs::read(kubelet_log(ctx))?;
-    let tail = String::from_utf8_lossy(&all[(from as usize).min(all.len())..]).into_owned();
     let key = format!("resource=\"{resource}\"");
-    Ok(tail.lines().filter(|l| l.contains("State pushed for device plugin") && l.contains(&key)).count())
+    logged(ctx, from, &["State pushed for device plugin", &key])
 }
 
 /// Sets the PF link `up` or down; within 5 s the kubelet has the plugin's

@@ -12,12 +12,11 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
-use kube_rdma_e2e::apiserver::{ApiServer, Options};
+use kube_rdma_e2e::apiserver::{ApiServer, Options, PlaneSlot};
 use kube_rdma_operator::client::{connect, ClientOpts};
 use kube_rdma_operator::fixtures::example;
 use nic::simdesc::NodeDesc;
@@ -25,33 +24,6 @@ use serde_json::{json, Value};
 
 /// Generous bounds: the suite runs on two shared cores.
 pub const WAIT: Duration = Duration::from_secs(60);
-
-/// Control planes running at once in this test binary (each is an etcd and a
-/// kube-apiserver: two at a time keep two cores busy without starving them).
-const MAX_PLANES: usize = 2;
-static PLANES: (Mutex<usize>, Condvar) = (Mutex::new(0), Condvar::new());
-
-struct Slot;
-
-impl Slot {
-    fn take() -> Slot {
-        let (m, cv) = &PLANES;
-        let mut n = m.lock().unwrap_or_else(|p| p.into_inner());
-        while *n >= MAX_PLANES {
-            n = cv.wait(n).unwrap_or_else(|p| p.into_inner());
-        }
-        *n += 1;
-        Slot
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        let (m, cv) = &PLANES;
-        *m.lock().unwrap_or_else(|p| p.into_inner()) -= 1;
-        cv.notify_one();
-    }
-}
 
 pub fn operator() -> Command {
     Command::new(env!("CARGO_BIN_EXE_kube-rdma-operator"))
@@ -94,7 +66,7 @@ pub struct Cluster {
     pub dir: tempfile::TempDir,
     pub rt: tokio::runtime::Runtime,
     pub client: kube::Client,
-    _slot: Slot,
+    _slot: PlaneSlot,
 }
 
 impl Cluster {
@@ -105,7 +77,7 @@ impl Cluster {
 
     /// As [`Cluster::new`], kube-apiserver started with `args` too.
     pub fn with_args(args: &[&str], nodes: &[(&str, Value)]) -> Self {
-        let slot = Slot::take();
+        let slot = PlaneSlot::take();
         let opts = Options { extra_args: args.iter().map(|a| a.to_string()).collect(), ..Options::default() };
         let api = ApiServer::start_with(opts).unwrap_or_else(|e| panic!("control plane: {e:#}"));
         // The CRDs as the chart's upgrade hook applies them.
