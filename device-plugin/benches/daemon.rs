@@ -11,11 +11,16 @@
 //!
 //! Targets: first list < 100 ms, Allocate p99 < 1 ms, RSS < 20 MiB, stop < 1 s
 //! whatever the pool count, one-PF rescan < 5 ms.
-//! Run: `cargo bench -p kube-rdma-device-plugin --bench daemon`.
+//! Run: `cargo bench -p kube-rdma-device-plugin --bench daemon`. With
+//! `KUBE_RDMA_DP_BASELINE=/path/to/an/older/kube-rdma-device-plugin` (a release
+//! build) the older binary is measured the same way in the same run, after
+//! ours, and each process-level number is printed as a ratio against it
+//! (before/after a change in one run).
 
 #[path = "../tests/common/mod.rs"]
 mod common;
 
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use common::{Dirs, FakeKubelet, SOCK};
@@ -54,9 +59,102 @@ fn pct(sorted: &[Duration], p: f64) -> Duration {
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
     let sim = nic::sim::Sim::materialise(&nic::sim::big_node(8, 128)).expect("materialise 1024-VF node");
-    rt.block_on(run(&sim));
-    rt.block_on(stop_times(&sim));
+    let ours = PathBuf::from(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"));
+    let baseline = std::env::var_os("KUBE_RDMA_DP_BASELINE").filter(|v| !v.is_empty()).map(PathBuf::from);
+    println!("kube-rdma-device-plugin on a simulated 8 PF x 128 VF node (1024 VFs), release build");
+    let now = rt.block_on(measure(&sim, &ours));
+    now.print("this build");
+    let before = baseline.map(|b| {
+        let m = rt.block_on(measure(&sim, &b));
+        m.print(&format!("baseline {}", b.display()));
+        m
+    });
+    if let Some(b) = &before {
+        now.compare(b);
+    }
+    rt.block_on(in_process(&sim));
     one_pf_rescan(&sim);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    println!("load average at the end of the run: {}", load.trim());
+}
+
+/// What the daemon process costs, measured from outside as the kubelet sees it.
+struct Measured {
+    starts: Vec<Duration>,
+    start_cpu: Vec<Duration>,
+    allocate: Vec<Duration>,
+    cpu_per_call: Duration,
+    rss_start_kib: u64,
+    rss_after_kib: u64,
+    stops: Vec<(usize, Duration)>,
+}
+
+async fn measure(sim: &nic::sim::Sim, exe: &Path) -> Measured {
+    let mut m = start_and_allocate(sim, exe).await;
+    m.stops = stop_times(sim, exe).await;
+    m
+}
+
+impl Measured {
+    fn print(&self, what: &str) {
+        let (starts, lat) = (&self.starts, &self.allocate);
+        println!("{what}:");
+        println!(
+            "  start -> first ListAndWatch (1024 devices): median {:.1} ms, min {:.1} ms, max {:.1} ms over {} starts (target < 100 ms); daemon CPU to it (/proc stat, all threads): median {:.1} ms",
+            ms(pct(starts, 0.5)),
+            ms(starts[0]),
+            ms(starts[starts.len() - 1]),
+            starts.len(),
+            ms(pct(&self.start_cpu, 0.5))
+        );
+        println!(
+            "  Allocate (1 VF, gRPC round trip over the unix socket, incl. device-info file write) x {}: p50 {:.0} us, p99 {:.0} us, max {:.0} us (target p99 < 1 ms); daemon CPU per call {:.0} us",
+            lat.len(),
+            us(pct(lat, 0.5)),
+            us(pct(lat, 0.99)),
+            us(lat[lat.len() - 1]),
+            us(self.cpu_per_call)
+        );
+        println!(
+            "  VmRSS: {:.1} MiB after start, {:.1} MiB after the Allocate calls (target < 20 MiB)",
+            self.rss_start_kib as f64 / 1024.0,
+            self.rss_after_kib as f64 / 1024.0
+        );
+        let base = self.stops[0].1.as_secs_f64();
+        for (n, t) in &self.stops {
+            println!(
+                "  SIGTERM -> exit with {n:>2} pools, one open ListAndWatch each: median {:.1} ms of 3 ({:.2}x the 1-pool stop; target < 1 s)",
+                ms(*t),
+                t.as_secs_f64() / base
+            );
+        }
+    }
+
+    /// Each process-level number of this build over the baseline's (< 1: faster or smaller).
+    fn compare(&self, before: &Measured) {
+        let r = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
+        println!("this build / baseline (same run):");
+        println!(
+            "  start median {:.2}x, start CPU {:.2}x, Allocate p50 {:.2}x, p99 {:.2}x, CPU per Allocate {:.2}x, VmRSS after the calls {:.2}x",
+            r(pct(&self.starts, 0.5), pct(&before.starts, 0.5)),
+            r(pct(&self.start_cpu, 0.5), pct(&before.start_cpu, 0.5)),
+            r(pct(&self.allocate, 0.5), pct(&before.allocate, 0.5)),
+            r(pct(&self.allocate, 0.99), pct(&before.allocate, 0.99)),
+            r(self.cpu_per_call, before.cpu_per_call),
+            self.rss_after_kib as f64 / before.rss_after_kib.max(1) as f64
+        );
+        for ((n, a), (_, b)) in self.stops.iter().zip(&before.stops) {
+            println!("  SIGTERM -> exit with {n:>2} pools {:.2}x", r(*a, *b));
+        }
+    }
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
 }
 
 /// `n` pools over the 8 PFs of `big_node(8, 128)`: whole PFs, or VF halves for 16.
@@ -75,7 +173,7 @@ fn pools_config(n: usize) -> String {
 }
 
 /// SIGTERM → exit of the real daemon serving `n` pools, each with an open stream.
-async fn stop_times(sim: &nic::sim::Sim) {
+async fn stop_times(sim: &nic::sim::Sim, exe: &Path) -> Vec<(usize, Duration)> {
     let roots = sim.roots();
     let mut results = Vec::new();
     for n in [1usize, 4, 16] {
@@ -85,7 +183,7 @@ async fn stop_times(sim: &nic::sim::Sim) {
             let k = FakeKubelet::start(&dirs.kubelet);
             let cfg = dirs.write_config(&pools_config(n));
             let mut child = dirs
-                .daemon_command()
+                .daemon_command_of(exe)
                 .arg("--sysfs-root")
                 .arg(&roots.sysfs)
                 .arg("--dev-root")
@@ -119,14 +217,7 @@ async fn stop_times(sim: &nic::sim::Sim) {
         times.sort();
         results.push((n, pct(&times, 0.5)));
     }
-    let base = results[0].1.as_secs_f64();
-    for (n, t) in &results {
-        println!(
-            "SIGTERM -> exit with {n:>2} pools, one open ListAndWatch each: median {:.1} ms of 3 ({:.2}x the 1-pool stop; target < 1 s)",
-            t.as_secs_f64() * 1e3,
-            t.as_secs_f64() / base
-        );
-    }
+    results
 }
 
 /// CPU time of the calling thread (`RUSAGE_THREAD`).
@@ -201,7 +292,8 @@ fn one_pf_rescan(sim: &nic::sim::Sim) {
     );
 }
 
-async fn run(sim: &nic::sim::Sim) {
+/// Five starts to the first full list, then 10 000 Allocate calls on the last one.
+async fn start_and_allocate(sim: &nic::sim::Sim, exe: &Path) -> Measured {
     let roots = sim.roots();
     let dirs = Dirs::new();
     let k = FakeKubelet::start(&dirs.kubelet);
@@ -212,7 +304,7 @@ async fn run(sim: &nic::sim::Sim) {
     for round in 0..5 {
         let t0 = Instant::now();
         let mut child = dirs
-            .daemon_command()
+            .daemon_command_of(exe)
             .arg("--sysfs-root")
             .arg(&roots.sysfs)
             .arg("--dev-root")
@@ -257,7 +349,7 @@ async fn run(sim: &nic::sim::Sim) {
     let (mut child, mut c, first) = last_child.unwrap();
     let pid = child.id().unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let rss_start = vm_rss_kib(pid);
+    let rss_start_kib = vm_rss_kib(pid);
 
     let ids: Vec<String> = first.devices.iter().map(|d| d.id.clone()).collect();
     // Warm-up, then 10 000 measured calls.
@@ -269,7 +361,7 @@ async fn run(sim: &nic::sim::Sim) {
         .unwrap();
     }
     let cpu_before = cpu_ns(pid);
-    let mut lat = Vec::with_capacity(10_000);
+    let mut allocate = Vec::with_capacity(10_000);
     for i in 0..10_000 {
         let id = ids[i % ids.len()].clone();
         let t = Instant::now();
@@ -279,16 +371,23 @@ async fn run(sim: &nic::sim::Sim) {
             })
             .await
             .unwrap();
-        lat.push(t.elapsed());
+        allocate.push(t.elapsed());
         assert_eq!(r.into_inner().container_responses.len(), 1);
     }
     let cpu_per_call = Duration::from_nanos((cpu_ns(pid) - cpu_before) / 10_000);
-    lat.sort();
-    let rss_after = vm_rss_kib(pid);
+    allocate.sort();
+    let rss_after_kib = vm_rss_kib(pid);
     starts.sort();
     start_cpu.sort();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM)
+        .unwrap();
+    let _ = child.wait().await;
+    Measured { starts, start_cpu, allocate, cpu_per_call, rss_start_kib, rss_after_kib, stops: vec![] }
+}
 
-    // The same work in-process, to separate CPU cost from scheduling on a busy machine.
+/// The daemon's work in this process, to separate CPU cost from scheduling on a busy machine.
+async fn in_process(sim: &nic::sim::Sim) {
+    let roots = sim.roots();
     let mut disc = Vec::new();
     let mut lean = Vec::new();
     let mut plan_t = Vec::new();
@@ -313,6 +412,7 @@ async fn run(sim: &nic::sim::Sim) {
     lean.sort();
     plan_t.sort();
     let pool = pool.unwrap();
+    let ids: Vec<String> = pool.devices.iter().map(|d| d.id.clone()).collect();
     let mut pure = Vec::with_capacity(10_000);
     for i in 0..10_000 {
         let id = [ids[i % ids.len()].clone()];
@@ -322,43 +422,12 @@ async fn run(sim: &nic::sim::Sim) {
         std::hint::black_box(r);
     }
     pure.sort();
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-
-    println!("kube-rdma-device-plugin on a simulated 8 PF x 128 VF node (1024 VFs), release build");
     println!(
-        "start -> first ListAndWatch (1024 devices): median {:.1} ms, min {:.1} ms, max {:.1} ms over {} starts (target < 100 ms)",
-        pct(&starts, 0.5).as_secs_f64() * 1e3,
-        starts[0].as_secs_f64() * 1e3,
-        starts[starts.len() - 1].as_secs_f64() * 1e3,
-        starts.len()
+        "in-process (this build): discovery without GID tables (all the daemon reads) {:.1} ms, with GID tables {:.1} ms, pools {:.2} ms (medians of 5); allocate::container_response p50 {:.1} us, p99 {:.1} us",
+        ms(pct(&lean, 0.5)),
+        ms(pct(&disc, 0.5)),
+        ms(pct(&plan_t, 0.5)),
+        us(pct(&pure, 0.5)),
+        us(pct(&pure, 0.99))
     );
-    println!(
-        "Allocate (1 VF, gRPC round trip over the unix socket, incl. device-info file write) x {}: p50 {:.0} us, p99 {:.0} us, max {:.0} us (target p99 < 1 ms)",
-        lat.len(),
-        pct(&lat, 0.5).as_secs_f64() * 1e6,
-        pct(&lat, 0.99).as_secs_f64() * 1e6,
-        lat[lat.len() - 1].as_secs_f64() * 1e6
-    );
-    println!(
-        "  daemon CPU time to first ListAndWatch (/proc stat, all threads): median {:.1} ms; in-process: discovery without GID tables (all the daemon reads) {:.1} ms, with GID tables {:.1} ms, pools {:.2} ms (medians of 5)",
-        pct(&start_cpu, 0.5).as_secs_f64() * 1e3,
-        pct(&lean, 0.5).as_secs_f64() * 1e3,
-        pct(&disc, 0.5).as_secs_f64() * 1e3,
-        pct(&plan_t, 0.5).as_secs_f64() * 1e3
-    );
-    println!(
-        "  daemon CPU per Allocate: {:.0} us; pure allocate::container_response p50 {:.1} us, p99 {:.1} us",
-        cpu_per_call.as_secs_f64() * 1e6,
-        pct(&pure, 0.5).as_secs_f64() * 1e6,
-        pct(&pure, 0.99).as_secs_f64() * 1e6
-    );
-    println!(
-        "daemon VmRSS: {:.1} MiB after start, {:.1} MiB after the Allocate calls (target < 20 MiB)",
-        rss_start as f64 / 1024.0,
-        rss_after as f64 / 1024.0
-    );
-    println!("load average at the end of the run: {}", load.trim());
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM)
-        .unwrap();
-    let _ = child.wait().await;
 }

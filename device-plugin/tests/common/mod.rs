@@ -509,7 +509,12 @@ impl Dirs {
     /// The real daemon binary with this instance's kubelet, CDI and device-info
     /// dirs (add the node: `--sim FILE` or `--sysfs-root`/`--dev-root`).
     pub fn daemon_command(&self) -> tokio::process::Command {
-        let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"));
+        self.daemon_command_of(Path::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin")))
+    }
+
+    /// [`Dirs::daemon_command`] with another build of the daemon (a benchmark's baseline).
+    pub fn daemon_command_of(&self, exe: &Path) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(exe);
         c.arg("--kubelet-dir")
             .arg(&self.kubelet)
             .arg("--pod-resources-socket")
