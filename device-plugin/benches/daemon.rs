@@ -72,7 +72,7 @@ fn main() {
     if let Some(b) = &before {
         now.compare(b);
     }
-    rt.block_on(in_process(&sim));
+    in_process(&sim);
     one_pf_rescan(&sim);
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     println!("load average at the end of the run: {}", load.trim());
@@ -386,7 +386,7 @@ async fn start_and_allocate(sim: &nic::sim::Sim, exe: &Path) -> Measured {
 }
 
 /// The daemon's work in this process, to separate CPU cost from scheduling on a busy machine.
-async fn in_process(sim: &nic::sim::Sim) {
+fn in_process(sim: &nic::sim::Sim) {
     let roots = sim.roots();
     let mut disc = Vec::new();
     let mut lean = Vec::new();
