@@ -23,6 +23,7 @@ use serde_json::json;
 
 use crate::apiserver::{self, ApiServer, Client, ADMIN};
 use crate::daemon::{self, run, Daemon, Spec};
+use crate::hostdirs;
 use crate::images;
 use crate::node::{self, Created, Snapshot};
 use crate::peers;
@@ -197,6 +198,7 @@ pub fn up(opts: &UpOptions) -> Result<State> {
     let mut st = State { before: node::snapshot(&[]), image: imgs[2].name.clone(), ..State::default() };
     std::fs::create_dir_all(&l.base)?;
     st.save(&l)?;
+    hostdirs::join(&l.state())?;
     let r = bring_up(&l, &mut st, &imgs, opts, &mut ph);
     st.timings = ph.out.clone();
     st.save(&l)?;
@@ -735,7 +737,7 @@ fn lock() -> Result<nix::fcntl::Flock<std::fs::File>> {
 }
 
 /// An exclusive lock on `<cache>/<name>`, held while the value lives.
-fn lock_file(name: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
+pub(crate) fn lock_file(name: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
     let dir = peers::cache_dir();
     std::fs::create_dir_all(&dir)?;
     let path = dir.join(name);
@@ -772,29 +774,16 @@ fn down_locked() -> Result<Vec<String>> {
     for cg in c.cgroups.iter().rev() {
         node::remove_cgroup(cg);
     }
-    for d in c.dirs.iter().rev() {
-        let _ = remove_empty_tree(d);
-    }
     let _ = std::fs::remove_dir_all(&l.base);
+    // After the state is gone, so that a concurrent `down` of another instance sees this one gone.
+    let dirs = hostdirs::leave(&c.dirs)?;
     let after = node::snapshot(&c.ns_inodes);
-    let diff = node::diff(&st.before, &after);
+    let diff = dirs.explain(node::diff(&st.before, &after));
     for d in &diff {
         eprintln!("cluster down: host differs: {d}");
     }
     eprintln!("cluster: down");
     Ok(diff)
-}
-
-/// Removes a directory tree we created as mount points, only if it holds no files.
-fn remove_empty_tree(d: &Path) -> std::io::Result<()> {
-    if let Ok(rd) = std::fs::read_dir(d) {
-        for e in rd.flatten() {
-            if e.file_type()?.is_dir() {
-                remove_empty_tree(&e.path())?;
-            }
-        }
-    }
-    std::fs::remove_dir(d)
 }
 
 /// Stops daemon `name` of the running cluster (kubelet, containerd,

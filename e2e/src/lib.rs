@@ -9,6 +9,7 @@
 //! daemon     processes: start with a log, in the node's namespaces, stop by pid
 //! apiserver  etcd + kube-apiserver (also a fixture for tests: ApiServer::start)
 //! node       what the node changes on the host: netns, mounts, cgroups (and undoes)
+//! hostdirs   the host mount-point directories instances share (the last one down removes them)
 //! images     pause, busybox and kube-rdma images, made offline
 //! cluster    up / down / env / status of the local cluster
 //! simsync    the simulated tree follows its veth links (netdevs moved into pods)
@@ -20,6 +21,7 @@
 pub mod apiserver;
 pub mod cluster;
 pub mod daemon;
+pub mod hostdirs;
 pub mod images;
 pub mod node;
 pub mod peers;
