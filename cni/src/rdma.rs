@@ -1,8 +1,8 @@
 //! The VF's RDMA device: whether it can follow the netdev into the pod (the
 //! RDMA subsystem's netns mode) and the nldev requests that move it.
 
-use nic::netlink::nldev::RdmaDevice;
-use nic::netlink::transport::{Client, NlError, SocketTransport, NETLINK_RDMA};
+use nic::netlink::nldev::{Nldev, RdmaDevice};
+use nic::netlink::transport::NlError;
 use nic::netns::Netns;
 use nic::vfdev::{self, VfDev};
 use nic::NetnsMode;
@@ -17,8 +17,7 @@ pub fn netns_mode(roots: &Roots) -> Option<NetnsMode> {
     if let Some(m) = vfdev::netns_mode_from_sysfs(roots) {
         return Some(m);
     }
-    let t = SocketTransport::open(NETLINK_RDMA).ok()?;
-    Client::new(t).rdma_netns_mode().ok()
+    Nldev::open().ok()?.netns_mode().ok()
 }
 
 /// The RDMA devices to move for `mode`; an error when `required` cannot be met.
@@ -58,13 +57,13 @@ pub fn plan(mode: RdmaMode, vf: &VfDev, roots: &Roots) -> Result<Vec<String>> {
 
 /// An nldev client in our netns or in `from`; `None` when the kernel has no
 /// RDMA netlink family (`EPROTONOSUPPORT`: ib_core is not loaded).
-fn client(from: Option<&Netns>) -> Result<Option<Client<SocketTransport>>> {
+fn client(from: Option<&Netns>) -> Result<Option<Nldev>> {
     let opened = match from {
-        None => SocketTransport::open(NETLINK_RDMA),
-        Some(ns) => SocketTransport::open_in(ns, NETLINK_RDMA).map_err(Error::Netns)?,
+        None => Nldev::open(),
+        Some(ns) => Nldev::open_in(ns).map_err(Error::Netns)?,
     };
     match opened {
-        Ok(t) => Ok(Some(Client::new(t))),
+        Ok(c) => Ok(Some(c)),
         Err(e) if e.raw_os_error() == Some(libc::EPROTONOSUPPORT) => Ok(None),
         Err(e) => Err(Error::Rdma(format!("cannot open a NETLINK_RDMA socket: {e}"))),
     }
@@ -85,14 +84,14 @@ pub fn move_devices(names: &[String], to: &Netns, from: Option<&Netns>) -> Resul
         }
         None => return Err(Error::Rdma(NO_FAMILY.into())),
     };
-    let devs = c.rdma_devices().map_err(rdma_err)?;
+    let devs = c.devices().map_err(rdma_err)?;
     for n in names {
         let d: &RdmaDevice = match devs.iter().find(|d| &d.name == n) {
             Some(d) => d,
             None if from.is_some() => continue,
             None => return Err(Error::Rdma(format!("RDMA device {n} is not visible in the plugin's netns"))),
         };
-        c.rdma_set_netns(d, to.raw_fd() as u32).map_err(rdma_err)?;
+        c.set_netns(d, to.raw_fd() as u32).map_err(rdma_err)?;
     }
     Ok(())
 }
@@ -100,7 +99,7 @@ pub fn move_devices(names: &[String], to: &Netns, from: Option<&Netns>) -> Resul
 /// The RDMA devices visible in `ns`, by name.
 pub fn devices_in(ns: &Netns) -> Result<Vec<String>> {
     let mut c = client(Some(ns))?.ok_or_else(|| Error::Rdma(NO_FAMILY.into()))?;
-    Ok(c.rdma_devices().map_err(rdma_err)?.into_iter().map(|d| d.name).collect())
+    Ok(c.devices().map_err(rdma_err)?.into_iter().map(|d| d.name).collect())
 }
 
 /// An nldev failure as [`Error::Rdma`], keeping its whole cause chain (the

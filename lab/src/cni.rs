@@ -11,8 +11,7 @@ use crate::harness::{Lab, Test};
 use crate::util::{ifindex, iproute2};
 use anyhow::Context;
 use nic::netlink::link::RouteSocket;
-use nic::netlink::nldev;
-use nic::netlink::transport::{Client, SocketTransport, NETLINK_RDMA};
+use nic::netlink::nldev::Nldev;
 use nic::netlink::vf::{self, VfLink, VfState, VfVlanSetting};
 use nic::netns::NamedNetns;
 use nic::NetnsMode;
@@ -201,16 +200,16 @@ fn links_in(ns: Option<&str>) -> anyhow::Result<Vec<String>> {
 }
 
 fn rxe_in_init_net(lab: &Lab) -> anyhow::Result<bool> {
-    let mut c = Client::new(SocketTransport::open(NETLINK_RDMA)?);
-    Ok(c.rdma_devices()?.iter().any(|d| d.name == lab.rxe))
+    let mut c = Nldev::open()?;
+    Ok(c.devices()?.iter().any(|d| d.name == lab.rxe))
 }
 
 fn set_rdma_mode(mode: NetnsMode) -> anyhow::Result<()> {
-    let mut c = Client::new(SocketTransport::open(NETLINK_RDMA)?);
+    let mut c = Nldev::open()?;
     // The kernel refuses while another netns exists; earlier tests' namespaces are freed asynchronously.
     let t = Instant::now();
     loop {
-        match c.request("RDMA_NLDEV_CMD_SYS_SET", nldev::sys_set_netns_mode(mode), false, 0) {
+        match c.set_netns_mode(mode) {
             Ok(_) => return Ok(()),
             Err(e) if e.errno() == Some(libc::EBUSY) && t.elapsed() < Duration::from_secs(15) => {
                 std::thread::sleep(Duration::from_millis(100));

@@ -3,7 +3,7 @@
 //! "unsupported", not "fail").
 
 use crate::harness::{Lab, Test};
-use nic::netlink::dcb;
+use nic::netlink::dcb::Dcb;
 use nic::roce::{DcbSource, IfaceKind, ObserveOpts, Observed};
 use nic::Roots;
 
@@ -16,7 +16,7 @@ pub fn tests() -> Vec<Test> {
 
 /// `dcb ieee show dev X` on netdevsim, veth, dummy and virtio-net.
 fn ieee_get_unsupported(lab: &Lab) -> anyhow::Result<String> {
-    let mut sock = dcb::open()?;
+    let mut sock = Dcb::open()?;
     let mut names = vec![lab.pf.clone(), lab.rxe_netdev.clone(), "dummy0".to_string()];
     // virtio-net: the netdev whose device is on the PCI bus, if QEMU gave us one.
     if let Ok(rd) = std::fs::read_dir("/sys/class/net") {
@@ -32,14 +32,14 @@ fn ieee_get_unsupported(lab: &Lab) -> anyhow::Result<String> {
     }
     let mut out = Vec::new();
     for n in &names {
-        match sock.dcb_ieee_get(n) {
+        match sock.get_ieee(n) {
             Ok(s) => anyhow::bail!("{n}: IEEE_GET answered {s:?}; expected EOPNOTSUPP"),
             Err(e) if e.is_unsupported() => out.push(n.clone()),
             Err(e) => anyhow::bail!("{n}: expected Unsupported, got {e}"),
         }
     }
     // A netdev that does not exist is also "unsupported" (ENODEV), not a transport failure.
-    match sock.dcb_ieee_get("lab-nosuchdev") {
+    match sock.get_ieee("lab-nosuchdev") {
         Err(e) if e.is_unsupported() => out.push("lab-nosuchdev(ENODEV)".into()),
         other => anyhow::bail!("missing netdev: expected Unsupported, got {other:?}"),
     }

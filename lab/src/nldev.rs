@@ -7,8 +7,8 @@ use crate::check_eq;
 use crate::harness::{Lab, Test};
 use crate::util::{ifindex, iproute2};
 use anyhow::Context;
-use nic::netlink::nldev::{self, RdmaDevice};
-use nic::netlink::transport::{Client, SocketTransport, NETLINK_RDMA};
+use nic::netlink::nldev::{self, Nldev, RdmaDevice};
+use nic::netlink::transport::{SocketTransport, NETLINK_RDMA};
 use nic::netns::NamedNetns;
 use nic::NetnsMode;
 use std::time::{Duration, Instant};
@@ -22,20 +22,20 @@ pub fn tests() -> Vec<Test> {
     ]
 }
 
-fn client() -> anyhow::Result<Client<SocketTransport>> {
-    Ok(Client::new(SocketTransport::open(NETLINK_RDMA).context("open NETLINK_RDMA socket")?))
+fn client() -> anyhow::Result<Nldev> {
+    Nldev::open().context("open NETLINK_RDMA socket")
 }
 
-fn rxe(c: &mut Client<SocketTransport>, lab: &Lab) -> anyhow::Result<RdmaDevice> {
-    let devs = c.rdma_devices()?;
+fn rxe(c: &mut Nldev, lab: &Lab) -> anyhow::Result<RdmaDevice> {
+    let devs = c.devices()?;
     devs.iter().find(|d| d.name == lab.rxe).cloned().with_context(|| format!("{} not in {devs:?}", lab.rxe))
 }
 
 fn set_mode(
-    c: &mut Client<SocketTransport>,
+    c: &mut Nldev,
     mode: NetnsMode,
 ) -> Result<(), nic::netlink::transport::NlError> {
-    c.rdma_set_netns_mode(mode)
+    c.set_netns_mode(mode)
 }
 
 /// Devices and ports as our codec reads them, checked against sysfs and iproute2's `rdma -j`.
@@ -67,7 +67,7 @@ fn list(lab: &Lab) -> anyhow::Result<String> {
         attrs: vec![nldev::NldevAttr::DevIndex(d.index)],
     };
     let ports: Vec<nldev::RdmaPortInfo> = c
-        .request("RDMA_NLDEV_CMD_PORT_GET dump dev", req, true, 0)?
+        .request("RDMA_NLDEV_CMD_PORT_GET dump dev", req, true)?
         .iter()
         .filter_map(nldev::RdmaPortInfo::from_message)
         .collect();
@@ -84,7 +84,7 @@ fn list(lab: &Lab) -> anyhow::Result<String> {
 
     // One device per directory in /sys/class/infiniband.
     let sysfs: usize = std::fs::read_dir("/sys/class/infiniband")?.count();
-    check_eq!("device count vs sysfs", c.rdma_devices()?.len(), sysfs);
+    check_eq!("device count vs sysfs", c.devices()?.len(), sysfs);
     Ok(format!(
         "{} index {} port 1 ACTIVE/LinkUp netdev {} (ifindex {}), guid {ours}",
         d.name,
@@ -98,12 +98,12 @@ fn list(lab: &Lab) -> anyhow::Result<String> {
 /// the kernel refuses the switch (EBUSY).
 fn netns_mode(_lab: &Lab) -> anyhow::Result<String> {
     let mut c = client()?;
-    check_eq!("initial netns mode", c.rdma_netns_mode()?, NetnsMode::Shared);
+    check_eq!("initial netns mode", c.netns_mode()?, NetnsMode::Shared);
     set_mode(&mut c, NetnsMode::Exclusive)?;
-    let got = c.rdma_netns_mode();
+    let got = c.netns_mode();
     set_mode(&mut c, NetnsMode::Shared)?;
     check_eq!("mode after switching to exclusive", got?, NetnsMode::Exclusive);
-    check_eq!("mode after switching back", c.rdma_netns_mode()?, NetnsMode::Shared);
+    check_eq!("mode after switching back", c.netns_mode()?, NetnsMode::Shared);
     let oracle = iproute2("rdma", &["system", "show", "netns"])?;
     anyhow::ensure!(oracle.contains("shared"), "rdma system show: {oracle}");
 
@@ -118,7 +118,7 @@ fn netns_mode(_lab: &Lab) -> anyhow::Result<String> {
         Err(e) => e,
     };
     check_eq!("errno with another netns", e.errno(), Some(libc::EBUSY));
-    check_eq!("mode after refused switch", c.rdma_netns_mode()?, NetnsMode::Shared);
+    check_eq!("mode after refused switch", c.netns_mode()?, NetnsMode::Shared);
     Ok(format!("shared -> exclusive -> shared; with a netns: {e}"))
 }
 
@@ -145,7 +145,7 @@ fn set_netns_eopnotsupp(lab: &Lab) -> anyhow::Result<String> {
         }
         let ns = NamedNetns::create(&format!("lab-nldev-{mode:?}"))?;
         let fd = ns.open()?;
-        let r = c.rdma_set_netns(&d, fd.raw_fd() as u32);
+        let r = c.set_netns(&d, fd.raw_fd() as u32);
         drop(fd);
         drop(ns);
         let still_here = rxe(&mut c, lab);
@@ -203,18 +203,18 @@ fn done_errors(dgrams: &[Vec<u8>]) -> Vec<i32> {
     out
 }
 
-/// `Client::rdma_ports()`, the API callers use, must list rxe's port (or fail loudly, never return
+/// `Nldev::ports()`, the API callers use, must list rxe's port (or fail loudly, never return
 /// an empty list for a kernel error).
 fn ports_api(lab: &Lab) -> anyhow::Result<String> {
-    let mut c = Client::new(Tap { inner: SocketTransport::open(NETLINK_RDMA)?, got: Vec::new() });
-    let d = c.rdma_devices()?.into_iter().find(|d| d.name == lab.rxe).context("rxe not listed")?;
-    let mut c = Client::new(Tap { inner: SocketTransport::open(NETLINK_RDMA)?, got: Vec::new() });
-    let ports = c.rdma_ports();
+    let mut c = Nldev::new(Tap { inner: SocketTransport::open(NETLINK_RDMA)?, got: Vec::new() });
+    let d = c.devices()?.into_iter().find(|d| d.name == lab.rxe).context("rxe not listed")?;
+    let mut c = Nldev::new(Tap { inner: SocketTransport::open(NETLINK_RDMA)?, got: Vec::new() });
+    let ports = c.ports();
     let done = done_errors(&c.transport().got);
     let ports = ports?;
     anyhow::ensure!(
         ports.iter().any(|p| p.dev_index == d.index && p.port == 1),
-        "rdma_ports() = {ports:?}; NLMSG_DONE error codes from the kernel: {done:?} (nonzero = the dump failed)"
+        "Nldev::ports() = {ports:?}; NLMSG_DONE error codes from the kernel: {done:?} (nonzero = the dump failed)"
     );
     Ok(format!("{} port(s), rxe port 1 present", ports.len()))
 }

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 
-use nic::netlink::dcb::{self, DcbError, DcbMsg, IeeePfc, Priorities};
+use nic::netlink::dcb::{self, Dcb, DcbError, DcbMsg, IeeePfc, Priorities};
 use nic::netns::NamedNetns;
 use nic::roce::{observe, DcbSource, ObserveOpts, Observed};
 use nic::{Inventory, Netdev, PciAddr, Pf};
@@ -43,8 +43,8 @@ fn dcb_get_on_a_veth_is_unsupported_by_the_real_kernel() {
     let lab = VethLab::new("kdg");
     let a = lab.a.clone();
     let (ieee, dcbx) = lab.run(move || {
-        let mut s = dcb::open().expect("NETLINK_ROUTE socket");
-        (s.dcb_ieee_get(&a), s.dcb_get_dcbx(&a))
+        let mut s = Dcb::open().expect("NETLINK_ROUTE socket");
+        (s.get_ieee(&a), s.get_dcbx(&a))
     });
     for r in [ieee.map(|_| ()), dcbx.map(|_| ())] {
         match r {
@@ -60,7 +60,7 @@ fn dcb_get_on_a_veth_is_unsupported_by_the_real_kernel() {
 #[test]
 fn dcb_get_on_a_missing_interface_is_unsupported() {
     let lab = VethLab::new("kdm");
-    let r = lab.run(|| dcb::open().unwrap().dcb_ieee_get("nosuchdev0"));
+    let r = lab.run(|| Dcb::open().unwrap().get_ieee("nosuchdev0"));
     match r {
         Err(e @ DcbError::Unsupported { .. }) => assert!(e.is_unsupported()),
         other => panic!("expected Unsupported (ENODEV or EOPNOTSUPP), got {other:?}"),
@@ -72,8 +72,8 @@ fn dcb_set_on_a_veth_is_refused_not_hung() {
     let lab = VethLab::new("kds");
     let a = lab.a.clone();
     let r = lab.run(move || {
-        let mut s = dcb::open().unwrap();
-        s.dcb_set(
+        let mut s = Dcb::open().unwrap();
+        s.set(
             "RTM_SETDCB DCB_CMD_IEEE_SET (dcb pfc set)",
             &a,
             DcbMsg::set_pfc(

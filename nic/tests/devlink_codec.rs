@@ -20,7 +20,7 @@ use nic::netlink::devlink::{
     param_get, param_set, recorded, Cmode, DevHandle, Devlink, DevlinkAttr, DevlinkError, DevlinkMessage,
     Param, ParamReply, ParamType, ParamValue,
 };
-use nic::netlink::transport::{emit, parse_datagram, request_message, Client, Recorded};
+use nic::netlink::transport::{emit, parse_datagram, request_message, Recorded};
 
 /// The devlink family id these fixtures use (the kernel gives one out at boot).
 const FAMILY: u16 = 0x14;
@@ -235,7 +235,7 @@ fn client_resolves_the_family_reads_and_sets_in_the_order_ice_needs() {
     replies.push(recorded::ack(&get_enable_roce(2), 0));
     replies.push(recorded::ack(&SET_IWARP_FALSE, 0));
     replies.push(recorded::ack(&SET_ROCE_TRUE, 0));
-    let mut d = Devlink::new(Client::new(Recorded::new(replies))).unwrap();
+    let mut d = Devlink::new(Recorded::new(replies)).unwrap();
     assert_eq!(d.family(), FAMILY);
     assert_eq!(d.param_get(&handle(), "enable_roce").unwrap(), bool_param("enable_roce", true));
     d.param_set(&handle(), "enable_iwarp", &ParamValue::Bool(false), Cmode::Runtime).unwrap();
@@ -270,7 +270,7 @@ fn kernel_refusals_become_errors_that_say_what_is_missing() {
             nack[0..4].copy_from_slice(&len.to_ne_bytes());
         }
         replies.push(nack);
-        let mut d = Devlink::new(Client::new(Recorded::new(replies))).unwrap();
+        let mut d = Devlink::new(Recorded::new(replies)).unwrap();
         d.param_get(&handle(), "enable_roce").unwrap_err()
     };
     let e = go(libc::ENODEV, None);
@@ -289,7 +289,7 @@ fn kernel_refusals_become_errors_that_say_what_is_missing() {
     let fam = recorded::family(FAMILY);
     let mut nack = recorded::ack(&fam.request, libc::ENOENT);
     nack[8..12].copy_from_slice(&1u32.to_ne_bytes());
-    let e = Devlink::new(Client::new(Recorded::new([nack]))).unwrap_err();
+    let e = Devlink::new(Recorded::new([nack])).unwrap_err();
     assert!(matches!(e, DevlinkError::NoFamily { .. }) && e.is_unsupported(), "{e}");
 }
 
@@ -298,7 +298,7 @@ fn a_reply_about_another_parameter_is_refused() {
     let mut replies = family_replies();
     replies.push(enable_iwarp_false(2));
     replies.push(recorded::ack(&get_enable_roce(2), 0));
-    let mut d = Devlink::new(Client::new(Recorded::new(replies))).unwrap();
+    let mut d = Devlink::new(Recorded::new(replies)).unwrap();
     let e = d.param_get(&handle(), "enable_roce").unwrap_err();
     assert!(e.to_string().contains("the reply is about pci/0000:17:00.0 enable_iwarp"), "{e}");
 }
@@ -444,7 +444,7 @@ fn a_dump_lists_every_parameter() {
         },
     ];
     let x = [recorded::family(FAMILY), recorded::param_dump(FAMILY, &all)];
-    let mut d = Devlink::new(Client::new(Recorded::replaying(x.to_vec()))).unwrap();
+    let mut d = Devlink::new(Recorded::replaying(x.to_vec())).unwrap();
     assert_eq!(d.params().unwrap(), all);
 }
 
@@ -461,7 +461,7 @@ fn enable_roce_turns_iwarp_off_first_and_undoes_it_when_roce_is_refused() {
         |on| recorded::param_set(FAMILY, &handle(), "enable_iwarp", &ParamValue::Bool(on), Cmode::Runtime);
     let roce = recorded::param_set(FAMILY, &handle(), "enable_roce", &ParamValue::Bool(true), Cmode::Runtime);
     let x = vec![recorded::family(FAMILY), get.clone(), iwarp(false), roce];
-    let mut d = Devlink::new(Client::new(Recorded::replaying(x))).unwrap();
+    let mut d = Devlink::new(Recorded::replaying(x)).unwrap();
     d.enable_roce(pci).unwrap();
     assert_eq!(d.transport().sent.len(), 4);
     // The replaying transport answers only requests equal to the recorded ones (seq aside).
@@ -476,7 +476,7 @@ fn enable_roce_turns_iwarp_off_first_and_undoes_it_when_roce_is_refused() {
         libc::EOPNOTSUPP,
     );
     let x = vec![recorded::family(FAMILY), get, iwarp(false), refused, iwarp(true)];
-    let mut d = Devlink::new(Client::new(Recorded::replaying(x))).unwrap();
+    let mut d = Devlink::new(Recorded::replaying(x)).unwrap();
     let e = d.enable_roce(pci).unwrap_err();
     assert!(matches!(e, DevlinkError::Unsupported { .. }), "{e}");
     assert!(e.to_string().contains("name enable_roce value true cmode runtime"), "{e}");

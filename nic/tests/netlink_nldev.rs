@@ -8,7 +8,7 @@
 
 use netlink_packet_core::{NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST};
 use nic::netlink::nldev::*;
-use nic::netlink::transport::{Client, NlError, Recorded};
+use nic::netlink::transport::{NlError, Recorded};
 use nic::NetnsMode;
 
 fn message(seq: u32, flags: u16, m: NldevMessage) -> NetlinkMessage<NldevMessage> {
@@ -137,8 +137,8 @@ fn sys_get_reply_reads_exclusive_mode_and_keeps_unknown_attributes() {
 
 #[test]
 fn client_asks_sys_get_and_reads_the_mode_from_a_recorded_kernel() {
-    let mut c = Client::new(Recorded::new([SYS_GET_EXCLUSIVE.to_vec(), ack(1)]));
-    assert_eq!(c.rdma_netns_mode().unwrap(), NetnsMode::Exclusive);
+    let mut c = Nldev::new(Recorded::new([SYS_GET_EXCLUSIVE.to_vec(), ack(1)]));
+    assert_eq!(c.netns_mode().unwrap(), NetnsMode::Exclusive);
     #[rustfmt::skip]
     let sent: [u8; 16] = [0x10, 0, 0, 0, 0x06, 0x14, 0x05, 0x00, 0x01, 0, 0, 0, 0, 0, 0, 0];
     assert_eq!(c.transport().sent, vec![sent.to_vec()]);
@@ -147,14 +147,14 @@ fn client_asks_sys_get_and_reads_the_mode_from_a_recorded_kernel() {
 #[test]
 fn client_sends_set_netns_and_reports_kernel_refusal() {
     let dev = RdmaDevice { index: 3, name: "mlx5_3".into(), ..Default::default() };
-    let mut c = Client::new(Recorded::new([ack(1)]));
-    c.rdma_set_netns(&dev, 7).unwrap();
+    let mut c = Nldev::new(Recorded::new([ack(1)]));
+    c.set_netns(&dev, 7).unwrap();
     assert_eq!(c.transport().sent[0], SET_NETNS);
     // Shared mode: nldev_set_doit answers -EOPNOTSUPP.
     let mut nack = ack(1);
     nack[16..20].copy_from_slice(&(-libc::EOPNOTSUPP).to_ne_bytes());
-    let mut c = Client::new(Recorded::new([nack]));
-    let e = c.rdma_set_netns(&dev, 7).unwrap_err();
+    let mut c = Nldev::new(Recorded::new([nack]));
+    let e = c.set_netns(&dev, 7).unwrap_err();
     assert!(matches!(e, NlError::Kernel { errno, .. } if errno == libc::EOPNOTSUPP), "{e}");
     assert!(e.to_string().contains("mlx5_3"), "{e}");
 }

@@ -11,15 +11,15 @@
 
 use netlink_packet_core::{DefaultNla, NetlinkMessage, NetlinkPayload};
 use nic::netlink::dcb::{
-    parse_messages, AppAttr, DcbApp, DcbAttr, DcbBuffer, DcbMessage, DcbMsg, IeeeAttr, IeeeEts, IeeeMaxrate,
-    IeeePfc, Priorities, RawNla, RTM_GETDCB, RTM_SETDCB,
+    parse_messages, AppAttr, Dcb, DcbApp, DcbAttr, DcbBuffer, DcbMessage, DcbMsg, IeeeAttr, IeeeEts,
+    IeeeMaxrate, IeeePfc, Priorities, RawNla, RTM_GETDCB, RTM_SETDCB,
 };
 use nic::netlink::devlink::{
     Cmode, DevHandle, Devlink, DevlinkAttr, DevlinkMessage, Param, ParamReply, ParamType, ParamValue,
 };
 use nic::netlink::genl::{CtrlAttr, GenlMessage};
-use nic::netlink::nldev::{NldevAttr, NldevMessage};
-use nic::netlink::transport::{emit, parse_datagram, request_message, Client, Recorded};
+use nic::netlink::nldev::{Nldev, NldevAttr, NldevMessage};
+use nic::netlink::transport::{emit, parse_datagram, request_message, Recorded};
 use proptest::collection::vec;
 use proptest::prelude::*;
 
@@ -356,11 +356,11 @@ proptest! {
                 r
             })
             .collect();
-        let mut c = Client::new(Recorded::new(replies.clone()));
-        let _ = c.rdma_devices();
-        let mut c = Client::new(Recorded::new(replies.clone()));
-        let _ = c.dcb_ieee_get("eth0");
-        if let Ok(mut d) = Devlink::new(Client::new(Recorded::new(replies))) {
+        let mut c = Nldev::new(Recorded::new(replies.clone()));
+        let _ = c.devices();
+        let mut c = Dcb::new(Recorded::new(replies.clone()));
+        let _ = c.get_ieee("eth0");
+        if let Ok(mut d) = Devlink::new(Recorded::new(replies)) {
             let _ = d.param_get(&"pci/0000:17:00.0".parse().unwrap(), "enable_roce");
         }
     }

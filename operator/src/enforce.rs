@@ -13,15 +13,14 @@
 //! DSCP to it (never send RoCE to a priority that drops); then the APP table,
 //! trust, ECN, CNP, rdma_cm defaults; MTU last (it flaps the link).
 //!
-//! Files go through [`nic::roce::write`], DCB through the netlink client of
+//! Files go through [`nic::roce::write`], DCB through the netlink handle of
 //! [`nic::netlink::dcb`], devlink parameters through [`nic::netlink::devlink`];
 //! this module touches no files itself.
 
 use std::collections::BTreeMap;
 
-use nic::netlink::dcb::{DcbError, IeeeEts, IeeePfc, Priorities};
+use nic::netlink::dcb::{Dcb, DcbError, IeeeEts, IeeePfc, Priorities};
 use nic::netlink::devlink::{Devlink, DevlinkError};
-use nic::netlink::transport::{Client, SocketTransport};
 use nic::roce::write::{self as w, RdmaCmDefault};
 use nic::roce::{remediation, DcbSource, InterfaceRoce, NodeRoce, Observed, RdmaProtocol, Remedy, Trust};
 
@@ -63,6 +62,17 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
     if let Some(fix) = crate::checks::protocol_fix(i) {
         wanted.push(fix);
     }
+    want_link(p, i, &mut wanted);
+    want_qos(p, i, &mut wanted);
+    want_congestion(p, i, &mut wanted);
+    want_rdma_cm_and_mtu(p, i, &mut wanted);
+    wanted.sort_by_key(|r| r.rank(&i.netdev));
+    guard(p, i, wanted)
+}
+
+/// Link-level flow control: the firmware LLDP agent off, the DCBX mode, and
+/// global pause (off by default when the profile wants PFC).
+fn want_link(p: &RoceProfileSpec, i: &InterfaceRoce, wanted: &mut Vec<Remedy>) {
     if let Observed::Value(true) = i.fw_lldp_agent {
         wanted.push(Remedy::FwLldpAgent(false));
     }
@@ -78,6 +88,10 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
             wanted.push(Remedy::GlobalPause(want));
         }
     }
+}
+
+/// Lossless QoS: PFC priorities, ETS, the DSCP APP entries and trust.
+fn want_qos(p: &RoceProfileSpec, i: &InterfaceRoce, wanted: &mut Vec<Remedy>) {
     if let (Some(pfc), Observed::Value(have)) = (&p.pfc, &i.pfc) {
         let mut want = pfc.priorities.clone();
         want.sort_unstable();
@@ -119,6 +133,10 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
             wanted.push(Remedy::Trust(want));
         }
     }
+}
+
+/// Congestion control: ECN per priority and the CNP's DSCP and priority.
+fn want_congestion(p: &RoceProfileSpec, i: &InterfaceRoce, wanted: &mut Vec<Remedy>) {
     if let (Some(ecn), Observed::Value(have)) = (&p.ecn, &i.ecn) {
         for &prio in &ecn.priorities {
             if !have.contains(&prio) {
@@ -134,6 +152,10 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
             wanted.push(Remedy::CnpPriority(cnp.priority));
         }
     }
+}
+
+/// The rdma_cm defaults (RoCE mode, ToS) and the minimum MTU.
+fn want_rdma_cm_and_mtu(p: &RoceProfileSpec, i: &InterfaceRoce, wanted: &mut Vec<Remedy>) {
     if let (Some(cm), Some(dev)) = (&p.rdma_cm, &i.rdma_dev) {
         // Not on a port without RoCE (rdma_cm refuses a RoCE mode there): irdma
         // re-creates the device when the protocol switches, and the next pass
@@ -155,8 +177,12 @@ pub fn plan(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Write> {
             wanted.push(Remedy::Mtu(min));
         }
     }
-    wanted.sort_by_key(|r| r.rank(&i.netdev));
+}
 
+/// The ordered remedies as writes, each with why it is refused: a link flap
+/// the profile does not allow, or a DCB change while the firmware LLDP agent
+/// (which the driver defers DCB to) stays on.
+fn guard(p: &RoceProfileSpec, i: &InterfaceRoce, wanted: Vec<Remedy>) -> Vec<Write> {
     let driver = i.driver.as_deref();
     let mut lldp_stays_on = false;
     let mut out = Vec::new();
@@ -223,13 +249,13 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
             remediation(iface, r)
         ))
     };
-    let dcb = |op: &'static str, f: &dyn Fn(&mut Client<SocketTransport>) -> Result<(), DcbError>| {
+    let dcb = |op: &'static str, f: &dyn Fn(&mut Dcb) -> Result<(), DcbError>| {
         if let DcbSource::Recorded(_) = src.dcb {
             return Err(simulated("DCB settings"));
         }
         let err = |op, source| EnforceError::Dcb { op, iface: iface.to_string(), source };
-        let mut client = nic::netlink::dcb::open().map_err(|e| err("open NETLINK_ROUTE", e))?;
-        f(&mut client).map_err(|e| err(op, e))
+        let mut dcb = Dcb::open().map_err(|e| err("open NETLINK_ROUTE", e))?;
+        f(&mut dcb).map_err(|e| err(op, e))
     };
     let ethtool = |f: &dyn Fn() -> std::io::Result<()>| {
         if let DcbSource::Recorded(_) = src.dcb {
@@ -244,11 +270,11 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
             // The kernel takes the whole struct: what is not changed is written back as it was.
             let on: Vec<u8> = priorities.iter().copied().filter(|&p| p < 8).collect();
             let pfc = IeeePfc { pfc_en: Priorities::from_list(&on).unwrap_or_default(), ..pfc };
-            dcb("dcb pfc set prio-pfc", &|c| c.dcb_set_pfc(iface, &pfc))
+            dcb("dcb pfc set prio-pfc", &|c| c.set_pfc(iface, &pfc))
         }
         Remedy::PfcDelay(delay) => {
             let pfc = IeeePfc { delay: *delay, ..pfc };
-            dcb("dcb pfc set delay", &|c| c.dcb_set_pfc(iface, &pfc))
+            dcb("dcb pfc set delay", &|c| c.set_pfc(iface, &pfc))
         }
         Remedy::Ets { bandwidth, priority_to_tc } => {
             let have = i.ets.value().cloned().unwrap_or_default();
@@ -259,11 +285,11 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
                 prio_tc: priority_to_tc.unwrap_or(have.prio_tc),
                 ..have
             };
-            dcb("dcb ets set", &|c| c.dcb_set_ets(iface, &ets))
+            dcb("dcb ets set", &|c| c.set_ets(iface, &ets))
         }
-        Remedy::DscpAdd(want) => dcb("dcb app replace dscp-prio", &|c| c.dcb_replace_dscp(iface, &map, want)),
-        Remedy::DscpDel(del) => dcb("dcb app del dscp-prio", &|c| c.dcb_del_dscp(iface, del)),
-        Remedy::Dcbx(mode) => dcb("dcb dcbx set", &|c| c.dcb_set_dcbx(iface, *mode)),
+        Remedy::DscpAdd(want) => dcb("dcb app replace dscp-prio", &|c| c.replace_dscp(iface, &map, want)),
+        Remedy::DscpDel(del) => dcb("dcb app del dscp-prio", &|c| c.del_dscp(iface, del)),
+        Remedy::Dcbx(mode) => dcb("dcb dcbx set", &|c| c.set_dcbx(iface, *mode)),
         Remedy::Ecn { priority, on } => Ok(w::set_ecn(roots, iface, *priority, *on)?),
         Remedy::CnpDscp(d) => Ok(w::set_cnp_dscp(roots, iface, *d)?),
         Remedy::CnpPriority(p) => Ok(w::set_cnp_priority(roots, iface, *p)?),
@@ -276,7 +302,7 @@ pub fn apply(src: &NodeSource, i: &InterfaceRoce, r: &Remedy) -> Result<(), Enfo
             }
             // Upstream drivers trust DSCP exactly while the APP table has DSCP entries.
             match t {
-                Trust::Pcp if !map.is_empty() => dcb("dcb app del dscp-prio", &|c| c.dcb_del_dscp(iface, &map)),
+                Trust::Pcp if !map.is_empty() => dcb("dcb app del dscp-prio", &|c| c.del_dscp(iface, &map)),
                 Trust::Pcp => Ok(()),
                 Trust::Dscp => Err(EnforceError::Manual(format!(
                     "DSCP trust on this driver comes from DSCP APP entries: give the profile a dscpToPriority map, or run: {}",

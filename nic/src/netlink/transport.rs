@@ -11,9 +11,11 @@
 //! what was sent), so request/reply logic is testable without a kernel and a
 //! simulated node can answer the way a kernel does.
 //!
-//! A family adds its requests as inherent methods of [`Client`] in its own
-//! module (`rdma_*` in [`super::nldev`], `dcb_*` in [`super::dcb`],
-//! `genl_*` in [`super::genl`]).
+//! [`Client`] is the family-agnostic request/reply engine. Each family wraps
+//! it in a typed handle whose type fixes the protocol and whose methods are
+//! the family's requests: [`super::nldev::Nldev`] (`NETLINK_RDMA`),
+//! [`super::dcb::Dcb`] (`NETLINK_ROUTE`), [`super::genl::Genl`] and
+//! [`super::devlink::Devlink`] (`NETLINK_GENERIC`).
 //!
 //! Sync on purpose: the CNI is a short-lived process doing a handful of
 //! requests, each a single round trip; an async runtime would only add start-up
@@ -382,7 +384,11 @@ fn ext_ack_msg(raw: &[u8]) -> Option<String> {
     None
 }
 
-/// A request/reply client over any [`Transport`].
+/// The request/reply engine over any [`Transport`]: numbers requests, frames
+/// them, and collects the replies of the same sequence number up to the ACK
+/// or `NLMSG_DONE`, turning kernel error codes into [`NlError::Kernel`]. The
+/// typed handles are built on it; on its own it carries any
+/// [`NetlinkSerializable`] family (e.g. rtnetlink messages in tests).
 #[derive(Debug)]
 pub struct Client<T> {
     transport: T,

@@ -9,9 +9,9 @@ use super::ethtool::{self, Ethtool, EthtoolAnswer, Ioctl, RecordedEthtool};
 use super::write::{CmDir, CmDirMissing};
 use super::*;
 use crate::inventory::{Inventory, Netdev, RdmaDev};
-use crate::netlink::dcb::{self, IeeeState};
+use crate::netlink::dcb::{Dcb, IeeeState};
 use crate::netlink::devlink::{Cmode, DevHandle, Devlink, ParamValue};
-use crate::netlink::transport::{Client, Recorded, Transport};
+use crate::netlink::transport::{Recorded, Transport};
 use crate::sysfs::{self, SysfsError};
 use crate::Roots;
 
@@ -22,17 +22,16 @@ use crate::Roots;
 pub fn observe(roots: &Roots, inv: &Inventory, src: &DcbSource, opts: &ObserveOpts) -> NodeRoce {
     match src {
         DcbSource::Netlink => {
-            let dcb = dcb::open().map_err(|e| e.to_string());
+            let dcb = Dcb::open().map_err(|e| e.to_string());
             let ethtool = Ioctl::open().map_err(|e| format!("ethtool socket: {e}"));
             let devlink = has_ice(inv).then(|| Devlink::open().map_err(|e| e.to_string()));
             observe_with(roots, inv, Kernel { dcb, ethtool, devlink }, opts)
         }
         DcbSource::Recorded(r) => {
-            let dcb = Ok(Client::new(Recorded::replaying(r.dcb.clone())));
+            let dcb = Ok(Dcb::new(Recorded::replaying(r.dcb.clone())));
             let ethtool = Ok(RecordedEthtool::new(r.ethtool.clone()));
-            let devlink = has_ice(inv).then(|| {
-                Devlink::new(Client::new(Recorded::replaying(r.devlink.clone()))).map_err(|e| e.to_string())
-            });
+            let devlink = has_ice(inv)
+                .then(|| Devlink::new(Recorded::replaying(r.devlink.clone())).map_err(|e| e.to_string()));
             observe_with(roots, inv, Kernel { dcb, ethtool, devlink }, opts)
         }
     }
@@ -41,7 +40,7 @@ pub fn observe(roots: &Roots, inv: &Inventory, src: &DcbSource, opts: &ObserveOp
 /// The kernel interfaces DCB, ethtool and devlink reads go through, or why one
 /// could not be opened (devlink: only opened on a node with an ice PF).
 struct Kernel<T, E> {
-    dcb: Result<Client<T>, String>,
+    dcb: Result<Dcb<T>, String>,
     ethtool: Result<E, String>,
     devlink: Option<Result<Devlink<T>, String>>,
 }
@@ -525,7 +524,7 @@ fn dcb_part<T: Transport, E: Ethtool>(
         }
         Err(e) => (Observed::Unknown(e.clone()), Observed::Unknown(e.clone()), Observed::Unknown(e.clone())),
     };
-    let client = match &mut k.dcb {
+    let dcb = match &mut k.dcb {
         Ok(c) => c,
         Err(e) => {
             let mut p = DcbPart::all(e, false);
@@ -535,7 +534,7 @@ fn dcb_part<T: Transport, E: Ethtool>(
             return p;
         }
     };
-    match client.dcb_ieee_get(name) {
+    match dcb.get_ieee(name) {
         Ok(state) => {
             let (dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets) = dcb_from_ieee(&state, legacy);
             DcbPart { dcbx, dcbx_bits, trust, dscp_to_priority, pfc, ets, global_pause, fw_lldp_agent, fec }

@@ -2,8 +2,8 @@
 //! (a simulated node is written the same way): the rdma_cm defaults in configfs,
 //! the NVIDIA OFED `qos/trust` file and ECN/CNP attributes, the netdev MTU.
 //!
-//! DCB goes over the netlink client ([`crate::netlink::dcb`]: `dcb_set_pfc`,
-//! `dcb_set_ets`, `dcb_replace_dscp`, ...), pause and private flags over
+//! DCB goes over the netlink handle ([`crate::netlink::dcb::Dcb`]: `set_pfc`,
+//! `set_ets`, `replace_dscp`, ...), pause and private flags over
 //! [`super::set_pause`] / [`super::set_priv_flag`].
 
 use std::io;

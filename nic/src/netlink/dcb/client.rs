@@ -1,5 +1,5 @@
-//! DCB requests as `dcb_*` methods of the crate's netlink [`Client`], each
-//! documented by its `dcb` (iproute2) equivalent. Reads return the decoded
+//! The [`Dcb`] handle: DCB requests over the crate's one transport on
+//! `NETLINK_ROUTE`, each documented by its `dcb` (iproute2) equivalent. Reads return the decoded
 //! view ([`IeeeState`]); writes take the model types ([`IeeePfc`],
 //! [`IeeeEts`], DSCP maps, [`DcbxMode`]) and check the driver's status byte.
 
@@ -87,29 +87,52 @@ fn open_err(source: std::io::Error) -> DcbError {
     DcbError::Netlink(NlError::Io { op: "open NETLINK_ROUTE socket".into(), source })
 }
 
-/// A `NETLINK_ROUTE` client for DCB requests in the calling thread's netns.
-pub fn open() -> Result<Client<SocketTransport>, DcbError> {
-    Client::open(NETLINK_ROUTE).map_err(open_err)
+/// A DCB socket (`RTM_GETDCB`/`RTM_SETDCB` on `NETLINK_ROUTE`) for the
+/// interfaces of its netns: reads the IEEE 802.1Qaz view and the DCBX mode,
+/// writes PFC, ETS, APP entries and the DCBX mode, and checks the status byte
+/// the driver answers a write with.
+#[derive(Debug)]
+pub struct Dcb<T = SocketTransport> {
+    client: Client<T>,
 }
 
-/// A `NETLINK_ROUTE` client for DCB requests inside `ns`.
-pub fn open_in(ns: &Netns) -> Result<Client<SocketTransport>, DcbError> {
-    SocketTransport::open_in(ns, NETLINK_ROUTE).map_err(DcbError::Netns)?.map(Client::new).map_err(open_err)
+impl Dcb<SocketTransport> {
+    /// Opens a `NETLINK_ROUTE` socket in the calling thread's netns.
+    pub fn open() -> Result<Self, DcbError> {
+        SocketTransport::open(NETLINK_ROUTE).map(Self::new).map_err(open_err)
+    }
+
+    /// Opens a `NETLINK_ROUTE` socket inside `ns` (for the interfaces of `ns`).
+    pub fn open_in(ns: &Netns) -> Result<Self, DcbError> {
+        SocketTransport::open_in(ns, NETLINK_ROUTE).map_err(DcbError::Netns)?.map(Self::new).map_err(open_err)
+    }
 }
 
-/// DCB requests (open the client on [`NETLINK_ROUTE`], e.g. with [`open`]).
-impl<T: Transport> Client<T> {
+impl<T: Transport> Dcb<T> {
+    /// DCB over `transport` (a [`SocketTransport`] on `NETLINK_ROUTE`, or
+    /// recorded answers).
+    pub fn new(transport: T) -> Self {
+        Self { client: Client::new(transport) }
+    }
+
+    /// The transport (e.g. to read [`crate::netlink::transport::Recorded::sent`]).
+    pub fn transport(&self) -> &T {
+        self.client.transport()
+    }
+
     /// Sends `req` about `ifname` and collects the DCB replies up to the ACK.
     /// `op` names the request for errors (its `dcb` CLI form).
-    pub fn dcb_request(&mut self, op: &str, ifname: &str, req: DcbMsg) -> Result<Vec<DcbMsg>, DcbError> {
-        self.request(&format!("{op} dev {ifname}"), req, false, 0).map_err(|e| DcbError::of(op, ifname, e))
+    pub fn request(&mut self, op: &str, ifname: &str, req: DcbMsg) -> Result<Vec<DcbMsg>, DcbError> {
+        self.client
+            .request(&format!("{op} dev {ifname}"), req, false, 0)
+            .map_err(|e| DcbError::of(op, ifname, e))
     }
 
     /// `dcb pfc/ets/app/buffer show dev <ifname>`: the IEEE view, with the DCBX
     /// bits when the driver reports them.
-    pub fn dcb_ieee_get(&mut self, ifname: &str) -> Result<IeeeState, DcbError> {
+    pub fn get_ieee(&mut self, ifname: &str) -> Result<IeeeState, DcbError> {
         let op = "RTM_GETDCB DCB_CMD_IEEE_GET (dcb pfc/ets/app/buffer show)";
-        let replies = self.dcb_request(op, ifname, DcbMsg::ieee_get(ifname))?;
+        let replies = self.request(op, ifname, DcbMsg::ieee_get(ifname))?;
         let m =
             replies.iter().find(|m| m.cmd == cmd::DCB_CMD_IEEE_GET).ok_or_else(|| DcbError::BadReply {
                 op: op.into(),
@@ -120,9 +143,9 @@ impl<T: Transport> Client<T> {
     }
 
     /// `dcb dcbx show dev <ifname>`: the `DCB_CAP_DCBX_*` bits.
-    pub fn dcb_get_dcbx(&mut self, ifname: &str) -> Result<u8, DcbError> {
+    pub fn get_dcbx(&mut self, ifname: &str) -> Result<u8, DcbError> {
         let op = "RTM_GETDCB DCB_CMD_GDCBX (dcb dcbx show)";
-        let replies = self.dcb_request(op, ifname, DcbMsg::get_dcbx(ifname))?;
+        let replies = self.request(op, ifname, DcbMsg::get_dcbx(ifname))?;
         replies
             .iter()
             .flat_map(|m| m.attrs.iter())
@@ -138,8 +161,8 @@ impl<T: Transport> Client<T> {
     }
 
     /// Sends a SET/DEL request and checks the driver's status byte.
-    pub fn dcb_set(&mut self, op: &str, ifname: &str, req: DcbMsg) -> Result<(), DcbError> {
-        let replies = self.dcb_request(op, ifname, req)?;
+    pub fn set(&mut self, op: &str, ifname: &str, req: DcbMsg) -> Result<(), DcbError> {
+        let replies = self.request(op, ifname, req)?;
         for a in replies.iter().flat_map(|m| m.attrs.iter()) {
             match a {
                 DcbAttr::IeeeStatus(s) | DcbAttr::Dcbx(s) if *s != 0 => {
@@ -154,44 +177,44 @@ impl<T: Transport> Client<T> {
     /// `dcb pfc set dev <ifname> prio-pfc all:off <p>:on … delay D`: the driver
     /// takes `pfc_en`, `delay` and `mbc`, so start from the current [`IeeePfc`]
     /// (`IeeePfc { pfc_en, ..current }`) to keep what is not being changed.
-    pub fn dcb_set_pfc(&mut self, ifname: &str, pfc: &IeeePfc) -> Result<(), DcbError> {
+    pub fn set_pfc(&mut self, ifname: &str, pfc: &IeeePfc) -> Result<(), DcbError> {
         let op =
             format!("RTM_SETDCB DCB_CMD_IEEE_SET (dcb pfc set prio-pfc {} delay {})", pfc.pfc_en, pfc.delay);
-        self.dcb_set(&op, ifname, DcbMsg::set_pfc(ifname, *pfc))
+        self.set(&op, ifname, DcbMsg::set_pfc(ifname, *pfc))
     }
 
     /// `dcb ets set dev <ifname> …`: TC bandwidths, TSAs and the priority → TC map.
-    pub fn dcb_set_ets(&mut self, ifname: &str, ets: &IeeeEts) -> Result<(), DcbError> {
+    pub fn set_ets(&mut self, ifname: &str, ets: &IeeeEts) -> Result<(), DcbError> {
         let op = "RTM_SETDCB DCB_CMD_IEEE_SET (dcb ets set)";
-        self.dcb_set(op, ifname, DcbMsg::set_ets(ifname, *ets))
+        self.set(op, ifname, DcbMsg::set_ets(ifname, *ets))
     }
 
     /// `dcb app add dev <ifname> …`: any APP entries.
-    pub fn dcb_add_apps(&mut self, ifname: &str, apps: &[DcbApp]) -> Result<(), DcbError> {
+    pub fn add_apps(&mut self, ifname: &str, apps: &[DcbApp]) -> Result<(), DcbError> {
         let op = format!("RTM_SETDCB DCB_CMD_IEEE_SET {} APP entries (dcb app add)", apps.len());
-        self.dcb_set(&op, ifname, DcbMsg::add_apps(ifname, apps))
+        self.set(&op, ifname, DcbMsg::add_apps(ifname, apps))
     }
 
     /// `dcb app del dev <ifname> …`: any APP entries.
-    pub fn dcb_del_apps(&mut self, ifname: &str, apps: &[DcbApp]) -> Result<(), DcbError> {
+    pub fn del_apps(&mut self, ifname: &str, apps: &[DcbApp]) -> Result<(), DcbError> {
         let op = format!("RTM_SETDCB DCB_CMD_IEEE_DEL {} APP entries (dcb app del)", apps.len());
-        self.dcb_set(&op, ifname, DcbMsg::del_apps(ifname, apps))
+        self.set(&op, ifname, DcbMsg::del_apps(ifname, apps))
     }
 
     /// `dcb app add dev <ifname> dscp-prio D:P …` from a DSCP → priority map.
-    pub fn dcb_add_dscp(&mut self, ifname: &str, map: &BTreeMap<u8, u8>) -> Result<(), DcbError> {
-        self.dcb_add_apps(ifname, &dscp_apps(map))
+    pub fn add_dscp(&mut self, ifname: &str, map: &BTreeMap<u8, u8>) -> Result<(), DcbError> {
+        self.add_apps(ifname, &dscp_apps(map))
     }
 
     /// `dcb app del dev <ifname> dscp-prio D:P …` from a DSCP → priority map.
-    pub fn dcb_del_dscp(&mut self, ifname: &str, map: &BTreeMap<u8, u8>) -> Result<(), DcbError> {
-        self.dcb_del_apps(ifname, &dscp_apps(map))
+    pub fn del_dscp(&mut self, ifname: &str, map: &BTreeMap<u8, u8>) -> Result<(), DcbError> {
+        self.del_apps(ifname, &dscp_apps(map))
     }
 
     /// `dcb app replace dev <ifname> dscp-prio D:P …`: the entries of `want`, after
     /// deleting the entries of `have` that give a DSCP of `want` another
     /// priority (the APP table may hold several priorities per DSCP).
-    pub fn dcb_replace_dscp(
+    pub fn replace_dscp(
         &mut self,
         ifname: &str,
         have: &BTreeMap<u8, u8>,
@@ -200,16 +223,16 @@ impl<T: Transport> Client<T> {
         let stale: BTreeMap<u8, u8> =
             want.iter().filter_map(|(d, p)| have.get(d).filter(|h| *h != p).map(|h| (*d, *h))).collect();
         if !stale.is_empty() {
-            self.dcb_del_dscp(ifname, &stale)?;
+            self.del_dscp(ifname, &stale)?;
         }
-        self.dcb_add_dscp(ifname, want)
+        self.add_dscp(ifname, want)
     }
 
     /// `dcb dcbx set dev <ifname> host|lld-managed ieee` ([`DcbxMode::bits`]).
-    pub fn dcb_set_dcbx(&mut self, ifname: &str, mode: DcbxMode) -> Result<(), DcbError> {
+    pub fn set_dcbx(&mut self, ifname: &str, mode: DcbxMode) -> Result<(), DcbError> {
         let bits = mode.bits();
         let op = format!("RTM_SETDCB DCB_CMD_SDCBX {bits:#04x} (dcb dcbx set)");
-        self.dcb_set(&op, ifname, DcbMsg::set_dcbx(ifname, bits))
+        self.set(&op, ifname, DcbMsg::set_dcbx(ifname, bits))
     }
 }
 
@@ -250,13 +273,13 @@ mod tests {
     fn replace_dscp_deletes_stale_priorities_first() {
         let have = BTreeMap::from([(26, 4), (48, 6)]);
         let want = BTreeMap::from([(26, 3), (48, 6)]);
-        let mut c = Client::new(Recorded::new([
+        let mut c = Dcb::new(Recorded::new([
             status_reply(1, cmd::DCB_CMD_IEEE_DEL, 0),
             ack(1, 0),
             status_reply(2, cmd::DCB_CMD_IEEE_SET, 0),
             ack(2, 0),
         ]));
-        c.dcb_replace_dscp("eth0", &have, &want).unwrap();
+        c.replace_dscp("eth0", &have, &want).unwrap();
         let sent = &c.transport().sent;
         assert_eq!(sent.len(), 2);
         assert_eq!(sent_msg(&sent[0]), DcbMsg::del_apps("eth0", &[DcbApp::dscp(26, 4)]));
@@ -275,18 +298,18 @@ mod tests {
     fn writers_report_driver_status_and_kernel_refusals() {
         let pfc =
             IeeePfc { pfc_cap: 8, pfc_en: Priorities::from_bits(0x08), delay: 32, ..Default::default() };
-        let mut c = Client::new(Recorded::new([status_reply(1, cmd::DCB_CMD_IEEE_SET, 1), ack(1, 0)]));
-        let e = c.dcb_set_pfc("eth0", &pfc).unwrap_err();
+        let mut c = Dcb::new(Recorded::new([status_reply(1, cmd::DCB_CMD_IEEE_SET, 1), ack(1, 0)]));
+        let e = c.set_pfc("eth0", &pfc).unwrap_err();
         assert!(matches!(e, DcbError::Driver { status: 1, .. }), "{e}");
         assert!(e.to_string().contains("prio-pfc all:off 3:on delay 32"), "{e}");
         assert_eq!(sent_msg(&c.transport().sent[0]), DcbMsg::set_pfc("eth0", pfc));
 
-        let mut c = Client::new(Recorded::new([ack(1, libc::EPERM)]));
-        let e = c.dcb_set_dcbx("eth0", DcbxMode::Os).unwrap_err();
+        let mut c = Dcb::new(Recorded::new([ack(1, libc::EPERM)]));
+        let e = c.set_dcbx("eth0", DcbxMode::Os).unwrap_err();
         assert!(matches!(e, DcbError::Kernel { errno: libc::EPERM, .. }), "{e}");
         assert_eq!(sent_msg(&c.transport().sent[0]), DcbMsg::set_dcbx("eth0", 0x09));
 
-        let mut c = Client::new(Recorded::new([ack(1, libc::EOPNOTSUPP)]));
-        assert!(c.dcb_set_ets("eth0", &IeeeEts::default()).unwrap_err().is_unsupported());
+        let mut c = Dcb::new(Recorded::new([ack(1, libc::EOPNOTSUPP)]));
+        assert!(c.set_ets("eth0", &IeeeEts::default()).unwrap_err().is_unsupported());
     }
 }

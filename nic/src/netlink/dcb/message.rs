@@ -8,6 +8,7 @@ use netlink_packet_core::{
 
 use super::structs::{u16_at, DcbApp, DcbBuffer, IeeeEts, IeeeMaxrate, IeeePfc};
 use super::*;
+use crate::netlink::nla;
 use crate::netlink::transport::{self, FrameError};
 
 /// An attribute this codec keeps as bytes: unknown types, or known types it
@@ -295,6 +296,9 @@ fn walk(
     Ok(())
 }
 
+/// A uapi struct of exactly `want` bytes (`from_bytes` refuses any other
+/// size): the same bound as [`nla::array`], worded as the size found first
+/// (the agent's and operator's diagnostics quote this form).
 fn fixed<T>(v: Option<T>, name: &str, want: usize, got: usize, at: usize) -> Result<T, ParseError> {
     v.ok_or_else(|| perr(at, format!("{name}: {got} bytes, expected {want}")))
 }
@@ -353,18 +357,12 @@ fn parse_dcb(message_type: u16, body: &[u8], base: usize) -> Result<DcbMsg, Pars
     walk(&body[DCBMSG_LEN..], base + DCBMSG_LEN, |kind, v, at| {
         attrs.push(match kind & NLA_TYPE_MASK {
             attr::DCB_ATTR_IFNAME if kind == attr::DCB_ATTR_IFNAME => {
-                let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
-                let name =
-                    std::str::from_utf8(&v[..end]).map_err(|_| perr(at, "DCB_ATTR_IFNAME is not UTF-8"))?;
-                DcbAttr::IfName(name.to_owned())
+                DcbAttr::IfName(nla::string(v, "DCB_ATTR_IFNAME").map_err(|e| perr(at, e.to_string()))?)
             }
             attr::DCB_ATTR_IEEE if v.len() == 1 && kind == attr::DCB_ATTR_IEEE => DcbAttr::IeeeStatus(v[0]),
             attr::DCB_ATTR_IEEE => DcbAttr::Ieee(parse_ieee(v, at)?),
             attr::DCB_ATTR_DCBX if kind == attr::DCB_ATTR_DCBX => {
-                if v.len() != 1 {
-                    return Err(perr(at, format!("DCB_ATTR_DCBX: {} bytes, expected 1", v.len())));
-                }
-                DcbAttr::Dcbx(v[0])
+                DcbAttr::Dcbx(nla::u8(v, "DCB_ATTR_DCBX").map_err(|e| perr(at, e.to_string()))?)
             }
             _ => DcbAttr::Other(RawNla { kind, value: v.to_vec() }),
         });

@@ -19,8 +19,8 @@
 //! The codec is pure: [`DcbMsg`] is the body after `nlmsghdr` and plugs into
 //! the crate's one netlink transport ([`crate::netlink::transport`]), which
 //! frames it, handles ACKs and kernel errors; [`parse_messages`] decodes a
-//! whole datagram. Requests are `dcb_*` methods of
-//! [`Client`](crate::netlink::transport::Client), opened with [`open`]. Kernel
+//! whole datagram. Requests are methods of the [`Dcb`] handle
+//! ([`Dcb::open`], [`Dcb::open_in`]). Kernel
 //! notifications of DCB changes go to the rtnetlink multicast group
 //! [`RTNLGRP_DCB`] (subscribe with [`crate::netlink::events`]) and have the
 //! same shape as a `DCB_CMD_IEEE_GET` reply.
@@ -29,7 +29,7 @@ mod client;
 mod message;
 mod structs;
 
-pub use client::{open, open_in, DcbError};
+pub use client::{Dcb, DcbError};
 pub use message::{
     parse_messages, AppAttr, DcbAttr, DcbMessage, DcbMsg, IeeeAttr, IeeeState, ParseError, RawNla,
 };
