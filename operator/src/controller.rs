@@ -32,13 +32,12 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Client, Resource, ResourceExt};
+use nic::readiness::{self, Verdict};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::{chain, describe_watch, watch_error_kind, with_backoff, ApiError, Backoff};
-use crate::crd::{
-    CheckResult, Condition, RdmaNodeState, RoceProfile, RoceProfileStatus, CONTROLLER_MANAGER, READY_LABEL,
-};
+use crate::crd::{Condition, RdmaNodeState, RoceProfile, RoceProfileStatus, CONTROLLER_MANAGER, READY_LABEL};
 use crate::health::{Endpoints, Health};
 use crate::jitter;
 use crate::profiles::{decode, profile_resource, selector_matches, BadProfile, ProfileSet};
@@ -71,7 +70,8 @@ pub struct StateInfo {
     pub reported: bool,
     /// `status.profile`.
     pub profile: String,
-    /// A check fails, or there is none (no RoCE interface).
+    /// Not RoCE-ready: a check fails, or no interface was checked
+    /// ([`nic::readiness::node_ready`]).
     pub drifted: bool,
     /// `lastHeartbeatTime`, else `observedAt`, else the object's creation.
     pub heartbeat: Option<Timestamp>,
@@ -117,6 +117,9 @@ pub struct StateStatus {
 /// See [`StateObject`].
 #[derive(Deserialize, Clone, Debug, Default)]
 pub struct StateCheck {
+    /// The PF netdev checked, or [`nic::readiness::NODE`].
+    #[serde(default)]
+    pub interface: String,
     /// `Pass`, `Fail`, ...
     #[serde(default)]
     pub result: String,
@@ -176,11 +179,14 @@ impl StateInfo {
             reported: st.is_some(),
             profile: st.map(|x| x.profile.clone()).unwrap_or_default(),
             drifted: st.is_some_and(|x| {
-                x.checks.is_empty() || x.checks.iter().any(|c| c.result == CheckResult::Fail.as_str())
+                !readiness::node_ready(
+                    x.checks.iter().map(|c| (c.interface.as_str(), Verdict::of(&c.result))),
+                )
             }),
             heartbeat,
-            marked_stale: st
-                .is_some_and(|x| x.conditions.iter().any(|c| c.type_ == "Stale" && c.status == "True")),
+            marked_stale: st.is_some_and(|x| {
+                readiness::marked_stale(x.conditions.iter().map(|c| (c.type_.as_str(), c.status.as_str())))
+            }),
         }
     }
 
@@ -789,7 +795,7 @@ pub fn stale_apply_body(node: &str, stale: bool, stale_after: Duration, now: &st
         String::new()
     };
     let condition = Condition {
-        type_: "Stale".into(),
+        type_: readiness::STALE.into(),
         status: if stale { "True" } else { "False" }.into(),
         reason: if stale { "NoHeartbeat" } else { "Reporting" }.into(),
         message,
