@@ -74,9 +74,9 @@ def config_schema() -> dict[str, Any]:
 
 def pool_definitions() -> dict[str, Any]:
     """The config schema's definitions (Pool, Selector), with one rule of the chart's own on top:
-    a pool in values says what it selects. The device plugin reads `selectors: {}` as every
-    device; through the chart that takes rawConfig, so a half-edited pool cannot widen to
-    every VF of the node."""
+    each selector in values names at least one key. The device plugin reads `selectors: {}` as
+    every device of the node; from the chart that takes a rawConfig, so a pool whose keys were
+    all deleted while editing does not silently widen to every VF."""
     defs = copy.deepcopy(config_schema()["definitions"])
     defs["Selector"]["minProperties"] = 1
     return defs
