@@ -116,6 +116,9 @@ enum Cmd {
     /// DRA mode: publish the pools as ResourceSlices and prepare claims for the kubelet.
     #[cfg(feature = "dra")]
     Dra(dra::driver::Args),
+    /// Print the JSON Schema of the config format (`pools:`), from the parser's types.
+    #[cfg(feature = "config-schema")]
+    ConfigSchema,
 }
 
 /// Exit status, for `--help` (the convention of [`nic::cli`]).
@@ -207,6 +210,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             emit(&text)?;
             Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+        }
+        #[cfg(feature = "config-schema")]
+        Some(Cmd::ConfigSchema) => {
+            emit(&kube_rdma_device_plugin::config::schema::text())?;
+            Ok(ExitCode::SUCCESS)
         }
         #[cfg(feature = "dra")]
         Some(Cmd::Dra(ref args)) => {

@@ -15,6 +15,7 @@ pub mod netlink;
 pub mod netns;
 pub mod pci;
 pub mod prepared;
+pub mod readiness;
 pub mod roce;
 pub mod roots;
 pub mod sim;

@@ -94,7 +94,7 @@ pub fn check_node(profile: &RoceProfileSpec, node: &NodeRoce) -> Vec<Check> {
 }
 
 /// Interface name of the node-wide checks.
-pub const NODE: &str = "node";
+pub const NODE: &str = nic::readiness::NODE;
 
 /// `rdma-netns`: a node whose VFs with RDMA devices are given to pods needs the
 /// RDMA subsystem in exclusive netns mode ([`nic::netns_mode_problem`]); without
@@ -847,10 +847,4 @@ pub fn tally(checks: &[Check]) -> BTreeMap<CheckResult, usize> {
         *m.entry(c.result).or_insert(0) += 1;
     }
     m
-}
-
-/// A node is RoCE-ready when no check fails. Unknown and Unsupported results do not
-/// block readiness (they are reported as `Degraded`).
-pub fn is_ready(checks: &[Check]) -> bool {
-    !checks.iter().any(|c| c.result == CheckResult::Fail)
 }

@@ -29,16 +29,17 @@ use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
+use kube::runtime::reflector::{self, store::Writer, Store};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Client, Resource, ResourceExt};
+use nic::readiness::{self, Verdict};
 use serde::Deserialize;
 use serde_json::json;
 
 use crate::api::{chain, describe_watch, watch_error_kind, with_backoff, ApiError, Backoff};
-use crate::crd::{
-    CheckResult, Condition, RdmaNodeState, RoceProfile, RoceProfileStatus, CONTROLLER_MANAGER, READY_LABEL,
-};
+use crate::crd::{Condition, RdmaNodeState, RoceProfile, RoceProfileStatus, CONTROLLER_MANAGER, READY_LABEL};
 use crate::health::{Endpoints, Health};
 use crate::jitter;
 use crate::profiles::{decode, profile_resource, selector_matches, BadProfile, ProfileSet};
@@ -71,7 +72,8 @@ pub struct StateInfo {
     pub reported: bool,
     /// `status.profile`.
     pub profile: String,
-    /// A check fails, or there is none (no RoCE interface).
+    /// Not RoCE-ready: a check fails, or no interface was checked
+    /// ([`nic::readiness::node_ready`]).
     pub drifted: bool,
     /// `lastHeartbeatTime`, else `observedAt`, else the object's creation.
     pub heartbeat: Option<Timestamp>,
@@ -117,6 +119,9 @@ pub struct StateStatus {
 /// See [`StateObject`].
 #[derive(Deserialize, Clone, Debug, Default)]
 pub struct StateCheck {
+    /// The PF netdev checked, or [`nic::readiness::NODE`].
+    #[serde(default)]
+    pub interface: String,
     /// `Pass`, `Fail`, ...
     #[serde(default)]
     pub result: String,
@@ -176,11 +181,14 @@ impl StateInfo {
             reported: st.is_some(),
             profile: st.map(|x| x.profile.clone()).unwrap_or_default(),
             drifted: st.is_some_and(|x| {
-                x.checks.is_empty() || x.checks.iter().any(|c| c.result == CheckResult::Fail.as_str())
+                !readiness::node_ready(
+                    x.checks.iter().map(|c| (c.interface.as_str(), Verdict::of(&c.result))),
+                )
             }),
             heartbeat,
-            marked_stale: st
-                .is_some_and(|x| x.conditions.iter().any(|c| c.type_ == "Stale" && c.status == "True")),
+            marked_stale: st.is_some_and(|x| {
+                readiness::marked_stale(x.conditions.iter().map(|c| (c.type_.as_str(), c.status.as_str())))
+            }),
         }
     }
 
@@ -354,6 +362,9 @@ pub struct Pass {
 }
 
 /// The controller: watches in memory, a pass on change.
+///
+/// What the watches show lives in kube-runtime reflector stores (the watch
+/// streams fill them, [`Controller::load`] does in tests); each pass reads them.
 pub struct Controller {
     client: Client,
     backoff: Backoff,
@@ -364,10 +375,8 @@ pub struct Controller {
     check_every: Duration,
     watch_timeout: Duration,
     metrics: Arc<RwLock<String>>,
-    profiles: ProfileSet,
-    profile_status: BTreeMap<String, Option<RoceProfileStatus>>,
-    nodes: BTreeMap<String, NodeInfo>,
-    states: BTreeMap<String, StateInfo>,
+    stores: Stores,
+    /// Each watch has listed once (profiles, states, nodes).
     synced: [bool; 3],
     reported: BTreeSet<(String, Option<i64>)>,
     /// Writes made by this process that the watches may not show yet.
@@ -378,7 +387,52 @@ pub struct Controller {
 enum Update {
     Profiles(Result<Event<DynamicObject>, watcher::Error>),
     States(Result<Event<StateObject>, watcher::Error>),
-    Nodes(Result<Event<kube::core::PartialObjectMeta<Node>>, watcher::Error>),
+    Nodes(Result<Event<PartialObjectMeta<Node>>, watcher::Error>),
+}
+
+/// What the three watches show.
+struct Stores {
+    profiles: Store<DynamicObject>,
+    states: Store<StateObject>,
+    nodes: Store<PartialObjectMeta<Node>>,
+}
+
+/// The writers that fill [`Stores`].
+struct Writers {
+    profiles: Writer<DynamicObject>,
+    states: Writer<StateObject>,
+    nodes: Writer<PartialObjectMeta<Node>>,
+}
+
+/// Empty stores and their writers.
+fn stores() -> (Stores, Writers) {
+    let profiles = Writer::new(profile_resource());
+    let (states_r, states) = reflector::store();
+    let (nodes_r, nodes) = reflector::store();
+    (
+        Stores { profiles: profiles.as_reader(), states: states_r, nodes: nodes_r },
+        Writers { profiles, states, nodes },
+    )
+}
+
+/// What a pass reads, taken from the stores at its start.
+struct View {
+    profiles: ProfileSet,
+    profile_status: BTreeMap<String, Option<RoceProfileStatus>>,
+    nodes: BTreeMap<String, NodeInfo>,
+    states: BTreeMap<String, StateInfo>,
+}
+
+/// A profile's status as the server has it (`None`: none, or one this version cannot read).
+fn profile_status(o: &DynamicObject) -> Option<RoceProfileStatus> {
+    o.data.get("status").and_then(|v| serde_json::from_value(v.clone()).ok())
+}
+
+fn names<K: ResourceExt + Clone + 'static>(store: &Store<K>) -> BTreeSet<String>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store.state().iter().map(|o| o.name_any()).collect()
 }
 
 impl Controller {
@@ -394,15 +448,19 @@ impl Controller {
             check_every: Duration::from_secs(60),
             watch_timeout: Duration::from_secs(600),
             metrics: Arc::new(RwLock::new(String::new())),
-            profiles: ProfileSet::new(),
-            profile_status: BTreeMap::new(),
-            nodes: BTreeMap::new(),
-            states: BTreeMap::new(),
+            stores: stores().0,
             synced: [false; 3],
             reported: BTreeSet::new(),
             written_status: BTreeMap::new(),
             written_stale: BTreeMap::new(),
         }
+    }
+
+    /// New empty stores in place of the current ones; the writers fill them.
+    fn fresh_stores(&mut self) -> Writers {
+        let (fresh, writers) = stores();
+        self.stores = fresh;
+        writers
     }
 
     /// Replaces the retry policy.
@@ -449,15 +507,25 @@ impl Controller {
 
     /// Replaces what the watches hold, as after a re-list of all three.
     pub fn load(&mut self, profiles: Vec<DynamicObject>, states: Vec<RdmaNodeState>, nodes: Vec<NodeInfo>) {
-        self.profiles.clear();
-        self.profile_status.clear();
-        for o in profiles {
-            let st = o.data.get("status").and_then(|v| serde_json::from_value(v.clone()).ok());
-            self.profile_status.insert(o.name_any(), st);
-            self.profiles.insert(o.name_any(), decode(&o));
+        fn relist<K: Resource + Clone + 'static>(w: &mut Writer<K>, objects: impl IntoIterator<Item = K>)
+        where
+            K::DynamicType: Eq + std::hash::Hash + Clone,
+        {
+            w.apply_watcher_event(&Event::Init);
+            for o in objects {
+                w.apply_watcher_event(&Event::InitApply(o));
+            }
+            w.apply_watcher_event(&Event::InitDone);
         }
-        self.states = states.iter().map(|s| (s.name_any(), StateInfo::of(s))).collect();
-        self.nodes = nodes.into_iter().map(|n| (n.name.clone(), n)).collect();
+        let mut w = self.fresh_stores();
+        relist(&mut w.profiles, profiles);
+        let states = states.iter().map(|s| serde_json::to_value(s).and_then(serde_json::from_value));
+        relist(&mut w.states, states.map(|s: Result<StateObject, _>| s.unwrap_or_default()));
+        let nodes = nodes.into_iter().map(|n| {
+            ObjectMeta { name: Some(n.name), labels: Some(n.labels), ..Default::default() }
+                .into_response_partial::<Node>()
+        });
+        relist(&mut w.nodes, nodes);
         self.synced = [true; 3];
     }
 
@@ -465,109 +533,79 @@ impl Controller {
         self.synced.iter().all(|s| *s)
     }
 
-    fn streams(&self) -> impl Stream<Item = Update> + Send + 'static {
+    /// The three watches, each filling its store (fresh ones, replacing the current).
+    /// managedFields are dropped on the way in: nothing here reads them, and a
+    /// thousand node states would hold them all.
+    fn streams(&mut self) -> impl Stream<Item = Update> + Send + 'static {
+        let w = self.fresh_stores();
         let cfg = watcher::Config::default().timeout(self.watch_timeout.as_secs().clamp(1, 3600) as u32);
         let profiles: Api<DynamicObject> = Api::all_with(self.client.clone(), &profile_resource());
         let states: Api<StateObject> = Api::all(self.client.clone());
-        let nodes: Api<kube::core::PartialObjectMeta<Node>> = Api::all(self.client.clone());
-        let p = watcher::watcher(profiles, cfg.clone()).default_backoff().map(Update::Profiles);
-        let s = watcher::watcher(states, cfg.clone()).default_backoff().map(Update::States);
-        let n = watcher::watcher(nodes, cfg).default_backoff().map(Update::Nodes);
+        let nodes: Api<PartialObjectMeta<Node>> = Api::all(self.client.clone());
+        let p = watcher::watcher(profiles, cfg.clone())
+            .default_backoff()
+            .modify(|o| o.managed_fields_mut().clear())
+            .reflect(w.profiles)
+            .map(Update::Profiles);
+        let s = watcher::watcher(states, cfg.clone())
+            .default_backoff()
+            .modify(|o| o.managed_fields_mut().clear())
+            .reflect(w.states)
+            .map(Update::States);
+        let n = watcher::watcher(nodes, cfg)
+            .default_backoff()
+            .modify(|o| o.managed_fields_mut().clear())
+            .reflect(w.nodes)
+            .map(Update::Nodes);
         futures::stream::select(futures::stream::select(p.boxed(), s.boxed()), n.boxed())
     }
 
-    /// Applies a watch event to memory; `true` when a pass should follow.
-    fn on_update(&mut self, u: Update, init: &mut [Option<BTreeSet<String>>; 3]) -> bool {
-        /// What an event does to one map: put an object, delete a name, or (after a
-        /// re-list) keep only the listed names.
-        enum Step<K> {
-            Put(K),
-            Del(String),
-            Keep(BTreeSet<String>),
-            Nothing,
-        }
-        fn step<K: ResourceExt>(
-            ev: Event<K>,
-            init: &mut Option<BTreeSet<String>>,
-            synced: &mut bool,
-        ) -> Step<K> {
-            match ev {
-                Event::Init => {
-                    *init = Some(BTreeSet::new());
-                    Step::Nothing
-                }
-                Event::InitApply(o) => {
-                    init.get_or_insert_with(BTreeSet::new).insert(o.name_any());
-                    Step::Put(o)
-                }
-                Event::InitDone => {
-                    *synced = true;
-                    Step::Keep(init.take().unwrap_or_default())
-                }
-                Event::Apply(o) => Step::Put(o),
-                Event::Delete(o) => Step::Del(o.name_any()),
-            }
-        }
+    /// After a watch event (already in its store): forgets writes of this process
+    /// the watch now shows; `true` when a pass should follow.
+    fn on_update(&mut self, u: Update) -> bool {
         let err = match u {
             Update::Profiles(Ok(ev)) => {
-                match step(ev, &mut init[0], &mut self.synced[0]) {
-                    Step::Put(o) => {
-                        let st: Option<RoceProfileStatus> =
-                            o.data.get("status").and_then(|v| serde_json::from_value(v.clone()).ok());
-                        // The watch now shows what this process wrote.
+                match &ev {
+                    Event::Apply(o) | Event::InitApply(o) => {
+                        let st = profile_status(o);
                         if st.is_some() && self.written_status.get(&o.name_any()) == st.as_ref() {
                             self.written_status.remove(&o.name_any());
                         }
-                        self.profile_status.insert(o.name_any(), st);
-                        self.profiles.insert(o.name_any(), decode(&o));
                     }
-                    Step::Del(k) => {
-                        self.profiles.remove(&k);
-                        self.profile_status.remove(&k);
-                        self.written_status.remove(&k);
+                    Event::Delete(o) => {
+                        self.written_status.remove(&o.name_any());
                     }
-                    Step::Keep(listed) => {
-                        self.profiles.retain(|k, _| listed.contains(k));
-                        self.profile_status.retain(|k, _| listed.contains(k));
+                    Event::InitDone => {
+                        self.synced[0] = true;
+                        let listed = names(&self.stores.profiles);
                         self.written_status.retain(|k, _| listed.contains(k));
                     }
-                    Step::Nothing => {}
+                    Event::Init => {}
                 }
                 None
             }
             Update::States(Ok(ev)) => {
-                match step(ev, &mut init[1], &mut self.synced[1]) {
-                    Step::Put(o) => {
-                        let info = StateInfo::from_object(&o);
-                        // The watch now shows the mark this process wrote.
-                        if self.written_stale.get(&o.name_any()) == Some(&info.marked_stale) {
+                match &ev {
+                    Event::Apply(o) | Event::InitApply(o) => {
+                        let marked = StateInfo::from_object(o).marked_stale;
+                        if self.written_stale.get(&o.name_any()) == Some(&marked) {
                             self.written_stale.remove(&o.name_any());
                         }
-                        self.states.insert(o.name_any(), info);
                     }
-                    Step::Del(k) => {
-                        self.states.remove(&k);
-                        self.written_stale.remove(&k);
+                    Event::Delete(o) => {
+                        self.written_stale.remove(&o.name_any());
                     }
-                    Step::Keep(listed) => {
-                        self.states.retain(|k, _| listed.contains(k));
+                    Event::InitDone => {
+                        self.synced[1] = true;
+                        let listed = names(&self.stores.states);
                         self.written_stale.retain(|k, _| listed.contains(k));
                     }
-                    Step::Nothing => {}
+                    Event::Init => {}
                 }
                 None
             }
             Update::Nodes(Ok(ev)) => {
-                match step(ev, &mut init[2], &mut self.synced[2]) {
-                    Step::Put(o) => {
-                        self.nodes.insert(o.name_any(), NodeInfo::of(&o.metadata));
-                    }
-                    Step::Del(k) => {
-                        self.nodes.remove(&k);
-                    }
-                    Step::Keep(listed) => self.nodes.retain(|k, _| listed.contains(k)),
-                    Step::Nothing => {}
-                }
+                self.synced[2] |= matches!(ev, Event::InitDone);
                 None
             }
             Update::Profiles(Err(e)) | Update::States(Err(e)) | Update::Nodes(Err(e)) => Some(e),
@@ -585,19 +623,39 @@ impl Controller {
         }
     }
 
+    /// What the stores hold now, decoded for a pass.
+    fn view(&self) -> View {
+        let mut v = View {
+            profiles: ProfileSet::new(),
+            profile_status: BTreeMap::new(),
+            nodes: BTreeMap::new(),
+            states: BTreeMap::new(),
+        };
+        for o in self.stores.profiles.state() {
+            v.profile_status.insert(o.name_any(), profile_status(&o));
+            v.profiles.insert(o.name_any(), decode(&o));
+        }
+        v.states =
+            self.stores.states.state().iter().map(|o| (o.name_any(), StateInfo::from_object(o))).collect();
+        v.nodes =
+            self.stores.nodes.state().iter().map(|o| (o.name_any(), NodeInfo::of(&o.metadata))).collect();
+        v
+    }
+
     /// One pass over what is in memory: plan, then write what differs.
     pub async fn reconcile(&mut self) -> Result<Pass, ApiError> {
-        let nodes: Vec<NodeInfo> = self.nodes.values().cloned().collect();
+        let view = self.view();
+        let nodes: Vec<NodeInfo> = view.nodes.values().cloned().collect();
         // What this process wrote counts as current until the watch shows it.
-        let mut current = self.profile_status.clone();
+        let mut current = view.profile_status.clone();
         for (k, v) in &self.written_status {
             current.insert(k.clone(), Some(v.clone()));
         }
         let p = plan(
-            &self.profiles,
+            &view.profiles,
             &current,
             &nodes,
-            &self.states,
+            &view.states,
             &self.written_stale,
             Timestamp::now(),
             self.stale_after,
@@ -606,10 +664,19 @@ impl Controller {
             *m = render_metrics(&p);
         }
         let mut pass = Pass::default();
-        let b = self.backoff;
-        let errors = self.health.api.clone();
         let now = crate::status::now_rfc3339();
+        self.write_statuses(&p, &mut pass).await?;
+        self.report_bad_profiles(&view.profiles, &now, &mut pass).await?;
+        self.write_stale_marks(&p, &view.nodes, &now, &mut pass).await?;
+        if self.synced[2] {
+            self.delete_orphans(&p, &mut pass).await?;
+        }
+        Ok(pass)
+    }
 
+    /// Profile statuses that differ, by server-side apply.
+    async fn write_statuses(&mut self, p: &Plan, pass: &mut Pass) -> Result<(), ApiError> {
+        let (b, errors) = (self.backoff, self.health.api.clone());
         // Dynamic objects: the answer to a write about a profile this version cannot
         // decode must not turn a successful write into an error.
         let profiles_api: Api<DynamicObject> = Api::all_with(self.client.clone(), &profile_resource());
@@ -634,13 +701,23 @@ impl Controller {
             self.written_status.insert(name.clone(), st.clone());
             pass.statuses_written.push(name.clone());
         }
+        Ok(())
+    }
 
-        for (name, r) in &self.profiles {
+    /// One Event per profile (and generation) this version cannot decode.
+    async fn report_bad_profiles(
+        &mut self,
+        profiles: &ProfileSet,
+        now: &str,
+        pass: &mut Pass,
+    ) -> Result<(), ApiError> {
+        let (b, errors) = (self.backoff, self.health.api.clone());
+        for (name, r) in profiles {
             let Err(bad) = r else { continue };
             if !self.reported.insert((bad.name.clone(), bad.generation)) {
                 continue;
             }
-            let ev = bad_profile_event(bad, &now);
+            let ev = bad_profile_event(bad, now);
             let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), crate::events::NAMESPACE);
             let pp = PostParams::default();
             if let Err(e) = with_backoff(b, &errors, &format!("post event about roceprofiles/{name}"), || {
@@ -654,12 +731,23 @@ impl Controller {
             tracing::warn!(profile = %name, error = %bad.error, "RoceProfile cannot be decoded; agents skip it");
             pass.events.push(name.clone());
         }
+        Ok(())
+    }
 
+    /// `Stale` marks that change, and the ready label of a node whose agent went stale.
+    async fn write_stale_marks(
+        &mut self,
+        p: &Plan,
+        nodes: &BTreeMap<String, NodeInfo>,
+        now: &str,
+        pass: &mut Pass,
+    ) -> Result<(), ApiError> {
+        let (b, errors) = (self.backoff, self.health.api.clone());
         let states_api: Api<DynamicObject> =
             Api::all_with(self.client.clone(), &kube::api::ApiResource::erase::<RdmaNodeState>(&()));
         let nodes_api: Api<Node> = Api::all(self.client.clone());
         for (node, stale) in &p.stale {
-            let body = stale_apply_body(node, *stale, self.stale_after, &now);
+            let body = stale_apply_body(node, *stale, self.stale_after, now);
             let pp = PatchParams::apply(CONTROLLER_MANAGER).force();
             let patch = Patch::Apply(body);
             let r = with_backoff(b, &errors, &format!("apply rdmanodestates/{node} status (Stale)"), || {
@@ -673,8 +761,7 @@ impl Controller {
             }
             self.written_stale.insert(node.clone(), *stale);
             // A dead agent must not leave the node looking ready to the scheduler.
-            let labelled_true = self
-                .nodes
+            let labelled_true = nodes
                 .get(node)
                 .is_some_and(|n| n.labels.get(READY_LABEL).map(String::as_str) == Some("true"));
             if *stale && labelled_true {
@@ -691,25 +778,30 @@ impl Controller {
             tracing::info!(node = %node, stale, "agent staleness changed");
             pass.stale_marked.push((node.clone(), *stale));
         }
+        Ok(())
+    }
 
-        if self.synced[2] {
-            let dp = DeleteParams::default();
-            for name in &p.orphans {
-                let r = with_backoff(b, &errors, &format!("delete rdmanodestates/{name}"), || {
-                    states_api.delete(name, &dp)
-                })
-                .await;
-                match r {
-                    Ok(_) => {}
-                    // Already gone (the Node owner reference may have garbage-collected it).
-                    Err(e) if e.code() == Some(404) => {}
-                    Err(e) => return Err(e),
-                }
-                tracing::info!(node = %name, "deleted RdmaNodeState of a deleted node");
-                pass.deleted.push(name.clone());
+    /// Node states whose node is gone (only once the node watch has listed).
+    async fn delete_orphans(&self, p: &Plan, pass: &mut Pass) -> Result<(), ApiError> {
+        let (b, errors) = (self.backoff, self.health.api.clone());
+        let states_api: Api<DynamicObject> =
+            Api::all_with(self.client.clone(), &kube::api::ApiResource::erase::<RdmaNodeState>(&()));
+        let dp = DeleteParams::default();
+        for name in &p.orphans {
+            let r = with_backoff(b, &errors, &format!("delete rdmanodestates/{name}"), || {
+                states_api.delete(name, &dp)
+            })
+            .await;
+            match r {
+                Ok(_) => {}
+                // Already gone (the Node owner reference may have garbage-collected it).
+                Err(e) if e.code() == Some(404) => {}
+                Err(e) => return Err(e),
             }
+            tracing::info!(node = %name, "deleted RdmaNodeState of a deleted node");
+            pass.deleted.push(name.clone());
         }
-        Ok(pass)
+        Ok(())
     }
 
     /// Runs until `shutdown` resolves: watches, a pass after changes (coalesced),
@@ -718,7 +810,6 @@ impl Controller {
         tokio::pin!(shutdown);
         let updates = self.streams();
         tokio::pin!(updates);
-        let mut init: [Option<BTreeSet<String>>; 3] = [None, None, None];
         let mut due: Option<Instant> = None;
         let mut failures = 0u32;
         let mut seen = 0u64;
@@ -732,7 +823,7 @@ impl Controller {
                 u = updates.next() => {
                     let Some(u) = u else { return };
                     seen += 1;
-                    if self.on_update(u, &mut init) && self.synced() && failures == 0 {
+                    if self.on_update(u) && self.synced() && failures == 0 {
                         let now = Instant::now();
                         let first = *batch.get_or_insert(now);
                         due = Some((now + self.debounce).min(first + self.debounce_max));
@@ -753,7 +844,7 @@ impl Controller {
                     batch = None;
                     let t0 = Instant::now();
                     let r = self.reconcile().await;
-                    tracing::debug!(took_ms = t0.elapsed().as_millis() as u64, updates = seen, states = self.states.len(), "pass");
+                    tracing::debug!(took_ms = t0.elapsed().as_millis() as u64, updates = seen, states = self.stores.states.len(), "pass");
                     seen = 0;
                     match r {
                         Ok(p) => {
@@ -789,7 +880,7 @@ pub fn stale_apply_body(node: &str, stale: bool, stale_after: Duration, now: &st
         String::new()
     };
     let condition = Condition {
-        type_: "Stale".into(),
+        type_: readiness::STALE.into(),
         status: if stale { "True" } else { "False" }.into(),
         reason: if stale { "NoHeartbeat" } else { "Reporting" }.into(),
         message,

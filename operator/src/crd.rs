@@ -562,6 +562,11 @@ impl CheckResult {
             CheckResult::NotApplicable => "NotApplicable",
         }
     }
+
+    /// What the result means for readiness ([`nic::readiness`]).
+    pub fn verdict(self) -> nic::readiness::Verdict {
+        nic::readiness::Verdict::of(self.as_str())
+    }
 }
 
 /// One check of one interface.
@@ -600,6 +605,11 @@ pub struct Condition {
     /// When the status last changed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<String>,
+}
+
+/// Whether the controller marks the state `Stale` ([`nic::readiness::marked_stale`]).
+pub fn marked_stale(conditions: &[Condition]) -> bool {
+    nic::readiness::marked_stale(conditions.iter().map(|c| (c.type_.as_str(), c.status.as_str())))
 }
 
 /// One enforce-mode write, planned or refused.

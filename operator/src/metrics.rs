@@ -39,8 +39,7 @@ impl Out {
 pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
     let mut o = Out(String::new());
     o.head("kuberdma_node_roce_ready", "gauge", "1 when the node has RoCE interfaces and no check fails.");
-    let ready = !checks.is_empty() && !checks.iter().any(|c| c.result == CheckResult::Fail);
-    o.sample("kuberdma_node_roce_ready", &[], u8::from(ready));
+    o.sample("kuberdma_node_roce_ready", &[], u8::from(crate::status::node_ready(checks)));
 
     o.head(
         "kuberdma_check_passing",

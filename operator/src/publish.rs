@@ -275,8 +275,7 @@ impl Publisher {
         };
         let cond = |c: &[Condition], t: &str| c.iter().find(|x| x.type_ == t).map(|x| x.status.clone());
         // Marked stale by the controller: confirm at once rather than at the next heartbeat.
-        let marked_stale = cond(&have.conditions, "Stale").as_deref() == Some("True");
-        !marked_stale
+        !crate::crd::marked_stale(&have.conditions)
             && have.fingerprint == want.fingerprint
             && have.summary.ready == want.summary.ready
             && AGENT_CONDITIONS.iter().all(|t| cond(&have.conditions, t) == cond(&want.conditions, t))

@@ -8,7 +8,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use nic::roce::{InterfaceRoce, NodeRoce, Observed};
 
-use crate::checks::{check_node, interface_selected, is_ready, map_str, prio_str};
+use crate::checks::{check_node, interface_selected, map_str, prio_str};
 use crate::crd::{
     Check, CheckResult, Condition, DscpMapping, InterfaceState, NetnsModeState, RdmaNodeStateStatus,
     RoceProfile, Summary, Unavailable,
@@ -178,9 +178,9 @@ pub fn summarize(ifs: &[InterfaceState], checks: &[Check]) -> Summary {
     }
 }
 
-/// Ready: at least one interface checked and nothing fails.
+/// Whether the node is RoCE-ready by these checks ([`nic::readiness::node_ready`]).
 pub fn node_ready(checks: &[Check]) -> bool {
-    !checks.is_empty() && is_ready(checks)
+    nic::readiness::node_ready(checks.iter().map(|c| (c.interface.as_str(), c.result.verdict())))
 }
 
 /// RoceReady, Drifted, Degraded.

@@ -142,7 +142,7 @@ pub fn remediation_order(s: &RdmaNodeStateStatus) -> Vec<(String, Vec<String>)> 
 }
 
 fn is_marked_stale(s: &RdmaNodeStateStatus) -> bool {
-    s.conditions.iter().any(|c| c.type_ == "Stale" && c.status == "True")
+    crate::crd::marked_stale(&s.conditions)
 }
 
 /// READY as shown: the agent's `summary.ready`, or `Unknown` while the controller

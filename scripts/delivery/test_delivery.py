@@ -40,6 +40,7 @@ import chart  # noqa: E402
 import docs_test  # noqa: E402
 import dra  # noqa: E402
 import monitoring  # noqa: E402
+import pool_schema_test  # noqa: E402
 import security  # noqa: E402
 
 ROOT = chart.ROOT
@@ -1570,6 +1571,8 @@ def main() -> int:
                     lambda f=f: validate_rendered(default_values() if f == "values.yaml" else ci_values(f), f))
     suite.check("validate: CRDs (kubernetes-validate --strict)", test_crds_validate)
     for name, fn in dra.CHECKS:  # DRA mode: scripts/delivery/dra.py
+        suite.check(name, fn)
+    for name, fn in pool_schema_test.CHECKS:  # the pool schema against the parser
         suite.check(name, fn)
     suite.check("validate: CRD names, scope, version, status subresource", test_crds_shape)
     suite.check("validate: CRDs match operator/crds/crds.yaml", test_crd_sync)

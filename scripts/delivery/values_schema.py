@@ -2,14 +2,18 @@
 
 Written as code so that every object with named keys is closed (`additionalProperties: false`:
 a misspelt key is refused by `helm install` with its path) without repeating that in 600 lines
-of JSON, and so that `profiles[].spec` is the RoceProfile CRD's own schema, kept in step with
-charts/kube-rdma/crds/crds.yaml. Free-form maps (labels, annotations, nodeSelector, quantities)
+of JSON, so that `profiles[].spec` is the RoceProfile CRD's own schema, kept in step with
+charts/kube-rdma/crds/crds.yaml, and so that `pools[]` and `resourcePrefix` are the device plugin's
+own config schema (device-plugin/config-schema.json, printed by `kube-rdma-device-plugin
+config-schema` from the parser's types; a cargo test fails when it is stale). Free-form maps (labels, annotations, nodeSelector, quantities)
 stay open by nature: their keys are data, not options.
 """
 
 from __future__ import annotations
 
+import copy
 import json
+from pathlib import Path
 from typing import Any
 
 import chart
@@ -60,6 +64,24 @@ def structural(schema: Any) -> Any:
     return out
 
 
+CONFIG_SCHEMA = Path(__file__).resolve().parents[2] / "device-plugin" / "config-schema.json"
+
+
+def config_schema() -> dict[str, Any]:
+    """The device plugin's schema of its config file (our format, `pools:`)."""
+    return json.loads(CONFIG_SCHEMA.read_text(encoding="utf-8"))
+
+
+def pool_definitions() -> dict[str, Any]:
+    """The config schema's definitions (Pool, Selector), with one rule of the chart's own on top:
+    each selector in values names at least one key. The device plugin reads `selectors: {}` as
+    every device of the node; from the chart that takes a rawConfig, so a pool whose keys were
+    all deleted while editing does not silently widen to every VF."""
+    defs = copy.deepcopy(config_schema()["definitions"])
+    defs["Selector"]["minProperties"] = 1
+    return defs
+
+
 def roce_profile_spec() -> dict[str, Any]:
     for crd in chart.crd_documents():
         if crd["spec"]["names"]["kind"] == "RoceProfile":
@@ -69,10 +91,8 @@ def roce_profile_spec() -> dict[str, Any]:
 
 
 def definitions() -> dict[str, Any]:
-    selector_list = {"type": "array", "minItems": 1}
     return {
-        "hexId": {"type": "string", "pattern": "^(0x)?[0-9a-fA-F]{4}$"},
-        "pciAddress": {"type": "string", "pattern": r"^([0-9a-fA-F]{4}:)?[0-9a-fA-F]{2}:[0-9a-fA-F]{2}\.[0-7]$"},
+        **pool_definitions(),
         "port": {"type": "integer", "minimum": 1, "maximum": 65535},
         "logLevel": {"type": "string", "enum": ["error", "warn", "info", "debug", "trace"]},
         "absPath": {"type": "string", "pattern": "^/"},
@@ -106,49 +126,6 @@ def definitions() -> dict[str, Any]:
                 "maxSurge": {"type": ["integer", "string"]},
             }),
         }),
-        "selector": closed({
-            "vendors": {**selector_list, "items": ref("hexId")},
-            "devices": {**selector_list, "items": ref("hexId")},
-            "deviceIDs": {**selector_list, "items": ref("hexId"),
-                          "description": "k8s-rdma-shared-dev-plugin's name for devices."},
-            "drivers": {**selector_list, "items": {"type": "string", "pattern": "^[A-Za-z0-9_-]+$"}},
-            "pfNames": {**selector_list, "description": "PF netdev names, optionally with a VF range: "
-                        "ens1f0#0-7 or ens1f0#0,2,4-5.",
-                        "items": {"type": "string",
-                                  "pattern": r"^[^#\s/]{1,15}(#[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*)?$"}},
-            "ifNames": {**selector_list, "items": {"type": "string", "pattern": r"^[^#\s/]{1,15}$"}},
-            "rootDevices": {**selector_list, "items": ref("pciAddress"), "description": "PF PCI addresses."},
-            "pciAddresses": {**selector_list, "items": ref("pciAddress"),
-                             "description": "PCI addresses of the VFs themselves."},
-            "linkTypes": {**selector_list,
-                          "items": {"type": "string", "enum": ["ether", "ethernet", "eth", "infiniband", "ib"]}},
-            "isRdma": {"type": "boolean"},
-            "linkSpeeds": {**selector_list, "items": {"type": "integer", "minimum": 1},
-                           "description": "Link speeds in Mb/s as the kernel reports them (25000, 100000)."},
-            "numaNodes": {**selector_list, "items": {"type": "integer", "minimum": 0}},
-        }, minProperties=1),
-        "pool": closed({
-            "name": {"type": "string", "maxLength": 63, "pattern": "^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$",
-                     "description": "Resource name after the prefix: a Kubernetes qualified-name part."},
-            "mode": {"type": "string", "enum": ["vf", "shared"]},
-            "policy": {"type": "string", "enum": ["pack", "spread"]},
-            "gpuAffinity": {"type": "boolean"},
-            "selectors": {
-                "description": "One selector object, or a list of them (a device matching any one is "
-                               "selected). Keys within one object are ANDed.",
-                "type": ["object", "array"],
-                "if": {"type": "object"}, "then": ref("selector"),
-                "else": {"minItems": 1, "items": ref("selector")},
-            },
-            "rdmaHcaMax": {"type": "integer", "minimum": 1, "maximum": 1000,
-                           "description": "shared mode: how many pods may share one RDMA device (required there)."},
-            "excludeTopology": {"type": "boolean"},
-            "resourcePrefix": {"type": "string", "pattern": DNS_SUBDOMAIN, "maxLength": 253},
-        }, ["name", "selectors"], allOf=[{
-            "if": {"properties": {"mode": {"const": "shared"}}, "required": ["mode"]},
-            "then": {"required": ["rdmaHcaMax"]},
-            "else": {"not": {"required": ["rdmaHcaMax"]}},
-        }]),
         "roceProfileSpec": roce_profile_spec(),
     }
 
@@ -187,12 +164,14 @@ def schema() -> dict[str, Any]:
         "fullnameOverride": {"type": "string"},
         "global": {"type": "object"},
         "logFormat": {"type": "string", "enum": ["text", "json"]},
-        "resourcePrefix": {"type": "string", "pattern": DNS_SUBDOMAIN, "maxLength": 253},
+        # The config file's own: the chart writes it there (templates/_helpers.tpl).
+        "resourcePrefix": config_schema()["properties"]["resourcePrefix"],
         "rdmaNodeLabel": closed({
             "key": {"type": "string", "maxLength": 317},
             "value": {"type": "string", "maxLength": 63},
         }, ["key", "value"]),
-        "pools": array_of(ref("pool")),
+        # The config's `pools` less its minItems: with rawConfig, pools stay empty.
+        "pools": array_of(ref("Pool")),
         "rawConfig": {"type": "string"},
         "simulatedNode": closed({
             # An absolute path (a hostPath), or empty.

@@ -42,6 +42,8 @@
 mod fields;
 mod native;
 mod rsdp;
+#[cfg(feature = "config-schema")]
+pub mod schema;
 mod sndp;
 
 use std::collections::{BTreeMap, BTreeSet};

@@ -7,8 +7,8 @@ use super::fields::{Cx, Keys, Obj};
 use super::{Config, ConfigError, Format, Mode, Policy, PoolConfig, Selector};
 use crate::DEFAULT_PREFIX;
 
-const TOP: &[&str] = &["pools", "resourcePrefix"];
-const POOL: &[&str] = &[
+pub(super) const TOP: &[&str] = &["pools", "resourcePrefix"];
+pub(super) const POOL: &[&str] = &[
     "name",
     "resourcePrefix",
     "mode",
@@ -18,7 +18,7 @@ const POOL: &[&str] = &[
     "excludeTopology",
     "selectors",
 ];
-const SELECTOR: &[&str] = &[
+pub(super) const SELECTOR: &[&str] = &[
     "vendors",
     "devices",
     "deviceIDs",
@@ -31,6 +31,18 @@ const SELECTOR: &[&str] = &[
     "ifNames",
     "linkSpeeds",
     "numaNodes",
+];
+/// `mode`; absent means the first.
+pub(super) const MODES: &[(&str, Mode)] = &[("vf", Mode::Vf), ("shared", Mode::Shared)];
+/// `policy`; absent means the first.
+pub(super) const POLICIES: &[(&str, Policy)] = &[("pack", Policy::Pack), ("spread", Policy::Spread)];
+/// `linkTypes`, in any ASCII case (what the sysfs `link_layer` file says, and short forms).
+pub(super) const LINK_TYPES: &[(&str, LinkLayer)] = &[
+    ("ether", LinkLayer::Ethernet),
+    ("ethernet", LinkLayer::Ethernet),
+    ("eth", LinkLayer::Ethernet),
+    ("infiniband", LinkLayer::InfiniBand),
+    ("ib", LinkLayer::InfiniBand),
 ];
 
 pub(super) fn parse(cx: &mut Cx, top: &Map<String, Value>) -> Result<Config, ConfigError> {
@@ -59,16 +71,8 @@ fn pool(cx: &mut Cx, m: &Map<String, Value>, default_prefix: &str) -> Result<Poo
         Some(p) => super::prefix(cx, p, "resourcePrefix")?,
         None => default_prefix.to_string(),
     };
-    let mode = match cx.opt_str(&o, "mode")?.as_deref() {
-        None | Some("vf") => Mode::Vf,
-        Some("shared") => Mode::Shared,
-        Some(other) => return Err(cx.err("mode", format!("{other:?} is not one of: vf, shared"))),
-    };
-    let policy = match cx.opt_str(&o, "policy")?.as_deref() {
-        None | Some("pack") => Policy::Pack,
-        Some("spread") => Policy::Spread,
-        Some(other) => return Err(cx.err("policy", format!("{other:?} is not one of: pack, spread"))),
-    };
+    let mode = one_of(cx, &o, "mode", MODES)?;
+    let policy = one_of(cx, &o, "policy", POLICIES)?;
     let gpu_affinity = cx.opt_bool(&o, "gpuAffinity")?.unwrap_or(false);
     let exclude_topology = cx.opt_bool(&o, "excludeTopology")?.unwrap_or(false);
     let rdma_hca_max = match (cx.opt_int(&o, "rdmaHcaMax", 1..=1000)?, mode) {
@@ -94,6 +98,15 @@ fn pool(cx: &mut Cx, m: &Map<String, Value>, default_prefix: &str) -> Result<Poo
         exclude_topology,
         rdma_devices: true,
         additional_info: None,
+    })
+}
+
+/// The value of `key` named in `names`; the first when absent.
+fn one_of<T: Copy>(cx: &Cx, o: &Obj, key: &str, names: &[(&str, T)]) -> Result<T, ConfigError> {
+    let Some(given) = cx.opt_str(o, key)? else { return Ok(names[0].1) };
+    names.iter().find(|(n, _)| *n == given).map(|(_, v)| *v).ok_or_else(|| {
+        let all: Vec<&str> = names.iter().map(|(n, _)| *n).collect();
+        cx.err(key, format!("{given:?} is not one of: {}", all.join(", ")))
     })
 }
 
@@ -146,12 +159,11 @@ fn link_types(cx: &Cx, o: &Obj) -> Result<Vec<LinkLayer>, ConfigError> {
     cx.strings(o, "linkTypes")?
         .iter()
         .enumerate()
-        .map(|(i, t)| match t.to_ascii_lowercase().as_str() {
-            "ether" | "ethernet" | "eth" => Ok(LinkLayer::Ethernet),
-            "infiniband" | "ib" => Ok(LinkLayer::InfiniBand),
-            other => {
-                Err(cx.err(&format!("{at}[{i}]"), format!("{other:?} is not one of: ether, infiniband")))
-            }
+        .map(|(i, t)| {
+            let t = t.to_ascii_lowercase();
+            LINK_TYPES.iter().find(|(n, _)| *n == t).map(|(_, l)| *l).ok_or_else(|| {
+                cx.err(&format!("{at}[{i}]"), format!("{t:?} is not one of: ether, infiniband"))
+            })
         })
         .collect()
 }

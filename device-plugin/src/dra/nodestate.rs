@@ -3,15 +3,17 @@
 //! agent). Read as a dynamic object so the device plugin does not depend on
 //! the operator crate; watched, so a change reaches the slices in seconds.
 //!
-//! Rule (the operator's `is_ready`, per interface): a PF is RoCE-ready when
-//! its checks include at least one and none of them is `Fail`. No state, a PF
-//! without checks, or a state the controller marked `Stale` give no
-//! attribute at all: unknown is not "not ready".
+//! Rule: [`nic::readiness::pf_readiness`], the one the agent's `RoceReady`
+//! follows, per PF: a PF is RoCE-ready when it has at least one check, none of
+//! its checks is `Fail` and no node-wide check (`rdma-netns`) is. No state, a PF
+//! without checks, or a state the controller marked `Stale` give no attribute
+//! at all: unknown is not "not ready".
 
 use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject};
 use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
+use nic::readiness::{self, Verdict};
 use serde_json::Value;
 use tokio::sync::watch;
 
@@ -30,24 +32,17 @@ pub fn api_resource() -> ApiResource {
 
 /// Readiness per PF netdev from an `RdmaNodeState`'s `status`.
 pub fn readiness(status: &Value) -> RoceReadiness {
-    let mut out = RoceReadiness::new();
-    let stale = status["conditions"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .any(|c| c["type"] == "Stale" && c["status"] == "True");
-    if stale {
-        return out;
+    let list = |key: &str| status[key].as_array().map(Vec::as_slice).unwrap_or_default();
+    let conditions =
+        list("conditions").iter().filter_map(|c| Some((c["type"].as_str()?, c["status"].as_str()?)));
+    if readiness::marked_stale(conditions) {
+        return RoceReadiness::new();
     }
-    for c in status["checks"].as_array().into_iter().flatten() {
-        let (Some(iface), Some(result)) = (c["interface"].as_str(), c["result"].as_str()) else { continue };
-        if iface.is_empty() {
-            continue;
-        }
-        let ok = result != "Fail";
-        out.entry(iface.to_string()).and_modify(|r| *r &= ok).or_insert(ok);
-    }
-    out
+    // A check without an interface or a result is not one the agent writes; it is skipped.
+    let checks = list("checks")
+        .iter()
+        .filter_map(|c| Some((c["interface"].as_str()?, Verdict::of(c["result"].as_str()?))));
+    readiness::pf_readiness(checks)
 }
 
 /// Watches `RdmaNodeState/<node>` and keeps the readiness in the returned
@@ -121,5 +116,16 @@ mod tests {
         });
         assert!(readiness(&status).is_empty());
         assert!(readiness(&Value::Null).is_empty());
+    }
+
+    #[test]
+    fn a_failing_node_wide_check_makes_every_pf_unready_and_is_no_pf_itself() {
+        let status = json!({
+            "checks": [
+                {"name": "pfc", "interface": "ens1f0np0", "result": "Pass"},
+                {"name": "rdma-netns", "interface": "node", "result": "Fail"},
+            ],
+        });
+        assert_eq!(readiness(&status), RoceReadiness::from([("ens1f0np0".into(), false)]));
     }
 }
