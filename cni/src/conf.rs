@@ -421,22 +421,7 @@ fn pci(k: Option<(String, &str)>) -> Result<Option<PciAddr>> {
 pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
     let s = Strictness { lenient: cmd == Command::Del };
     let top = Keys::of(&raw, "");
-    let cni_version = match top.str("cniVersion") {
-        Ok(Some((_, v))) => v.to_string(),
-        Ok(None) if s.lenient => crate::LATEST.to_string(),
-        Ok(None) => return Err(Error::config("cniVersion", "missing")),
-        Err(e) if s.lenient => {
-            tracing::warn!(error = %e, "ignoring cniVersion for DEL");
-            crate::LATEST.to_string()
-        }
-        Err(e) => return Err(e),
-    };
-    if !crate::SUPPORTED_VERSIONS.contains(&cni_version.as_str()) {
-        if !s.lenient {
-            return Err(Error::Version { requested: cni_version });
-        }
-        tracing::warn!(version = %cni_version, "DEL with a cniVersion we do not speak; tearing down anyway");
-    }
+    let cni_version = cni_version(&top, &s)?;
     let name = s.take("name", top.str("name"))?.map(|(_, n)| n.to_string()).unwrap_or_default();
     if name.is_empty() && matches!(cmd, Command::Add | Command::Gc) {
         return Err(Error::config(
@@ -444,20 +429,7 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
             "missing: the network name is required (CNI spec), and GC collects attachments per network",
         ));
     }
-    let state_dir = match s.take("stateDir", top.str("stateDir"))? {
-        None => PathBuf::from(DEFAULT_STATE_DIR),
-        Some((k, d)) => {
-            let p = PathBuf::from(d);
-            if p.is_absolute() {
-                p
-            } else if s.lenient {
-                tracing::warn!(key = %k, dir = d, "stateDir is not absolute; DEL looks in the default");
-                PathBuf::from(DEFAULT_STATE_DIR)
-            } else {
-                return Err(Error::config(k, "must be an absolute path"));
-            }
-        }
-    };
+    let state_dir = state_dir(&top, &s)?;
     let ipam = s.take("ipam", parse_ipam(&top))?;
     let rc = s.take("runtimeConfig", top.obj("runtimeConfig", "runtimeConfig."))?.map(|(_, o)| o);
     let rc = rc.unwrap_or_else(|| Keys::empty("runtimeConfig."));
@@ -468,73 +440,10 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
         .take("prevResult", top.obj("prevResult", "prevResult."))?
         .map(|(_, o)| Value::Object(o.map.clone()));
     let valid_attachments = if cmd == Command::Gc { parse_attachments(&top)? } else { None };
-
-    // The VF: runtimeConfig.deviceID (Multus), then deviceID, then pciBusID
-    // (Multus writes both, delegateAddDeviceID). DEL takes the first usable
-    // one: a wrong type or a case duplicate is an ADD-only problem.
-    let device = match cmd {
-        Command::Add | Command::Check | Command::Del => {
-            let sources = [
-                ("runtimeConfig.deviceID", rc.str("deviceID")),
-                ("deviceID", top.str("deviceID")),
-                ("pciBusID", top.str("pciBusID")),
-            ];
-            let mut device = None;
-            for (what, named) in sources {
-                if let Some(p) = s.take(what, named.and_then(pci))? {
-                    device = Some(p);
-                    break;
-                }
-            }
-            device
-        }
-        _ => None,
-    };
-    // DRA mode: no deviceID; the claim/request keys (optional) and the pod's UID
-    // (Multus passes K8S_POD_UID in CNI_ARGS) find the VF the DRA driver prepared.
-    let claim_key = s.take("claim", nonempty(top.str("claim")))?;
-    let request_key = s.take("request", nonempty(top.str("request")))?;
-    let prepared_dir = match s.take("preparedDir", top.str("preparedDir"))? {
-        None => PathBuf::from(nic::prepared::DEFAULT_DIR),
-        Some((k, d)) if !Path::new(d).is_absolute() && !s.lenient => {
-            return Err(Error::config(k, "must be an absolute path"))
-        }
-        Some((_, d)) => PathBuf::from(d),
-    };
-    let pod_uid = match cmd {
-        Command::Add | Command::Check | Command::Del => {
-            s.take("CNI_ARGS", cni_arg(env.args.as_deref(), "K8S_POD_UID"))?
-        }
-        _ => None,
-    };
-    let named = claim_key.is_some() || request_key.is_some();
-    if device.is_some() && named && !s.lenient {
-        return Err(Error::config(
-            if claim_key.is_some() { "claim" } else { "request" },
-            "names a DRA claim, but deviceID names the VF already: use one or the other",
-        ));
-    }
-    let claim = (device.is_none() && (named || pod_uid.is_some())).then(|| ClaimRef {
-        pod_uid: pod_uid.clone(),
-        claim: claim_key.map(|(_, v)| v.to_string()),
-        request: request_key.map(|(_, v)| v.to_string()),
-        prepared_dir,
-    });
-    if device.is_none() && matches!(cmd, Command::Add | Command::Check) && pod_uid.is_none() {
-        return Err(Error::config(
-            "deviceID",
-            "missing: set deviceID (Multus fills it from the device plugin), runtimeConfig.deviceID or pciBusID; in DRA mode the runtime must pass K8S_POD_UID in CNI_ARGS (Multus does)",
-        ));
-    }
+    let device = device_id(&top, &rc, &s, cmd)?;
+    let claim = claim_ref(&top, &s, env, cmd, device.is_some())?;
     if matches!(cmd, Command::Add | Command::Check | Command::Status) {
-        for k in unknown_keys(&raw) {
-            match suggest(k) {
-                Some(near) => {
-                    tracing::warn!(key = %k, "unknown configuration key {k:?} ignored; did you mean {near:?}?");
-                }
-                None => tracing::warn!(key = %k, "unknown configuration key {k:?} ignored"),
-            }
-        }
+        warn_unknown_keys(&raw);
     }
     let attach = match cmd {
         Command::Add | Command::Check => Some(parse_attach(&top, &rc, env)?),
@@ -559,6 +468,121 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
         valid_attachments,
         raw,
     })
+}
+
+/// `cniVersion`, which must be one we speak (DEL takes any, or none).
+fn cni_version(top: &Keys, s: &Strictness) -> Result<String> {
+    let cni_version = match top.str("cniVersion") {
+        Ok(Some((_, v))) => v.to_string(),
+        Ok(None) if s.lenient => crate::LATEST.to_string(),
+        Ok(None) => return Err(Error::config("cniVersion", "missing")),
+        Err(e) if s.lenient => {
+            tracing::warn!(error = %e, "ignoring cniVersion for DEL");
+            crate::LATEST.to_string()
+        }
+        Err(e) => return Err(e),
+    };
+    if !crate::SUPPORTED_VERSIONS.contains(&cni_version.as_str()) {
+        if !s.lenient {
+            return Err(Error::Version { requested: cni_version });
+        }
+        tracing::warn!(version = %cni_version, "DEL with a cniVersion we do not speak; tearing down anyway");
+    }
+    Ok(cni_version)
+}
+
+fn state_dir(top: &Keys, s: &Strictness) -> Result<PathBuf> {
+    Ok(match s.take("stateDir", top.str("stateDir"))? {
+        None => PathBuf::from(DEFAULT_STATE_DIR),
+        Some((k, d)) => {
+            let p = PathBuf::from(d);
+            if p.is_absolute() {
+                p
+            } else if s.lenient {
+                tracing::warn!(key = %k, dir = d, "stateDir is not absolute; DEL looks in the default");
+                PathBuf::from(DEFAULT_STATE_DIR)
+            } else {
+                return Err(Error::config(k, "must be an absolute path"));
+            }
+        }
+    })
+}
+
+/// The VF: runtimeConfig.deviceID (Multus), then deviceID, then pciBusID
+/// (Multus writes both, delegateAddDeviceID). DEL takes the first usable
+/// one: a wrong type or a case duplicate is an ADD-only problem.
+fn device_id(top: &Keys, rc: &Keys, s: &Strictness, cmd: Command) -> Result<Option<PciAddr>> {
+    if !matches!(cmd, Command::Add | Command::Check | Command::Del) {
+        return Ok(None);
+    }
+    let sources = [
+        ("runtimeConfig.deviceID", rc.str("deviceID")),
+        ("deviceID", top.str("deviceID")),
+        ("pciBusID", top.str("pciBusID")),
+    ];
+    for (what, named) in sources {
+        if let Some(p) = s.take(what, named.and_then(pci))? {
+            return Ok(Some(p));
+        }
+    }
+    Ok(None)
+}
+
+/// DRA mode: no deviceID; the claim/request keys (optional) and the pod's UID
+/// (Multus passes K8S_POD_UID in CNI_ARGS) find the VF the DRA driver prepared.
+fn claim_ref(
+    top: &Keys,
+    s: &Strictness,
+    env: &Env,
+    cmd: Command,
+    has_device: bool,
+) -> Result<Option<ClaimRef>> {
+    let claim_key = s.take("claim", nonempty(top.str("claim")))?;
+    let request_key = s.take("request", nonempty(top.str("request")))?;
+    let prepared_dir = match s.take("preparedDir", top.str("preparedDir"))? {
+        None => PathBuf::from(nic::prepared::DEFAULT_DIR),
+        Some((k, d)) if !Path::new(d).is_absolute() && !s.lenient => {
+            return Err(Error::config(k, "must be an absolute path"))
+        }
+        Some((_, d)) => PathBuf::from(d),
+    };
+    let pod_uid = match cmd {
+        Command::Add | Command::Check | Command::Del => {
+            s.take("CNI_ARGS", cni_arg(env.args.as_deref(), "K8S_POD_UID"))?
+        }
+        _ => None,
+    };
+    let named = claim_key.is_some() || request_key.is_some();
+    if has_device && named && !s.lenient {
+        return Err(Error::config(
+            if claim_key.is_some() { "claim" } else { "request" },
+            "names a DRA claim, but deviceID names the VF already: use one or the other",
+        ));
+    }
+    let claim = (!has_device && (named || pod_uid.is_some())).then(|| ClaimRef {
+        pod_uid: pod_uid.clone(),
+        claim: claim_key.map(|(_, v)| v.to_string()),
+        request: request_key.map(|(_, v)| v.to_string()),
+        prepared_dir,
+    });
+    if !has_device && matches!(cmd, Command::Add | Command::Check) && pod_uid.is_none() {
+        return Err(Error::config(
+            "deviceID",
+            "missing: set deviceID (Multus fills it from the device plugin), runtimeConfig.deviceID or pciBusID; in DRA mode the runtime must pass K8S_POD_UID in CNI_ARGS (Multus does)",
+        ));
+    }
+    Ok(claim)
+}
+
+fn warn_unknown_keys(raw: &Value) {
+    for k in unknown_keys(raw) {
+        match suggest(k) {
+            Some(near) => {
+                tracing::warn!(key = %k, "unknown configuration key {k:?} ignored; did you mean {near:?}?");
+            }
+            None => tracing::warn!(key = %k, "unknown configuration key {k:?} ignored"),
+        }
+    }
 }
 
 /// Top-level keys a configuration of ours may carry, besides our own

@@ -282,13 +282,33 @@ pub fn render_table(
     netns: Option<NetnsMode>,
     failures: &[Failure],
 ) -> String {
+    let mut s = node_header(inv, cfg, origin, netns);
+    s.push_str(&pf_table(inv, plan));
+    s.push_str(&vf_table(inv, plan));
+    s.push_str(&e810_no_rdma_table(inv));
+    s.push_str(&hca_table(inv, plan));
+    s.push_str(&shared_pf_table(plan));
+    s.push_str(&gpu_table(inv));
+    s.push_str(&pool_table(plan, kubelet_dir));
+    s.push_str(&problem_table(inv));
+    s.push('\n');
+    s.push_str(LEGEND);
+    s.push_str(&node_checks_text(failures));
+    s
+}
+
+fn node_header(inv: &Inventory, cfg: &Config, origin: &str, netns: Option<NetnsMode>) -> String {
     let mut s = String::new();
     let _ = writeln!(s, "node: {origin}");
     let _ = writeln!(s, "{}", describe_config(cfg));
     let _ =
         writeln!(s, "rdma_cm: {}", if inv.rdma_cm { "/dev/infiniband/rdma_cm present" } else { "absent" });
     let _ = writeln!(s, "rdma netns: {}", netns_text(netns));
+    s
+}
 
+fn pf_table(inv: &Inventory, plan: &Plan) -> String {
+    let mut s = String::new();
     let _ = writeln!(s, "\nPhysical functions ({})", inv.pfs.len());
     let rows: Vec<Vec<String>> = inv
         .pfs
@@ -330,20 +350,27 @@ pub fn render_table(
         ],
         &rows,
     ));
+    s
+}
 
-    // A VF is its own candidate (`0000:3d:00.2`), or with its RDMA device in the
-    // shared pools of k8s-rdma-shared-dev-plugin (`0000:3d:00.2 (mlx5_3)`).
-    let find = |dev: &str| {
-        let labelled = format!("{dev} (");
-        plan.decisions.iter().find(|d| d.device == dev || d.device.starts_with(&labelled))
-    };
-    let health_of = |id: &str| {
-        plan.pools.iter().find_map(|p| p.device(id)).map(|d| match (&d.health, d.in_use) {
-            (crate::health::Health::Healthy, false) => "Healthy".to_string(),
-            (crate::health::Health::Healthy, true) => "Healthy, in use by a pod".to_string(),
-            (crate::health::Health::Unhealthy(w), _) => format!("Unhealthy: {w}"),
-        })
-    };
+/// The decision on `dev`: a VF is its own candidate (`0000:3d:00.2`), or with its
+/// RDMA device in the shared pools of k8s-rdma-shared-dev-plugin (`0000:3d:00.2 (mlx5_3)`).
+fn decision_for<'a>(plan: &'a Plan, dev: &str) -> Option<&'a Decision> {
+    let labelled = format!("{dev} (");
+    plan.decisions.iter().find(|d| d.device == dev || d.device.starts_with(&labelled))
+}
+
+/// The health of pool device `id`, as the VF table shows it.
+fn health_of(plan: &Plan, id: &str) -> Option<String> {
+    plan.pools.iter().find_map(|p| p.device(id)).map(|d| match (&d.health, d.in_use) {
+        (crate::health::Health::Healthy, false) => "Healthy".to_string(),
+        (crate::health::Health::Healthy, true) => "Healthy, in use by a pod".to_string(),
+        (crate::health::Health::Unhealthy(w), _) => format!("Unhealthy: {w}"),
+    })
+}
+
+fn vf_table(inv: &Inventory, plan: &Plan) -> String {
+    let mut s = String::new();
     let vf_count: usize = inv.pfs.iter().map(|p| p.vfs.len()).sum();
     let _ = writeln!(s, "\nVirtual functions ({vf_count})");
     let mut rows = Vec::new();
@@ -352,8 +379,8 @@ pub fn render_table(
             let gid =
                 vf.netdev.as_ref().and_then(|n| vf.rdma.iter().find_map(|r| r.roce_v2_gid_index(&n.name)));
             let id = vf.pci.to_string();
-            let mut why = decision_text(find(&id));
-            if let Some(h) = health_of(&id) {
+            let mut why = decision_text(decision_for(plan, &id));
+            if let Some(h) = health_of(plan, &id) {
                 why = format!("{why} [{h}]");
             }
             rows.push(vec![
@@ -389,7 +416,11 @@ pub fn render_table(
         ],
         &rows,
     ));
+    s
+}
 
+fn e810_no_rdma_table(inv: &Inventory) -> String {
+    let mut s = String::new();
     let no_rdma: Vec<Vec<String>> = inv
         .pfs
         .iter()
@@ -401,7 +432,11 @@ pub fn render_table(
         let _ = writeln!(s, "\nE810 VFs without an RDMA device ({})", no_rdma.len());
         s.push_str(&table(&["PCI", "WHY"], &no_rdma));
     }
+    s
+}
 
+fn hca_table(inv: &Inventory, plan: &Plan) -> String {
+    let mut s = String::new();
     if !inv.hcas.is_empty() {
         let _ = writeln!(s, "\nRDMA HCAs without SR-IOV ({})", inv.hcas.len());
         let rows: Vec<Vec<String>> = inv
@@ -423,7 +458,7 @@ pub fn render_table(
                     dash(h.numa_node),
                     h.rdma.name.clone(),
                     char_names(std::slice::from_ref(&h.rdma)),
-                    decision_text(find(&label)),
+                    decision_text(decision_for(plan, &label)),
                 ]
             })
             .collect();
@@ -443,6 +478,11 @@ pub fn render_table(
             &rows,
         ));
     }
+    s
+}
+
+fn shared_pf_table(plan: &Plan) -> String {
+    let mut s = String::new();
     let shared_pf: Vec<&Decision> = plan.decisions.iter().filter(|d| d.kind == "PF").collect();
     if !shared_pf.is_empty() {
         let _ = writeln!(s, "\nPFs as shared-mode candidates");
@@ -450,7 +490,11 @@ pub fn render_table(
             shared_pf.iter().map(|d| vec![d.device.clone(), decision_text(Some(d))]).collect();
         s.push_str(&table(&["PF (RDMA)", "POOL / WHY NOT"], &rows));
     }
+    s
+}
 
+fn gpu_table(inv: &Inventory) -> String {
+    let mut s = String::new();
     if !inv.gpus.is_empty() {
         let _ = writeln!(s, "\nGPUs ({})", inv.gpus.len());
         let rows: Vec<Vec<String>> = inv
@@ -467,7 +511,11 @@ pub fn render_table(
             .collect();
         s.push_str(&table(&["PCI", "VENDOR:DEV", "NUMA", "UPSTREAM"], &rows));
     }
+    s
+}
 
+fn pool_table(plan: &Plan, kubelet_dir: &Path) -> String {
+    let mut s = String::new();
     let _ = writeln!(s, "\nPools ({})", plan.pools.len());
     let rows: Vec<Vec<String>> = plan
         .pools
@@ -494,7 +542,11 @@ pub fn render_table(
         &["RESOURCE", "MODE", "POLICY", "GPU-AFFINITY", "DEVICES", "HEALTHY", "NEAR-GPU", "SOCKET"],
         &rows,
     ));
+    s
+}
 
+fn problem_table(inv: &Inventory) -> String {
+    let mut s = String::new();
     let mut problems = Vec::new();
     for pf in &inv.pfs {
         for p in &pf.problems {
@@ -513,8 +565,11 @@ pub fn render_table(
         let _ = writeln!(s, "\nProblems ({})", problems.len());
         s.push_str(&table(&["DEVICE", "FIELD", "REASON"], &problems));
     }
-    s.push('\n');
-    s.push_str(LEGEND);
+    s
+}
+
+fn node_checks_text(failures: &[Failure]) -> String {
+    let mut s = String::new();
     if failures.is_empty() {
         let _ = writeln!(s, "\nNode checks: all pass");
     } else {

@@ -225,6 +225,43 @@ fn bring_up(
     opts: &UpOptions,
     ph: &mut Phases,
 ) -> Result<()> {
+    let (holder, sim) = lay_out_node(l, st)?;
+    ph.done("node laid out (netns, mounts, cgroups, simulated RDMA node)");
+
+    start_apiserver(l, st, holder)?;
+    ph.done("etcd and kube-apiserver ready");
+    start_controllers(l, st, holder)?;
+
+    // Runtime.
+    let (spec, ctrd) = start_containerd(l, holder, &sim)?;
+    record(st, &spec, ctrd);
+    st.save(l)?;
+    for img in imgs {
+        images::import(&l.containerd_sock(), img)?;
+    }
+    ph.done("containerd ready, images imported");
+
+    start_networking(l, st, holder)?;
+
+    // The kubelet.
+    let kubelet = kubelet_spec(l, holder)?;
+    let d = daemon::spawn(&kubelet)?;
+    record(st, &kubelet, d);
+    st.save(l)?;
+    wait_node_ready(l)?;
+    ph.done("kubelet registered, node Ready");
+
+    if !opts.no_chart {
+        install_chart(l, &st.image, opts.values.as_deref())?;
+        ph.done("kube-rdma installed by its chart and running");
+    }
+    Ok(())
+}
+
+/// The host side: cgroups, namespaces, the holder process, shadow mounts, the
+/// simulated RDMA node and its links, the CNI plugins. Returns the holder's
+/// pid, in whose namespaces every daemon runs.
+fn lay_out_node(l: &Layout, st: &mut State) -> Result<(i32, nic::sim::Sim)> {
     let c = &mut st.created;
     // Host side: cgroups first, so every process started below is in them.
     node::enter_cgroups(c)?;
@@ -245,9 +282,11 @@ fn bring_up(
         .in_ns_of(Some(holder));
     record(st, &sync, daemon::spawn(&sync)?);
     install_cni_plugins(l)?;
-    ph.done("node laid out (netns, mounts, cgroups, simulated RDMA node)");
+    Ok((holder, sim))
+}
 
-    // Control plane.
+/// etcd and kube-apiserver.
+fn start_apiserver(l: &Layout, st: &mut State, holder: i32) -> Result<()> {
     let api = ApiServer::start_with(apiserver::Options {
         dir: Some(l.control()),
         bind: "0.0.0.0".into(),
@@ -265,10 +304,14 @@ fn bring_up(
         st.specs.insert(name, spec);
     }
     st.save(l)?;
-    ph.done("etcd and kube-apiserver ready");
+    Ok(())
+}
+
+/// kube-controller-manager and kube-scheduler.
+fn start_controllers(l: &Layout, st: &mut State, holder: i32) -> Result<()> {
     let ctl = l.control();
     let pki = ctl.join("pki");
-    let kc = |cl: &Client| ctl.join(format!("{}.kubeconfig", cl.stem)).display().to_string();
+    let kc = |cl: &Client| kubeconfig(l, cl);
     let cm = Spec::new(
         "kube-controller-manager",
         peers::bin("kube"),
@@ -309,20 +352,19 @@ fn bring_up(
         record(st, &s, d);
     }
     st.save(l)?;
+    Ok(())
+}
 
-    // Runtime.
-    let (spec, ctrd) = start_containerd(l, holder, &sim)?;
-    record(st, &spec, ctrd);
-    st.save(l)?;
-    for img in imgs {
-        images::import(&l.containerd_sock(), img)?;
-    }
-    ph.done("containerd ready, images imported");
+/// The kubeconfig file of control-plane client `cl`.
+fn kubeconfig(l: &Layout, cl: &Client) -> String {
+    l.control().join(format!("{}.kubeconfig", cl.stem)).display().to_string()
+}
 
-    // Cluster networking: Multus' RBAC and config, kube-proxy.
+/// Cluster networking: Multus' RBAC and config, kube-proxy.
+fn start_networking(l: &Layout, st: &mut State, holder: i32) -> Result<()> {
     multus_setup(l)?;
     let proxy_cfg = l.base.join("kube-proxy.yaml");
-    std::fs::write(&proxy_cfg, kube_proxy_config(&kc(&PROXY)))?;
+    std::fs::write(&proxy_cfg, kube_proxy_config(&kubeconfig(l, &PROXY)))?;
     let proxy = Spec::new("kube-proxy", peers::bin("kube"), l.logs().join("kube-proxy.log"))
         .args(["proxy".to_string(), format!("--config={}", proxy_cfg.display()), "--v=1".into()])
         .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
@@ -330,19 +372,6 @@ fn bring_up(
     let d = daemon::spawn(&proxy)?;
     record(st, &proxy, d);
     st.save(l)?;
-
-    // The kubelet.
-    let kubelet = kubelet_spec(l, holder)?;
-    let d = daemon::spawn(&kubelet)?;
-    record(st, &kubelet, d);
-    st.save(l)?;
-    wait_node_ready(l)?;
-    ph.done("kubelet registered, node Ready");
-
-    if !opts.no_chart {
-        install_chart(l, &st.image, opts.values.as_deref())?;
-        ph.done("kube-rdma installed by its chart and running");
-    }
     Ok(())
 }
 

@@ -90,6 +90,20 @@ pub const HEARTBEAT: Duration = Duration::from_secs(600);
 const RETRY_FIRST: Duration = Duration::from_secs(5);
 const RETRY_MAX: Duration = Duration::from_secs(300);
 
+/// When [`Agent::run`] next acts, and on what.
+struct Timers {
+    /// The next pass.
+    due: Option<Instant>,
+    /// Whether the next pass reads the node again.
+    reread: bool,
+    next_poll: Instant,
+    /// A kernel event, debounced.
+    kernel_at: Option<Instant>,
+    /// The next probe of a failing API.
+    probe_at: Option<Instant>,
+    heartbeat_not_before: Instant,
+}
+
 /// The agent: one node, its watches' view, the last reading, the publisher.
 pub struct Agent {
     cfg: AgentConfig,
@@ -415,12 +429,14 @@ impl Agent {
         tokio::pin!(shutdown);
         let updates = self.streams();
         tokio::pin!(updates);
-        let mut due: Option<Instant> = Some(Instant::now()); // a pass now: read the node
-        let mut reread = true;
-        let mut next_poll = Instant::now() + jitter::spread(self.cfg.poll, 0.1);
-        let mut kernel_at: Option<Instant> = None;
-        let mut probe_at: Option<Instant> = None;
-        let mut heartbeat_not_before = Instant::now();
+        let mut t = Timers {
+            due: Some(Instant::now()), // a pass now: read the node
+            reread: true,
+            next_poll: Instant::now() + jitter::spread(self.cfg.poll, 0.1),
+            kernel_at: None,
+            probe_at: None,
+            heartbeat_not_before: Instant::now(),
+        };
         loop {
             // Never written by this process (restarted onto an unchanged state): confirm now.
             let heartbeat_at = self.ready_to_publish().then(|| {
@@ -428,9 +444,10 @@ impl Agent {
                     .publisher
                     .last_write()
                     .map_or_else(Instant::now, |w| w + self.cfg.heartbeat + self.heartbeat_jitter());
-                at.max(heartbeat_not_before)
+                at.max(t.heartbeat_not_before)
             });
-            let wake = [Some(next_poll), due, kernel_at, heartbeat_at, probe_at].into_iter().flatten().min();
+            let wake =
+                [Some(t.next_poll), t.due, t.kernel_at, heartbeat_at, t.probe_at].into_iter().flatten().min();
             let sleep =
                 tokio::time::sleep_until(wake.unwrap_or_else(|| Instant::now() + self.cfg.poll).into());
             let kernel_ev = async {
@@ -444,10 +461,10 @@ impl Agent {
                 u = updates.next() => {
                     let Some(u) = u else { return };
                     if self.on_update(u) {
-                        due.get_or_insert_with(Instant::now);
+                        t.due.get_or_insert_with(Instant::now);
                     }
                     if self.health.api.failing().is_some() {
-                        probe_at.get_or_insert_with(|| Instant::now() + Duration::from_secs(10));
+                        t.probe_at.get_or_insert_with(|| Instant::now() + Duration::from_secs(10));
                     }
                 }
                 ev = kernel_ev => match ev {
@@ -456,77 +473,96 @@ impl Agent {
                         kernel = None;
                     }
                     Some(ev) if concerns(&ev, &self.watched_interfaces()) => {
-                        kernel_at.get_or_insert_with(|| Instant::now() + self.cfg.debounce);
+                        t.kernel_at.get_or_insert_with(|| Instant::now() + self.cfg.debounce);
                     }
                     Some(_) => {}
                 },
-                _ = sleep => {
-                    let now = Instant::now();
-                    if kernel_at.is_some_and(|t| t <= now) {
-                        kernel_at = None;
-                        if let Some(rx) = kernel.as_mut() {
-                            while rx.try_recv().is_ok() {}
-                        }
-                        reread = true;
-                        // A pass backing off after API errors keeps its time.
-                        if self.failures == 0 {
-                            due = Some(now);
-                        }
-                    }
-                    if next_poll <= now {
-                        next_poll = now + jitter::spread(self.cfg.poll, 0.1);
-                        reread = true;
-                        due.get_or_insert(now);
-                    }
-                    if probe_at.is_some_and(|t| t <= now) {
-                        probe_at = None;
-                        self.probe().await;
-                        if self.health.api.failing().is_some() {
-                            probe_at = Some(Instant::now() + Duration::from_secs(10));
-                        } else {
-                            due.get_or_insert(now);
-                        }
-                    }
-                    if due.is_some_and(|t| t <= now) {
-                        due = None;
-                        match self.pass(reread).await {
-                            Ok((s, p)) => {
-                                reread = false;
-                                if p != Published::default() {
-                                    tracing::info!(
-                                        ready = %s.summary.ready, pass_total = %s.summary.pass_total, profile = %s.profile,
-                                        object = p.object_applied, status = p.status_applied,
-                                        labelled = p.label_patched, event = p.event_posted, "published node state"
-                                    );
-                                }
-                            }
-                            Err(e) => {
-                                let wait = jitter::shorten(
-                                    RETRY_FIRST.saturating_mul(1 << self.failures.min(6)).min(RETRY_MAX),
-                                    0.5,
-                                );
-                                tracing::error!(error = %chain(&e), retry_in_s = wait.as_secs(), "agent pass failed");
-                                due = Some(Instant::now() + wait);
-                            }
-                        }
-                    } else if heartbeat_at.is_some_and(|t| t <= now) {
-                        match self.publisher.heartbeat(&now_rfc3339()).await {
-                            Ok(true) => {}
-                            // Nothing applied by this process yet: a pass publishes (and
-                            // confirms), unless one is already due (backing off).
-                            Ok(false) => {
-                                heartbeat_not_before = Instant::now() + RETRY_FIRST;
-                                due.get_or_insert(now);
-                            }
-                            Err(e) => {
-                                tracing::warn!(error = %chain(&e), "heartbeat failed");
-                                heartbeat_not_before = Instant::now() + jitter::shorten(RETRY_MAX / 10, 0.5);
-                                // Recreate a deleted object, or retry, through a pass.
-                                due = Some(Instant::now() + RETRY_FIRST);
-                            }
-                        }
-                    }
+                _ = sleep => self.on_wake(&mut t, heartbeat_at, &mut kernel).await,
+            }
+        }
+    }
+
+    /// Acts on what is due in `t`: a debounced kernel event, the poll and a
+    /// successful API probe schedule a pass; then the pass runs, or else the
+    /// heartbeat.
+    async fn on_wake(
+        &mut self,
+        t: &mut Timers,
+        heartbeat_at: Option<Instant>,
+        kernel: &mut Option<mpsc::Receiver<RtnlEvent>>,
+    ) {
+        let now = Instant::now();
+        if t.kernel_at.is_some_and(|at| at <= now) {
+            t.kernel_at = None;
+            if let Some(rx) = kernel.as_mut() {
+                while rx.try_recv().is_ok() {}
+            }
+            t.reread = true;
+            // A pass backing off after API errors keeps its time.
+            if self.failures == 0 {
+                t.due = Some(now);
+            }
+        }
+        if t.next_poll <= now {
+            t.next_poll = now + jitter::spread(self.cfg.poll, 0.1);
+            t.reread = true;
+            t.due.get_or_insert(now);
+        }
+        if t.probe_at.is_some_and(|at| at <= now) {
+            t.probe_at = None;
+            self.probe().await;
+            if self.health.api.failing().is_some() {
+                t.probe_at = Some(Instant::now() + Duration::from_secs(10));
+            } else {
+                t.due.get_or_insert(now);
+            }
+        }
+        if t.due.is_some_and(|at| at <= now) {
+            t.due = None;
+            self.due_pass(t).await;
+        } else if heartbeat_at.is_some_and(|at| at <= now) {
+            self.due_heartbeat(t, now).await;
+        }
+    }
+
+    /// Runs the pass that is due; after a failure, schedules the next one, backing off.
+    async fn due_pass(&mut self, t: &mut Timers) {
+        match self.pass(t.reread).await {
+            Ok((s, p)) => {
+                t.reread = false;
+                if p != Published::default() {
+                    tracing::info!(
+                        ready = %s.summary.ready, pass_total = %s.summary.pass_total, profile = %s.profile,
+                        object = p.object_applied, status = p.status_applied,
+                        labelled = p.label_patched, event = p.event_posted, "published node state"
+                    );
                 }
+            }
+            Err(e) => {
+                let wait = jitter::shorten(
+                    RETRY_FIRST.saturating_mul(1 << self.failures.min(6)).min(RETRY_MAX),
+                    0.5,
+                );
+                tracing::error!(error = %chain(&e), retry_in_s = wait.as_secs(), "agent pass failed");
+                t.due = Some(Instant::now() + wait);
+            }
+        }
+    }
+
+    async fn due_heartbeat(&mut self, t: &mut Timers, now: Instant) {
+        match self.publisher.heartbeat(&now_rfc3339()).await {
+            Ok(true) => {}
+            // Nothing applied by this process yet: a pass publishes (and
+            // confirms), unless one is already due (backing off).
+            Ok(false) => {
+                t.heartbeat_not_before = Instant::now() + RETRY_FIRST;
+                t.due.get_or_insert(now);
+            }
+            Err(e) => {
+                tracing::warn!(error = %chain(&e), "heartbeat failed");
+                t.heartbeat_not_before = Instant::now() + jitter::shorten(RETRY_MAX / 10, 0.5);
+                // Recreate a deleted object, or retry, through a pass.
+                t.due = Some(Instant::now() + RETRY_FIRST);
             }
         }
     }

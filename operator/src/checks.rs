@@ -134,9 +134,25 @@ pub fn netns_check(node: &NodeRoce) -> Check {
 
 /// All checks of one interface.
 pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
-    let mut out = Vec::new();
     let c = Ctx { iface: &i.netdev };
+    let mut out = link_checks(&c, p, i);
+    out.extend(dcb_checks(&c, p, i));
+    out.extend(congestion_checks(&c, p, i));
+    if let Some(cm) = &p.rdma_cm {
+        out.extend(rdma_cm_checks(&c, cm, i));
+    }
+    if i.rdma_dev.is_some() {
+        out.extend(rdma_port_checks(&c, i));
+    }
+    out.push(protocol_check(&c, i));
+    out.push(fw_lldp_check(&c, i));
+    out.extend(chain_checks(p, i));
+    out
+}
 
+/// `link-up`, `link-speed`, `mtu`.
+fn link_checks(c: &Ctx, p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
+    let mut out = Vec::new();
     out.push(c.observed(
         "link-up",
         "up",
@@ -165,6 +181,12 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
             || remediation(&i.netdev, &Remedy::Mtu(min)),
         ));
     }
+    out
+}
+
+/// Classification and flow control: `trust`, `dscp-map`, `pfc`, `dcbx`, `ets`, `global-pause`.
+fn dcb_checks(c: &Ctx, p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
+    let mut out = Vec::new();
     if let Some(t) = p.trust {
         out.push(c.observed(
             "trust",
@@ -213,7 +235,7 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
         ));
     }
     if let Some(ets) = &p.ets {
-        out.push(ets_check(&c, i, ets));
+        out.push(ets_check(c, i, ets));
     }
     if let Some(gp) = p.global_pause {
         out.push(c.observed(
@@ -225,6 +247,12 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
             || remediation(&i.netdev, &Remedy::GlobalPause(gp)),
         ));
     }
+    out
+}
+
+/// Congestion control: `ecn`, `cnp`.
+fn congestion_checks(c: &Ctx, p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
+    let mut out = Vec::new();
     if let Some(ecn) = &p.ecn {
         let want = sorted(&ecn.priorities);
         out.push(c.observed(
@@ -263,77 +291,82 @@ pub fn check_interface(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
             },
         ));
     }
-    if let Some(cm) = &p.rdma_cm {
-        let dev = i.rdma_dev.clone().unwrap_or_else(|| "<rdma-dev>".into());
-        let not_roce = i.rdma_protocol.value().filter(|&&p| p != RdmaProtocol::RoceV2);
-        if let (Some(mode), Some(proto)) = (cm.roce_mode, not_roce) {
-            // rdma_cm gives a port without RoCE the IB GID type (cma_add_one):
-            // there is no RoCE mode to set until the protocol is fixed.
-            out.push(c.make(
-                "roce-mode",
-                mode.configfs(),
-                &format!("{proto}: no RoCE mode (see rdma-protocol)"),
-                CheckResult::NotApplicable,
-                String::new(),
-            ));
-        } else if let Some(mode) = cm.roce_mode {
-            out.push(c.observed(
-                "roce-mode",
-                mode.configfs(),
-                &i.roce_mode,
-                |m| m.clone(),
-                |m| m == mode.configfs(),
-                || {
-                    remediation(
-                        &i.netdev,
-                        &Remedy::RoceMode { rdma_dev: dev.clone(), port: 1, v2: mode == RoceMode::V2 },
-                    )
-                },
-            ));
-        }
-        if let Some(tos) = cm.tos {
-            out.push(c.observed(
-                "tos",
-                &tos.to_string(),
-                &i.tos,
-                u8::to_string,
-                |&t| t == tos,
-                || remediation(&i.netdev, &Remedy::Tos { rdma_dev: dev.clone(), port: 1, tos }),
-            ));
-        }
-    }
-    if i.rdma_dev.is_some() {
-        out.push(c.observed(
-            "rdma-port",
-            "ACTIVE",
-            &i.port_state,
-            |s| s.clone(),
-            |s| s == "ACTIVE",
-            || format!("ip link set dev {} up", i.netdev),
+    out
+}
+
+/// rdma_cm's defaults: `roce-mode`, `tos`.
+fn rdma_cm_checks(c: &Ctx, cm: &RdmaCmSpec, i: &InterfaceRoce) -> Vec<Check> {
+    let mut out = Vec::new();
+    let dev = i.rdma_dev.clone().unwrap_or_else(|| "<rdma-dev>".into());
+    let not_roce = i.rdma_protocol.value().filter(|&&p| p != RdmaProtocol::RoceV2);
+    if let (Some(mode), Some(proto)) = (cm.roce_mode, not_roce) {
+        // rdma_cm gives a port without RoCE the IB GID type (cma_add_one):
+        // there is no RoCE mode to set until the protocol is fixed.
+        out.push(c.make(
+            "roce-mode",
+            mode.configfs(),
+            &format!("{proto}: no RoCE mode (see rdma-protocol)"),
+            CheckResult::NotApplicable,
+            String::new(),
         ));
-        let not_roce = i.rdma_protocol.value().filter(|&&p| p != RdmaProtocol::RoceV2);
-        out.push(match not_roce {
-            // An RNIC has one GID, its MAC, and no RoCE v2 entry (irdma_query_gid).
-            Some(proto) => c.make(
-                "gid-index",
-                "a RoCE v2 GID",
-                &format!("{proto}: no RoCE GIDs (see rdma-protocol)"),
-                CheckResult::NotApplicable,
-                String::new(),
-            ),
-            None => c.observed(
-                "gid-index",
-                "a RoCE v2 GID",
-                &i.gid_index,
-                |g| format!("index {g}"),
-                |_| true,
-                || format!("ip addr add <address>/<prefix> dev {}", i.netdev),
-            ),
-        });
+    } else if let Some(mode) = cm.roce_mode {
+        out.push(c.observed(
+            "roce-mode",
+            mode.configfs(),
+            &i.roce_mode,
+            |m| m.clone(),
+            |m| m == mode.configfs(),
+            || {
+                remediation(
+                    &i.netdev,
+                    &Remedy::RoceMode { rdma_dev: dev.clone(), port: 1, v2: mode == RoceMode::V2 },
+                )
+            },
+        ));
     }
-    out.push(protocol_check(&c, i));
-    out.push(fw_lldp_check(&c, i));
-    out.extend(chain_checks(p, i));
+    if let Some(tos) = cm.tos {
+        out.push(c.observed(
+            "tos",
+            &tos.to_string(),
+            &i.tos,
+            u8::to_string,
+            |&t| t == tos,
+            || remediation(&i.netdev, &Remedy::Tos { rdma_dev: dev.clone(), port: 1, tos }),
+        ));
+    }
+    out
+}
+
+/// Of an interface with an RDMA device: `rdma-port`, `gid-index`.
+fn rdma_port_checks(c: &Ctx, i: &InterfaceRoce) -> Vec<Check> {
+    let mut out = Vec::new();
+    out.push(c.observed(
+        "rdma-port",
+        "ACTIVE",
+        &i.port_state,
+        |s| s.clone(),
+        |s| s == "ACTIVE",
+        || format!("ip link set dev {} up", i.netdev),
+    ));
+    let not_roce = i.rdma_protocol.value().filter(|&&p| p != RdmaProtocol::RoceV2);
+    out.push(match not_roce {
+        // An RNIC has one GID, its MAC, and no RoCE v2 entry (irdma_query_gid).
+        Some(proto) => c.make(
+            "gid-index",
+            "a RoCE v2 GID",
+            &format!("{proto}: no RoCE GIDs (see rdma-protocol)"),
+            CheckResult::NotApplicable,
+            String::new(),
+        ),
+        None => c.observed(
+            "gid-index",
+            "a RoCE v2 GID",
+            &i.gid_index,
+            |g| format!("index {g}"),
+            |_| true,
+            || format!("ip addr add <address>/<prefix> dev {}", i.netdev),
+        ),
+    });
     out
 }
 
@@ -384,8 +417,16 @@ fn fw_lldp_check(c: &Ctx, i: &InterfaceRoce) -> Check {
 /// Whether the settings that exist work together.
 pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
     let c = Ctx { iface: &i.netdev };
-    let mut out = Vec::new();
+    let mut out = chain_tos_checks(&c, p, i);
+    out.push(chain_cnp_check(&c, p, i));
+    out.push(chain_pause_check(&c, i));
+    out.push(chain_mtu_check(&c, p, i));
+    out
+}
 
+/// `chain-tos-pfc`, `chain-tos-ecn`.
+fn chain_tos_checks(c: &Ctx, p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
+    let mut out = Vec::new();
     // ToS → DSCP → priority: prefer the node's rdma_cm ToS; fall back to the profile's.
     let tos = i.tos.value().copied().or(p.rdma_cm.as_ref().and_then(|cm| cm.tos));
     match tos {
@@ -430,13 +471,17 @@ pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
                 Ok((prio, via)) => {
                     let path = format!("tos {tos} → dscp {dscp} → prio {prio}{via}");
                     let chain = Chain { p, i, dscp, prio };
-                    out.push(chain_pfc(&c, &chain, &path));
-                    out.push(chain_ecn(&c, &chain, &path));
+                    out.push(chain_pfc(c, &chain, &path));
+                    out.push(chain_ecn(c, &chain, &path));
                 }
             }
         }
     }
+    out
+}
 
+/// `chain-cnp-not-lossless`.
+fn chain_cnp_check(c: &Ctx, p: &RoceProfileSpec, i: &InterfaceRoce) -> Check {
     // CNPs must not use the lossless priority: a paused CNP cannot slow the sender.
     let cnp_prio = match &i.cnp {
         Observed::Value(v) => Some(v.priority),
@@ -456,67 +501,55 @@ pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
                     .or_else(|| (0..8).rev().find(|x| !lossless.contains(x)));
                 free.map(|f| remediation(&i.netdev, &Remedy::CnpPriority(f))).unwrap_or_default()
             };
-            out.push(c.make(
+            c.make(
                 "chain-cnp-not-lossless",
                 &format!("cnp prio not in pfc {}", prio_str(&lossless)),
                 &format!("cnp prio {cp}"),
                 if ok { CheckResult::Pass } else { CheckResult::Fail },
                 fix,
-            ));
+            )
         }
         (_, Observed::Value(_)) => {
             let r = if i.cnp.is_unsupported() { CheckResult::Unsupported } else { CheckResult::Unknown };
-            out.push(c.make(
-                "chain-cnp-not-lossless",
-                "cnp prio not lossless",
-                &reason_label(&i.cnp),
-                r,
-                String::new(),
-            ));
+            c.make("chain-cnp-not-lossless", "cnp prio not lossless", &reason_label(&i.cnp), r, String::new())
         }
         _ => {
             let r = if i.pfc.is_unsupported() { CheckResult::Unsupported } else { CheckResult::Unknown };
-            out.push(c.make(
-                "chain-cnp-not-lossless",
-                "cnp prio not lossless",
-                &reason_label(&i.pfc),
-                r,
-                String::new(),
-            ));
+            c.make("chain-cnp-not-lossless", "cnp prio not lossless", &reason_label(&i.pfc), r, String::new())
         }
     }
+}
 
+/// `chain-global-pause-pfc`.
+fn chain_pause_check(c: &Ctx, i: &InterfaceRoce) -> Check {
     // 802.3x pause pauses every priority and defeats PFC; the two must not be on together.
     match (&i.pfc, &i.global_pause) {
         (Observed::Value(pfc), Observed::Value(gp)) => {
             let pfc_on = !pfc.enabled_priorities().is_empty();
             let bad = pfc_on && *gp;
-            out.push(c.make(
+            c.make(
                 "chain-global-pause-pfc",
                 "global pause off when pfc on",
                 &format!("pfc {}, global pause {}", prio_str(&pfc.enabled_priorities()), onoff(*gp)),
                 if bad { CheckResult::Fail } else { CheckResult::Pass },
                 if bad { remediation(&i.netdev, &Remedy::GlobalPause(false)) } else { String::new() },
-            ));
+            )
         }
         (a, b) => {
             let unsupported = a.is_unsupported() || b.is_unsupported();
             let r = if unsupported { CheckResult::Unsupported } else { CheckResult::Unknown };
             let why = if a.is_value() { reason_label(b) } else { reason_label(a) };
-            out.push(c.make(
-                "chain-global-pause-pfc",
-                "global pause off when pfc on",
-                &why,
-                r,
-                String::new(),
-            ));
+            c.make("chain-global-pause-pfc", "global pause off when pfc on", &why, r, String::new())
         }
     }
+}
 
+/// `chain-active-mtu`.
+fn chain_mtu_check(c: &Ctx, p: &RoceProfileSpec, i: &InterfaceRoce) -> Check {
     // RoCE active MTU 4096 needs netdev MTU ≥ 4096 + 96 (iboe_get_mtu(), include/rdma/ib_addr.h).
     let need = min_netdev_mtu_for(WANTED_ACTIVE_MTU);
     let fix_mtu = p.min_mtu.unwrap_or(need).max(need);
-    out.push(c.observed(
+    c.observed(
         "chain-active-mtu",
         &format!("active mtu {WANTED_ACTIVE_MTU} (netdev mtu >= {need})"),
         &i.mtu,
@@ -526,8 +559,7 @@ pub fn chain_checks(p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Check> {
         },
         |&m| roce_active_mtu(m) == Some(WANTED_ACTIVE_MTU),
         || remediation(&i.netdev, &Remedy::Mtu(fix_mtu)),
-    ));
-    out
+    )
 }
 
 /// Priority a DSCP lands on under the observed trust and APP table, with a note on how.

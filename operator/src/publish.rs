@@ -303,97 +303,139 @@ impl Publisher {
         let mut done = Published::default();
         let api: Api<RdmaNodeState> = Api::all(self.client.clone());
         let pp = PatchParams::apply(AGENT_MANAGER).force();
-        let b = self.backoff;
         let node_uid = self.node_obj.view.as_ref().and_then(|n| n.uid.clone());
 
         if self.needs_object() {
-            let mut obj = RdmaNodeState::new(&self.node, RdmaNodeStateSpec { node_name: self.node.clone() });
-            if let Some(uid) = &node_uid {
-                obj.meta_mut().owner_references = Some(vec![OwnerReference {
-                    api_version: "v1".into(),
-                    kind: "Node".into(),
-                    name: self.node.clone(),
-                    uid: uid.clone(),
-                    ..Default::default()
-                }]);
-            }
-            let op = format!("apply rdmanodestates/{}", self.node);
-            let body = serde_json::to_value(&obj)
-                .map_err(|e| ApiError { op: op.clone(), source: kube::Error::SerdeError(e) })?;
-            let patch = Patch::Apply(body);
-            let r = with_backoff(b, &self.api, &op, || api.patch(&self.node, &pp, &patch)).await?;
-            let current = self.state.view.as_ref().and_then(|v| v.rv.clone());
-            self.state.wrote(r.resource_version(), current);
-            self.state.view = Some(StateView::of(&r));
-            self.object_applied = true;
+            self.apply_object(&api, &pp, node_uid.as_ref()).await?;
             done.object_applied = true;
         }
-
         let changed = self.written.as_ref().map(|w| &w.fingerprint) != Some(&status.fingerprint);
         if changed || done.object_applied || !self.state_shows(&status) {
-            // Keep the observation time and transition times of what is already there.
-            let prev = self
-                .state
-                .view
-                .as_ref()
-                .and_then(|v| v.status.clone())
-                .filter(|s| s.fingerprint == status.fingerprint)
-                .or_else(|| self.written.clone().filter(|s| s.fingerprint == status.fingerprint));
-            status.observed_at =
-                prev.as_ref().and_then(|p| p.observed_at.clone()).or_else(|| Some(now.to_string()));
-            let old_conditions = self
-                .written
-                .as_ref()
-                .map(|w| w.conditions.clone())
-                .or_else(|| {
-                    self.state.view.as_ref().and_then(|v| v.status.as_ref()).map(|s| s.conditions.clone())
-                })
-                .unwrap_or_default();
-            carry_transition_times(&mut status.conditions, &old_conditions, now);
-            status.last_heartbeat_time = Some(now.to_string());
-            let body = status_apply_body(&self.node, &status);
-            let op = format!("apply rdmanodestates/{} status", self.node);
-            let patch = Patch::Apply(body);
-            let r = with_backoff(b, &self.api, &op, || api.patch_status(&self.node, &pp, &patch)).await;
-            let r = match r {
-                Ok(r) => r,
-                Err(e) => {
-                    // Deleted under us (by hand, or with its Node): recreate it next time.
-                    if e.code() == Some(404) {
-                        self.object_applied = false;
-                        self.state.view = None;
-                    }
-                    return Err(e);
-                }
-            };
-            let current = self.state.view.as_ref().and_then(|v| v.rv.clone());
-            self.state.wrote(r.resource_version(), current);
-            self.state.view = Some(StateView::of(&r));
-            self.written = Some(status.clone());
-            self.last_write = Some(Instant::now());
+            self.apply_status(&api, &pp, &mut status, now).await?;
             done.status_applied = true;
         }
+        done.label_patched = self.label_ready(&status).await?;
+        done.event_posted = self.post_drift_event(&status, node_uid.as_deref(), now).await;
+        Ok(done)
+    }
 
+    /// Applies the object itself, owned by the Node when its UID is known.
+    async fn apply_object(
+        &mut self,
+        api: &Api<RdmaNodeState>,
+        pp: &PatchParams,
+        node_uid: Option<&String>,
+    ) -> Result<(), ApiError> {
+        let b = self.backoff;
+        let mut obj = RdmaNodeState::new(&self.node, RdmaNodeStateSpec { node_name: self.node.clone() });
+        if let Some(uid) = node_uid {
+            obj.meta_mut().owner_references = Some(vec![OwnerReference {
+                api_version: "v1".into(),
+                kind: "Node".into(),
+                name: self.node.clone(),
+                uid: uid.clone(),
+                ..Default::default()
+            }]);
+        }
+        let op = format!("apply rdmanodestates/{}", self.node);
+        let body = serde_json::to_value(&obj)
+            .map_err(|e| ApiError { op: op.clone(), source: kube::Error::SerdeError(e) })?;
+        let patch = Patch::Apply(body);
+        let r = with_backoff(b, &self.api, &op, || api.patch(&self.node, pp, &patch)).await?;
+        let current = self.state.view.as_ref().and_then(|v| v.rv.clone());
+        self.state.wrote(r.resource_version(), current);
+        self.state.view = Some(StateView::of(&r));
+        self.object_applied = true;
+        Ok(())
+    }
+
+    /// Applies `status`, keeping the observation time and the conditions'
+    /// transition times of what is already there.
+    async fn apply_status(
+        &mut self,
+        api: &Api<RdmaNodeState>,
+        pp: &PatchParams,
+        status: &mut RdmaNodeStateStatus,
+        now: &str,
+    ) -> Result<(), ApiError> {
+        let b = self.backoff;
+        let prev = self
+            .state
+            .view
+            .as_ref()
+            .and_then(|v| v.status.clone())
+            .filter(|s| s.fingerprint == status.fingerprint)
+            .or_else(|| self.written.clone().filter(|s| s.fingerprint == status.fingerprint));
+        status.observed_at =
+            prev.as_ref().and_then(|p| p.observed_at.clone()).or_else(|| Some(now.to_string()));
+        let old_conditions = self
+            .written
+            .as_ref()
+            .map(|w| w.conditions.clone())
+            .or_else(|| {
+                self.state.view.as_ref().and_then(|v| v.status.as_ref()).map(|s| s.conditions.clone())
+            })
+            .unwrap_or_default();
+        carry_transition_times(&mut status.conditions, &old_conditions, now);
+        status.last_heartbeat_time = Some(now.to_string());
+        let body = status_apply_body(&self.node, status);
+        let op = format!("apply rdmanodestates/{} status", self.node);
+        let patch = Patch::Apply(body);
+        let r = with_backoff(b, &self.api, &op, || api.patch_status(&self.node, pp, &patch)).await;
+        let r = match r {
+            Ok(r) => r,
+            Err(e) => {
+                // Deleted under us (by hand, or with its Node): recreate it next time.
+                if e.code() == Some(404) {
+                    self.object_applied = false;
+                    self.state.view = None;
+                }
+                return Err(e);
+            }
+        };
+        let current = self.state.view.as_ref().and_then(|v| v.rv.clone());
+        self.state.wrote(r.resource_version(), current);
+        self.state.view = Some(StateView::of(&r));
+        self.written = Some(status.clone());
+        self.last_write = Some(Instant::now());
+        Ok(())
+    }
+
+    /// Sets the Node's ready label to what `status` says; `Ok(false)` when it
+    /// says so already.
+    async fn label_ready(&mut self, status: &RdmaNodeStateStatus) -> Result<bool, ApiError> {
+        let b = self.backoff;
         let want = status.summary.ready.to_lowercase();
         let have = match &self.node_obj.view {
             Some(n) => n.labels.get(READY_LABEL).cloned(),
             None if self.node_obj.synced => Some(want.clone()), // no Node: nothing to label
             None => self.label_written.clone(),
         };
-        if have.as_deref() != Some(want.as_str()) {
-            let nodes: Api<Node> = Api::all(self.client.clone());
-            let body = json!({"metadata": {"labels": {READY_LABEL: want}}});
-            let op = format!("label nodes/{}", self.node);
-            let (patch, mp) = (Patch::Merge(body), label_patch_params(AGENT_MANAGER));
-            let r = with_backoff(b, &self.api, &op, || nodes.patch(&self.node, &mp, &patch)).await?;
-            let current = self.node_obj.view.as_ref().and_then(|v| v.rv.clone());
-            self.node_obj.wrote(r.resource_version(), current);
-            self.node_obj.view =
-                Some(NodeView { rv: r.resource_version(), uid: r.uid(), labels: r.labels().clone() });
-            self.label_written = Some(want);
-            done.label_patched = true;
+        if have.as_deref() == Some(want.as_str()) {
+            return Ok(false);
         }
+        let nodes: Api<Node> = Api::all(self.client.clone());
+        let body = json!({"metadata": {"labels": {READY_LABEL: want}}});
+        let op = format!("label nodes/{}", self.node);
+        let (patch, mp) = (Patch::Merge(body), label_patch_params(AGENT_MANAGER));
+        let r = with_backoff(b, &self.api, &op, || nodes.patch(&self.node, &mp, &patch)).await?;
+        let current = self.node_obj.view.as_ref().and_then(|v| v.rv.clone());
+        self.node_obj.wrote(r.resource_version(), current);
+        self.node_obj.view =
+            Some(NodeView { rv: r.resource_version(), uid: r.uid(), labels: r.labels().clone() });
+        self.label_written = Some(want);
+        Ok(true)
+    }
 
+    /// Posts an Event naming the checks that newly fail; `true` when posted.
+    /// A lost Event does not fail the pass: the next pass posts it again.
+    async fn post_drift_event(
+        &mut self,
+        status: &RdmaNodeStateStatus,
+        node_uid: Option<&str>,
+        now: &str,
+    ) -> bool {
+        let b = self.backoff;
         let failing: BTreeSet<(String, String)> = status
             .checks
             .iter()
@@ -410,27 +452,30 @@ impl Publisher {
             .collect();
         if new.is_empty() {
             self.last_failing = failing;
-        } else {
-            let ev = drift_event(&self.node, node_uid.as_deref(), &new, now);
-            let events: Api<Event> = Api::namespaced(self.client.clone(), crate::events::NAMESPACE);
-            let op = format!("post drift event for {}", self.node);
-            let pp = PostParams::default();
-            match with_backoff(b, &self.api, &op, || events.create(&pp, &ev)).await {
-                Ok(_) => {
-                    done.event_posted = true;
-                    self.last_failing = failing;
-                }
-                // Refused for good (invalid, forbidden): posting it again would not help.
-                Err(e) if e.code().is_some_and(|c| (400..500).contains(&c) && c != 409 && c != 429) => {
-                    tracing::warn!(error = %chain(&e), "drift Event refused; the RdmaNodeState has the checks");
-                    self.last_failing = failing;
-                }
-                // The status and label are written: a lost Event must not fail the pass.
-                // It is posted again by the next pass.
-                Err(e) => tracing::warn!(error = %chain(&e), "drift Event not posted; retried next pass"),
+            return false;
+        }
+        let ev = drift_event(&self.node, node_uid, &new, now);
+        let events: Api<Event> = Api::namespaced(self.client.clone(), crate::events::NAMESPACE);
+        let op = format!("post drift event for {}", self.node);
+        let pp = PostParams::default();
+        match with_backoff(b, &self.api, &op, || events.create(&pp, &ev)).await {
+            Ok(_) => {
+                self.last_failing = failing;
+                true
+            }
+            // Refused for good (invalid, forbidden): posting it again would not help.
+            Err(e) if e.code().is_some_and(|c| (400..500).contains(&c) && c != 409 && c != 429) => {
+                tracing::warn!(error = %chain(&e), "drift Event refused; the RdmaNodeState has the checks");
+                self.last_failing = failing;
+                false
+            }
+            // The status and label are written: a lost Event must not fail the pass.
+            // It is posted again by the next pass.
+            Err(e) => {
+                tracing::warn!(error = %chain(&e), "drift Event not posted; retried next pass");
+                false
             }
         }
-        Ok(done)
     }
 
     /// Refreshes `status.lastHeartbeatTime`: applies the last applied status again

@@ -10,7 +10,7 @@ use nic::netlink::link::{Route, RouteSocket};
 use nic::netlink::vf as vfnl;
 use nic::netns::Netns;
 use nic::vfdev::VfDev;
-use nic::Roots;
+use nic::{PciAddr, Roots};
 use serde_json::Value;
 
 use crate::conf::{fmt_mac, Attach, Env, NetConf, RdmaMode};
@@ -39,11 +39,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     let attach = conf.attach.as_ref().ok_or_else(|| Error::config("(stdin)", "not parsed for ADD"))?;
     // --- validation: nothing is touched until all of this passes ---
     let (vf, claimed) = device::resolve(conf, env, roots)?;
-    let pod = Netns::open(&env.netns).map_err(Error::Netns)?;
-    let here = Netns::current().map_err(Error::Netns)?;
-    if pod.id().map_err(Error::Netns)? == here.id().map_err(Error::Netns)? {
-        return Err(Error::Env { var: "CNI_NETNS", why: "is the plugin's own network namespace".into() });
-    }
+    let pod = open_pod(env)?;
     // The pod's route socket (and whether CNI_IFNAME is free there) is
     // opened on a thread inside the pod while this one prepares the rest.
     let ifname = env.ifname.clone();
@@ -55,74 +51,12 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         })
         .map_err(Error::Netns)?;
     journal::ensure_dirs(&conf.state_dir)?;
-    let lease = match &conf.ipam {
-        Some(i) => {
-            let (_, c) = ipam::prepare(&conf.raw, &conf.cni_version, &i.kind, env, &conf.state_dir)?;
-            Some(IpamLease::new(i.kind.clone(), c))
-        }
-        None => None,
-    };
-    let vf_lock = Lock::take(
-        &conf.state_dir,
-        &format!("vf-{}", vf.pci),
-        &format!("VF {}", vf.pci),
-        lock_wait(VF_LOCK_WAIT),
-    )?;
-    if journal::find(&conf.state_dir, &env.container_id, &env.ifname)?.is_some() {
-        return Err(Error::Env {
-            var: "CNI_CONTAINERID",
-            why: format!("attachment {}/{} already exists; DEL it first", env.container_id, env.ifname),
-        });
-    }
+    let lease = prepare_lease(conf, env)?;
+    let vf_lock = lock_new_attachment(conf, env, &vf)?;
     let mut host = RouteSocket::open_here()?;
     let target = target(&vf, &mut host)?;
-
-    let rdma_plan = match &target {
-        Target::Netdev(_) => rdma::plan(attach.rdma, &vf, roots)?,
-        Target::Userspace if attach.rdma == RdmaMode::Required => {
-            return Err(Error::Rdma(format!(
-                "VF {} is bound to {} (userspace), which has no RDMA device, but rdma is \"required\"",
-                vf.pci,
-                vf.driver.as_deref().unwrap_or("?")
-            )))
-        }
-        Target::Userspace => {
-            userspace_free(&conf.state_dir, &vf, env)?;
-            vec![]
-        }
-    };
-    // PF-side attributes: read what they replace under the PF lock, held
-    // until they are set.
-    let mut pf_lock = None;
-    let mut admin_mac = None;
-    let pf_step = if attach.vf.is_empty() {
-        None
-    } else {
-        let pfn = vf.pf_netdev()?;
-        pf_lock = Some(Lock::take(
-            &conf.state_dir,
-            &format!("pf-{}", vf.pf),
-            &format!("PF {}", vf.pf),
-            lock_wait(PF_LOCK_WAIT),
-        )?);
-        let pf = host.link_by_name(&pfn)?.ok_or_else(|| Error::Device {
-            pci: vf.pf.to_string(),
-            why: format!("PF netdev {pfn} not found in the plugin's network namespace; PF-side settings (mac, vlan, spoofchk, trust, rates, link_state) need it"),
-        })?;
-        let cur = vfnl::read(&mut host, pf.index, vf.index)
-            .map_err(|e| Error::link(format!("read VF {} of {pfn}", vf.index), e))?
-            .ok_or_else(|| Error::Device {
-                pci: vf.pci.to_string(),
-                why: format!("{pfn} does not report VF {}; PF-side settings (mac, vlan, spoofchk, trust, rates, link_state) need it", vf.index),
-            })?;
-        admin_mac = Some(cur.mac);
-        Some(PfAttrs {
-            pf_netdev: pfn,
-            vf: vf.index,
-            restore: VfAttrs::from(&attach.vf.undo_from(&cur)),
-            set: attach.vf.clone(),
-        })
-    };
+    let rdma_plan = rdma_plan(conf, env, attach, &vf, &target, roots)?;
+    let PfSide { lock: mut pf_lock, admin_mac, step: pf_step } = pf_side(conf, attach, &vf, &mut host)?;
     let (mut podc, taken) = pod_side.join().map_err(Error::Netns)??;
     // A userspace VF puts no interface in the pod: its name cannot clash
     // (sriov-cni does not check it either).
@@ -152,24 +86,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     let applied = run.apply(&j.steps, env, &mut host, &pod, &mut podc, &mut pf_lock);
     match applied.and_then(|r| saved.durable().map(|()| r)) {
         Ok(ipam_result) => {
-            let iface = match &target {
-                Target::Netdev(l) => Iface {
-                    name: env.ifname.clone(),
-                    mac: attach.mac.map(|m| fmt_mac(&m)).or_else(|| l.mac.as_deref().map(fmt_mac)),
-                    mtu: attach.mtu.or(l.mtu),
-                    sandbox: env.netns.clone(),
-                    pci: vf.pci.to_string(),
-                },
-                // sriov-cni reports the configured MAC, else a non-zero
-                // administrative one.
-                Target::Userspace => Iface {
-                    name: env.ifname.clone(),
-                    mac: attach.mac.or(admin_mac.filter(|m| *m != [0; 6])).map(|m| fmt_mac(&m)),
-                    mtu: None,
-                    sandbox: env.netns.clone(),
-                    pci: vf.pci.to_string(),
-                },
-            };
+            let iface = reported_iface(env, attach, &vf, &target, admin_mac);
             tracing::info!(pci = %vf.pci, ms = t0.elapsed().as_secs_f64() * 1e3, "attached");
             let r = result::build(&conf.cni_version, &iface, ipam_result.as_ref(), conf.prev_result.as_ref());
             Ok(r)
@@ -177,18 +94,137 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         Err(e) => {
             tracing::warn!(error = %e.chain(), "ADD failed; rolling back");
             drop(pf_lock);
-            if let Some(p) = run.pending.take() {
-                // Let an in-flight IPAM ADD finish so that its DEL releases it.
-                let _ = p.wait();
-            }
-            let mut cx = UndoCx::new(roots, env, &env.netns, Some(vf.pci), run.held);
-            if txn::undo(&j.steps[..run.started], &mut cx).complete() {
-                let _ = journal::remove(&jpath);
-            } else {
-                tracing::error!("rollback incomplete; the journal stays for the DEL the runtime sends");
-            }
+            run.roll_back(&j.steps, &jpath, roots, env, vf.pci);
             Err(e)
         }
+    }
+}
+
+/// `CNI_NETNS`, refused when it is the plugin's own.
+fn open_pod(env: &Env) -> Result<Netns> {
+    let pod = Netns::open(&env.netns).map_err(Error::Netns)?;
+    let here = Netns::current().map_err(Error::Netns)?;
+    if pod.id().map_err(Error::Netns)? == here.id().map_err(Error::Netns)? {
+        return Err(Error::Env { var: "CNI_NETNS", why: "is the plugin's own network namespace".into() });
+    }
+    Ok(pod)
+}
+
+fn prepare_lease(conf: &NetConf, env: &Env) -> Result<Option<IpamLease>> {
+    let Some(i) = &conf.ipam else { return Ok(None) };
+    let (_, c) = ipam::prepare(&conf.raw, &conf.cni_version, &i.kind, env, &conf.state_dir)?;
+    Ok(Some(IpamLease::new(i.kind.clone(), c)))
+}
+
+/// The VF's lock, refused when this attachment already has a journal.
+fn lock_new_attachment(conf: &NetConf, env: &Env, vf: &VfDev) -> Result<Lock> {
+    let vf_lock = Lock::take(
+        &conf.state_dir,
+        &format!("vf-{}", vf.pci),
+        &format!("VF {}", vf.pci),
+        lock_wait(VF_LOCK_WAIT),
+    )?;
+    if journal::find(&conf.state_dir, &env.container_id, &env.ifname)?.is_some() {
+        return Err(Error::Env {
+            var: "CNI_CONTAINERID",
+            why: format!("attachment {}/{} already exists; DEL it first", env.container_id, env.ifname),
+        });
+    }
+    Ok(vf_lock)
+}
+
+/// The RDMA devices to move with a netdev VF; none for a userspace VF, which
+/// must be free and cannot meet `rdma: "required"`.
+fn rdma_plan(
+    conf: &NetConf,
+    env: &Env,
+    attach: &Attach,
+    vf: &VfDev,
+    target: &Target,
+    roots: &Roots,
+) -> Result<Vec<String>> {
+    match target {
+        Target::Netdev(_) => rdma::plan(attach.rdma, vf, roots),
+        Target::Userspace if attach.rdma == RdmaMode::Required => Err(Error::Rdma(format!(
+            "VF {} is bound to {} (userspace), which has no RDMA device, but rdma is \"required\"",
+            vf.pci,
+            vf.driver.as_deref().unwrap_or("?")
+        ))),
+        Target::Userspace => {
+            userspace_free(&conf.state_dir, vf, env)?;
+            Ok(vec![])
+        }
+    }
+}
+
+/// The PF-side attributes to set and what they replace.
+struct PfSide {
+    /// The PF lock, held until they are set.
+    lock: Option<Lock>,
+    /// The VF's administrative MAC before ADD.
+    admin_mac: Option<[u8; 6]>,
+    step: Option<PfAttrs>,
+}
+
+/// Reads what the PF-side attributes replace, under the PF lock.
+fn pf_side(conf: &NetConf, attach: &Attach, vf: &VfDev, host: &mut RouteSocket) -> Result<PfSide> {
+    if attach.vf.is_empty() {
+        return Ok(PfSide { lock: None, admin_mac: None, step: None });
+    }
+    let pfn = vf.pf_netdev()?;
+    let lock = Lock::take(
+        &conf.state_dir,
+        &format!("pf-{}", vf.pf),
+        &format!("PF {}", vf.pf),
+        lock_wait(PF_LOCK_WAIT),
+    )?;
+    let pf = host.link_by_name(&pfn)?.ok_or_else(|| Error::Device {
+        pci: vf.pf.to_string(),
+        why: format!("PF netdev {pfn} not found in the plugin's network namespace; PF-side settings (mac, vlan, spoofchk, trust, rates, link_state) need it"),
+    })?;
+    let cur = vfnl::read(host, pf.index, vf.index)
+        .map_err(|e| Error::link(format!("read VF {} of {pfn}", vf.index), e))?
+        .ok_or_else(|| Error::Device {
+            pci: vf.pci.to_string(),
+            why: format!("{pfn} does not report VF {}; PF-side settings (mac, vlan, spoofchk, trust, rates, link_state) need it", vf.index),
+        })?;
+    Ok(PfSide {
+        lock: Some(lock),
+        admin_mac: Some(cur.mac),
+        step: Some(PfAttrs {
+            pf_netdev: pfn,
+            vf: vf.index,
+            restore: VfAttrs::from(&attach.vf.undo_from(&cur)),
+            set: attach.vf.clone(),
+        }),
+    })
+}
+
+/// The interface ADD's result reports.
+fn reported_iface(
+    env: &Env,
+    attach: &Attach,
+    vf: &VfDev,
+    target: &Target,
+    admin_mac: Option<[u8; 6]>,
+) -> Iface {
+    match target {
+        Target::Netdev(l) => Iface {
+            name: env.ifname.clone(),
+            mac: attach.mac.map(|m| fmt_mac(&m)).or_else(|| l.mac.as_deref().map(fmt_mac)),
+            mtu: attach.mtu.or(l.mtu),
+            sandbox: env.netns.clone(),
+            pci: vf.pci.to_string(),
+        },
+        // sriov-cni reports the configured MAC, else a non-zero
+        // administrative one.
+        Target::Userspace => Iface {
+            name: env.ifname.clone(),
+            mac: attach.mac.or(admin_mac.filter(|m| *m != [0; 6])).map(|m| fmt_mac(&m)),
+            mtu: None,
+            sandbox: env.netns.clone(),
+            pci: vf.pci.to_string(),
+        },
     }
 }
 
@@ -335,6 +371,20 @@ impl Run {
             result = self.collect(env, podc, netdev)?;
         }
         Ok(result)
+    }
+
+    /// Undoes the steps started; the journal goes once they are all undone.
+    fn roll_back(mut self, steps: &[Step], jpath: &std::path::Path, roots: &Roots, env: &Env, pci: PciAddr) {
+        if let Some(p) = self.pending.take() {
+            // Let an in-flight IPAM ADD finish so that its DEL releases it.
+            let _ = p.wait();
+        }
+        let mut cx = UndoCx::new(roots, env, &env.netns, Some(pci), self.held);
+        if txn::undo(&steps[..self.started], &mut cx).complete() {
+            let _ = journal::remove(jpath);
+        } else {
+            tracing::error!("rollback incomplete; the journal stays for the DEL the runtime sends");
+        }
     }
 
     /// Waits for the IPAM ADD and, for a netdev, sets its addresses and

@@ -327,106 +327,15 @@ struct Driver {
 /// by another ([`status::run`]), the watches feed channels, and a prepare's
 /// reads are bounded.
 pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<(), DriverError> {
-    let started = Instant::now();
-    let (file, cfg) = checked(ConfigFile::load(opts.config.as_deref()))?;
-    let metrics = Arc::new(DraMetrics::default());
-    if let Some(addr) = opts.metrics_addr {
-        let (local, fut) = crate::metrics::serve_routes(addr, metrics.routes())
-            .await
-            .map_err(|source| DriverError::Metrics { addr, source })?;
-        tracing::info!(%local, "metrics listening");
-        tokio::spawn(fut);
-    }
-    let client = client().await?;
-    let (checkpoint, bad) = Checkpoint::load(&opts.prepared_dir)?;
-    for e in bad {
-        tracing::error!(error = %e, "a prepared-claim file cannot be read; it is left as it is");
-    }
-
-    let mut memory = Memory::default();
-    let prepared = checkpoint.devices();
-    let inv = discover(&opts.roots, &mut memory).await;
-    let plan = replan(None, &inv, &cfg, &prepared);
-    let first = devices::from_plan(&plan, &inv, History { last: &View::default(), prepared: &prepared });
-    let (view_tx, view_rx) = watch::channel::<SharedView>(Arc::new(first));
-    tracing::info!(devices = view_rx.borrow().devices.len(), elapsed = ?started.elapsed(), "node discovered");
-    metrics.set_view(&view_rx.borrow());
-
-    // Kubelet-facing sockets: the DRA service first, so it is there when the
-    // kubelet, told by the registration socket, dials it.
-    let (changed_tx, changed_rx) = mpsc::unbounded_channel();
-    let claims = Claims::new(ClaimsParts {
-        driver: DRIVER.into(),
-        pool: opts.node_name.clone(),
-        cdi_dir: opts.cdi_dir.clone(),
-        client: client.clone(),
-        view: view_rx.clone(),
-        checkpoint,
-        changed: changed_tx,
-        metrics: metrics.clone(),
-    });
-    let restored = claims.restore_cdi_specs().await;
-    if restored > 0 {
-        tracing::info!(specs = restored, "CDI specs of prepared claims written again");
-    }
-    let health = HealthService::new(&opts.node_name, view_rx.clone());
-    let dra_path = dra_socket(&opts.plugins_dir);
-    let reg_path = registration_socket(&opts.registry_dir);
-    let (reg_svc, mut registered) = RegistrationService::new(DRIVER, &dra_path.to_string_lossy());
-    let dra_server = serve_dra(&dra_path, claims.clone(), health.clone())?;
-    let reg_server = serve_registration(&reg_path, reg_svc.clone())?;
-    tracing::info!(registration = %reg_path.display(), endpoint = %dra_path.display(), "serving the kubelet");
-    let watch = |dir: &Path| {
-        std::fs::create_dir_all(dir).map_err(|source| DriverError::Watch { path: dir.into(), source })?;
-        kubelet::watch_dir(dir).map_err(|source| DriverError::Watch { path: dir.into(), source })
-    };
-    let mut reg_events = watch(&opts.registry_dir)?;
-    let mut dra_events = watch(dra_path.parent().unwrap_or(Path::new("/")))?;
-    let mut node = NodeWatch::start(
-        opts.link_events,
-        256,
-        opts.config.as_deref(),
-        opts.rescan_interval.max(Duration::from_millis(50)),
-    );
-
-    tokio::spawn(status::run(client.clone(), DRIVER.into(), opts.prepared_dir.clone(), changed_rx));
-    let mut roce = nodestate::watch_node(client.clone(), &opts.node_name);
-    let (content_tx, content_rx) = watch::channel(content(&view_rx.borrow(), &roce.borrow_and_update()));
-    tokio::spawn(publish::run(
-        client.clone(),
-        opts.node_name.clone(),
-        DRIVER.into(),
-        content_rx,
-        metrics.clone(),
-        started,
-    ));
-    let mut d = Driver {
-        opts,
-        cfg,
-        file,
-        memory,
-        plan,
-        metrics,
-        claims,
-        health,
-        view_tx,
-        roce,
-        content_tx,
-        reg_svc,
-        reg_path,
-        dra_path,
-        reg_server,
-        dra_server,
-    };
-
+    let (mut d, mut w) = Driver::start(opts).await?;
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
             // Any wake-up of the node side rescans: a link event, the timer, a config reload.
-            w = node.next() => {
-                let w = node.settle(w).await;
-                if !matches!(w, crate::nodewatch::Wake::ConfigDir) || d.reload() {
+            wake = w.node.next() => {
+                let wake = w.node.settle(wake).await;
+                if !matches!(wake, crate::nodewatch::Wake::ConfigDir) || d.reload() {
                     d.rescan().await;
                 }
             }
@@ -434,19 +343,140 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
                 tracing::info!(readiness = ?*d.roce.borrow(), "RdmaNodeState changed");
                 d.republish();
             }
-            Ok(()) = registered.changed() => {
-                let r = registered.borrow().clone();
+            Ok(()) = w.registered.changed() => {
+                let r = w.registered.borrow().clone();
                 if let Registered::No(why) = &r {
                     tracing::error!(%why, "not registered with the kubelet");
                 }
                 d.metrics.set_registered(r);
             }
-            Some(ev) = reg_events.recv() => d.on_registry_dir(ev).await?,
-            Some(ev) = dra_events.recv() => d.on_plugin_dir(ev).await?,
+            Some(ev) = w.reg_events.recv() => d.on_registry_dir(ev).await?,
+            Some(ev) = w.dra_events.recv() => d.on_plugin_dir(ev).await?,
         }
     }
     d.stop().await;
     Ok(())
+}
+
+/// What wakes the driver besides the shutdown and the `RdmaNodeState`.
+struct Wakeups {
+    node: NodeWatch,
+    registered: watch::Receiver<Registered>,
+    reg_events: mpsc::Receiver<DirEvent>,
+    dra_events: mpsc::Receiver<DirEvent>,
+}
+
+/// Serves `/metrics` on `addr` on a task of its own.
+async fn serve_metrics(addr: SocketAddr, metrics: &Arc<DraMetrics>) -> Result<(), DriverError> {
+    let (local, fut) = crate::metrics::serve_routes(addr, metrics.routes())
+        .await
+        .map_err(|source| DriverError::Metrics { addr, source })?;
+    tracing::info!(%local, "metrics listening");
+    tokio::spawn(fut);
+    Ok(())
+}
+
+/// The prepared claims recorded in `dir`; unreadable files are logged and left alone.
+fn load_checkpoint(dir: &Path) -> Result<Checkpoint, DriverError> {
+    let (checkpoint, bad) = Checkpoint::load(dir)?;
+    for e in bad {
+        tracing::error!(error = %e, "a prepared-claim file cannot be read; it is left as it is");
+    }
+    Ok(checkpoint)
+}
+
+/// Inotify events of `dir`, created if missing.
+fn watch_socket_dir(dir: &Path) -> Result<mpsc::Receiver<DirEvent>, DriverError> {
+    std::fs::create_dir_all(dir).map_err(|source| DriverError::Watch { path: dir.into(), source })?;
+    kubelet::watch_dir(dir).map_err(|source| DriverError::Watch { path: dir.into(), source })
+}
+
+impl Driver {
+    /// Discovers the node, serves the kubelet-facing sockets and starts the
+    /// API-side tasks.
+    async fn start(opts: Options) -> Result<(Driver, Wakeups), DriverError> {
+        let started = Instant::now();
+        let (file, cfg) = checked(ConfigFile::load(opts.config.as_deref()))?;
+        let metrics = Arc::new(DraMetrics::default());
+        if let Some(addr) = opts.metrics_addr {
+            serve_metrics(addr, &metrics).await?;
+        }
+        let client = client().await?;
+        let checkpoint = load_checkpoint(&opts.prepared_dir)?;
+
+        let mut memory = Memory::default();
+        let prepared = checkpoint.devices();
+        let inv = discover(&opts.roots, &mut memory).await;
+        let plan = replan(None, &inv, &cfg, &prepared);
+        let first = devices::from_plan(&plan, &inv, History { last: &View::default(), prepared: &prepared });
+        let (view_tx, view_rx) = watch::channel::<SharedView>(Arc::new(first));
+        tracing::info!(devices = view_rx.borrow().devices.len(), elapsed = ?started.elapsed(), "node discovered");
+        metrics.set_view(&view_rx.borrow());
+
+        // Kubelet-facing sockets: the DRA service first, so it is there when the
+        // kubelet, told by the registration socket, dials it.
+        let (changed_tx, changed_rx) = mpsc::unbounded_channel();
+        let claims = Claims::new(ClaimsParts {
+            driver: DRIVER.into(),
+            pool: opts.node_name.clone(),
+            cdi_dir: opts.cdi_dir.clone(),
+            client: client.clone(),
+            view: view_rx.clone(),
+            checkpoint,
+            changed: changed_tx,
+            metrics: metrics.clone(),
+        });
+        let restored = claims.restore_cdi_specs().await;
+        if restored > 0 {
+            tracing::info!(specs = restored, "CDI specs of prepared claims written again");
+        }
+        let health = HealthService::new(&opts.node_name, view_rx.clone());
+        let dra_path = dra_socket(&opts.plugins_dir);
+        let reg_path = registration_socket(&opts.registry_dir);
+        let (reg_svc, registered) = RegistrationService::new(DRIVER, &dra_path.to_string_lossy());
+        let dra_server = serve_dra(&dra_path, claims.clone(), health.clone())?;
+        let reg_server = serve_registration(&reg_path, reg_svc.clone())?;
+        tracing::info!(registration = %reg_path.display(), endpoint = %dra_path.display(), "serving the kubelet");
+        let reg_events = watch_socket_dir(&opts.registry_dir)?;
+        let dra_events = watch_socket_dir(dra_path.parent().unwrap_or(Path::new("/")))?;
+        let node = NodeWatch::start(
+            opts.link_events,
+            256,
+            opts.config.as_deref(),
+            opts.rescan_interval.max(Duration::from_millis(50)),
+        );
+
+        tokio::spawn(status::run(client.clone(), DRIVER.into(), opts.prepared_dir.clone(), changed_rx));
+        let mut roce = nodestate::watch_node(client.clone(), &opts.node_name);
+        let (content_tx, content_rx) = watch::channel(content(&view_rx.borrow(), &roce.borrow_and_update()));
+        tokio::spawn(publish::run(
+            client.clone(),
+            opts.node_name.clone(),
+            DRIVER.into(),
+            content_rx,
+            metrics.clone(),
+            started,
+        ));
+        let d = Driver {
+            opts,
+            cfg,
+            file,
+            memory,
+            plan,
+            metrics,
+            claims,
+            health,
+            view_tx,
+            roce,
+            content_tx,
+            reg_svc,
+            reg_path,
+            dra_path,
+            reg_server,
+            dra_server,
+        };
+        Ok((d, Wakeups { node, registered, reg_events, dra_events }))
+    }
 }
 
 impl Driver {

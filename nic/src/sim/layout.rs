@@ -8,7 +8,7 @@ use std::path::PathBuf;
 
 use crate::inventory::RdmaProtocol;
 use crate::pci::PciAddr;
-use crate::simdesc::{AdapterDesc, DescError, Model, NodeDesc, PfDesc, RdmaNaming, RoceDesc};
+use crate::simdesc::{AdapterDesc, DescError, Model, NodeDesc, PfDesc, RdmaNaming, RoceDesc, SwitchDesc};
 
 /// GID table length of every simulated RDMA port.
 pub const GID_TBL_LEN: u32 = 8;
@@ -358,226 +358,28 @@ pub(super) fn check_netdev_name(n: &str, what: &str) -> Result<(), String> {
 /// Lays out the whole node. Errors say which PF, switch or address is wrong.
 pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
     let mut funcs: BTreeMap<PciAddr, Func> = BTreeMap::new();
-    let switches: BTreeMap<&str, &crate::simdesc::SwitchDesc> =
-        desc.switches.iter().map(|s| (s.name.as_str(), s)).collect();
-    if switches.len() != desc.switches.len() {
-        return Err("duplicate switch name".into());
-    }
-    let add = |f: Func, funcs: &mut BTreeMap<PciAddr, Func>| -> Result<(), String> {
-        let bdf = f.bdf;
-        if funcs.insert(bdf, f).is_some() {
-            return Err(format!("duplicate PCI address {bdf}"));
-        }
-        Ok(())
-    };
-    let bridge = |bdf: PciAddr, parent: PathBuf, vendor: u16, device: u16| Func {
-        bdf,
-        parent,
-        vendor,
-        device,
-        class: 0x060400,
-        driver: Some("pcieport".into()),
-        numa: None,
-        role: Role::Bridge,
-        net: None,
-        rdma: None,
-        aux_dirs: vec![],
-        iommu_group: None,
-    };
-    // Switches: root port + upstream port.
+    let mut buses = Buses::new(desc)?;
     for s in &desc.switches {
-        let host = PathBuf::from(format!("devices/pci{:04x}:{:02x}", s.root_port.domain, s.root_port.bus));
-        if s.upstream.domain != s.root_port.domain {
-            return Err(format!("switch {}: upstream {} not in the root port's domain", s.name, s.upstream));
+        for port in switch_ports(s)? {
+            insert(&mut funcs, port)?;
         }
-        add(bridge(s.root_port, host.clone(), 0x8086, 0x347a), &mut funcs)?;
-        add(bridge(s.upstream, host.join(s.root_port.to_string()), 0x10b5, 0xc030), &mut funcs)?;
     }
-    // Parent directory of an endpoint on `bus`, creating bridges on first use.
-    let mut parents: BTreeMap<(Option<String>, u32, u8), PathBuf> = BTreeMap::new();
-    let mut downstream_count: BTreeMap<String, u8> = BTreeMap::new();
-    let mut root_count: BTreeMap<u32, u8> = BTreeMap::new();
-    let mut parent_of = |bdf: PciAddr,
-                         switch: &Option<String>,
-                         funcs: &mut BTreeMap<PciAddr, Func>|
-     -> Result<PathBuf, String> {
-        let key = (switch.clone(), bdf.domain, bdf.bus);
-        if let Some(p) = parents.get(&key) {
-            return Ok(p.clone());
-        }
-        let p = match switch {
-            Some(name) => {
-                let s =
-                    switches.get(name.as_str()).ok_or_else(|| format!("{bdf}: unknown switch {name:?}"))?;
-                if s.root_port.domain != bdf.domain {
-                    return Err(format!("{bdf}: switch {name} is in another PCI domain"));
-                }
-                let k = downstream_count.entry(name.clone()).or_insert(0);
-                if *k > 31 || s.upstream.bus == 0xff {
-                    return Err(format!("switch {name}: too many downstream ports"));
-                }
-                let ds = PciAddr::new(bdf.domain, s.upstream.bus + 1, *k, 0);
-                *k += 1;
-                let up_dir =
-                    PathBuf::from(format!("devices/pci{:04x}:{:02x}", s.root_port.domain, s.root_port.bus))
-                        .join(s.root_port.to_string())
-                        .join(s.upstream.to_string());
-                add(bridge(ds, up_dir.clone(), 0x10b5, 0xc030), funcs)?;
-                up_dir.join(ds.to_string())
-            }
-            None if bdf.bus == 0 => PathBuf::from(format!("devices/pci{:04x}:00", bdf.domain)),
-            None => {
-                let k = root_count.entry(bdf.domain).or_insert(0);
-                *k += 1;
-                if *k > 31 {
-                    return Err("too many switchless device buses for one PCI domain".into());
-                }
-                let rp = PciAddr::new(bdf.domain, 0, *k, 0);
-                let host = PathBuf::from(format!("devices/pci{:04x}:00", bdf.domain));
-                add(bridge(rp, host.clone(), 0x8086, 0x347a), funcs)?;
-                host.join(rp.to_string())
-            }
-        };
-        parents.insert(key, p.clone());
-        Ok(p)
-    };
-
-    // PFs in PCI order, with their adapter.
-    let mut pfs: Vec<(&AdapterDesc, &PfDesc)> =
-        desc.adapters.iter().flat_map(|a| a.pfs.iter().map(move |p| (a, p))).collect();
-    pfs.sort_by_key(|(_, p)| p.bdf);
+    let pfs = pfs_in_pci_order(desc);
     let mut netdev_names = BTreeSet::new();
     let mut alloc = Alloc { ifindex_max: 1, ..Default::default() };
-    for (_, p) in &pfs {
-        if let Some(r) = &p.rdma {
-            if r.is_empty() || r.len() > 63 || r.contains('/') || r.chars().any(char::is_whitespace) {
-                return Err(format!("PF {}: {r:?} is not a valid RDMA device name", p.bdf));
-            }
-            if !alloc.names.insert(r.clone()) {
-                return Err(format!("duplicate RDMA device name {r}"));
-            }
-        }
-    }
+    reserve_pf_rdma_names(&pfs, &mut alloc)?;
     for (ordinal, (adapter, p)) in pfs.iter().enumerate() {
         let model = adapter.model;
         check_netdev_name(&p.netdev, &format!("PF {}", p.bdf))?;
         if !netdev_names.insert(p.netdev.clone()) {
             return Err(format!("duplicate netdev name {}", p.netdev));
         }
-        if model == Model::ConnectX6DxNoSriov && (p.vfs > 0 || p.total_vfs.unwrap_or(0) > 0) {
-            return Err(format!("PF {}: model connectx-6dx-nosriov has no SR-IOV (vfs must be 0)", p.bdf));
-        }
-        let total = p.total_vfs.unwrap_or(model.default_total_vfs());
-        if p.vfs > total {
-            return Err(format!("PF {}: vfs {} > totalVfs {total}", p.bdf, p.vfs));
-        }
-        for &i in p.vfs_without_netdev.iter().chain(&p.vfs_vfio) {
-            if i >= p.vfs {
-                return Err(format!("PF {}: VF index {i} out of range (vfs: {})", p.bdf, p.vfs));
-            }
-        }
-        for (what, prios) in [("pfc", &p.roce.pfc), ("ecn", &p.roce.ecn)] {
-            if let Some(bad) = prios.iter().find(|x| **x > 7) {
-                return Err(format!("PF {}: roce.{what}: priority {bad} > 7", p.bdf));
-            }
-        }
-        if let Some((d, pr)) = p.roce.dscp_to_priority.iter().find(|(d, pr)| **d > 63 || **pr > 7) {
-            return Err(format!(
-                "PF {}: roce.dscpToPriority: {d} -> {pr} out of range (dscp 0-63, prio 0-7)",
-                p.bdf
-            ));
-        }
+        check_pf(model, p)?;
         let protocol = pf_protocol(desc, model, p)?;
-        let parent = parent_of(p.bdf, &p.switch, &mut funcs)?;
-        let is_mlx5 = model.is_mlx5();
-        // VF routing offset (see the module docs).
-        let mut slot: Vec<&PfDesc> = desc
-            .adapters
-            .iter()
-            .flat_map(|a| a.pfs.iter())
-            .filter(|q| {
-                q.bdf.domain == p.bdf.domain && q.bdf.bus == p.bdf.bus && q.bdf.device == p.bdf.device
-            })
-            .collect();
-        slot.sort_by_key(|q| q.bdf.function);
-        let j = slot.iter().position(|q| q.bdf == p.bdf).unwrap_or(0) as u32;
-        // u64: descriptions may carry absurd totalVfs; an offset past 16 bits is refused below.
-        let before: u64 =
-            slot[..j as usize].iter().map(|q| q.total_vfs.unwrap_or(model.default_total_vfs()) as u64).sum();
-        let offset =
-            if is_mlx5 { slot.len() as u64 - j as u64 + before } else { 8 - j.min(7) as u64 + before };
-        let Ok(offset) = u32::try_from(offset).map(|o| o.min(0x1_0000)) else {
-            return Err(format!("PF {}: VF offset past the PCI routing-id space", p.bdf));
-        };
-        let mac = mac_for(p.bdf, Some(if is_mlx5 { [0xb8, 0xce, 0xf6] } else { [0xb4, 0x96, 0x91] }));
-        let ofed = p.roce.ofed_sysfs.unwrap_or(is_mlx5).then(|| p.roce.clone());
-        let net = NetPlan {
-            name: p.netdev.clone(),
-            ifindex: alloc.ifindex(),
-            mac,
-            mtu: p.mtu,
-            speed: p.speed.unwrap_or(default_speed(model)),
-            operstate: p.operstate.clone(),
-            ipv4: Some(Ipv4Addr::new(192, 168, (ordinal as u8).wrapping_add(1), 1)),
-            present: true,
-            ofed,
-        };
-        let mut aux_dirs = vec![];
-        // ice plugs `ice.roce.N` / `ice.iwarp.N` whenever RDMA is on, irdma loaded or not.
-        let ice_aux = match (is_mlx5, protocol) {
-            (false, RdmaProtocol::RoceV2) => Some(alloc.aux("ice.roce")),
-            (false, RdmaProtocol::Iwarp) => Some(alloc.aux("ice.iwarp")),
-            _ => None,
-        };
-        let rdma = p.rdma.as_ref().filter(|_| protocol != RdmaProtocol::None).map(|name| {
-            let aux = if is_mlx5 {
-                aux_dirs.push(alloc.aux("mlx5_core.eth"));
-                alloc.aux("mlx5_core.rdma")
-            } else {
-                ice_aux.clone().unwrap_or_default()
-            };
-            // rdma_cm's default GID type on a port without RoCE is IB ("IB/RoCE v1":
-            // cma_add_one takes the first type roce_gid_type_mask_support allows).
-            let roce_mode =
-                if protocol == RdmaProtocol::Iwarp { "IB/RoCE v1".into() } else { p.roce.roce_mode.clone() };
-            RdmaPlan {
-                name: name.clone(),
-                aux: Some(aux),
-                uverbs: lowest_free(&mut alloc.uverbs),
-                mad: is_mlx5.then(|| lowest_free(&mut alloc.umad)),
-                guid: guid_for(&mac),
-                hw_counters: is_mlx5,
-                configfs: Some((roce_mode, p.roce.tos)),
-                protocol,
-                in_other_netns: false,
-            }
-        });
-        if rdma.is_none() && is_mlx5 {
-            aux_dirs.push(alloc.aux("mlx5_core.eth"));
-        }
-        if rdma.is_none() {
-            aux_dirs.extend(ice_aux);
-        }
-        let role = if model == Model::ConnectX6DxNoSriov {
-            Role::Hca
-        } else {
-            Role::Pf { model, total, num: p.vfs, offset, ordinal: ordinal as u32 }
-        };
-        let f = Func {
-            bdf: p.bdf,
-            parent,
-            vendor: model.vendor(),
-            device: model.pf_device(),
-            class: 0x020000,
-            driver: Some(model.pf_driver().into()),
-            numa: p.numa,
-            role,
-            net: Some(net),
-            rdma,
-            aux_dirs,
-            iommu_group: Some(lowest_free(&mut alloc.iommu)),
-        };
-        add(f, &mut funcs)?;
+        let parent = buses.parent_of(p.bdf, &p.switch, &mut funcs)?;
+        let offset = vf_offset(desc, model, p)?;
+        let f = pf_func(p, model, ordinal, protocol, parent, offset, &mut alloc);
+        insert(&mut funcs, f)?;
     }
     // VFs, PF by PF in PCI order.
     for (_, p) in &pfs {
@@ -594,11 +396,11 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             if let Some(n) = &vf.net {
                 check_netdev_name(&n.name, &format!("VF {} of PF {}", i, p.bdf))?;
             }
-            add(vf, &mut funcs)?;
+            insert(&mut funcs, vf)?;
         }
     }
     for g in &desc.gpus {
-        let parent = parent_of(g.bdf, &g.switch, &mut funcs)?;
+        let parent = buses.parent_of(g.bdf, &g.switch, &mut funcs)?;
         let f = Func {
             bdf: g.bdf,
             parent,
@@ -613,9 +415,280 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             aux_dirs: vec![],
             iommu_group: Some(lowest_free(&mut alloc.iommu)),
         };
-        add(f, &mut funcs)?;
+        insert(&mut funcs, f)?;
     }
-    // Bridges report the NUMA node of the first endpoint below them.
+    inherit_bridge_numa(&mut funcs);
+    Ok(funcs)
+}
+
+fn insert(funcs: &mut BTreeMap<PciAddr, Func>, f: Func) -> Result<(), String> {
+    let bdf = f.bdf;
+    if funcs.insert(bdf, f).is_some() {
+        return Err(format!("duplicate PCI address {bdf}"));
+    }
+    Ok(())
+}
+
+fn bridge(bdf: PciAddr, parent: PathBuf, vendor: u16, device: u16) -> Func {
+    Func {
+        bdf,
+        parent,
+        vendor,
+        device,
+        class: 0x060400,
+        driver: Some("pcieport".into()),
+        numa: None,
+        role: Role::Bridge,
+        net: None,
+        rdma: None,
+        aux_dirs: vec![],
+        iommu_group: None,
+    }
+}
+
+/// A switch's root port and upstream port.
+fn switch_ports(s: &SwitchDesc) -> Result<[Func; 2], String> {
+    let host = PathBuf::from(format!("devices/pci{:04x}:{:02x}", s.root_port.domain, s.root_port.bus));
+    if s.upstream.domain != s.root_port.domain {
+        return Err(format!("switch {}: upstream {} not in the root port's domain", s.name, s.upstream));
+    }
+    Ok([
+        bridge(s.root_port, host.clone(), 0x8086, 0x347a),
+        bridge(s.upstream, host.join(s.root_port.to_string()), 0x10b5, 0xc030),
+    ])
+}
+
+/// The bridges endpoints hang below: a downstream port of their switch, or a
+/// root port of their own, each made on first use.
+struct Buses<'a> {
+    switches: BTreeMap<&'a str, &'a SwitchDesc>,
+    parents: BTreeMap<(Option<String>, u32, u8), PathBuf>,
+    downstream_count: BTreeMap<String, u8>,
+    root_count: BTreeMap<u32, u8>,
+}
+
+impl<'a> Buses<'a> {
+    fn new(desc: &'a NodeDesc) -> Result<Self, String> {
+        let switches: BTreeMap<&str, &SwitchDesc> =
+            desc.switches.iter().map(|s| (s.name.as_str(), s)).collect();
+        if switches.len() != desc.switches.len() {
+            return Err("duplicate switch name".into());
+        }
+        Ok(Buses {
+            switches,
+            parents: BTreeMap::new(),
+            downstream_count: BTreeMap::new(),
+            root_count: BTreeMap::new(),
+        })
+    }
+
+    /// Parent directory of an endpoint on `bdf`'s bus, creating bridges on first use.
+    fn parent_of(
+        &mut self,
+        bdf: PciAddr,
+        switch: &Option<String>,
+        funcs: &mut BTreeMap<PciAddr, Func>,
+    ) -> Result<PathBuf, String> {
+        let key = (switch.clone(), bdf.domain, bdf.bus);
+        if let Some(p) = self.parents.get(&key) {
+            return Ok(p.clone());
+        }
+        let p = match switch {
+            Some(name) => {
+                let s = self
+                    .switches
+                    .get(name.as_str())
+                    .ok_or_else(|| format!("{bdf}: unknown switch {name:?}"))?;
+                if s.root_port.domain != bdf.domain {
+                    return Err(format!("{bdf}: switch {name} is in another PCI domain"));
+                }
+                let k = self.downstream_count.entry(name.clone()).or_insert(0);
+                if *k > 31 || s.upstream.bus == 0xff {
+                    return Err(format!("switch {name}: too many downstream ports"));
+                }
+                let ds = PciAddr::new(bdf.domain, s.upstream.bus + 1, *k, 0);
+                *k += 1;
+                let up_dir =
+                    PathBuf::from(format!("devices/pci{:04x}:{:02x}", s.root_port.domain, s.root_port.bus))
+                        .join(s.root_port.to_string())
+                        .join(s.upstream.to_string());
+                insert(funcs, bridge(ds, up_dir.clone(), 0x10b5, 0xc030))?;
+                up_dir.join(ds.to_string())
+            }
+            None if bdf.bus == 0 => PathBuf::from(format!("devices/pci{:04x}:00", bdf.domain)),
+            None => {
+                let k = self.root_count.entry(bdf.domain).or_insert(0);
+                *k += 1;
+                if *k > 31 {
+                    return Err("too many switchless device buses for one PCI domain".into());
+                }
+                let rp = PciAddr::new(bdf.domain, 0, *k, 0);
+                let host = PathBuf::from(format!("devices/pci{:04x}:00", bdf.domain));
+                insert(funcs, bridge(rp, host.clone(), 0x8086, 0x347a))?;
+                host.join(rp.to_string())
+            }
+        };
+        self.parents.insert(key, p.clone());
+        Ok(p)
+    }
+}
+
+/// PFs in PCI order, with their adapter.
+fn pfs_in_pci_order(desc: &NodeDesc) -> Vec<(&AdapterDesc, &PfDesc)> {
+    let mut pfs: Vec<(&AdapterDesc, &PfDesc)> =
+        desc.adapters.iter().flat_map(|a| a.pfs.iter().map(move |p| (a, p))).collect();
+    pfs.sort_by_key(|(_, p)| p.bdf);
+    pfs
+}
+
+/// The RDMA device names the description gives PFs, taken before any VF is named.
+fn reserve_pf_rdma_names(pfs: &[(&AdapterDesc, &PfDesc)], alloc: &mut Alloc) -> Result<(), String> {
+    for (_, p) in pfs {
+        if let Some(r) = &p.rdma {
+            if r.is_empty() || r.len() > 63 || r.contains('/') || r.chars().any(char::is_whitespace) {
+                return Err(format!("PF {}: {r:?} is not a valid RDMA device name", p.bdf));
+            }
+            if !alloc.names.insert(r.clone()) {
+                return Err(format!("duplicate RDMA device name {r}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The PF's VF counts, VF indices and RoCE priorities are in range.
+fn check_pf(model: Model, p: &PfDesc) -> Result<(), String> {
+    if model == Model::ConnectX6DxNoSriov && (p.vfs > 0 || p.total_vfs.unwrap_or(0) > 0) {
+        return Err(format!("PF {}: model connectx-6dx-nosriov has no SR-IOV (vfs must be 0)", p.bdf));
+    }
+    let total = p.total_vfs.unwrap_or(model.default_total_vfs());
+    if p.vfs > total {
+        return Err(format!("PF {}: vfs {} > totalVfs {total}", p.bdf, p.vfs));
+    }
+    for &i in p.vfs_without_netdev.iter().chain(&p.vfs_vfio) {
+        if i >= p.vfs {
+            return Err(format!("PF {}: VF index {i} out of range (vfs: {})", p.bdf, p.vfs));
+        }
+    }
+    for (what, prios) in [("pfc", &p.roce.pfc), ("ecn", &p.roce.ecn)] {
+        if let Some(bad) = prios.iter().find(|x| **x > 7) {
+            return Err(format!("PF {}: roce.{what}: priority {bad} > 7", p.bdf));
+        }
+    }
+    if let Some((d, pr)) = p.roce.dscp_to_priority.iter().find(|(d, pr)| **d > 63 || **pr > 7) {
+        return Err(format!(
+            "PF {}: roce.dscpToPriority: {d} -> {pr} out of range (dscp 0-63, prio 0-7)",
+            p.bdf
+        ));
+    }
+    Ok(())
+}
+
+/// VF routing offset (see the module docs).
+fn vf_offset(desc: &NodeDesc, model: Model, p: &PfDesc) -> Result<u32, String> {
+    let mut slot: Vec<&PfDesc> = desc
+        .adapters
+        .iter()
+        .flat_map(|a| a.pfs.iter())
+        .filter(|q| q.bdf.domain == p.bdf.domain && q.bdf.bus == p.bdf.bus && q.bdf.device == p.bdf.device)
+        .collect();
+    slot.sort_by_key(|q| q.bdf.function);
+    let j = slot.iter().position(|q| q.bdf == p.bdf).unwrap_or(0) as u32;
+    // u64: descriptions may carry absurd totalVfs; an offset past 16 bits is refused below.
+    let before: u64 =
+        slot[..j as usize].iter().map(|q| q.total_vfs.unwrap_or(model.default_total_vfs()) as u64).sum();
+    let offset =
+        if model.is_mlx5() { slot.len() as u64 - j as u64 + before } else { 8 - j.min(7) as u64 + before };
+    let Ok(offset) = u32::try_from(offset).map(|o| o.min(0x1_0000)) else {
+        return Err(format!("PF {}: VF offset past the PCI routing-id space", p.bdf));
+    };
+    Ok(offset)
+}
+
+/// The PF (or SR-IOV-less HCA) `p`, allocating its names and numbers from `alloc`.
+fn pf_func(
+    p: &PfDesc,
+    model: Model,
+    ordinal: usize,
+    protocol: RdmaProtocol,
+    parent: PathBuf,
+    offset: u32,
+    alloc: &mut Alloc,
+) -> Func {
+    let is_mlx5 = model.is_mlx5();
+    let total = p.total_vfs.unwrap_or(model.default_total_vfs());
+    let mac = mac_for(p.bdf, Some(if is_mlx5 { [0xb8, 0xce, 0xf6] } else { [0xb4, 0x96, 0x91] }));
+    let ofed = p.roce.ofed_sysfs.unwrap_or(is_mlx5).then(|| p.roce.clone());
+    let net = NetPlan {
+        name: p.netdev.clone(),
+        ifindex: alloc.ifindex(),
+        mac,
+        mtu: p.mtu,
+        speed: p.speed.unwrap_or(default_speed(model)),
+        operstate: p.operstate.clone(),
+        ipv4: Some(Ipv4Addr::new(192, 168, (ordinal as u8).wrapping_add(1), 1)),
+        present: true,
+        ofed,
+    };
+    let mut aux_dirs = vec![];
+    // ice plugs `ice.roce.N` / `ice.iwarp.N` whenever RDMA is on, irdma loaded or not.
+    let ice_aux = match (is_mlx5, protocol) {
+        (false, RdmaProtocol::RoceV2) => Some(alloc.aux("ice.roce")),
+        (false, RdmaProtocol::Iwarp) => Some(alloc.aux("ice.iwarp")),
+        _ => None,
+    };
+    let rdma = p.rdma.as_ref().filter(|_| protocol != RdmaProtocol::None).map(|name| {
+        let aux = if is_mlx5 {
+            aux_dirs.push(alloc.aux("mlx5_core.eth"));
+            alloc.aux("mlx5_core.rdma")
+        } else {
+            ice_aux.clone().unwrap_or_default()
+        };
+        // rdma_cm's default GID type on a port without RoCE is IB ("IB/RoCE v1":
+        // cma_add_one takes the first type roce_gid_type_mask_support allows).
+        let roce_mode =
+            if protocol == RdmaProtocol::Iwarp { "IB/RoCE v1".into() } else { p.roce.roce_mode.clone() };
+        RdmaPlan {
+            name: name.clone(),
+            aux: Some(aux),
+            uverbs: lowest_free(&mut alloc.uverbs),
+            mad: is_mlx5.then(|| lowest_free(&mut alloc.umad)),
+            guid: guid_for(&mac),
+            hw_counters: is_mlx5,
+            configfs: Some((roce_mode, p.roce.tos)),
+            protocol,
+            in_other_netns: false,
+        }
+    });
+    if rdma.is_none() && is_mlx5 {
+        aux_dirs.push(alloc.aux("mlx5_core.eth"));
+    }
+    if rdma.is_none() {
+        aux_dirs.extend(ice_aux);
+    }
+    let role = if model == Model::ConnectX6DxNoSriov {
+        Role::Hca
+    } else {
+        Role::Pf { model, total, num: p.vfs, offset, ordinal: ordinal as u32 }
+    };
+    Func {
+        bdf: p.bdf,
+        parent,
+        vendor: model.vendor(),
+        device: model.pf_device(),
+        class: 0x020000,
+        driver: Some(model.pf_driver().into()),
+        numa: p.numa,
+        role,
+        net: Some(net),
+        rdma,
+        aux_dirs,
+        iommu_group: Some(lowest_free(&mut alloc.iommu)),
+    }
+}
+
+/// Bridges report the NUMA node of the first endpoint below them.
+fn inherit_bridge_numa(funcs: &mut BTreeMap<PciAddr, Func>) {
     let bridge_numa: Vec<(PciAddr, Option<u32>)> = funcs
         .values()
         .filter(|f| matches!(f.role, Role::Bridge))
@@ -636,7 +709,6 @@ pub(super) fn plan(desc: &NodeDesc) -> Result<BTreeMap<PciAddr, Func>, String> {
             f.numa = numa;
         }
     }
-    Ok(funcs)
 }
 
 /// A PF's RDMA protocol from its description (see [`PfDesc::rdma_protocol`]).
