@@ -331,7 +331,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     let (file, cfg) = checked(ConfigFile::load(opts.config.as_deref()))?;
     let metrics = Arc::new(DraMetrics::default());
     if let Some(addr) = opts.metrics_addr {
-        let (local, fut) = crate::metrics::serve_routes(addr, metrics.routes())
+        let (local, fut) = plumbing::http::bind(addr, metrics.routes())
             .await
             .map_err(|source| DriverError::Metrics { addr, source })?;
         tracing::info!(%local, "metrics listening");
