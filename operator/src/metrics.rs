@@ -8,7 +8,7 @@
 //! `__meta_kubernetes_pod_node_name`). A label set here would collide with that one
 //! and come out as `exported_node`.
 
-use nic::roce::{NodeRoce, Observed};
+use nic::roce::{InterfaceRoce, NodeRoce, Observed};
 use plumbing::prometheus::{head, sample};
 
 use crate::crd::{Check, CheckResult};
@@ -16,56 +16,56 @@ use crate::crd::{Check, CheckResult};
 /// The metrics text of one node.
 pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
     let mut o = String::new();
-    head(
-        &mut o,
-        "kuberdma_node_roce_ready",
-        "gauge",
-        "1 when the node has RoCE interfaces and no check fails.",
-    );
+    write_checks(&mut o, checks);
+    write_protocol_and_priorities(&mut o, &observed.interfaces);
+    write_port_values(&mut o, &observed.interfaces);
+    o
+}
+
+/// Readiness and the result of each check.
+fn write_checks(o: &mut String, checks: &[Check]) {
+    head(o, "kuberdma_node_roce_ready", "gauge", "1 when the node has RoCE interfaces and no check fails.");
     let ready = !checks.is_empty() && !checks.iter().any(|c| c.result == CheckResult::Fail);
-    sample(&mut o, "kuberdma_node_roce_ready", &[], u8::from(ready));
+    sample(o, "kuberdma_node_roce_ready", &[], u8::from(ready));
 
     head(
-        &mut o,
+        o,
         "kuberdma_check_passing",
         "gauge",
         "1 when the check passes, 0 when it fails (other results are not exported here).",
     );
     for c in checks.iter().filter(|c| matches!(c.result, CheckResult::Pass | CheckResult::Fail)) {
         let labels = [("interface", c.interface.as_str()), ("check", c.name.as_str())];
-        sample(&mut o, "kuberdma_check_passing", &labels, u8::from(c.result == CheckResult::Pass));
+        sample(o, "kuberdma_check_passing", &labels, u8::from(c.result == CheckResult::Pass));
     }
-    head(&mut o, "kuberdma_check_result", "gauge", "1 for the current result of each check.");
+    head(o, "kuberdma_check_result", "gauge", "1 for the current result of each check.");
     for c in checks {
         let labels =
             [("interface", c.interface.as_str()), ("check", c.name.as_str()), ("result", c.result.as_str())];
-        sample(&mut o, "kuberdma_check_result", &labels, 1);
+        sample(o, "kuberdma_check_result", &labels, 1);
     }
+}
 
-    let ifs = &observed.interfaces;
+/// The RDMA protocol of each interface, and PFC, pause frames and ECN per priority.
+fn write_protocol_and_priorities(o: &mut String, ifs: &[InterfaceRoce]) {
     head(
-        &mut o,
+        o,
         "kuberdma_rdma_protocol",
         "gauge",
         "1 for the RDMA protocol the interface's function runs (RoCEv2, iWARP, InfiniBand, none).",
     );
     for i in ifs {
         if let Observed::Value(p) = i.rdma_protocol {
-            sample(
-                &mut o,
-                "kuberdma_rdma_protocol",
-                &[("interface", &i.netdev), ("protocol", p.as_str())],
-                1,
-            );
+            sample(o, "kuberdma_rdma_protocol", &[("interface", &i.netdev), ("protocol", p.as_str())], 1);
         }
     }
-    head(&mut o, "kuberdma_pfc_enabled", "gauge", "1 when PFC is on for the priority.");
+    head(o, "kuberdma_pfc_enabled", "gauge", "1 when PFC is on for the priority.");
     for i in ifs {
         if let Observed::Value(pfc) = &i.pfc {
             for p in 0..8 {
                 let ps = p.to_string();
                 sample(
-                    &mut o,
+                    o,
                     "kuberdma_pfc_enabled",
                     &[("interface", &i.netdev), ("priority", &ps)],
                     u8::from(pfc.pfc_en.contains(p as u8)),
@@ -74,7 +74,7 @@ pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
         }
     }
     head(
-        &mut o,
+        o,
         "kuberdma_pfc_pause_frames_total",
         "counter",
         "PFC pause frames per priority: tx = requests sent, rx = indications received (struct ieee_pfc).",
@@ -86,23 +86,18 @@ pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
                 for (dir, v) in [("tx", pfc.requests[p]), ("rx", pfc.indications[p])] {
                     let labels =
                         [("interface", i.netdev.as_str()), ("priority", ps.as_str()), ("direction", dir)];
-                    sample(&mut o, "kuberdma_pfc_pause_frames_total", &labels, v);
+                    sample(o, "kuberdma_pfc_pause_frames_total", &labels, v);
                 }
             }
         }
     }
-    head(
-        &mut o,
-        "kuberdma_ecn_enabled",
-        "gauge",
-        "1 when RoCE ECN is on for the priority (NVIDIA OFED sysfs).",
-    );
+    head(o, "kuberdma_ecn_enabled", "gauge", "1 when RoCE ECN is on for the priority (NVIDIA OFED sysfs).");
     for i in ifs {
         if let Observed::Value(ecn) = &i.ecn {
             for p in 0u8..8 {
                 let ps = p.to_string();
                 sample(
-                    &mut o,
+                    o,
                     "kuberdma_ecn_enabled",
                     &[("interface", &i.netdev), ("priority", &ps)],
                     u8::from(ecn.contains(&p)),
@@ -110,39 +105,37 @@ pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
             }
         }
     }
-    head(&mut o, "kuberdma_mtu_bytes", "gauge", "Netdev MTU.");
+}
+
+/// Per interface: MTUs, the GID index and the RDMA hw counters.
+fn write_port_values(o: &mut String, ifs: &[InterfaceRoce]) {
+    head(o, "kuberdma_mtu_bytes", "gauge", "Netdev MTU.");
     for i in ifs {
         if let Observed::Value(m) = i.mtu {
-            sample(&mut o, "kuberdma_mtu_bytes", &[("interface", &i.netdev)], m);
+            sample(o, "kuberdma_mtu_bytes", &[("interface", &i.netdev)], m);
         }
     }
-    head(&mut o, "kuberdma_roce_active_mtu_bytes", "gauge", "RoCE active MTU.");
+    head(o, "kuberdma_roce_active_mtu_bytes", "gauge", "RoCE active MTU.");
     for i in ifs {
         if let Observed::Value(m) = i.active_mtu {
-            sample(&mut o, "kuberdma_roce_active_mtu_bytes", &[("interface", &i.netdev)], m);
+            sample(o, "kuberdma_roce_active_mtu_bytes", &[("interface", &i.netdev)], m);
         }
     }
-    head(
-        &mut o,
-        "kuberdma_gid_index",
-        "gauge",
-        "RoCE v2 GID index bound to the interface (NCCL_IB_GID_INDEX).",
-    );
+    head(o, "kuberdma_gid_index", "gauge", "RoCE v2 GID index bound to the interface (NCCL_IB_GID_INDEX).");
     for i in ifs {
         if let Observed::Value(g) = i.gid_index {
-            sample(&mut o, "kuberdma_gid_index", &[("interface", &i.netdev)], g);
+            sample(o, "kuberdma_gid_index", &[("interface", &i.netdev)], g);
         }
     }
     head(
-        &mut o,
+        o,
         "kuberdma_rdma_hw_counter_total",
         "counter",
         "RDMA port hw_counters (e.g. np_cnp_sent, rp_cnp_handled, out_of_sequence).",
     );
     for i in ifs {
         for (k, v) in &i.hw_counters {
-            sample(&mut o, "kuberdma_rdma_hw_counter_total", &[("interface", &i.netdev), ("counter", k)], v);
+            sample(o, "kuberdma_rdma_hw_counter_total", &[("interface", &i.netdev), ("counter", k)], v);
         }
     }
-    o
 }
