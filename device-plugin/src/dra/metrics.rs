@@ -205,3 +205,33 @@ impl DraMetrics {
             .livez()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_carries_prepare_latency_failures_and_the_published_generation() {
+        let m = DraMetrics::default();
+        m.prepare(Duration::from_millis(2), true);
+        m.prepare(Duration::from_millis(200), false);
+        m.published(7);
+        m.publish_failed("429".into());
+        let page = m.render();
+        for line in [
+            "# TYPE kuberdma_dra_prepare_duration_seconds histogram",
+            "kuberdma_dra_prepare_duration_seconds_bucket{le=\"0.001\"} 0",
+            "kuberdma_dra_prepare_duration_seconds_bucket{le=\"0.0025\"} 1",
+            "kuberdma_dra_prepare_duration_seconds_bucket{le=\"0.5\"} 2",
+            "kuberdma_dra_prepare_duration_seconds_bucket{le=\"+Inf\"} 2",
+            "kuberdma_dra_prepare_duration_seconds_count 2",
+            "kuberdma_dra_prepare_failures_total 1",
+            "kuberdma_dra_publish_failures_total 1",
+            "kuberdma_dra_pool_generation 7",
+        ] {
+            assert!(page.lines().any(|l| l == line), "missing `{line}` in\n{page}");
+        }
+        let (ok, body) = m.health();
+        assert!(!ok && body.contains("publishing fails: 429"), "{body}");
+    }
+}
