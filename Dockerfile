@@ -28,6 +28,7 @@ ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
 FROM ${RUST_IMAGE} AS builder
 WORKDIR /src
 COPY Cargo.toml Cargo.lock ./
+COPY plumbing plumbing
 COPY nic nic
 COPY device-plugin device-plugin
 COPY cni cni

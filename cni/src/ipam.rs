@@ -215,7 +215,10 @@ fn plugin_versions(plugin: &Path, env: &Env, state_dir: &Path) -> Result<Vec<Str
 /// the file (entries other processes added meanwhile kept). Best effort: a
 /// lost or torn cache (a reader racing the write, a process killed during
 /// it) reads as empty and only costs one more VERSION exec, and in place no
-/// temp file is left behind by a kill.
+/// temp file is left behind by a kill. Not [`plumbing::atomic_file`] on
+/// purpose: the lock is on the file's inode, and a rename would put a new
+/// inode in place while other processes wait on the old one's lock, then read
+/// and rewrite a file nobody holds (each dropping the other's entries).
 fn store_versions(path: &Path, ours: serde_json::Map<String, Value>) {
     use std::io::{Read, Seek};
     let Ok(mut f) =

@@ -26,12 +26,12 @@
 //! like ours; their network is the `name` their saved IPAM config carries.
 
 use std::fs::{File, OpenOptions};
-use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use nic::PciAddr;
+use plumbing::atomic_file::{self, FileError};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
@@ -226,27 +226,12 @@ impl Saved {
 /// runtime's DEL then tears down without it (IPAM from its configuration,
 /// the VF by `deviceID`) and removes it.
 pub fn save(p: &Path, j: &Journal) -> Result<Saved> {
-    let dir = p.parent().unwrap_or(Path::new("/")).to_path_buf();
+    let dir = p.parent().unwrap_or(Path::new("/"));
     let tmp = dir.join(temp_name(p.file_name().and_then(|n| n.to_str()).unwrap_or("journal")));
     let body = serde_json::to_vec(j).map_err(|e| Error::io(p, std::io::Error::other(e)))?;
-    let written = (|| {
-        let mut f = File::create(&tmp).map_err(|e| Error::io(&tmp, e))?;
-        f.write_all(&body).map_err(|e| Error::io(&tmp, e))?;
-        std::fs::rename(&tmp, p).map_err(|e| Error::io(p, e))?;
-        Ok(f)
-    })();
-    let f = match written {
-        Ok(f) => f,
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            return Err(e);
-        }
-    };
-    let path = p.to_path_buf();
-    let flush = std::thread::spawn(move || {
-        f.sync_data().map_err(|e| Error::io(&path, e))?;
-        File::open(&dir).and_then(|d| d.sync_all()).map_err(|e| Error::io(&dir, e))
-    });
+    let file_error = |e: FileError| Error::io(&e.path, e.source);
+    let renamed = atomic_file::write_renamed(p, &tmp, &body).map_err(file_error)?;
+    let flush = std::thread::spawn(move || renamed.flush().map_err(file_error));
     Ok(Saved { flush })
 }
 

@@ -8,7 +8,10 @@
 //! RDMA move via [`rdma`], device-info file), journals them once
 //! ([`journal`]) and applies them; any failure, DEL and GC undo them, best
 //! effort ([`txn`]) → result JSON ([`result`]) on stdout. Link requests go
-//! through [`nic::netlink::link`] (rtnetlink). Logging settings: [`logging`].
+//! through [`nic::netlink::link`] (rtnetlink). Logging settings: [`logging`]
+//! (installed by `main` with [`plumbing::logging`]); journals and the installed
+//! executable are written through [`plumbing::atomic_file`], stdout through
+//! [`plumbing::cli`].
 //!
 //! ```no_run
 //! let env = |k: &str| std::env::var(k).ok();
@@ -152,28 +155,16 @@ fn dispatch(env: &dyn Fn(&str) -> Option<String>, input: Input) -> Result<Option
 }
 
 /// `kube-rdma-cni install --dest DIR`: copies `exe` to `DIR/kube-rdma-cni`
-/// atomically (temp file in DIR, fsync, chmod 755, rename), so a runtime never
-/// executes a half-written plugin.
-pub fn install(exe: &std::path::Path, dest_dir: &std::path::Path) -> std::io::Result<std::path::PathBuf> {
-    use std::io::Write;
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::create_dir_all(dest_dir)?;
+/// durably with mode 755 ([`plumbing::atomic_file::write_durable`]: temp file
+/// in DIR, fsync, rename, fsync of DIR), so a runtime never executes a
+/// half-written plugin, not even after a power loss.
+pub fn install(
+    exe: &std::path::Path,
+    dest_dir: &std::path::Path,
+) -> std::result::Result<std::path::PathBuf, plumbing::atomic_file::FileError> {
+    use plumbing::atomic_file::{write_durable, FileError};
+    let body = std::fs::read(exe).map_err(|e| FileError::new("read", exe, e))?;
     let target = dest_dir.join("kube-rdma-cni");
-    let tmp = dest_dir.join(format!(".kube-rdma-cni.{}.tmp", std::process::id()));
-    let body = std::fs::read(exe)?;
-    let res = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(&body)?;
-        f.set_permissions(std::fs::Permissions::from_mode(0o755))?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, &target)?;
-        if let Ok(d) = std::fs::File::open(dest_dir) {
-            let _ = d.sync_all();
-        }
-        Ok(())
-    })();
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res.map(|_| target)
+    write_durable(&target, &body, Some(0o755))?;
+    Ok(target)
 }

@@ -1,23 +1,16 @@
 //! Where and how much the plugin logs, from the network configuration
 //! (`logLevel`, `logFile`, `logFormat`; sriov-cni's first two with their
 //! meaning). Logs never go to stdout, which carries only the CNI JSON, and
-//! never carry terminal colour codes. `main` installs the subscriber.
+//! never carry terminal colour codes. `main` installs the subscriber
+//! ([`plumbing::logging::init`] with these settings).
 
 use std::path::PathBuf;
 
+use plumbing::logging::{Format, Sink};
 use serde_json::Value;
 use tracing::level_filters::LevelFilter;
 
 use crate::conf::Keys;
-
-/// Line format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    /// `tracing`'s plain text lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
 
 /// The logging settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -85,6 +78,19 @@ impl Settings {
             Err(e) => s.problems.push(e.to_string()),
         }
         s
+    }
+
+    /// Where the lines go: `logFile`, opened for appending, else stderr. A
+    /// file that cannot be opened is noted in `problems`, and stderr used.
+    pub fn sink(&mut self) -> Sink {
+        let Some(p) = &self.file else { return Sink::Stderr };
+        match std::fs::OpenOptions::new().create(true).append(true).open(p) {
+            Ok(f) => Sink::File(f),
+            Err(e) => {
+                self.problems.push(format!("logFile {}: {e}; logging to stderr", p.display()));
+                Sink::Stderr
+            }
+        }
     }
 }
 

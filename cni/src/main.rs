@@ -1,13 +1,14 @@
 //! `kube-rdma-cni`: CNI plugin entry point. Stdout carries only the CNI JSON;
 //! logs go to stderr or to `logFile`. Exit status as the CNI spec says (0, or
 //! the error JSON's code path: 1), except that a stdout that cannot be written
-//! and a failed `install` are 2, as every kube-rdma binary ([`nic::cli`]).
+//! and a failed `install` are 2, as every kube-rdma binary ([`plumbing::cli`]).
 
 use std::process::ExitCode;
 
 use anyhow::Context;
-use kube_rdma_cni::logging::{Format, Settings};
-use nic::cli::{emit, error_line, EXIT_ERROR};
+use kube_rdma_cni::logging::Settings;
+use plumbing::cli::{emit, error_line, print_info, EXIT_ERROR};
+use plumbing::logging::Filter;
 
 fn usage() -> &'static str {
     "kube-rdma-cni: CNI plugin (run by a container runtime with CNI_COMMAND set)\n\
@@ -27,26 +28,6 @@ fn install(args: &[String]) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Installs the subscriber: the level, file and format of `s`, no ANSI
-/// colours (the lines end up in files and runtime logs).
-fn init_logging(s: &mut Settings) {
-    let file =
-        s.file.as_ref().and_then(|p| match std::fs::OpenOptions::new().create(true).append(true).open(p) {
-            Ok(f) => Some(f),
-            Err(e) => {
-                s.problems.push(format!("logFile {}: {e}; logging to stderr", p.display()));
-                None
-            }
-        });
-    let b = tracing_subscriber::fmt().with_max_level(s.level).with_ansi(false);
-    let _ = match (s.format, file) {
-        (Format::Text, Some(f)) => b.with_writer(std::sync::Mutex::new(f)).try_init(),
-        (Format::Text, None) => b.with_writer(std::io::stderr).try_init(),
-        (Format::Json, Some(f)) => b.json().with_writer(std::sync::Mutex::new(f)).try_init(),
-        (Format::Json, None) => b.json().with_writer(std::io::stderr).try_init(),
-    };
-}
-
 fn main() -> ExitCode {
     let t0 = std::time::Instant::now();
     let args: Vec<String> = std::env::args().collect();
@@ -63,14 +44,13 @@ fn main() -> ExitCode {
         Some("--version") | Some("version") => {
             let text = format!(
                 "kube-rdma-cni {} (CNI {})\n",
-                // Release version from scripts/delivery/build-dist (VERSION), else the crate's.
-                option_env!("KUBE_RDMA_VERSION").unwrap_or(env!("CARGO_PKG_VERSION")),
+                plumbing::VERSION,
                 kube_rdma_cni::SUPPORTED_VERSIONS.join(", ")
             );
-            return nic::cli::print_info("kube-rdma-cni", &text);
+            return print_info("kube-rdma-cni", &text);
         }
         Some("--help") | Some("-h") => {
-            return nic::cli::print_info("kube-rdma-cni", &format!("{}\n", usage()));
+            return print_info("kube-rdma-cni", &format!("{}\n", usage()));
         }
         _ => {}
     }
@@ -84,7 +64,9 @@ fn main() -> ExitCode {
     };
     let mut settings =
         Settings::from_config(input.config(), std::env::var("KUBE_RDMA_CNI_LOG").ok().as_deref());
-    init_logging(&mut settings);
+    // Never in colour, never on stdout: the lines end up in files and runtime logs.
+    let sink = settings.sink();
+    plumbing::logging::init(settings.format, Filter::Max(settings.level), sink);
     for p in &settings.problems {
         tracing::warn!("{p}");
     }

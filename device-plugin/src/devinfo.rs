@@ -1,7 +1,9 @@
 //! Files other components read: device-info files for Multus and the CNI
 //! (written by [`nic::devinfo`], the one writer of that format) and the CDI
 //! spec of each pool (CDI `SPEC.md`). All writes are atomic (temp file in the
-//! same dir, then `rename`), so a reader never sees half a file.
+//! same dir, then `rename`), so a reader never sees half a file, and not
+//! flushed: they are on Allocate's path, under `/var/run`
+//! ([`plumbing::atomic_file`] says why that is the right trade).
 //!
 //! The CDI spec carries the lowest `cdiVersion` its content needs, by the
 //! version rules of the CDI spec (container-device-interface
@@ -19,14 +21,13 @@
 
 use std::path::{Path, PathBuf};
 
+use plumbing::atomic_file::{write_unsynced, FileError};
 use serde_json::json;
 
 use crate::allocate::{cdi_named, hands_out_rdma, node_paths};
 use crate::names;
 use crate::pools::{Device, Pool};
 use crate::RDMA_CM;
-
-pub use nic::devinfo::{write_atomic, FileError};
 
 /// File name stem for a resource (`kuberdma.io/rdma_vfs` → `kuberdma.io-rdma_vfs`).
 fn resource_stem(resource: &str) -> String {
@@ -136,7 +137,7 @@ pub fn cdi_file(spec: &serde_json::Value) -> Vec<u8> {
 pub fn put_cdi(dir: &Path, pool: &Pool, file: Option<&[u8]>) -> Result<PathBuf, FileError> {
     let path = cdi_path(dir, pool);
     match file {
-        Some(bytes) => write_atomic(&path, bytes)?,
+        Some(bytes) => write_unsynced(&path, bytes)?,
         None => nic::devinfo::remove(&path)?,
     }
     Ok(path)

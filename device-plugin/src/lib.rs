@@ -10,7 +10,8 @@
 //! instance, checked by the kubelet's ListAndWatch, retried with backoff
 //! ([`registration`] over [`kubelet`]), rescans of one PF on its netlink link events
 //! and of the node on a timer, config reloads, device-info and CDI files
-//! ([`devinfo`]), metrics and health ([`metrics`]). [`config`] reads our
+//! ([`devinfo`], through [`plumbing::atomic_file`]), metrics and health
+//! ([`metrics`], served by [`plumbing::http`]). [`config`] reads our
 //! format and, with their meaning, those of sriov-network-device-plugin and
 //! k8s-rdma-shared-dev-plugin; [`names`] derives socket, CDI and variable names.
 //!

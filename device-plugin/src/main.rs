@@ -2,7 +2,7 @@
 //! prints what would be advertised and why.
 //!
 //! Output flags and exit status follow the one convention of every kube-rdma
-//! binary ([`nic::cli`], docs/cli.md): `discover -o table|json|yaml`, exit 0 when
+//! binary ([`plumbing::cli`], docs/cli.md): `discover -o table|json|yaml`, exit 0 when
 //! its node checks pass, 1 when one fails (the RDMA netns mode does not fit the
 //! pools, or there is no SR-IOV VF and no RDMA device), 2 for a usage or
 //! environment error.
@@ -14,14 +14,16 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{Parser, Subcommand};
 #[cfg(feature = "daemon")]
 use kube_rdma_device_plugin::daemon;
 #[cfg(feature = "dra")]
 use kube_rdma_device_plugin::dra;
 use kube_rdma_device_plugin::{config::Config, pools, report};
-use nic::cli::{emit, error_line, EXIT_ERROR, EXIT_FAILED};
 use nic::Roots;
+use plumbing::cli::{emit, error_line, EXIT_ERROR, EXIT_FAILED};
+use plumbing::logging::{self, Filter, Format as LogFormat, Sink};
+use plumbing::VERSION;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -77,33 +79,6 @@ struct Cli {
     log_format: LogFormat,
 }
 
-/// `KUBE_RDMA_VERSION` at build time (scripts/delivery/build-dist and the Dockerfile set it
-/// from their VERSION), else the crate version.
-const VERSION: &str = match option_env!("KUBE_RDMA_VERSION") {
-    Some(v) => v,
-    None => env!("CARGO_PKG_VERSION"),
-};
-
-#[derive(ValueEnum, Clone, Copy, Debug)]
-enum LogFormat {
-    Text,
-    Json,
-}
-
-fn init_logging(format: LogFormat) {
-    use std::io::IsTerminal as _;
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let fmt = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    match format {
-        LogFormat::Json => fmt.json().init(),
-        // Colour codes only help a person at a terminal; in pod logs they are noise.
-        LogFormat::Text => {
-            fmt.with_ansi(std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none()).init();
-        }
-    }
-}
-
 #[derive(Subcommand, Debug)]
 enum Cmd {
     /// Print PFs, VFs, RDMA devices and, per device, its pool or why not; then the node checks.
@@ -121,7 +96,7 @@ enum Cmd {
     ConfigSchema,
 }
 
-/// Exit status, for `--help` (the convention of [`nic::cli`]).
+/// Exit status, for `--help` (the convention of [`plumbing::cli`]).
 const EXIT_HELP: &str = "\
 Exit status:
   0  all is well (discover: every node check passes)
@@ -154,11 +129,11 @@ fn main() -> ExitCode {
         Ok(c) => c,
         // --help and --version go to stdout under the one convention (a full disk is exit 2).
         Err(e) if !e.use_stderr() => {
-            return nic::cli::print_info("kube-rdma-device-plugin", &e.render().to_string())
+            return plumbing::cli::print_info("kube-rdma-device-plugin", &e.render().to_string())
         }
         Err(e) => e.exit(),
     };
-    init_logging(cli.log_format);
+    logging::init(cli.log_format, Filter::Env("info"), Sink::Terminal);
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -1,5 +1,5 @@
-//! `/metrics` (Prometheus text format 0.0.4), `/healthz` and `/livez` on a
-//! tiny HTTP/1.1 server on tokio.
+//! `/metrics` (Prometheus text format 0.0.4), `/healthz` and `/livez`, served
+//! by [`plumbing::http`].
 //!
 //! Per pool: capacity, healthy, allocated (in use now: the devices the
 //! kubelet's PodResources API lists as assigned to containers; without that
@@ -25,8 +25,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpListener;
+use plumbing::histogram::Histogram;
+use plumbing::http::{Answer, Routes};
+use plumbing::prometheus::{head, sample};
 use tokio::sync::watch;
 
 use crate::inuse::Allocations;
@@ -37,7 +38,7 @@ use crate::server::Streams;
 /// Histogram bucket upper bounds, seconds.
 const BUCKETS: [f64; 9] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1];
 
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Clone)]
 struct PoolMetrics {
     capacity: usize,
     healthy: usize,
@@ -47,15 +48,32 @@ struct PoolMetrics {
     /// Devices the kubelet lists as assigned (None: PodResources unavailable).
     assigned: Option<usize>,
     failures: u64,
-    buckets: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+    /// Allocate latency.
+    latency: Histogram,
     /// ListAndWatch streams of the served socket (None: not served).
     streams: Option<watch::Receiver<Streams>>,
     /// Registration with the kubelet (None: not served, so not tried).
     registration: Option<State>,
     registrations: u64,
     registration_failures: u64,
+}
+
+impl Default for PoolMetrics {
+    fn default() -> Self {
+        Self {
+            capacity: 0,
+            healthy: 0,
+            held: 0,
+            ids: Default::default(),
+            assigned: None,
+            failures: 0,
+            latency: Histogram::new(&BUCKETS),
+            streams: None,
+            registration: None,
+            registrations: 0,
+            registration_failures: 0,
+        }
+    }
 }
 
 /// Shared metrics and health registry.
@@ -134,16 +152,7 @@ impl Metrics {
 
     /// Records a successful Allocate.
     pub fn allocated(&self, pool: &str, took: Duration) {
-        self.with(pool, |m| {
-            let s = took.as_secs_f64();
-            for (i, b) in BUCKETS.iter().enumerate() {
-                if s <= *b {
-                    m.buckets[i] += 1;
-                }
-            }
-            m.count += 1;
-            m.sum += s;
-        });
+        self.with(pool, |m| m.latency.observe(took.as_secs_f64()));
     }
 
     /// Records a refused Allocate.
@@ -181,136 +190,70 @@ impl Metrics {
     pub fn render(&self) -> String {
         let g = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         let mut s = String::new();
-        let gauge = |s: &mut String, name: &str, help: &str, f: &dyn Fn(&PoolMetrics) -> String| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge");
+        let mut family = |name: &str, kind: &str, help: &str, f: &dyn Fn(&PoolMetrics) -> String| {
+            head(&mut s, name, kind, help);
             for (p, m) in g.iter() {
-                let _ = writeln!(s, "{name}{{resource=\"{p}\"}} {}", f(m));
+                sample(&mut s, name, &[("resource", p)], f(m));
             }
         };
-        gauge(&mut s, "kuberdma_pool_capacity", "Devices advertised by the pool.", &|m| {
+        family("kuberdma_pool_capacity", "gauge", "Devices advertised by the pool.", &|m| {
             m.capacity.to_string()
         });
-        gauge(&mut s, "kuberdma_pool_healthy", "Healthy devices of the pool.", &|m| m.healthy.to_string());
-        gauge(
-            &mut s,
+        family("kuberdma_pool_healthy", "gauge", "Healthy devices of the pool.", &|m| m.healthy.to_string());
+        family(
             "kuberdma_pool_allocated",
+            "gauge",
             "Devices of the pool in use now (kubelet PodResources; without it, devices a pod holds on the host).",
             &|m| m.assigned.unwrap_or(m.held).to_string(),
         );
-        gauge(
-            &mut s,
+        family(
             "kuberdma_pool_registered",
+            "gauge",
             "1 while the running kubelet has accepted the pool's registration and watches it (ListAndWatch open).",
             &|m| u8::from(m.registration == Some(State::Registered)).to_string(),
         );
-        let counter = |s: &mut String, name: &str, help: &str, f: &dyn Fn(&PoolMetrics) -> u64| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} counter");
-            for (p, m) in g.iter() {
-                let _ = writeln!(s, "{name}{{resource=\"{p}\"}} {}", f(m));
-            }
-        };
-        counter(&mut s, "kuberdma_pool_registrations_total", "Register calls the kubelet accepted.", &|m| {
-            m.registrations
-        });
-        counter(
-            &mut s,
-            "kuberdma_pool_registration_failures_total",
-            "Registrations that failed: refused, no answer, no ListAndWatch after an accepted Register, or a watch the kubelet ended.",
-            &|m| m.registration_failures,
+        family(
+            "kuberdma_pool_registrations_total",
+            "counter",
+            "Register calls the kubelet accepted.",
+            &|m| m.registrations.to_string(),
         );
-        let _ = writeln!(s, "# HELP kuberdma_allocate_failures_total Allocate calls refused.\n# TYPE kuberdma_allocate_failures_total counter");
-        for (p, m) in g.iter() {
-            let _ = writeln!(s, "kuberdma_allocate_failures_total{{resource=\"{p}\"}} {}", m.failures);
-        }
+        family(
+            "kuberdma_pool_registration_failures_total",
+            "counter",
+            "Registrations that failed: refused, no answer, no ListAndWatch after an accepted Register, or a watch the kubelet ended.",
+            &|m| m.registration_failures.to_string(),
+        );
+        family("kuberdma_allocate_failures_total", "counter", "Allocate calls refused.", &|m| {
+            m.failures.to_string()
+        });
         let h = "kuberdma_allocate_duration_seconds";
-        let _ = writeln!(s, "# HELP {h} Allocate latency.\n# TYPE {h} histogram");
+        head(&mut s, h, "histogram", "Allocate latency.");
         for (p, m) in g.iter() {
-            for (i, b) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(s, "{h}_bucket{{resource=\"{p}\",le=\"{b}\"}} {}", m.buckets[i]);
-            }
-            let _ = writeln!(s, "{h}_bucket{{resource=\"{p}\",le=\"+Inf\"}} {}", m.count);
-            let _ = writeln!(s, "{h}_sum{{resource=\"{p}\"}} {}", m.sum);
-            let _ = writeln!(s, "{h}_count{{resource=\"{p}\"}} {}", m.count);
+            m.latency.render(&mut s, h, &[("resource", p)]);
         }
         s
     }
 }
 
+/// The device plugin's routes: `/metrics`, `/healthz` (503 with the reasons
+/// when unhealthy), `/livez`.
+pub fn routes(metrics: Arc<Metrics>) -> Routes {
+    let m = metrics.clone();
+    Routes::new()
+        .route("/metrics", move || Answer::metrics(m.render()))
+        .route("/healthz", move || {
+            let (ok, body) = metrics.health();
+            Answer::health(ok, body)
+        })
+        .livez()
+}
+
 /// Binds `addr`; returns the bound address (port 0 picks one) and the serving
-/// future: `/metrics`, `/healthz` (503 with the reasons when unhealthy), `/livez`.
+/// future of [`routes`].
 pub async fn serve(
     addr: SocketAddr,
     metrics: Arc<Metrics>,
 ) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
-    let route: Routes = Arc::new(move |path: &str| match path {
-        "/metrics" => Some(("200 OK", "text/plain; version=0.0.4", metrics.render())),
-        "/healthz" => Some(match metrics.health() {
-            (true, body) => ("200 OK", "text/plain", body),
-            (false, body) => ("503 Service Unavailable", "text/plain", body),
-        }),
-        "/livez" => Some(("200 OK", "text/plain", "ok\n".to_string())),
-        _ => None,
-    });
-    serve_routes(addr, route).await
-}
-
-/// What one HTTP route answers: status line, content type, body.
-pub type Answer = (&'static str, &'static str, String);
-
-/// A path → answer function ([`serve_routes`]).
-pub type Routes = Arc<dyn Fn(&str) -> Option<Answer> + Send + Sync>;
-
-/// Serves GET routes over a tiny HTTP/1.1 responder: `route(path)` answers,
-/// `None` is 404. The device plugin's ([`serve`]) and DRA mode's endpoints.
-pub async fn serve_routes(
-    addr: SocketAddr,
-    route: Routes,
-) -> std::io::Result<(SocketAddr, impl std::future::Future<Output = ()>)> {
-    let listener = TcpListener::bind(addr).await?;
-    let local = listener.local_addr()?;
-    let fut = async move {
-        loop {
-            let mut sock = match listener.accept().await {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    // E.g. EMFILE: back off instead of spinning.
-                    tracing::warn!(error = %e, "metrics accept failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            };
-            let route = route.clone();
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 2048];
-                let mut n = 0;
-                // Read until the end of the request head (or 2 KiB, or 2 s).
-                let read = async {
-                    while n < buf.len() {
-                        match sock.read(&mut buf[n..]).await {
-                            Ok(0) | Err(_) => break,
-                            Ok(k) => n += k,
-                        }
-                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                            break;
-                        }
-                    }
-                };
-                let _ = tokio::time::timeout(Duration::from_secs(2), read).await;
-                let head = String::from_utf8_lossy(&buf[..n]);
-                // The route is the path alone: `/metrics?x=1` is `/metrics`, as the
-                // operator's endpoints and Prometheus (`params:`) expect.
-                let target = head.split_whitespace().nth(1).unwrap_or("");
-                let path = target.split(['?', '#']).next().unwrap_or("");
-                let (status, ctype, body) =
-                    route(path).unwrap_or(("404 Not Found", "text/plain", "not found\n".to_string()));
-                let resp = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = sock.write_all(resp.as_bytes()).await;
-                let _ = sock.shutdown().await;
-            });
-        }
-    };
-    Ok((local, fut))
+    plumbing::http::bind(addr, routes(metrics)).await
 }

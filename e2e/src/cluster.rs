@@ -125,11 +125,9 @@ impl State {
     fn load(l: &Layout) -> Option<State> {
         serde_json::from_str(&std::fs::read_to_string(l.state()).ok()?).ok()
     }
+    /// Unsynced: the processes it lists do not outlive a power loss either.
     fn save(&self, l: &Layout) -> Result<()> {
-        std::fs::create_dir_all(&l.base)?;
-        let tmp = l.state().with_extension("tmp");
-        std::fs::write(&tmp, serde_json::to_vec_pretty(self)?)?;
-        std::fs::rename(&tmp, l.state())?;
+        plumbing::atomic_file::write_unsynced(&l.state(), &serde_json::to_vec_pretty(self)?)?;
         Ok(())
     }
 }

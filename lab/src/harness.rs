@@ -72,11 +72,11 @@ pub fn run_all(lab: &Lab, tests: &[Test], filter: &str, deadline: Duration) -> (
         match outcome {
             Ok(d) => {
                 pass += 1;
-                println!("LAB {} PASS {} ({ms} ms)", t.name, one_line(&d));
+                crate::say(&format!("LAB {} PASS {} ({ms} ms)\n", t.name, one_line(&d)));
             }
             Err(e) => {
                 fail += 1;
-                println!("LAB {} FAIL {} ({ms} ms)", t.name, one_line(&e));
+                crate::say(&format!("LAB {} FAIL {} ({ms} ms)\n", t.name, one_line(&e)));
             }
         }
     }

@@ -3,7 +3,9 @@
 //! `lab/run` boots Debian's kernel in QEMU with this executable in the initramfs; `lab/init` sets up a
 //! netdevsim PF with VFs and a Soft-RoCE device (rxe) and runs us. Each test drives the project's own
 //! code against the real kernel and prints `LAB <name> PASS|FAIL <detail>`; the last line is
-//! `N passed, N failed`, and the exit status is non-zero on any failure.
+//! `N passed, N failed`. Exit status as every kube-rdma binary ([`plumbing::cli`]): 0 when every test
+//! passed, 1 when one failed (or none ran), 2 when the lab's environment is unusable; a stdout that
+//! closes (the `tee` of lab/init gone) ends the lines quietly instead of panicking.
 
 mod cni;
 mod dcb;
@@ -17,9 +19,11 @@ mod setup;
 mod util;
 mod vf;
 
-use harness::{Lab, Test};
 use std::process::ExitCode;
 use std::time::Duration;
+
+use harness::{Lab, Test};
+use plumbing::cli::{emit, error_line, EXIT_ERROR, EXIT_FAILED};
 
 fn tests() -> Vec<Test> {
     let mut v = Vec::new();
@@ -41,17 +45,24 @@ fn main() -> ExitCode {
     let lab = match Lab::from_env() {
         Ok(l) => l,
         Err(e) => {
-            println!("LAB lab-env FAIL {e:#}");
-            println!("0 passed, 1 failed");
-            return ExitCode::FAILURE;
+            say(&format!("LAB lab-env FAIL {e:#}\n0 passed, 1 failed\n"));
+            return ExitCode::from(EXIT_ERROR);
         }
     };
     let filter = std::env::var("LAB_FILTER").unwrap_or_default();
     let (pass, fail) = harness::run_all(&lab, &tests(), &filter, Duration::from_secs(60));
-    println!("{pass} passed, {fail} failed");
+    say(&format!("{pass} passed, {fail} failed\n"));
     if fail == 0 && pass > 0 {
         ExitCode::SUCCESS
     } else {
-        ExitCode::FAILURE
+        ExitCode::from(EXIT_FAILED)
+    }
+}
+
+/// Writes result lines to stdout; a stdout that cannot be written (not
+/// closed: full) is said on stderr, which lab/init keeps.
+pub(crate) fn say(text: &str) {
+    if let Err(e) = emit(text) {
+        error_line(&format!("kube-rdma-labtests: {e}"));
     }
 }

@@ -5,11 +5,13 @@
 //! file Multus names in `runtimeConfig.CNIDeviceInfoFile`.
 //!
 //! Every write is atomic (temp file in the same directory, then `rename`), so
-//! a reader never sees half a file.
+//! a reader never sees half a file, and unflushed: these files live under
+//! `/var/run` and are written inside Allocate, where an `fsync` would cost
+//! more than the whole call ([`plumbing::atomic_file::write_unsynced`]).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use plumbing::atomic_file::{write_unsynced, FileError};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -17,19 +19,6 @@ use crate::PciAddr;
 
 /// The spec version we write.
 pub const VERSION: &str = "1.1.0";
-
-/// A file could not be written, read or removed.
-#[derive(Debug, thiserror::Error)]
-#[error("cannot {op} {path}")]
-pub struct FileError {
-    /// What was attempted.
-    pub op: &'static str,
-    /// The file or directory.
-    pub path: PathBuf,
-    /// The OS error.
-    #[source]
-    pub source: std::io::Error,
-}
 
 /// The `pci` object of a device-info file (spec 1.1.0, type `pci`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,7 +91,7 @@ pub fn path(dir: &Path, resource: &str, id: &str) -> PathBuf {
 /// Writes the device-info file of one device of `resource`; returns its path.
 pub fn write(dir: &Path, resource: &str, id: &str, info: &DeviceInfo) -> Result<PathBuf, FileError> {
     let p = path(dir, resource, id);
-    write_atomic(&p, &serde_json::to_vec_pretty(&info.to_json()).unwrap_or_default())?;
+    write_unsynced(&p, &serde_json::to_vec_pretty(&info.to_json()).unwrap_or_default())?;
     Ok(p)
 }
 
@@ -111,9 +100,9 @@ pub fn merge_into_file(file: &Path, info: &DeviceInfo) -> Result<(), FileError> 
     let existing = match std::fs::read(file) {
         Ok(b) => serde_json::from_slice(&b).unwrap_or(Value::Null),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Value::Null,
-        Err(source) => return Err(FileError { op: "read", path: file.into(), source }),
+        Err(source) => return Err(FileError::new("read", file, source)),
     };
-    write_atomic(file, &serde_json::to_vec(&info.merge_into(existing)).unwrap_or_default())
+    write_unsynced(file, &serde_json::to_vec(&info.merge_into(existing)).unwrap_or_default())
 }
 
 /// Removes one file; a file already gone is fine.
@@ -148,35 +137,6 @@ pub fn remove_all(dir: &Path, resource: &str) -> Result<usize, FileError> {
     Ok(n)
 }
 
-/// Writes `data` to `path` atomically, creating the directory if needed.
-pub fn write_atomic(path: &Path, data: &[u8]) -> Result<(), FileError> {
-    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|source| FileError {
-        op: "create dir",
-        path: dir.into(),
-        source,
-    })?;
-    // A unique temp name in the same directory, so `rename` is atomic.
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let tmp = dir.join(format!(".{name}.{}.{seq}.tmp", std::process::id()));
-    let res = std::fs::File::create(&tmp)
-        .and_then(|mut f| f.write_all(data))
-        .map_err(|source| FileError { op: "write", path: tmp.clone(), source })
-        .and_then(|()| {
-            std::fs::rename(&tmp, path).map_err(|source| FileError {
-                op: "rename into",
-                path: path.into(),
-                source,
-            })
-        });
-    if res.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    res
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,7 +163,7 @@ mod tests {
     fn merge_keeps_what_another_writer_put_there() {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("sub/net1.json");
-        write_atomic(&f, br#"{"type":"pci","version":"1.1.0","pci":{"pf-pci-address":"0000:3b:00.0","vhost-net":"/dev/vhost-net"},"x":1}"#)
+        write_unsynced(&f, br#"{"type":"pci","version":"1.1.0","pci":{"pf-pci-address":"0000:3b:00.0","vhost-net":"/dev/vhost-net"},"x":1}"#)
             .unwrap();
         let ours =
             DeviceInfo { pci: Some(addr("0000:3b:00.2")), pf: None, rdma_device: Some("mlx5_2".into()) };

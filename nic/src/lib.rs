@@ -7,7 +7,6 @@
 //! to act on it.
 #![deny(missing_docs)]
 
-pub mod cli;
 pub mod devinfo;
 pub mod discover;
 pub mod inventory;

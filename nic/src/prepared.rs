@@ -22,8 +22,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::devinfo::{write_atomic, FileError};
 use crate::PciAddr;
+use plumbing::atomic_file::{write_unsynced, FileError};
 
 /// Format version written in every file; readers refuse others.
 pub const VERSION: u32 = 1;
@@ -200,7 +200,7 @@ pub fn write_claim(dir: &Path, claim: &PreparedClaim) -> Result<PathBuf, Prepare
     for d in &claim.devices {
         check_name("device name", &d.device)?;
     }
-    write_atomic(&path, &serde_json::to_vec_pretty(claim).unwrap_or_default())?;
+    write_unsynced(&path, &serde_json::to_vec_pretty(claim).unwrap_or_default())?;
     Ok(path)
 }
 
@@ -257,7 +257,7 @@ pub fn remove_claim(dir: &Path, uid: &str) -> Result<(), PreparedError> {
 /// Writes (or replaces) an attachment; returns its path.
 pub fn write_attachment(dir: &Path, a: &Attachment) -> Result<PathBuf, PreparedError> {
     let path = attachment_path(dir, &a.claim_uid, &a.device)?;
-    write_atomic(&path, &serde_json::to_vec_pretty(a).unwrap_or_default())?;
+    write_unsynced(&path, &serde_json::to_vec_pretty(a).unwrap_or_default())?;
     Ok(path)
 }
 

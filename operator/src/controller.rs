@@ -19,7 +19,6 @@
 //! name), so overlapping selectors are not double-counted.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt::Write as _;
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -35,6 +34,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::runtime::WatchStreamExt;
 use kube::{Client, Resource, ResourceExt};
 use nic::readiness::{self, Verdict};
+use plumbing::prometheus::{head, sample};
 use serde::Deserialize;
 use serde_json::json;
 
@@ -322,30 +322,28 @@ pub fn plan(
 /// `kuberdma_profile_nodes{profile,state}`.
 pub fn render_metrics(p: &Plan) -> String {
     let mut o = String::new();
-    let _ = writeln!(
-        o,
-        "# HELP kuberdma_node_stale 1 when the node's agent stopped reporting (no heartbeat for {} min).\n# TYPE kuberdma_node_stale gauge",
+    let help = format!(
+        "1 when the node's agent stopped reporting (no heartbeat for {} min).",
         STALE_AFTER.as_secs() / 60
     );
+    head(&mut o, "kuberdma_node_stale", "gauge", &help);
     for (n, s) in &p.staleness {
-        let _ = writeln!(o, "kuberdma_node_stale{{node=\"{}\"}} {}", esc(n), u8::from(*s));
+        sample(&mut o, "kuberdma_node_stale", &[("node", n)], u8::from(*s));
     }
-    let _ = writeln!(
-        o,
-        "# HELP kuberdma_profile_nodes Nodes a RoceProfile covers (matched), of which pass every check (passing) or fail one (drifted).\n# TYPE kuberdma_profile_nodes gauge"
+    head(
+        &mut o,
+        "kuberdma_profile_nodes",
+        "gauge",
+        "Nodes a RoceProfile covers (matched), of which pass every check (passing) or fail one (drifted).",
     );
     for (name, st) in &p.counts {
         for (state, v) in
             [("matched", st.nodes_matched), ("passing", st.nodes_compliant), ("drifted", st.nodes_drifted)]
         {
-            let _ = writeln!(o, "kuberdma_profile_nodes{{profile=\"{}\",state=\"{state}\"}} {v}", esc(name));
+            sample(&mut o, "kuberdma_profile_nodes", &[("profile", name), ("state", state)], v);
         }
     }
     o
-}
-
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
 }
 
 /// What one pass wrote.

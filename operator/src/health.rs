@@ -1,16 +1,16 @@
-//! Liveness of the agent and the controller, their self-metrics, and the small
-//! HTTP endpoint that serves `/metrics` and `/healthz`.
+//! Liveness of the agent and the controller, their self-metrics, and the routes
+//! of their `/metrics` and `/healthz` endpoint ([`plumbing::http`] serves them).
 //!
 //! Unhealthy (`/healthz` answers 503 with the reason) when the API server has
 //! been unreachable for longer than the allowed silence, or when no pass has
 //! succeeded for that long. Self-metrics: `kuberdma_<component>_last_success_timestamp_seconds`,
 //! `kuberdma_<component>_pass_duration_seconds`, `kuberdma_api_errors_total{kind}`.
 
-use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use plumbing::http::{Answer, Routes};
+use plumbing::prometheus::{head, sample};
 use tokio::net::TcpListener;
 
 use crate::api::ApiRecord;
@@ -121,29 +121,18 @@ impl Health {
         let c = self.component;
         let mut o = String::new();
         let (last, took) = self.with(|s| (s.last_success.map(|(_, t)| t), s.last_duration));
-        let _ = writeln!(
-            o,
-            "# HELP kuberdma_{c}_last_success_timestamp_seconds Unix time of the last pass that completed without error.\n# TYPE kuberdma_{c}_last_success_timestamp_seconds gauge"
-        );
+        let name = format!("kuberdma_{c}_last_success_timestamp_seconds");
+        head(&mut o, &name, "gauge", "Unix time of the last pass that completed without error.");
         let ts = last.and_then(|t| t.duration_since(UNIX_EPOCH).ok()).map_or(0.0, |d| d.as_secs_f64());
-        let _ = writeln!(o, "kuberdma_{c}_last_success_timestamp_seconds {ts:.3}");
-        let _ = writeln!(
-            o,
-            "# HELP kuberdma_{c}_pass_duration_seconds Duration of the last pass.\n# TYPE kuberdma_{c}_pass_duration_seconds gauge"
-        );
-        let _ =
-            writeln!(o, "kuberdma_{c}_pass_duration_seconds {:.6}", took.map_or(0.0, |d| d.as_secs_f64()));
-        let _ = writeln!(
-            o,
-            "# HELP kuberdma_api_errors_total Failed Kubernetes API requests and watches, by kind.\n# TYPE kuberdma_api_errors_total counter"
-        );
+        sample(&mut o, &name, &[], format_args!("{ts:.3}"));
+        let name = format!("kuberdma_{c}_pass_duration_seconds");
+        head(&mut o, &name, "gauge", "Duration of the last pass.");
+        sample(&mut o, &name, &[], format_args!("{:.6}", took.map_or(0.0, |d| d.as_secs_f64())));
+        let name = "kuberdma_api_errors_total";
+        head(&mut o, name, "counter", "Failed Kubernetes API requests and watches, by kind.");
         let counts = self.api.snapshot();
         for k in ERROR_KINDS {
-            let _ = writeln!(
-                o,
-                "kuberdma_api_errors_total{{kind=\"{k}\"}} {}",
-                counts.get(k).copied().unwrap_or(0)
-            );
+            sample(&mut o, name, &[("kind", k)], counts.get(k).copied().unwrap_or(0));
         }
         o
     }
@@ -158,40 +147,25 @@ pub struct Endpoints {
     pub health: Health,
 }
 
-fn response(status: &str, ctype: &str, body: &str) -> String {
-    format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    )
+impl Endpoints {
+    /// `/metrics` (also at `/`), `/healthz` (200 `ok`, or 503 with the reason).
+    pub fn routes(self) -> Routes {
+        let (m, root) = (self.metrics.clone(), self.metrics);
+        let health = self.health;
+        Routes::new()
+            .route("/metrics", move || Answer::metrics(m()))
+            .route("/", move || Answer::metrics(root()))
+            .route("/healthz", move || match health.check() {
+                Ok(()) => Answer::health(true, "ok\n".into()),
+                Err(why) => Answer::health(false, format!("{why}\n")),
+            })
+    }
 }
 
 /// Serves `GET /metrics` (Prometheus text format 0.0.4) and `GET /healthz` (200
 /// `ok`, or 503 with the reason) on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, endpoints: Endpoints) {
-    loop {
-        let Ok((mut sock, _)) = listener.accept().await else { continue };
-        let ep = endpoints.clone();
-        tokio::spawn(async move {
-            let mut buf = [0u8; 2048];
-            let n = match tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf)).await {
-                Ok(Ok(n)) => n,
-                _ => return,
-            };
-            let line = String::from_utf8_lossy(&buf[..n]);
-            let path = line.split_whitespace().nth(1).unwrap_or("/");
-            let path = path.split('?').next().unwrap_or(path);
-            let resp = match path {
-                "/metrics" | "/" => response("200 OK", "text/plain; version=0.0.4", &(ep.metrics)()),
-                "/healthz" => match ep.health.check() {
-                    Ok(()) => response("200 OK", "text/plain", "ok\n"),
-                    Err(why) => response("503 Service Unavailable", "text/plain", &format!("{why}\n")),
-                },
-                _ => response("404 Not Found", "text/plain", "not found: try /metrics or /healthz\n"),
-            };
-            let _ = sock.write_all(resp.as_bytes()).await;
-            let _ = sock.shutdown().await;
-        });
-    }
+    plumbing::http::serve(listener, endpoints.routes()).await;
 }
 
 #[cfg(test)]

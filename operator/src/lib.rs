@@ -5,6 +5,9 @@
 //! status, node label, Events ([`publish`]) and [`metrics`]**. The checks and the
 //! status are pure functions; the [`agent`] and the [`controller`] are loops around
 //! them driven by watches, which tests run against an API server over TLS.
+//! [`health`] serves their liveness and self-metrics with the [`metrics`] over
+//! [`plumbing::http`]; logging, the version and the stdout/exit-status convention
+//! of both binaries are [`plumbing`]'s.
 //!
 //! ```no_run
 //! use kube_rdma_operator::{source::NodeSource, check_once, checks::default_profile};
@@ -28,7 +31,6 @@ pub mod fixtures;
 pub mod health;
 pub mod jitter;
 pub mod jsonpath;
-pub mod logging;
 pub mod metrics;
 pub mod output;
 pub mod profiles;

@@ -9,11 +9,13 @@ use clap::{Parser, Subcommand};
 use kube_rdma_operator::agent::{Agent, AgentConfig};
 use kube_rdma_operator::client::{connect, ClientOpts};
 use kube_rdma_operator::controller::{Controller, STALE_AFTER};
-use kube_rdma_operator::logging::{self, LogFormat, VERSION};
-use kube_rdma_operator::output::{self, emit, error_line, Format, EXIT_ERROR, EXIT_HELP};
+use kube_rdma_operator::output::{self, Format, EXIT_HELP};
 use kube_rdma_operator::source::NodeSource;
 use kube_rdma_operator::{check_once, checks, crd, crd_apply, health, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
+use plumbing::cli::{emit, error_line, EXIT_ERROR};
+use plumbing::logging::{self, Filter, Format as LogFormat, Sink};
+use plumbing::VERSION;
 
 #[derive(Parser)]
 #[command(
@@ -135,11 +137,11 @@ fn main() -> ExitCode {
         Ok(c) => c,
         // --help and --version go to stdout under the one convention (a full disk is exit 2).
         Err(e) if !e.use_stderr() => {
-            return nic::cli::print_info("kube-rdma-operator", &e.render().to_string())
+            return plumbing::cli::print_info("kube-rdma-operator", &e.render().to_string())
         }
         Err(e) => e.exit(),
     };
-    logging::init(cli.log_format, "info");
+    logging::init(cli.log_format, Filter::Env("info"), Sink::Terminal);
     match run(cli) {
         Ok(code) => code,
         Err(e) => {

@@ -8,72 +8,63 @@
 //! `__meta_kubernetes_pod_node_name`). A label set here would collide with that one
 //! and come out as `exported_node`.
 
-use std::fmt::Write as _;
-
-use nic::roce::{NodeRoce, Observed};
+use nic::roce::{InterfaceRoce, NodeRoce, Observed};
+use plumbing::prometheus::{head, sample};
 
 use crate::crd::{Check, CheckResult};
 
-/// Escapes a label value (backslash, double quote, newline), per the exposition format.
-fn esc(v: &str) -> String {
-    v.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
-}
-
-struct Out(String);
-
-impl Out {
-    fn head(&mut self, name: &str, kind: &str, help: &str) {
-        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
-    }
-    fn sample(&mut self, name: &str, labels: &[(&str, &str)], v: impl std::fmt::Display) {
-        if labels.is_empty() {
-            let _ = writeln!(self.0, "{name} {v}");
-            return;
-        }
-        let l: Vec<String> = labels.iter().map(|(k, v)| format!("{k}=\"{}\"", esc(v))).collect();
-        let _ = writeln!(self.0, "{name}{{{}}} {v}", l.join(","));
-    }
-}
-
 /// The metrics text of one node.
 pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
-    let mut o = Out(String::new());
-    o.head("kuberdma_node_roce_ready", "gauge", "1 when the node has RoCE interfaces and no check fails.");
-    o.sample("kuberdma_node_roce_ready", &[], u8::from(crate::status::node_ready(checks)));
+    let mut o = String::new();
+    write_checks(&mut o, checks);
+    write_protocol_and_priorities(&mut o, &observed.interfaces);
+    write_port_values(&mut o, &observed.interfaces);
+    o
+}
 
-    o.head(
+/// Readiness and the result of each check.
+fn write_checks(o: &mut String, checks: &[Check]) {
+    head(o, "kuberdma_node_roce_ready", "gauge", "1 when the node has RoCE interfaces and no check fails.");
+    sample(o, "kuberdma_node_roce_ready", &[], u8::from(crate::status::node_ready(checks)));
+
+    head(
+        o,
         "kuberdma_check_passing",
         "gauge",
         "1 when the check passes, 0 when it fails (other results are not exported here).",
     );
     for c in checks.iter().filter(|c| matches!(c.result, CheckResult::Pass | CheckResult::Fail)) {
         let labels = [("interface", c.interface.as_str()), ("check", c.name.as_str())];
-        o.sample("kuberdma_check_passing", &labels, u8::from(c.result == CheckResult::Pass));
+        sample(o, "kuberdma_check_passing", &labels, u8::from(c.result == CheckResult::Pass));
     }
-    o.head("kuberdma_check_result", "gauge", "1 for the current result of each check.");
+    head(o, "kuberdma_check_result", "gauge", "1 for the current result of each check.");
     for c in checks {
         let labels =
             [("interface", c.interface.as_str()), ("check", c.name.as_str()), ("result", c.result.as_str())];
-        o.sample("kuberdma_check_result", &labels, 1);
+        sample(o, "kuberdma_check_result", &labels, 1);
     }
+}
 
-    let ifs = &observed.interfaces;
-    o.head(
+/// The RDMA protocol of each interface, and PFC, pause frames and ECN per priority.
+fn write_protocol_and_priorities(o: &mut String, ifs: &[InterfaceRoce]) {
+    head(
+        o,
         "kuberdma_rdma_protocol",
         "gauge",
         "1 for the RDMA protocol the interface's function runs (RoCEv2, iWARP, InfiniBand, none).",
     );
     for i in ifs {
         if let Observed::Value(p) = i.rdma_protocol {
-            o.sample("kuberdma_rdma_protocol", &[("interface", &i.netdev), ("protocol", p.as_str())], 1);
+            sample(o, "kuberdma_rdma_protocol", &[("interface", &i.netdev), ("protocol", p.as_str())], 1);
         }
     }
-    o.head("kuberdma_pfc_enabled", "gauge", "1 when PFC is on for the priority.");
+    head(o, "kuberdma_pfc_enabled", "gauge", "1 when PFC is on for the priority.");
     for i in ifs {
         if let Observed::Value(pfc) = &i.pfc {
             for p in 0..8 {
                 let ps = p.to_string();
-                o.sample(
+                sample(
+                    o,
                     "kuberdma_pfc_enabled",
                     &[("interface", &i.netdev), ("priority", &ps)],
                     u8::from(pfc.pfc_en.contains(p as u8)),
@@ -81,7 +72,8 @@ pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
             }
         }
     }
-    o.head(
+    head(
+        o,
         "kuberdma_pfc_pause_frames_total",
         "counter",
         "PFC pause frames per priority: tx = requests sent, rx = indications received (struct ieee_pfc).",
@@ -93,17 +85,18 @@ pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
                 for (dir, v) in [("tx", pfc.requests[p]), ("rx", pfc.indications[p])] {
                     let labels =
                         [("interface", i.netdev.as_str()), ("priority", ps.as_str()), ("direction", dir)];
-                    o.sample("kuberdma_pfc_pause_frames_total", &labels, v);
+                    sample(o, "kuberdma_pfc_pause_frames_total", &labels, v);
                 }
             }
         }
     }
-    o.head("kuberdma_ecn_enabled", "gauge", "1 when RoCE ECN is on for the priority (NVIDIA OFED sysfs).");
+    head(o, "kuberdma_ecn_enabled", "gauge", "1 when RoCE ECN is on for the priority (NVIDIA OFED sysfs).");
     for i in ifs {
         if let Observed::Value(ecn) = &i.ecn {
             for p in 0u8..8 {
                 let ps = p.to_string();
-                o.sample(
+                sample(
+                    o,
                     "kuberdma_ecn_enabled",
                     &[("interface", &i.netdev), ("priority", &ps)],
                     u8::from(ecn.contains(&p)),
@@ -111,33 +104,37 @@ pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
             }
         }
     }
-    o.head("kuberdma_mtu_bytes", "gauge", "Netdev MTU.");
+}
+
+/// Per interface: MTUs, the GID index and the RDMA hw counters.
+fn write_port_values(o: &mut String, ifs: &[InterfaceRoce]) {
+    head(o, "kuberdma_mtu_bytes", "gauge", "Netdev MTU.");
     for i in ifs {
         if let Observed::Value(m) = i.mtu {
-            o.sample("kuberdma_mtu_bytes", &[("interface", &i.netdev)], m);
+            sample(o, "kuberdma_mtu_bytes", &[("interface", &i.netdev)], m);
         }
     }
-    o.head("kuberdma_roce_active_mtu_bytes", "gauge", "RoCE active MTU.");
+    head(o, "kuberdma_roce_active_mtu_bytes", "gauge", "RoCE active MTU.");
     for i in ifs {
         if let Observed::Value(m) = i.active_mtu {
-            o.sample("kuberdma_roce_active_mtu_bytes", &[("interface", &i.netdev)], m);
+            sample(o, "kuberdma_roce_active_mtu_bytes", &[("interface", &i.netdev)], m);
         }
     }
-    o.head("kuberdma_gid_index", "gauge", "RoCE v2 GID index bound to the interface (NCCL_IB_GID_INDEX).");
+    head(o, "kuberdma_gid_index", "gauge", "RoCE v2 GID index bound to the interface (NCCL_IB_GID_INDEX).");
     for i in ifs {
         if let Observed::Value(g) = i.gid_index {
-            o.sample("kuberdma_gid_index", &[("interface", &i.netdev)], g);
+            sample(o, "kuberdma_gid_index", &[("interface", &i.netdev)], g);
         }
     }
-    o.head(
+    head(
+        o,
         "kuberdma_rdma_hw_counter_total",
         "counter",
         "RDMA port hw_counters (e.g. np_cnp_sent, rp_cnp_handled, out_of_sequence).",
     );
     for i in ifs {
         for (k, v) in &i.hw_counters {
-            o.sample("kuberdma_rdma_hw_counter_total", &[("interface", &i.netdev), ("counter", k)], v);
+            sample(o, "kuberdma_rdma_hw_counter_total", &[("interface", &i.netdev), ("counter", k)], v);
         }
     }
-    o.0
 }

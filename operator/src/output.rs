@@ -11,12 +11,14 @@
 //!   ready, or something asked for was not found; 2 a usage or environment error
 //!   (bad flags or files, no cluster access, an API error).
 //! - Results on stdout, errors (one line each) and logs on stderr. A stdout closed
-//!   early (`| head`) ends the output quietly ([`emit`]); the exit status is still
+//!   early (`| head`) ends the output quietly ([`plumbing::cli::emit`]); the exit status is still
 //!   the verdict. A stdout that cannot be written (`> /dev/full`) is exit 2.
 //!
-//! This is the convention of every kube-rdma binary: [`nic::cli`], docs/cli.md.
+//! This is the convention of every kube-rdma binary: [`plumbing::cli`], docs/cli.md.
 
 use std::process::ExitCode;
+
+use plumbing::cli::{EXIT_FAILED, EXIT_OK};
 
 use crate::crd::RdmaNodeState;
 use crate::jsonpath::Template;
@@ -81,8 +83,6 @@ Exit status:
   0  all is well: every check passes, every node shown is ready
   1  a check fails, a node shown is not ready or its agent is stale, or a node asked for has no RdmaNodeState
   2  a usage or environment error: bad flags or files, no cluster access, an API error";
-
-pub use nic::cli::{emit, error_line, EXIT_ERROR, EXIT_FAILED, EXIT_OK};
 
 /// 0 when `ok`, else 1.
 pub fn verdict(ok: bool) -> ExitCode {

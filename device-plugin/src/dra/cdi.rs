@@ -31,12 +31,12 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use nic::prepared::PreparedClaim;
+use plumbing::atomic_file::{write_unsynced, FileError};
 use serde_json::{json, Value};
 
 use super::claimconfig::DeviceConfig;
 use super::devices::{DraDevice, View};
 use super::prepare::top_level_request;
-use crate::devinfo::{write_atomic, FileError};
 use crate::names::env_part;
 use crate::RDMA_CM;
 
@@ -151,7 +151,7 @@ pub fn spec_for(record: &PreparedClaim, view: &View) -> Result<Option<Value>, St
 /// Writes the claim's spec atomically; returns its path.
 pub fn write(dir: &Path, claim_uid: &str, spec: &Value) -> Result<PathBuf, FileError> {
     let path = spec_path(dir, claim_uid);
-    write_atomic(&path, &serde_json::to_vec_pretty(spec).unwrap_or_default())?;
+    write_unsynced(&path, &serde_json::to_vec_pretty(spec).unwrap_or_default())?;
     Ok(path)
 }
 

@@ -368,7 +368,7 @@ struct Wakeups {
 
 /// Serves `/metrics` on `addr` on a task of its own.
 async fn serve_metrics(addr: SocketAddr, metrics: &Arc<DraMetrics>) -> Result<(), DriverError> {
-    let (local, fut) = crate::metrics::serve_routes(addr, metrics.routes())
+    let (local, fut) = plumbing::http::bind(addr, metrics.routes())
         .await
         .map_err(|source| DriverError::Metrics { addr, source })?;
     tracing::info!(%local, "metrics listening");

@@ -1,5 +1,5 @@
 //! DRA mode's `/metrics`, `/healthz` and `/livez` (served by
-//! [`crate::metrics::serve_routes`]).
+//! [`plumbing::http`]).
 //!
 //! Pool gauges carry the device plugin's names and `resource` label, so
 //! dashboards read both modes alike: `kuberdma_pool_capacity`,
@@ -18,14 +18,17 @@ use std::fmt::Write as _;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use plumbing::histogram::Histogram;
+use plumbing::http::{Answer, Routes};
+use plumbing::prometheus::{head, sample};
+
 use super::devices::View;
 use super::registration::Registered;
-use crate::metrics::Routes;
 
 /// Histogram bucket upper bounds, seconds (a prepare reads the claim from the API).
 const BUCKETS: [f64; 9] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5];
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 struct Inner {
     /// resource → (capacity, healthy).
     pools: BTreeMap<String, (usize, usize)>,
@@ -36,9 +39,23 @@ struct Inner {
     publish_error: Option<String>,
     publish_failures: u64,
     prepare_failures: u64,
-    buckets: [u64; BUCKETS.len()],
-    count: u64,
-    sum: f64,
+    /// Time to prepare one claim.
+    latency: Histogram,
+}
+
+impl Default for Inner {
+    fn default() -> Self {
+        Self {
+            pools: BTreeMap::new(),
+            prepared: BTreeMap::new(),
+            registered: Registered::default(),
+            generation: None,
+            publish_error: None,
+            publish_failures: 0,
+            prepare_failures: 0,
+            latency: Histogram::new(&BUCKETS),
+        }
+    }
 }
 
 /// The registry.
@@ -96,13 +113,7 @@ impl DraMetrics {
             if !ok {
                 m.prepare_failures += 1;
             }
-            for (i, b) in BUCKETS.iter().enumerate() {
-                if s <= *b {
-                    m.buckets[i] += 1;
-                }
-            }
-            m.count += 1;
-            m.sum += s;
+            m.latency.observe(s);
         });
     }
 
@@ -143,65 +154,84 @@ impl DraMetrics {
     pub fn render(&self) -> String {
         self.with(|m| {
             let mut s = String::new();
-            let mut gauge = |name: &str, help: &str, vals: Vec<(String, String)>| {
-                let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} gauge");
+            let mut gauge = |name: &str, help: &str, vals: Vec<(&str, usize)>| {
+                head(&mut s, name, "gauge", help);
                 for (r, v) in vals {
-                    let _ = writeln!(s, "{name}{{resource=\"{r}\"}} {v}");
+                    sample(&mut s, name, &[("resource", r)], v);
                 }
             };
             gauge(
                 "kuberdma_pool_capacity",
                 "Devices published for the pool.",
-                m.pools.iter().map(|(r, (c, _))| (r.clone(), c.to_string())).collect(),
+                m.pools.iter().map(|(r, (c, _))| (r.as_str(), *c)).collect(),
             );
             gauge(
                 "kuberdma_pool_healthy",
                 "Healthy devices of the pool.",
-                m.pools.iter().map(|(r, (_, h))| (r.clone(), h.to_string())).collect(),
+                m.pools.iter().map(|(r, (_, h))| (r.as_str(), *h)).collect(),
             );
             gauge(
                 "kuberdma_pool_allocated",
                 "Devices of the pool prepared for ResourceClaims now.",
-                m.pools.keys().map(|r| (r.clone(), m.prepared.get(r).copied().unwrap_or(0).to_string())).collect(),
+                m.pools.keys().map(|r| (r.as_str(), m.prepared.get(r).copied().unwrap_or(0))).collect(),
             );
-            let _ = writeln!(
-                s,
-                "# HELP kuberdma_dra_pool_generation Generation of the published ResourceSlice pool.\n# TYPE kuberdma_dra_pool_generation gauge"
-            );
-            if let Some(g) = m.generation {
-                let _ = writeln!(s, "kuberdma_dra_pool_generation {g}");
+            let g = "kuberdma_dra_pool_generation";
+            head(&mut s, g, "gauge", "Generation of the published ResourceSlice pool.");
+            if let Some(v) = m.generation {
+                sample(&mut s, g, &[], v);
             }
-            let _ = writeln!(
-                s,
-                "# HELP kuberdma_dra_publish_failures_total ResourceSlice syncs that failed.\n# TYPE kuberdma_dra_publish_failures_total counter\nkuberdma_dra_publish_failures_total {}",
-                m.publish_failures
-            );
-            let _ = writeln!(
-                s,
-                "# HELP kuberdma_dra_prepare_failures_total Claims NodePrepareResources refused.\n# TYPE kuberdma_dra_prepare_failures_total counter\nkuberdma_dra_prepare_failures_total {}",
-                m.prepare_failures
-            );
+            let c = "kuberdma_dra_publish_failures_total";
+            head(&mut s, c, "counter", "ResourceSlice syncs that failed.");
+            sample(&mut s, c, &[], m.publish_failures);
+            let c = "kuberdma_dra_prepare_failures_total";
+            head(&mut s, c, "counter", "Claims NodePrepareResources refused.");
+            sample(&mut s, c, &[], m.prepare_failures);
             let h = "kuberdma_dra_prepare_duration_seconds";
-            let _ = writeln!(s, "# HELP {h} Time to prepare one claim.\n# TYPE {h} histogram");
-            for (i, b) in BUCKETS.iter().enumerate() {
-                let _ = writeln!(s, "{h}_bucket{{le=\"{b}\"}} {}", m.buckets[i]);
-            }
-            let _ = writeln!(s, "{h}_bucket{{le=\"+Inf\"}} {}\n{h}_sum {}\n{h}_count {}", m.count, m.sum, m.count);
+            head(&mut s, h, "histogram", "Time to prepare one claim.");
+            m.latency.render(&mut s, h, &[]);
             s
         })
     }
 
-    /// The routes for [`crate::metrics::serve_routes`].
+    /// The routes [`plumbing::http`] serves.
     pub fn routes(self: &Arc<Self>) -> Routes {
-        let me = self.clone();
-        Arc::new(move |path: &str| match path {
-            "/metrics" => Some(("200 OK", "text/plain; version=0.0.4", me.render())),
-            "/healthz" => Some(match me.health() {
-                (true, body) => ("200 OK", "text/plain", body),
-                (false, body) => ("503 Service Unavailable", "text/plain", body),
-            }),
-            "/livez" => Some(("200 OK", "text/plain", "ok\n".to_string())),
-            _ => None,
-        })
+        let (m, h) = (self.clone(), self.clone());
+        Routes::new()
+            .route("/metrics", move || Answer::metrics(m.render()))
+            .route("/healthz", move || {
+                let (ok, body) = h.health();
+                Answer::health(ok, body)
+            })
+            .livez()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_page_carries_prepare_latency_failures_and_the_published_generation() {
+        let m = DraMetrics::default();
+        m.prepare(Duration::from_millis(2), true);
+        m.prepare(Duration::from_millis(200), false);
+        m.published(7);
+        m.publish_failed("429".into());
+        let page = m.render();
+        for line in [
+            "# TYPE kuberdma_dra_prepare_duration_seconds histogram",
+            "kuberdma_dra_prepare_duration_seconds_bucket{le=\"0.001\"} 0",
+            "kuberdma_dra_prepare_duration_seconds_bucket{le=\"0.0025\"} 1",
+            "kuberdma_dra_prepare_duration_seconds_bucket{le=\"0.5\"} 2",
+            "kuberdma_dra_prepare_duration_seconds_bucket{le=\"+Inf\"} 2",
+            "kuberdma_dra_prepare_duration_seconds_count 2",
+            "kuberdma_dra_prepare_failures_total 1",
+            "kuberdma_dra_publish_failures_total 1",
+            "kuberdma_dra_pool_generation 7",
+        ] {
+            assert!(page.lines().any(|l| l == line), "missing `{line}` in\n{page}");
+        }
+        let (ok, body) = m.health();
+        assert!(!ok && body.contains("publishing fails: 429"), "{body}");
     }
 }

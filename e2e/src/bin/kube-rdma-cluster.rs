@@ -1,11 +1,15 @@
 //! `kube-rdma-cluster up|down|env|status`: the local single-node cluster
-//! (`scripts/cluster` runs this). See `kube_rdma_e2e::cluster`.
+//! (`scripts/cluster` runs this). See `kube_rdma_e2e::cluster`. Output and
+//! exit status as every kube-rdma binary ([`plumbing::cli`]): `env | head`
+//! does not panic; a failure is one line on stderr and exit 2 (an environment
+//! error: there are no checks here to fail).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use kube_rdma_e2e::cluster;
+use plumbing::cli::{emit, error_line, EXIT_ERROR};
 
 #[derive(Parser)]
 #[command(
@@ -63,15 +67,15 @@ fn main() -> ExitCode {
                 Err(anyhow::anyhow!("the host differs from before `up`: {}", diff.join("; ")))
             }
         }),
-        Cmd::Env => cluster::env().map(|s| println!("{s}")),
-        Cmd::Status => cluster::status().map(|s| print!("{s}")),
+        Cmd::Env => cluster::env().and_then(|s| Ok(emit(&format!("{s}\n"))?)),
+        Cmd::Status => cluster::status().and_then(|s| Ok(emit(&s)?)),
         Cmd::Simsync { dir } => kube_rdma_e2e::simsync::run(&dir),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("kube-rdma-cluster: {e:#}");
-            ExitCode::from(1)
+            error_line(&format!("kube-rdma-cluster: {e:#}"));
+            ExitCode::from(EXIT_ERROR)
         }
     }
 }

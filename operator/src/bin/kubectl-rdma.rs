@@ -18,12 +18,14 @@ use clap::{Parser, Subcommand};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube_rdma_operator::client::{connect_described, parse_timeout, ClientOpts};
-use kube_rdma_operator::logging::{self, LogFormat, VERSION};
-use kube_rdma_operator::output::{self, emit, error_line, Format, EXIT_ERROR, EXIT_HELP};
+use kube_rdma_operator::output::{self, Format, EXIT_HELP};
 use kube_rdma_operator::source::NodeSource;
 use kube_rdma_operator::view::{self, Detail, Selection};
 use kube_rdma_operator::{check_once, checks, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
+use plumbing::cli::{emit, error_line, EXIT_ERROR};
+use plumbing::logging::{self, Filter, Format as LogFormat, Sink};
+use plumbing::VERSION;
 
 #[derive(Parser)]
 #[command(
@@ -136,10 +138,12 @@ fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         // --help and --version go to stdout under the one convention (a full disk is exit 2).
-        Err(e) if !e.use_stderr() => return nic::cli::print_info("kubectl-rdma", &e.render().to_string()),
+        Err(e) if !e.use_stderr() => {
+            return plumbing::cli::print_info("kubectl-rdma", &e.render().to_string())
+        }
         Err(e) => e.exit(),
     };
-    logging::init(cli.log_format, "warn,kube_client=off");
+    logging::init(cli.log_format, Filter::Env("warn,kube_client=off"), Sink::Terminal);
     match run(cli) {
         Ok(c) => c,
         Err(e) => {

@@ -1,5 +1,8 @@
 //! The one command-line convention of every kube-rdma binary (also in
 //! `docs/cli.md`): output flags, exit status, and a stdout that may close or fill.
+//! The device plugin, the operator's binaries (`kube-rdma-operator`,
+//! `kubectl-rdma`), the CNI plugin and the lab's test runner all write through
+//! [`emit`] and exit with these codes.
 //!
 //! - `-o, --output FORMAT`: `table` (default), `wide` (only where it shows more
 //!   columns: `kubectl rdma status`), `json`, `yaml`; the operator's commands add
