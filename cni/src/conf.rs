@@ -36,17 +36,11 @@ pub const STDIN_LIMIT: usize = 1 << 20;
 /// The CNI operation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Command {
-    /// ADD.
     Add,
-    /// DEL.
     Del,
-    /// CHECK.
     Check,
-    /// STATUS.
     Status,
-    /// GC.
     Gc,
-    /// VERSION.
     Version,
 }
 
@@ -283,7 +277,6 @@ pub enum RdmaMode {
 /// One `{containerID, ifname}` pair of a GC request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Attachment {
-    /// Container ID.
     pub container_id: String,
     /// Interface name.
     pub ifname: String,
@@ -328,7 +321,6 @@ pub struct NetConf {
     pub state_dir: PathBuf,
     /// `runtimeConfig.CNIDeviceInfoFile`.
     pub device_info_file: Option<PathBuf>,
-    /// `prevResult`.
     pub prev_result: Option<Value>,
     /// GC: attachments to keep (`None`: the key is absent).
     pub valid_attachments: Option<Vec<Attachment>>,

@@ -326,7 +326,6 @@ pub struct IpCfg {
     pub addr: std::net::IpAddr,
     /// Prefix length.
     pub prefix: u8,
-    /// Gateway.
     pub gateway: Option<std::net::IpAddr>,
 }
 

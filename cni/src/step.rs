@@ -143,7 +143,6 @@ pub struct VfAttrs {
     pub vlan: Option<(u16, u8, bool)>,
     /// Spoof check.
     pub spoofchk: Option<bool>,
-    /// Trust.
     pub trust: Option<bool>,
     /// `(min, max)` Mb/s.
     pub rate: Option<(u32, u32)>,
@@ -291,7 +290,6 @@ pub struct LinkState {
 pub struct NetdevMove {
     /// Its name on the host.
     pub host_name: String,
-    /// Its name in the pod.
     pub pod_name: String,
     /// The MAC it has in the pod (the one set, else its own), to recognise
     /// a virtual link, which has no bus device to tell it by.
@@ -557,7 +555,6 @@ impl DeviceInfoFile {
 pub struct ClaimAttachment {
     /// The DRA driver's prepared directory.
     pub dir: PathBuf,
-    /// The claim.
     pub claim_uid: String,
     /// The device of the claim.
     pub device: String,

@@ -61,7 +61,6 @@ pub enum AllocError {
         pool: String,
         /// The request field (`devices_ids`, `available_deviceIDs`, …).
         field: &'static str,
-        /// The IDs.
         ids: Vec<String>,
     },
     /// IDs listed more than once (the kubelet sends sets).
@@ -97,7 +96,6 @@ pub enum AllocError {
     NotAvailable {
         /// Resource name.
         pool: String,
-        /// The IDs.
         ids: Vec<String>,
     },
     /// An allocation size no answer can meet.

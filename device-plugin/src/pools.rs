@@ -55,7 +55,6 @@ pub struct Device {
     pub vfio: Option<CharDev>,
     /// Behind a PCIe switch that also hosts a GPU.
     pub near_gpu: bool,
-    /// Health.
     pub health: Health,
     /// A pod holds it now (its netdev is in a pod's namespace, or the kubelet
     /// says it assigned it).

@@ -132,7 +132,6 @@ impl State {
     }
 }
 
-/// Options of `up`.
 #[derive(Debug, Clone, Default)]
 pub struct UpOptions {
     /// More chart values (YAML file), merged over the e2e's own.

@@ -85,9 +85,7 @@ impl Spec {
 /// A running daemon.
 #[derive(Debug)]
 pub struct Daemon {
-    /// Its name.
     pub name: String,
-    /// Its pid.
     pub pid: i32,
     /// Its log file.
     pub log: PathBuf,

@@ -28,7 +28,6 @@ pub const E2E_VERSION: &str = "0.0.0-e2e";
 pub struct Image {
     /// Its reference.
     pub name: String,
-    /// The archive.
     pub archive: PathBuf,
 }
 

@@ -39,9 +39,7 @@ pub struct Pci {
 pub struct DeviceInfo {
     /// The VF's PCI address.
     pub pci: Option<PciAddr>,
-    /// Its PF.
     pub pf: Option<PciAddr>,
-    /// Its RDMA device.
     pub rdma_device: Option<String>,
 }
 

@@ -64,13 +64,11 @@ pub struct Skipped {
 pub struct Netdev {
     /// Interface name.
     pub name: String,
-    /// `ifindex`.
     pub ifindex: Option<u32>,
     /// Link speed in Mb/s (`speed`; unknown when the link is down).
     pub speed_mbps: Option<u32>,
     /// `operstate`: up, down, lowerlayerdown, unknown, …
     pub operstate: Option<String>,
-    /// `mtu`.
     pub mtu: Option<u32>,
     /// `address` (MAC), lower case.
     pub mac: Option<String>,
@@ -85,7 +83,6 @@ pub struct Netdev {
 pub enum LinkLayer {
     /// Ethernet (RoCE).
     Ethernet,
-    /// InfiniBand.
     InfiniBand,
 }
 
@@ -145,7 +142,6 @@ pub struct Vf {
     pub device: Option<u16>,
     /// Bound driver; `None` when unbound. A userspace driver (vfio-pci) is a name here too.
     pub driver: Option<String>,
-    /// NUMA node.
     pub numa_node: Option<u32>,
     /// The VF netdev on the host; `None` when moved into a pod or bound to a userspace driver.
     pub netdev: Option<Netdev>,
@@ -289,7 +285,6 @@ pub struct RdmaPort {
     pub state: Option<String>,
     /// Physical state name from `phys_state` (`LinkUp`, `Disabled`, …).
     pub phys_state: Option<String>,
-    /// `link_layer`.
     pub link_layer: Option<LinkLayer>,
     /// Active MTU in bytes, when known (`/sys/class/infiniband/<d>/ports/<p>/...` has no
     /// direct file; filled from netlink or derived from the netdev MTU).
@@ -335,7 +330,6 @@ pub struct Hca {
     pub device: Option<u16>,
     /// Bound driver.
     pub driver: Option<String>,
-    /// NUMA node.
     pub numa_node: Option<u32>,
     /// Netdevs of the function (or the netdev a virtual device is bound to).
     pub netdevs: Vec<Netdev>,
@@ -356,7 +350,6 @@ pub struct Gpu {
     pub vendor: u16,
     /// PCI device id.
     pub device: Option<u16>,
-    /// NUMA node.
     pub numa_node: Option<u32>,
     /// PCIe bridges up to the root port, nearest first.
     pub upstream: Vec<PciAddr>,

@@ -5,7 +5,8 @@
 //! reading a node (real `/sys` and `/dev`, or a simulated tree from
 //! [`sim`]) into plain data, and the netlink codecs that the other crates use
 //! to act on it.
-#![deny(missing_docs)]
+// No `missing_docs` lint: it demanded docs that only repeated a name (`/// NUMA node.`).
+// Public items carry a doc where it says what the name and type do not.
 
 pub mod devinfo;
 pub mod discover;

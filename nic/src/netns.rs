@@ -35,10 +35,7 @@ pub enum NetnsError {
     },
     /// The path exists but is not a network namespace.
     #[error("{path} is not a network namespace (expected an nsfs file such as /proc/PID/ns/net or /run/netns/NAME)")]
-    NotNetns {
-        /// The path.
-        path: PathBuf,
-    },
+    NotNetns { path: PathBuf },
     /// `setns(2)` failed.
     #[error("setns into {path} failed")]
     Setns {
@@ -239,7 +236,6 @@ impl NamedNetns {
         Ok(Self { name: name.to_string(), path, keep: false })
     }
 
-    /// The name.
     pub fn name(&self) -> &str {
         &self.name
     }

@@ -41,13 +41,10 @@ pub const ATTACH_SUFFIX: &str = ".attach.json";
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PreparedClaim {
-    /// [`VERSION`].
     pub version: u32,
     /// `metadata.uid` of the claim.
     pub uid: String,
-    /// Its namespace.
     pub namespace: String,
-    /// Its name.
     pub name: String,
     /// The pod's name for the claim (`pod.spec.resourceClaims[].name`), from the
     /// `resource.kubernetes.io/pod-claim-name` annotation of claims made from a template.
@@ -71,7 +68,6 @@ pub struct PreparedDevice {
     pub device: String,
     /// The VF's PCI address.
     pub pci: PciAddr,
-    /// Its PF.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pf: Option<PciAddr>,
     /// The VF netdev's host name when prepared (informational: the CNI finds
@@ -119,9 +115,7 @@ impl Default for DeviceConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Attachment {
-    /// [`VERSION`].
     pub version: u32,
-    /// The claim.
     pub claim_uid: String,
     /// The device (as in [`PreparedDevice::device`]).
     pub device: String,
@@ -351,14 +345,10 @@ pub struct Wanted<'a> {
 pub enum SelectError {
     /// No prepared claim is reserved for the pod.
     #[error("no ResourceClaim of driver rdma.kuberdma.io is prepared for pod {pod_uid} (is the claim allocated and the pod scheduled here?)")]
-    NoClaim {
-        /// The pod.
-        pod_uid: String,
-    },
+    NoClaim { pod_uid: String },
     /// Claims exist, but none matches the claim/request of the config.
     #[error("pod {pod_uid} has no prepared device for claim {claim} request {request}; prepared: {}", prepared.join(", "))]
     NoMatch {
-        /// The pod.
         pod_uid: String,
         /// The claim asked for (`*` for any).
         claim: String,
@@ -370,7 +360,6 @@ pub enum SelectError {
     /// Every matching device is already attached to another interface.
     #[error("every device of pod {pod_uid} matching claim {claim} request {request} is already attached: {}", attached.join(", "))]
     AllAttached {
-        /// The pod.
         pod_uid: String,
         /// The claim asked for.
         claim: String,

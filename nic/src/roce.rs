@@ -138,7 +138,6 @@ impl<T> Observed<T> {
     }
 }
 
-/// DCBX mode.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum DcbxMode {
@@ -251,7 +250,6 @@ pub struct InterfaceRoce {
     /// RoCE active MTU (256..4096) derived from the netdev MTU with the kernel's
     /// rule, see [`roce_active_mtu`].
     pub active_mtu: Observed<u32>,
-    /// `operstate`.
     pub operstate: Observed<String>,
     /// DCBX mode (`DCB_CMD_GDCBX`).
     pub dcbx: Observed<DcbxMode>,

@@ -46,7 +46,6 @@ pub struct NodeDesc {
     /// Network adapters.
     #[serde(default)]
     pub adapters: Vec<AdapterDesc>,
-    /// GPUs.
     #[serde(default)]
     pub gpus: Vec<GpuDesc>,
     /// Whether `/dev/infiniband/rdma_cm` exists (default true).
@@ -123,14 +122,12 @@ impl Model {
             Model::E810C | Model::E810Xxv => 0x1889,
         }
     }
-    /// PF driver.
     pub fn pf_driver(self) -> &'static str {
         match self {
             Model::ConnectX6Dx | Model::ConnectX7 | Model::ConnectX6DxNoSriov => "mlx5_core",
             Model::E810C | Model::E810Xxv => "ice",
         }
     }
-    /// VF driver.
     pub fn vf_driver(self) -> &'static str {
         match self {
             Model::ConnectX6Dx | Model::ConnectX7 | Model::ConnectX6DxNoSriov => "mlx5_core",
@@ -292,7 +289,6 @@ impl Default for RoceDesc {
     }
 }
 
-/// A GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GpuDesc {

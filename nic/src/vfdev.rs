@@ -46,7 +46,6 @@ pub enum VfDevError {
     NoVirtfn {
         /// The VF.
         pci: PciAddr,
-        /// Its PF.
         pf: PciAddr,
         /// The PF's sysfs directory.
         pf_dir: PathBuf,
@@ -54,7 +53,6 @@ pub enum VfDevError {
     /// The PF has no netdev.
     #[error("device {pf}: PF has no netdev ({} is empty or missing); PF-side VF attributes (vlan, spoofchk, trust, rates, link_state) need one", path.display())]
     NoPfNetdev {
-        /// The PF.
         pf: PciAddr,
         /// `<pf>/net`.
         path: PathBuf,

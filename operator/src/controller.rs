@@ -51,9 +51,7 @@ pub const STALE_AFTER: Duration = Duration::from_secs(25 * 60);
 /// What the controller knows of one node.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NodeInfo {
-    /// Name.
     pub name: String,
-    /// Labels.
     pub labels: BTreeMap<String, String>,
 }
 
@@ -87,7 +85,6 @@ pub struct StateInfo {
 /// as strings, so a state written by a newer agent (a new check result) still decodes.
 #[derive(Deserialize, Clone, Debug, Default)]
 pub struct StateObject {
-    /// Metadata.
     #[serde(default)]
     pub metadata: ObjectMeta,
     /// The agent's report.
@@ -108,7 +105,6 @@ pub struct StateStatus {
     /// Conditions (type and status).
     #[serde(default)]
     pub conditions: Vec<StateCondition>,
-    /// Heartbeat.
     #[serde(default)]
     pub last_heartbeat_time: Option<String>,
     /// When the checks last changed.

@@ -31,7 +31,6 @@ use crate::source::NodeSource;
 /// One write to make.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Write {
-    /// Interface.
     pub interface: String,
     /// The change.
     pub remedy: Remedy,

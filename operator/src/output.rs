@@ -30,9 +30,7 @@ pub enum Format {
     Table,
     /// Table with more columns.
     Wide,
-    /// JSON.
     Json,
-    /// YAML.
     Yaml,
     /// `kind.group/name` per object.
     Name,
@@ -92,10 +90,8 @@ pub fn verdict(ok: bool) -> ExitCode {
 /// Why an object could not be printed (never expected: our types serialise).
 #[derive(Debug, thiserror::Error)]
 pub enum RenderError {
-    /// JSON.
     #[error("encoding JSON")]
     Json(#[from] serde_json::Error),
-    /// YAML.
     #[error("encoding YAML")]
     Yaml(#[from] serde_yaml::Error),
 }

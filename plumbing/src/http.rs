@@ -39,9 +39,7 @@ pub const PROMETHEUS_TEXT: &str = "text/plain; version=0.0.4";
 pub struct Answer {
     /// Status code and reason, e.g. `200 OK`.
     pub status: &'static str,
-    /// `Content-Type`.
     pub content_type: &'static str,
-    /// The body.
     pub body: String,
 }
 

@@ -33,7 +33,6 @@ enum Target {
     Userspace,
 }
 
-/// ADD.
 pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
     let t0 = std::time::Instant::now();
     let attach = conf.attach.as_ref().ok_or_else(|| Error::config("(stdin)", "not parsed for ADD"))?;

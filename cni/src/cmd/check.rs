@@ -15,7 +15,6 @@ use crate::journal;
 use crate::rdma;
 use crate::step::Step;
 
-/// CHECK.
 pub fn check(conf: &NetConf, env: &Env) -> Result<()> {
     let prev = conf.prev_result.as_ref().ok_or_else(|| {
         Error::config("prevResult", "missing: CHECK compares against the ADD result the runtime passes")

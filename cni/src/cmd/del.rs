@@ -29,12 +29,14 @@ use crate::{ipam, result, step};
 
 /// What the state dir holds for the attachment.
 enum Record {
-    /// Its journal.
     Journal(journal::Found),
     /// A journal file that cannot be read: its ADD ran, its steps are
     /// unknown. `garbage`: it did not parse (removed once torn down); else it
     /// could not be read at all (left alone).
-    Unreadable { path: PathBuf, garbage: bool },
+    Unreadable {
+        path: PathBuf,
+        garbage: bool,
+    },
     /// None (or a state dir DEL cannot use).
     Nothing,
 }

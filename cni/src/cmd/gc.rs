@@ -18,7 +18,6 @@ use crate::txn::{self, lock_wait, VF_LOCK_WAIT};
 /// most: kubelet's runtime request timeout is 2 min).
 const STALE_TEMP: std::time::Duration = std::time::Duration::from_secs(600);
 
-/// GC.
 pub fn gc(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
     let valid = conf.valid_attachments.as_ref().ok_or_else(|| {
         Error::config(

@@ -50,7 +50,6 @@ pub const CDI_VERSION: &str = "0.3.0";
 pub struct ClaimDevice<'a> {
     /// The claim's request it serves.
     pub request: &'a str,
-    /// The device.
     pub device: &'a DraDevice,
     /// The request's effective config.
     pub config: &'a DeviceConfig,

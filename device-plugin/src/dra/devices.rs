@@ -31,7 +31,6 @@ pub struct DraDevice {
     pub resource: String,
     /// The VF's PCI address.
     pub pci: PciAddr,
-    /// Its PF.
     pub pf: PciAddr,
     /// The PF's netdev.
     pub pf_netdev: Option<String>,

@@ -29,11 +29,8 @@ pub fn top_level_request(request: &str) -> &str {
 /// The kubelet's name for a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClaimRef {
-    /// Namespace.
     pub namespace: String,
-    /// Name.
     pub name: String,
-    /// UID.
     pub uid: String,
 }
 
@@ -49,14 +46,10 @@ impl std::fmt::Display for ClaimRef {
 pub enum PrepareError {
     /// The claim does not exist (any more).
     #[error("{claim}: not found in the API")]
-    NotFound {
-        /// The claim.
-        claim: ClaimRef,
-    },
+    NotFound { claim: ClaimRef },
     /// Reading it failed.
     #[error("{claim}: cannot read it: {why}")]
     Read {
-        /// The claim.
         claim: ClaimRef,
         /// The API error.
         why: String,
@@ -64,7 +57,6 @@ pub enum PrepareError {
     /// A claim of that name exists with another UID (deleted and recreated).
     #[error("{claim}: the API has UID {actual} for that name (the claim was recreated)")]
     WrongUid {
-        /// The claim.
         claim: ClaimRef,
         /// UID in the API.
         actual: String,
@@ -72,7 +64,6 @@ pub enum PrepareError {
     /// Something about the claim's allocation or reservation.
     #[error("{claim}: {why}")]
     Claim {
-        /// The claim.
         claim: ClaimRef,
         /// What.
         why: String,
@@ -80,7 +71,6 @@ pub enum PrepareError {
     /// Our opaque config in the allocation is bad.
     #[error("{claim}: {error}")]
     Config {
-        /// The claim.
         claim: ClaimRef,
         /// The entry and what is wrong with it (shown whole: the kubelet
         /// shows only this message).

@@ -21,7 +21,6 @@ pub enum Registered {
     No(String),
 }
 
-/// The Registration service.
 #[derive(Clone)]
 pub struct RegistrationService {
     driver: String,

@@ -59,7 +59,6 @@ pub struct ClaimsParts {
     pub checkpoint: Checkpoint,
     /// Claims unprepared (their status network data goes).
     pub changed: mpsc::UnboundedSender<String>,
-    /// Metrics.
     pub metrics: Arc<DraMetrics>,
 }
 

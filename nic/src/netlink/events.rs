@@ -57,7 +57,6 @@ impl Group {
 pub const RTNLGRP_LINK: u32 = 1;
 /// `RTM_NEWLINK` from `include/uapi/linux/rtnetlink.h`.
 pub const RTM_NEWLINK: u16 = 16;
-/// `RTM_DELLINK`.
 pub const RTM_DELLINK: u16 = 17;
 
 /// Whether a link appeared/changed or went away.

@@ -24,7 +24,6 @@ pub fn array<const N: usize>(v: &[u8], what: &str) -> Result<[u8; N], DecodeErro
     })
 }
 
-/// A u8.
 pub fn u8(v: &[u8], what: &str) -> Result<u8, DecodeError> {
     array::<1>(v, what).map(|[b]| b)
 }

@@ -69,7 +69,6 @@ impl From<VfLink> for VfLinkState {
 pub struct VfSettings {
     /// Administrative MAC.
     pub mac: Option<[u8; 6]>,
-    /// VLAN.
     pub vlan: Option<VfVlanSetting>,
     /// Spoof checking.
     pub spoofchk: Option<bool>,
@@ -77,7 +76,6 @@ pub struct VfSettings {
     pub trust: Option<bool>,
     /// `(min_tx_rate, max_tx_rate)` in Mb/s (0 = no limit).
     pub rate: Option<(u32, u32)>,
-    /// Link state.
     pub link_state: Option<VfLink>,
 }
 
@@ -148,7 +146,6 @@ pub struct VfState {
     pub min_tx_rate: u32,
     /// Maximum TX rate, Mb/s.
     pub max_tx_rate: u32,
-    /// Link state.
     pub link_state: Option<VfLink>,
 }
 

@@ -32,7 +32,6 @@ const ETHTOOL_GFECPARAM: u32 = 0x50;
 const FEC_NAMES: [&str; 6] = ["none", "auto", "off", "rs", "baser", "llrs"];
 /// `ETH_SS_PRIV_FLAGS` (`enum ethtool_stringset`).
 const ETH_SS_PRIV_FLAGS: u32 = 2;
-/// `ETH_GSTRING_LEN`.
 const ETH_GSTRING_LEN: usize = 32;
 
 /// `struct ifreq` with the `ifr_data` member: 16-byte name + pointer, padded
@@ -177,7 +176,6 @@ impl Ethtool for RecordedEthtool {
 /// What an ethtool read found.
 #[derive(Debug)]
 pub(crate) enum EthtoolAnswer<T> {
-    /// The value.
     Value(T),
     /// The driver has no such operation (`EOPNOTSUPP`) or no such flag.
     Unsupported(String),

@@ -34,7 +34,6 @@ pub enum Remedy {
     /// RoCE ECN at both the notification and reaction point of a priority
     /// (NVIDIA OFED sysfs).
     Ecn {
-        /// Priority.
         priority: u8,
         /// On or off.
         on: bool,

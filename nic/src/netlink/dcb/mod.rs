@@ -40,7 +40,6 @@ pub use structs::{
 
 /// `RTM_GETDCB` (include/uapi/linux/rtnetlink.h).
 pub const RTM_GETDCB: u16 = 78;
-/// `RTM_SETDCB`.
 pub const RTM_SETDCB: u16 = 79;
 /// rtnetlink multicast group of DCB change notifications (`RTNLGRP_DCB`,
 /// include/uapi/linux/rtnetlink.h; 0x17 also in the libc crate). Join it with

@@ -53,16 +53,13 @@ use super::genl::GenlMessage;
 
 /// `DEVLINK_GENL_NAME`: the family name the controller resolves.
 pub const DEVLINK_GENL_NAME: &str = "devlink";
-/// `DEVLINK_GENL_VERSION`.
 pub const DEVLINK_GENL_VERSION: u8 = 1;
 
 /// `DEVLINK_CMD_PARAM_GET` (`enum devlink_command`): one parameter, or a dump of all.
 pub const DEVLINK_CMD_PARAM_GET: u8 = 38;
-/// `DEVLINK_CMD_PARAM_SET`.
 pub const DEVLINK_CMD_PARAM_SET: u8 = 39;
 /// `DEVLINK_CMD_PARAM_NEW`: the notification a successful SET multicasts.
 pub const DEVLINK_CMD_PARAM_NEW: u8 = 40;
-/// `DEVLINK_CMD_PARAM_DEL`.
 pub const DEVLINK_CMD_PARAM_DEL: u8 = 41;
 
 /// `DEVLINK_ATTR_BUS_NAME` (`enum devlink_attr`), string.
@@ -93,13 +90,9 @@ pub const DEVLINK_ATTR_PARAM_VALUE_CMODE: u16 = 87;
 /// include/net/netlink.h, which iproute2 reads as `MNL_TYPE_*` (Linux 6.16 names
 /// them in uapi as `enum devlink_var_attr_type`).
 pub mod nla_type {
-    /// `NLA_U8`.
     pub const NLA_U8: u8 = 1;
-    /// `NLA_U16`.
     pub const NLA_U16: u8 = 2;
-    /// `NLA_U32`.
     pub const NLA_U32: u8 = 3;
-    /// `NLA_STRING`.
     pub const NLA_STRING: u8 = 5;
     /// `NLA_FLAG`: a boolean parameter.
     pub const NLA_FLAG: u8 = 6;

@@ -136,11 +136,8 @@ impl ParamType {
 /// A parameter value.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ParamValue {
-    /// `u8`.
     U8(u8),
-    /// `u16`.
     U16(u16),
-    /// `u32`.
     U32(u32),
     /// A string (shorter than [`DEVLINK_PARAM_MAX_STRING_VALUE`]).
     String(String),
