@@ -57,6 +57,19 @@ MAIN_HEADER_NOTE = (
 )
 
 
+def run_checks(checks: list[tuple[str, Any]]) -> int:
+    """Runs (name, fn) checks as a script's main: every one reported, exit 1 if any failed."""
+    failed = 0
+    for name, fn in checks:
+        try:
+            print(f"ok   {name}: {fn() or ''}")
+        except Exception as e:  # report every check, then fail
+            failed += 1
+            print(f"FAIL {name}: {e}")
+    print(f"{len(checks) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
 def load_values(path: Path) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f) or {}

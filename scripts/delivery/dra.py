@@ -579,15 +579,7 @@ CHECKS: list[tuple[str, Callable[[], str | None]]] = [
 
 
 def main() -> int:
-    failed = 0
-    for name, fn in CHECKS:
-        try:
-            print(f"ok   {name}: {fn() or ''}")
-        except Exception as e:  # report every check, then fail
-            failed += 1
-            print(f"FAIL {name}: {e}")
-    print(f"{len(CHECKS) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+    return chart.run_checks(CHECKS)
 
 
 if __name__ == "__main__":
