@@ -31,10 +31,7 @@ fn rxe(c: &mut Nldev, lab: &Lab) -> anyhow::Result<RdmaDevice> {
     devs.iter().find(|d| d.name == lab.rxe).cloned().with_context(|| format!("{} not in {devs:?}", lab.rxe))
 }
 
-fn set_mode(
-    c: &mut Nldev,
-    mode: NetnsMode,
-) -> Result<(), nic::netlink::transport::NlError> {
+fn set_mode(c: &mut Nldev, mode: NetnsMode) -> Result<(), nic::netlink::transport::NlError> {
     c.set_netns_mode(mode)
 }
 
