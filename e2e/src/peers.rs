@@ -10,9 +10,21 @@ use anyhow::{bail, Context, Result};
 /// The pinned Kubernetes version (must match e2e/peers/kube/go.mod and build-peers).
 pub const K8S_VERSION: &str = "v1.34.4";
 
-/// The repository root (this crate's parent).
+/// The repository root, found at run time where it can be: `KUBE_RDMA_REPO`
+/// (scripts/cluster sets it), else the parent of the `CARGO_MANIFEST_DIR` that
+/// cargo sets for tests and `cargo run` (and the children they start), else
+/// the path compiled in. Cargo keeps a binary fresh when its checkout moves or
+/// another checkout shares the target dir, so the compiled-in path can name a
+/// tree that is not this one (seen: a CI clone's path in a developer's build).
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("e2e/ has a parent").to_path_buf()
+    if let Some(r) = std::env::var_os("KUBE_RDMA_REPO").filter(|v| !v.is_empty()) {
+        return PathBuf::from(r);
+    }
+    let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.join("Cargo.toml").is_file())
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+    manifest.parent().unwrap_or(Path::new("/")).to_path_buf()
 }
 
 /// The cache directory for peers and images.
