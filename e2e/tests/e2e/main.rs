@@ -33,10 +33,17 @@ fn main() {
     let words: Vec<&String> = args.iter().filter(|a| *a != "--keep").collect();
     let mut cases: Vec<Case> = vec![];
     cases.extend(smoke::cases());
-    // The device plugin cases first: their kubelet-restart watcher must see 6 minutes
-    // without another kubelet restart (the operator's stale case stops the kubelet).
+    // The device plugin cases first, up to its kubelet restart: the watcher it leaves
+    // must see 6 minutes without another kubelet or plugin restart. Quiet cases (none
+    // restarts a peer or the plugin, or changes the chart's values) fill those
+    // minutes; the disruptive ones (the operator's stale case stops the kubelet) and
+    // the CNI's (they need all 4 VFs of the RDMA pool, and the restart case's pod
+    // holds one until the watcher's end) come after it.
     cases.extend(device_plugin::cases());
-    cases.extend(operator::cases());
+    cases.extend(device_plugin::watched_cases());
+    cases.extend(operator::quiet_cases());
+    cases.extend(device_plugin::after_watch_cases());
+    cases.extend(operator::disruptive_cases());
     cases.extend(cni::cases());
     // DRA mode last: its cases switch the chart and the last switches it back.
     cases.extend(dra::cases());

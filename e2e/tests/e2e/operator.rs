@@ -23,7 +23,9 @@ const READY_LABEL: &str = "kuberdma.io/roce-ready";
 /// The simulated node's RoCE port (e2e/node.yaml); profiles here select only it.
 const PORT: &str = "ens1f0np0";
 
-pub fn cases() -> Vec<Case> {
+/// The cases that restart nothing and change no chart value: they run while
+/// the device plugin's kubelet-restart watch does (see `main.rs`).
+pub fn quiet_cases() -> Vec<Case> {
     vec![
         Case {
             name: "operator_crds_print_the_golden_columns_and_default_mode_to_audit",
@@ -42,16 +44,23 @@ pub fn cases() -> Vec<Case> {
             run: operator_audit_profile_reports_drift_and_leaves_the_node_alone,
         },
         Case {
+            name: "operator_pod_tokens_may_do_their_jobs_and_nothing_more",
+            run: operator_pod_tokens_may_do_their_jobs_and_nothing_more,
+        },
+    ]
+}
+
+/// The cases that upgrade the chart (Enforce, the stale agent) or stop the
+/// kubelet or etcd.
+pub fn disruptive_cases() -> Vec<Case> {
+    vec![
+        Case {
             name: "operator_enforce_profile_changes_the_simulated_node_and_converges",
             run: operator_enforce_profile_changes_the_simulated_node_and_converges,
         },
         Case {
             name: "operator_stale_agent_comes_back_with_every_condition_intact",
             run: operator_stale_agent_comes_back_with_every_condition_intact,
-        },
-        Case {
-            name: "operator_pod_tokens_may_do_their_jobs_and_nothing_more",
-            run: operator_pod_tokens_may_do_their_jobs_and_nothing_more,
         },
         Case {
             name: "operator_etcd_down_kubectl_rdma_says_one_line_then_all_is_well",
