@@ -1,4 +1,5 @@
-"""Render the kube-rdma Helm chart with Helm's own engine and lay the result out as plain manifests.
+"""Render the kube-rdma Helm chart with Helm's own engine and lay the result out as plain manifests;
+the values, examples and tools the delivery checks share.
 
 Helm's engine comes from the PyPI package `helm-python-sdk` (Helm v4 compiled into a shared
 library, driven through ctypes): there is no helm CLI on the machines this project is built on.
@@ -7,6 +8,7 @@ Used by scripts/render-manifests and scripts/test-delivery.
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import re
@@ -26,6 +28,10 @@ OPERATOR_CRDS = ROOT / "operator" / "crds" / "crds.yaml"
 # Overridable so the staleness check itself can be tested on a scratch copy.
 MANIFESTS_DIR = Path(os.environ.get("KUBE_RDMA_MANIFESTS_DIR") or ROOT / "manifests")
 FULL_VALUES = CHART_DIR / "ci" / "full-values.yaml"
+EXAMPLES = ROOT / "manifests" / "examples"
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+# API groups kubernetes-validate has no schema for: our CRDs' and the optional integrations'.
+CUSTOM_GROUPS = ("kuberdma.io/", "k8s.cni.cncf.io/", "monitoring.coreos.com/")
 
 RELEASE = "kube-rdma"
 NAMESPACE = "kube-rdma"
@@ -73,6 +79,59 @@ def run_checks(checks: list[tuple[str, Any]]) -> int:
 def load_values(path: Path) -> dict[str, Any]:
     with open(path, encoding="utf-8") as f:
         return yaml.safe_load(f) or {}
+
+
+def full_values() -> dict[str, Any]:
+    return load_values(FULL_VALUES)
+
+
+def ci_values(name: str) -> dict[str, Any]:
+    return load_values(CHART_DIR / "ci" / name)
+
+
+def ci_files() -> list[str]:
+    return sorted(p.name for p in (CHART_DIR / "ci").glob("*.yaml"))
+
+
+def default_values() -> dict[str, Any]:
+    return load_values(CHART_DIR / "values.yaml")
+
+
+def merged(base: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    out = copy.deepcopy(base)
+    out.update(changes)
+    return out
+
+
+def render_error(values: dict[str, Any]) -> str:
+    """The error message rendering gives for `values`; fails when rendering succeeds."""
+    try:
+        render(values)
+    except Exception as e:  # helm_python raises HelmValuesError / HelmRenderError
+        return str(e)
+    raise AssertionError("rendering succeeded but was expected to fail")
+
+
+def kinds(objs: list[dict[str, Any]]) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for o in objs:
+        out[o["kind"]] = out.get(o["kind"], 0) + 1
+    return out
+
+
+def load_examples() -> dict[str, list[dict[str, Any]]]:
+    out = {}
+    for path in sorted(EXAMPLES.glob("*.yaml")):
+        out[path.name] = [d for d in yaml.safe_load_all(path.read_text(encoding="utf-8")) if d]
+    return out
+
+
+def readme_values() -> tuple[str, dict[str, Any]]:
+    """The quick start's examples/pools.yaml text and its values merged with examples/my-values.yaml
+    (README.md shows both files; the docs test checks that it shows them as they are)."""
+    pools = (ROOT / "examples" / "pools.yaml").read_text(encoding="utf-8")
+    rest = (ROOT / "examples" / "my-values.yaml").read_text(encoding="utf-8")
+    return pools, {**yaml.safe_load(pools), **yaml.safe_load(rest)}
 
 
 # The API versions a cluster serves that templates test with .Capabilities.APIVersions.Has, and

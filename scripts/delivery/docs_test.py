@@ -27,6 +27,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parents[2]
 SHELLS = {"sh", "bash", "shell", "console"}
@@ -195,6 +196,20 @@ def self_test() -> str:
         assert lines == [1, 4, 7, 10, 13, 19], f"failures at lines {lines}: {fails}"
         assert "exit status 3, expected 0" in fails[2] and "not printed" in fails[4], fails
     return "unmarked, reasonless, failing, wrong exit, wrong output and stale file blocks are caught"
+
+
+def test_docs_blocks() -> str:
+    files = doc_files([])
+    failures = run(files, quiet=True)
+    assert not failures, "\n".join(failures)
+    return f"{len(files)} files"
+
+
+# What scripts/test-delivery runs of this file.
+CHECKS: list[tuple[str, Callable[[], str | None]]] = [
+    ("docs: the docs test catches unmarked, failing and stale blocks", self_test),
+    ("docs: every `sh test` block of README.md and docs/ runs, with the output it quotes", test_docs_blocks),
+]
 
 
 def main() -> int:

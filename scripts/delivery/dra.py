@@ -54,7 +54,6 @@ DRIVER = "rdma.kuberdma.io"
 FOREIGN_CLASSES = {"gpu.nvidia.com"}
 # The fields of the driver's RdmaDeviceConfig (device-plugin/src/dra/claimconfig.rs).
 CONFIG_FIELDS = {"apiVersion", "kind", "env", "umad", "rdmaCm"}
-CUSTOM_GROUPS = ("kuberdma.io/", "k8s.cni.cncf.io/", "monitoring.coreos.com/")
 SIM_NODE = "cx6dx-dual"
 # What the driver publishes on every device (device-plugin/src/dra/slices.rs `attributes`);
 # every other attribute may be missing on some device, so selectors must guard it with has().
@@ -110,7 +109,7 @@ def host_mounts(ds: dict[str, Any], container: dict[str, Any]) -> dict[str, tupl
 def test_rendered_validate() -> str:
     notes = []
     for version in KUBE_VERSIONS:
-        objs = [o for o in rendered(kube_version=version) if not o["apiVersion"].startswith(CUSTOM_GROUPS)]
+        objs = [o for o in rendered(kube_version=version) if not o["apiVersion"].startswith(chart.CUSTOM_GROUPS)]
         assert any(o["kind"] == "DeviceClass" for o in objs), "no DeviceClass rendered"
         chart.kubernetes_validate(objs, f"chart (dra.enabled, {version})", [version])
         notes.append(f"{len(objs)} on {version}")

@@ -151,12 +151,41 @@ def component(props: dict[str, Any], required: list[str]) -> dict[str, Any]:
     return closed({**common, **props}, ["resources", *required])
 
 
-def schema() -> dict[str, Any]:
+def metrics() -> dict[str, Any]:
+    """`metrics`: its Services, ServiceMonitor or PodMonitor, PrometheusRule, Grafana dashboard, kube-rbac-proxy."""
     monitor = closed({
         "enabled": {"type": "boolean"},
         "interval": {"type": "string", "pattern": "^[0-9]+(ms|s|m|h)$"},
         "labels": ref("stringMap"),
     })
+    return closed({
+        "service": closed({"enabled": {"type": "boolean"}}),
+        "serviceMonitor": monitor,
+        "podMonitor": monitor,
+        "prometheusRule": closed({
+            "enabled": {"type": "boolean"},
+            "labels": ref("stringMap"),
+            "for": {"type": "string", "pattern": "^[0-9]+(s|m|h)$"},
+            "pauseStormFramesPerSecond": {"type": "number", "exclusiveMinimum": 0},
+            "staleAfterSeconds": {"type": "integer", "minimum": 1},
+        }),
+        "grafanaDashboard": closed({
+            "enabled": {"type": "boolean"},
+            "labels": ref("stringMap"),
+            "annotations": ref("stringMap"),
+        }),
+        "rbacProxy": closed({
+            "enabled": {"type": "boolean"},
+            "image": ref("image"),
+            "upstreamPorts": closed({
+                "devicePlugin": ref("port"), "agent": ref("port"), "controller": ref("port"),
+            }, ["devicePlugin", "agent", "controller"]),
+            "resources": ref("resources"),
+        }),
+    })
+
+
+def schema() -> dict[str, Any]:
     props = {
         "image": ref("image"),
         "imagePullSecrets": ref("k8sObjects"),
@@ -248,31 +277,7 @@ def schema() -> dict[str, Any]:
                 "podLabels": ref("stringMap"),
             }),
         }),
-        "metrics": closed({
-            "service": closed({"enabled": {"type": "boolean"}}),
-            "serviceMonitor": monitor,
-            "podMonitor": monitor,
-            "prometheusRule": closed({
-                "enabled": {"type": "boolean"},
-                "labels": ref("stringMap"),
-                "for": {"type": "string", "pattern": "^[0-9]+(s|m|h)$"},
-                "pauseStormFramesPerSecond": {"type": "number", "exclusiveMinimum": 0},
-                "staleAfterSeconds": {"type": "integer", "minimum": 1},
-            }),
-            "grafanaDashboard": closed({
-                "enabled": {"type": "boolean"},
-                "labels": ref("stringMap"),
-                "annotations": ref("stringMap"),
-            }),
-            "rbacProxy": closed({
-                "enabled": {"type": "boolean"},
-                "image": ref("image"),
-                "upstreamPorts": closed({
-                    "devicePlugin": ref("port"), "agent": ref("port"), "controller": ref("port"),
-                }, ["devicePlugin", "agent", "controller"]),
-                "resources": ref("resources"),
-            }),
-        }),
+        "metrics": metrics(),
     }
     return {
         "$schema": "http://json-schema.org/draft-07/schema#",

@@ -1,0 +1,191 @@
+"""The chart's ValidatingAdmissionPolicies, their CEL evaluated on admission cases with PyPI
+cel-python (scripts/test-delivery runs this; also runnable alone: `python3 scripts/delivery/policy_test.py`).
+
+- The agent's ServiceAccount may set kuberdma.io/roce-ready (true|false) on its own node only
+  (by its token's node claim), the controller's may set it to `unknown` on any node; nothing else
+  of a Node changes (other labels, annotations, finalizers, ownerReferences, spec).
+- The agent may write only its own node's RdmaNodeState.
+- Each policy goes with its component's nodeLabelPolicy.enabled, and none is rendered for a
+  cluster without the API (< 1.30).
+"""
+
+from __future__ import annotations
+
+import copy
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import chart  # noqa: E402
+
+
+def vap(objs: list[dict[str, Any]], component: str = "agent") -> dict[str, Any]:
+    return next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
+                and o["metadata"]["name"].endswith(f"-{component}-node-label"))
+
+
+def admit(policy: dict[str, Any], username: str, node_claim: list[str] | None, old: dict[str, Any],
+          new: dict[str, Any]) -> list[str]:
+    """Evaluates the policy as the API server does for an UPDATE of a Node: matchConditions
+    first (a non-match admits), then each validation; returns the messages of failed ones."""
+    import celpy
+
+    extra = {} if node_claim is None else {"authentication.kubernetes.io/node-name": node_claim}
+    request = {"operation": "UPDATE", "userInfo": {"username": username, "extra": extra}}
+    env = celpy.Environment()
+    act = {"object": celpy.json_to_cel(new), "oldObject": celpy.json_to_cel(old),
+           "request": celpy.json_to_cel(request)}
+
+    def run(expr: str) -> Any:
+        return env.program(env.compile(expr)).evaluate(act)
+
+    if not all(run(m["expression"]) for m in policy["spec"].get("matchConditions", [])):
+        return []
+    return [str(run(v["messageExpression"])) if "messageExpression" in v else v["message"]
+            for v in policy["spec"]["validations"] if not run(v["expression"])]
+
+
+READY = "kuberdma.io/roce-ready"
+
+
+def node_object(**meta: Any) -> dict[str, Any]:
+    """A Node as the API server hands it to admission, with `meta` over its metadata."""
+    base = {"name": "n1", "labels": {"kubernetes.io/hostname": "n1"}, "annotations": {"a": "b"}}
+    return {"metadata": {**base, **meta}, "spec": {"podCIDR": "10.0.0.0/24"}}
+
+
+def with_labels(obj: dict[str, Any], **labels: str | None) -> dict[str, Any]:
+    """`obj` with labels set (None removes one)."""
+    out = copy.deepcopy(obj)
+    for k, v in labels.items():
+        k = k.replace("__", "/").replace("_", ".")
+        if v is None:
+            out["metadata"]["labels"].pop(k, None)
+        else:
+            out["metadata"]["labels"][k] = v
+    return out
+
+
+def ready_label(obj: dict[str, Any], value: str | None) -> dict[str, Any]:
+    out = copy.deepcopy(obj)
+    if value is None:
+        out["metadata"]["labels"].pop(READY, None)
+    else:
+        out["metadata"]["labels"][READY] = value
+    return out
+
+
+def node_label_policy_cases(agent: str, controller: str) -> list[tuple[str, str, str, list[str] | None,
+                                                                       dict[str, Any], dict[str, Any], bool]]:
+    """(component, case, user, node claim, old, new, denied): every metadata change a writer of
+    the label might make, for the agent (own node, claim) and the controller (any node)."""
+    node = node_object()
+    ready = ready_label(node, "true")
+    meta = lambda **m: node_object(**{**ready["metadata"], **m})  # noqa: E731
+    cases = []
+    for comp, user, claim, allowed, refused in (
+            ("agent", agent, ["n1"], ["true", "false"], "unknown"),
+            ("controller", controller, None, ["unknown"], "true")):
+        cases += [
+            (comp, f"set the label to {allowed[0]}", user, claim, node, ready_label(node, allowed[0]), False),
+            (comp, f"flip the label to {allowed[-1]}", user, claim, ready_label(node, "x"),
+             ready_label(node, allowed[-1]), False),
+            (comp, f"set the label to {refused}", user, claim, node, ready_label(node, refused), True),
+            (comp, "remove the label", user, claim, ready, ready_label(ready, None), True),
+            (comp, "another label", user, claim, ready, {**ready, "metadata": {
+                **ready["metadata"], "labels": {**ready["metadata"]["labels"], "node-role.kubernetes.io/gpu": ""}}},
+             True),
+            (comp, "remove another label", user, claim, ready, {**ready, "metadata": {
+                **ready["metadata"], "labels": {READY: "true"}}}, True),
+            (comp, "cordon", user, claim, ready, {**ready, "spec": {**ready["spec"], "unschedulable": True}}, True),
+            (comp, "annotate", user, claim, ready, meta(annotations={"x": "y"}), True),
+            (comp, "drop the annotations", user, claim, ready,
+             {**ready, "metadata": {k: v for k, v in ready["metadata"].items() if k != "annotations"}}, True),
+            # A finalizer would block the Node's deletion; an ownerReference would let the GC delete it.
+            (comp, "add a finalizer", user, claim, ready, meta(finalizers=["kuberdma.io/keep"]), True),
+            (comp, "add an ownerReference", user, claim, ready, meta(ownerReferences=[{
+                "apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u1"}]), True),
+            (comp, "change generateName", user, claim, ready, meta(generateName="n-"), True),
+            (comp, "the label and a finalizer at once", user, claim, node,
+             node_object(**{**ready_label(node, allowed[0])["metadata"], "finalizers": ["f"]}), True),
+        ]
+    other = ready_label(node_object(name="n2", labels={"kubernetes.io/hostname": "n2"}), None)
+    cases += [
+        ("agent", "another node", agent, ["n1"], other, ready_label(other, "true"), True),
+        ("agent", "token without a node claim", agent, None, node, ready_label(node, "true"), True),
+        ("controller", "any node", controller, None, ready_label(other, "true"), ready_label(other, "unknown"), False),
+        ("agent", "someone else", "system:serviceaccount:kube-system:node-controller", ["n9"], node,
+         with_labels(node, other="x"), False),
+        ("controller", "someone else", "system:serviceaccount:kube-system:node-controller", None, node,
+         meta(finalizers=["f"]), False),
+    ]
+    return cases
+
+
+def test_node_label_policy() -> str:
+    """The agent's ServiceAccount may set kuberdma.io/roce-ready (true|false) on its own node, the
+    controller's may set it to unknown on any node; nothing else of a Node changes."""
+    objs = chart.objects(chart.render(None, kube_version="1.30.0"))
+    policies = {c: vap(objs, c) for c in ("agent", "controller")}
+    for comp, policy in policies.items():
+        binding = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                       and o["spec"]["policyName"] == policy["metadata"]["name"])
+        assert binding["spec"]["validationActions"] == ["Deny"], binding
+        assert policy["spec"]["failurePolicy"] == "Fail"
+        rules = policy["spec"]["matchConstraints"]["resourceRules"]
+        assert rules == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                          "resources": ["nodes"]}], rules
+    users = {c: f"system:serviceaccount:{chart.NAMESPACE}:{chart.RELEASE}-{c}" for c in ("agent", "controller")}
+    cases = node_label_policy_cases(users["agent"], users["controller"])
+    for comp, label, user, claim, old, new, denied in cases:
+        why = admit(policies[comp], user, claim, old, new)
+        assert bool(why) == denied, f"{comp}, {label}: {'admitted' if not why else why}"
+        # The other component's policy never matches this user.
+        other = "controller" if comp == "agent" else "agent"
+        if user in users.values() and user != users[other]:
+            assert not admit(policies[other], user, claim, old, new), f"{other} policy matched {comp}: {label}"
+    # The agent's own RdmaNodeState, by the same node claim (RBAC cannot name it).
+    state_policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
+                        and o["metadata"]["name"].endswith("-agent-node-state"))
+    rules = state_policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [{"apiGroups": ["kuberdma.io"], "apiVersions": ["*"], "operations": ["CREATE", "UPDATE"],
+                      "resources": ["rdmanodestates", "rdmanodestates/status"]}], rules
+    state = lambda n: {"metadata": {"name": n}, "spec": {"nodeName": n}}  # noqa: E731
+    state_cases = [
+        ("own state", users["agent"], ["n1"], state("n1"), False),
+        ("another node's state", users["agent"], ["n1"], state("n2"), True),
+        ("no node claim", users["agent"], None, state("n1"), True),
+        ("the controller", users["controller"], None, state("n2"), False),
+    ]
+    for label, user, claim, obj, denied in state_cases:
+        why = admit(state_policy, user, claim, obj, obj)
+        assert bool(why) == denied, f"rdmanodestates, {label}: {'admitted' if not why else why}"
+    assert not admit(state_policy, users["agent"], ["n1"], state("n1"), state("n1"))
+    assert "may write only the RdmaNodeState of the node its pod runs on, not n2" in \
+        admit(state_policy, users["agent"], ["n1"], state("n2"), state("n2"))[0]
+    all_names = sorted(o["metadata"]["name"] for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
+    for comp, left in (("agent", ["controller-node-label"]), ("controller", ["agent-node-label", "agent-node-state"])):
+        off_values = chart.merged(chart.default_values(),
+                                  **{comp: {**chart.default_values()[comp], "nodeLabelPolicy": {"enabled": False}}})
+        off = chart.objects(chart.render(off_values, kube_version="1.30.0"))
+        names = sorted(o["metadata"]["name"] for o in off if o["kind"] == "ValidatingAdmissionPolicy")
+        assert names == [n for n in all_names if any(n.endswith(x) for x in left)], names
+    assert not [o for o in chart.objects(chart.render(None, kube_version="1.29.0"))
+                if o["kind"] == "ValidatingAdmissionPolicy"], "rendered for a cluster without the API"
+    return f"{len(cases) + len(state_cases)} admission cases evaluated with CEL (cel-python), 3 policies"
+
+
+CHECKS: list[tuple[str, Callable[[], str | None]]] = [
+    ("policy: agent may label only its own node and write only its state; controller only `unknown` (CEL)",
+     test_node_label_policy),
+]
+
+
+def main() -> int:
+    return chart.run_checks(CHECKS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
