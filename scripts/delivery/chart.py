@@ -14,8 +14,10 @@ import os
 import re
 import subprocess
 import tempfile
+import time
+import traceback
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
@@ -63,17 +65,39 @@ MAIN_HEADER_NOTE = (
 )
 
 
+class Suite:
+    """Runs checks one after another: every one reported with its time (a failure with its
+    assertion message or a short traceback), the run goes on; counts kept for the summary."""
+
+    def __init__(self) -> None:
+        self.passed = 0
+        self.failed = 0
+
+    def check(self, name: str, fn: Callable[[], str | None]) -> bool:
+        start = time.monotonic()
+        try:
+            note = fn()
+        except Exception as e:  # every failure is reported, the run goes on
+            self.failed += 1
+            detail = str(e) if isinstance(e, AssertionError) else traceback.format_exc(limit=3)
+            print(f"FAIL {name} ({time.monotonic() - start:.1f}s)\n     " + detail.replace("\n", "\n     "))
+            return False
+        self.passed += 1
+        print(f"ok   {name} ({time.monotonic() - start:.1f}s){' - ' + note if note else ''}")
+        return True
+
+    def summary(self) -> int:
+        """Prints `N passed, N failed`; the exit status: 1 if anything failed."""
+        print(f"{self.passed} passed, {self.failed} failed")
+        return 1 if self.failed else 0
+
+
 def run_checks(checks: list[tuple[str, Any]]) -> int:
     """Runs (name, fn) checks as a script's main: every one reported, exit 1 if any failed."""
-    failed = 0
+    suite = Suite()
     for name, fn in checks:
-        try:
-            print(f"ok   {name}: {fn() or ''}")
-        except Exception as e:  # report every check, then fail
-            failed += 1
-            print(f"FAIL {name}: {e}")
-    print(f"{len(checks) - failed} passed, {failed} failed")
-    return 1 if failed else 0
+        suite.check(name, fn)
+    return suite.summary()
 
 
 def load_values(path: Path) -> dict[str, Any]:

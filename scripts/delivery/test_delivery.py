@@ -36,13 +36,12 @@ from __future__ import annotations
 import os
 import shutil
 import sys
-import time
-import traceback
 from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import chart  # noqa: E402
 import docs_test  # noqa: E402
 import image_test  # noqa: E402
 import manifests_test  # noqa: E402
@@ -52,25 +51,6 @@ import policy_test  # noqa: E402
 import render_test  # noqa: E402
 import security_test  # noqa: E402
 import validate_test  # noqa: E402
-
-
-class Suite:
-    def __init__(self) -> None:
-        self.passed = 0
-        self.failed = 0
-
-    def check(self, name: str, fn: Callable[[], str | None]) -> bool:
-        start = time.monotonic()
-        try:
-            note = fn()
-        except Exception as e:  # every failure is reported, the run goes on
-            self.failed += 1
-            detail = str(e) if isinstance(e, AssertionError) else traceback.format_exc(limit=3)
-            print(f"FAIL {name} ({time.monotonic() - start:.1f}s)\n     " + detail.replace("\n", "\n     "))
-            return False
-        self.passed += 1
-        print(f"ok   {name} ({time.monotonic() - start:.1f}s){' - ' + note if note else ''}")
-        return True
 
 
 def checks() -> list[tuple[str, Callable[[], str | None]]]:
@@ -89,7 +69,7 @@ def main(args: list[str]) -> int:
         print(f"usage: {sys.argv[0]} [--list]; got {' '.join(args)}", file=sys.stderr)
         return 2
     sys.stdout.reconfigure(line_buffering=True)  # CI logs show progress during the long build
-    suite = Suite()
+    suite = chart.Suite()
     for name, fn in checks():
         suite.check(name, fn)
     if os.environ.get("KUBE_RDMA_SKIP_IMAGE") == "1":
@@ -102,8 +82,7 @@ def main(args: list[str]) -> int:
     elif all(suite.check(name, fn) for name, fn in image_test.build_checks(version)):
         for name, fn in image_test.checks(version):
             suite.check(name, fn)
-    print(f"{suite.passed} passed, {suite.failed} failed")
-    return 1 if suite.failed else 0
+    return suite.summary()
 
 
 if __name__ == "__main__":
