@@ -136,6 +136,8 @@ pub fn eventually<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Resul
 }
 
 /// A busybox pod manifest that sleeps, with optional extra container fields (YAML, indented 6).
+/// Its shell exits on SIGTERM: `sleep` as PID 1 ignores it, so every delete waited out the
+/// kubelet's 2-second minimum grace (kuberuntime `minimumGracePeriodInSeconds`).
 pub fn busybox_pod(ns: &str, name: &str, extra_container: &str, annotations: &str) -> String {
     format!(
         r#"apiVersion: v1
@@ -150,7 +152,7 @@ spec:
     - name: main
       image: {img}
       imagePullPolicy: Never
-      command: ["sleep", "3600"]
+      command: ["sh", "-c", "trap 'exit 0' TERM; sleep 3600 & wait"]
 {extra_container}
 "#,
         img = kube_rdma_e2e::images::BUSYBOX
