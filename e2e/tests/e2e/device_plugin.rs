@@ -100,10 +100,7 @@ pub fn after_watch_cases() -> Vec<Case> {
             name: "device_plugin_a_removed_vf_is_unhealthy_at_the_kubelet_within_5_s",
             run: a_removed_vf_is_unhealthy_at_the_kubelet,
         },
-        Case {
-            name: "device_plugin_chart_back_on_its_default_pool",
-            run: chart_back_on_its_default_pool,
-        },
+        Case { name: "device_plugin_chart_back_on_its_default_pool", run: chart_back_on_its_default_pool },
     ]
 }
 
