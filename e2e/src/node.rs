@@ -38,10 +38,32 @@ pub fn instance() -> u8 {
 }
 
 fn suffixed(base: &str) -> String {
-    match instance() {
+    suffixed_for(base, instance())
+}
+
+fn suffixed_for(base: &str, n: u8) -> String {
+    match n {
         0 => base.to_string(),
         n => format!("{base}-{n}"),
     }
+}
+
+/// `kre2e<N>-<end>`: the host-node veth's ends (no number for instance 0).
+fn link_for(end: &str, n: u8) -> String {
+    format!("kre2e{}-{end}", if n == 0 { String::new() } else { n.to_string() })
+}
+
+/// The host-side names instance `n` makes: its two namespaces and its host link.
+fn host_names(n: u8) -> [String; 3] {
+    let ns = suffixed_for("kube-rdma-e2e", n);
+    [format!("{ns}-wire"), ns, link_for("host", n)]
+}
+
+/// Whether `x` (a link, a netns, or its mount under /run/netns) is another
+/// instance's: that instance's `down` answers for it, not this one's.
+fn of_other_instance(x: &str) -> bool {
+    let x = x.strip_prefix("/run/netns/").unwrap_or(x);
+    (0..=9).filter(|n| *n != instance()).any(|n| host_names(n).iter().any(|name| name == x))
 }
 
 /// The node's network namespace.
@@ -54,11 +76,11 @@ pub fn wire_netns() -> String {
 }
 /// Host end of the host-node veth.
 pub fn host_link() -> String {
-    format!("kre2e{}-host", if instance() == 0 { String::new() } else { instance().to_string() })
+    link_for("host", instance())
 }
 /// Node end of the host-node veth.
 pub fn node_link() -> String {
-    format!("kre2e{}-node", if instance() == 0 { String::new() } else { instance().to_string() })
+    link_for("node", instance())
 }
 /// Host address on the host-node link.
 pub fn host_ip() -> String {
@@ -411,11 +433,13 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<String> {
             out.push(format!("{what} removed: {x}"));
         }
     };
-    cmp("link", &before.links, &after.links);
-    // The CNI and lab suites make namespaces named kr-* while they run; they are not ours.
-    let foreign = |x: &String| x.starts_with("kr-") || x.starts_with("/run/netns/kr-");
+    // The CNI and lab suites make namespaces named kr-* while they run, and another
+    // instance up beside this one (or gone since) has its own: they are not ours.
+    let foreign =
+        |x: &String| x.starts_with("kr-") || x.starts_with("/run/netns/kr-") || of_other_instance(x);
     let strip =
         |v: &BTreeSet<String>| v.iter().filter(|x| !foreign(x)).cloned().collect::<BTreeSet<String>>();
+    cmp("link", &strip(&before.links), &strip(&after.links));
     cmp("netns", &strip(&before.netns), &strip(&after.netns));
     cmp("mount", &strip(&before.mounts), &strip(&after.mounts));
     cmp("device", &before.devices, &after.devices);
@@ -441,5 +465,24 @@ mod tests {
             vec![format!("link added: {}", host_link()), "link removed: eth0".to_string()]
         );
         assert!(diff(&a, &a).is_empty());
+    }
+
+    #[test]
+    fn another_instances_namespaces_mounts_and_link_are_not_in_the_diff() {
+        let other = if instance() == 0 { 1 } else { 0 };
+        let (a, mut b) = (Snapshot::default(), Snapshot::default());
+        for name in host_names(other) {
+            b.mounts.insert(format!("/run/netns/{name}"));
+            b.netns.insert(name.clone());
+            b.links.insert(name);
+        }
+        assert!(diff(&a, &b).is_empty(), "{:?}", diff(&a, &b));
+        assert!(diff(&b, &a).is_empty(), "an instance gone since `up`: {:?}", diff(&b, &a));
+        b.netns.insert(netns());
+        b.mounts.insert(format!("/run/netns/{}", wire_netns()));
+        assert_eq!(
+            diff(&a, &b),
+            vec![format!("netns added: {}", netns()), format!("mount added: /run/netns/{}", wire_netns())]
+        );
     }
 }

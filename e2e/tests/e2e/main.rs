@@ -61,7 +61,8 @@ fn main() {
             std::process::exit(1);
         }
     };
-    println!("e2e: cluster ready in {:.0} s; {} cases", t0.elapsed().as_secs_f64(), selected.len());
+    let up = t0.elapsed();
+    println!("e2e: cluster ready in {:.0} s; {} cases", up.as_secs_f64(), selected.len());
     let (mut passed, mut failed) = (0, vec![]);
     for c in &selected {
         let t = Instant::now();
@@ -90,6 +91,18 @@ fn main() {
         }
     }
     println!("\ne2e: {:.0} s in all", t0.elapsed().as_secs_f64());
+    if let Some(waited) = *device_plugin::WAITED.lock().expect("lock") {
+        // No run that watches the kubelet restart can be shorter than this: the
+        // cluster must be up, and the watch lasts past the kubelet's 5-minute grace.
+        let floor = up + device_plugin::WATCH_FOR;
+        println!(
+            "e2e: floor of any run with the kubelet-restart watch: cluster start {:.0} s + the watch {:.0} s = {:.0} s; {:.0} s of the watch waited with no quiet case left to run",
+            up.as_secs_f64(),
+            device_plugin::WATCH_FOR.as_secs_f64(),
+            floor.as_secs_f64(),
+            waited.as_secs_f64()
+        );
+    }
     for f in &failed {
         println!("failed: {f}");
     }
