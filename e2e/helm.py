@@ -52,8 +52,8 @@ def main() -> int:
             else:
                 rel = cfg.install(chart, a.release, values, namespace=a.namespace, wait=wait,
                                   timeout=a.wait or None, create_namespace=True)
-        info = rel.get("info", {}) if isinstance(rel, dict) else {}
-        print(f"helm: {a.release} revision {rel.get('version', '?')} {info.get('status', '')}".strip())
+        # helm-python-sdk's release summary: name, revision, status, chart_version, ...
+        print(f"helm: {a.release} revision {rel['revision']} {rel['status']} (chart {rel['chart_version']})")
         return 0
     except helm.HelmError as e:
         print(f"helm {a.action} {a.release}: {e}", file=sys.stderr)

@@ -54,8 +54,13 @@ fn main() -> ExitCode {
             for (what, s) in &st.timings {
                 eprintln!("  {s:>6.1} s  {what}");
             }
+            // Another instance's commands need its number, or they reach instance 0's cluster.
+            let n = match kube_rdma_e2e::node::instance() {
+                0 => String::new(),
+                n => format!("KUBE_RDMA_E2E_INSTANCE={n} "),
+            };
             eprintln!(
-                "\nThe cluster is up. Look around with:\n\n  eval \"$(scripts/cluster env)\"\n  kubectl get nodes,pods -A\n  kubectl get rdmanodestates\n  kubectl describe node {}\n\nLogs: {}\nStop it: scripts/cluster down",
+                "\nThe cluster is up. Look around with:\n\n  eval \"$({n}scripts/cluster env)\"\n  kubectl get nodes,pods -A\n  kubectl get rdmanodestates\n  kubectl describe node {}\n\nLogs: {}\nStop it: {n}scripts/cluster down",
                 cluster::NODE_NAME,
                 l.logs().display()
             );

@@ -8,11 +8,12 @@
 //! a watcher of the node's resources that runs while the later cases do, and
 //! `device_plugin_kubelet_restart_..._6_minutes_later` joins it once 6 minutes
 //! have passed since the restart (the kubelet drops a resource whose plugin
-//! has been gone for 5, devicemanager `endpointStopGracePeriod`). No case in
-//! between re-registers a pool (the plugin restart and shared pool cases come
-//! before), so a lost registration cannot be hidden by a fresh one. The
-//! cases in between are [`watched_cases`] and the other modules' quiet ones,
-//! so the 6 minutes are spent testing, not sleeping (`main.rs`).
+//! has been gone for 5, devicemanager `endpointStopGracePeriod`). No case on
+//! that cluster re-registers a pool meanwhile (the plugin restart, shared pool
+//! and removed VF cases, [`disruptive_cases`], run on the suite's second
+//! cluster at the same time), so a lost registration cannot be hidden by a
+//! fresh one. The cases in between are [`watched_cases`] and the other
+//! modules' quiet ones, so the 6 minutes are spent testing (`main.rs`).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::MetadataExt;
@@ -32,23 +33,12 @@ use crate::links::{add_vf_link, node_link, peer_of};
 use crate::pools::{self, res, NET, NETDEV, RDMA, SHARED, VFIO};
 use crate::Case;
 
-/// The cases that re-register a pool (a chart change, a plugin restart), then
-/// the kubelet restart, which leaves its watcher running.
-pub fn cases() -> Vec<Case> {
-    vec![
-        Case {
-            name: "device_plugin_shared_pool_in_shared_netns_mode_hands_out_the_pf_hca",
-            run: shared_pool_hands_out_the_pf_hca,
-        },
-        Case {
-            name: "device_plugin_deleted_or_crashed_plugin_reregisters_and_a_crashed_container_keeps_its_devices",
-            run: deleted_or_crashed_plugin_reregisters,
-        },
-        Case {
-            name: "device_plugin_kubelet_restart_under_load_registers_once_and_keeps_pods_devices",
-            run: kubelet_restart_under_load_registers_once,
-        },
-    ]
+/// The kubelet restart, which leaves its watcher running on this lane's cluster.
+pub fn watch_start() -> Vec<Case> {
+    vec![Case {
+        name: "device_plugin_kubelet_restart_under_load_registers_once_and_keeps_pods_devices",
+        run: kubelet_restart_under_load_registers_once,
+    }]
 }
 
 /// Quiet cases of this mode that run while the watcher does (with the other
@@ -88,13 +78,26 @@ pub fn watched_cases() -> Vec<Case> {
     ]
 }
 
-/// The watcher's end (6 minutes after the restart); then the removed VF (it
-/// may be the one `dp-keep` held) and the chart back on its default pool.
-pub fn after_watch_cases() -> Vec<Case> {
+/// The watcher's end, 6 minutes after the restart.
+pub fn watch_end() -> Vec<Case> {
+    vec![Case {
+        name: "device_plugin_kubelet_restart_allocatable_still_right_6_minutes_later",
+        run: kubelet_restart_allocatable_still_right_6_minutes_later,
+    }]
+}
+
+/// The cases that re-register a pool (a chart change, a plugin restart) or
+/// remove a VF, then the chart back on its default pool: they run on the
+/// other cluster, where no watch is going on.
+pub fn disruptive_cases() -> Vec<Case> {
     vec![
         Case {
-            name: "device_plugin_kubelet_restart_allocatable_still_right_6_minutes_later",
-            run: kubelet_restart_allocatable_still_right_6_minutes_later,
+            name: "device_plugin_shared_pool_in_shared_netns_mode_hands_out_the_pf_hca",
+            run: shared_pool_hands_out_the_pf_hca,
+        },
+        Case {
+            name: "device_plugin_deleted_or_crashed_plugin_reregisters_and_a_crashed_container_keeps_its_devices",
+            run: deleted_or_crashed_plugin_reregisters,
         },
         Case {
             name: "device_plugin_a_removed_vf_is_unhealthy_at_the_kubelet_within_5_s",
