@@ -18,6 +18,7 @@ in this order; each module says what it checks and runs alone too:
 - docs_test.py: the docs test's self test, and every `sh test` block of README.md and docs/.
 - security_test.py: security.py's rules on privileges, RBAC and resources of every workload.
 - manifests_test.py: scripts/render-manifests --check fails when manifests/ is stale.
+- build_test.py: scripts/claim-target-dirs gives two clones sharing target dirs their own binaries.
 - image_test.py, last: the image is built with podman from statically linked binaries; in it,
   each binary answers --version, every command line the chart renders parses, the device plugin
   accepts the chart's pool config (and sriov-network-device-plugin / k8s-rdma-shared-dev-plugin
@@ -41,6 +42,7 @@ from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import build_test  # noqa: E402
 import chart  # noqa: E402
 import docs_test  # noqa: E402
 import image_test  # noqa: E402
@@ -56,7 +58,8 @@ import validate_test  # noqa: E402
 def checks() -> list[tuple[str, Callable[[], str | None]]]:
     """Every check but the image's, in the order they run."""
     return [*render_test.checks(), *migration_test.CHECKS, *policy_test.CHECKS, *monitoring_test.CHECKS,
-            *validate_test.checks(), *docs_test.CHECKS, *security_test.CHECKS, *manifests_test.CHECKS]
+            *validate_test.checks(), *docs_test.CHECKS, *security_test.CHECKS, *manifests_test.CHECKS,
+            *build_test.CHECKS]
 
 
 def main(args: list[str]) -> int:
