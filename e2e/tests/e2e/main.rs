@@ -73,74 +73,44 @@ fn main() {
             .collect()
     };
     let [watched, rest] = lanes().map(chosen);
-    if second_lane {
-        let t0 = Instant::now();
-        let tally = run_lane(&rest, keep, t0);
-        finish(t0, tally, None);
-    }
-    // One cluster when the words chose cases of one lane only.
-    let (here, there) = if watched.is_empty() { (rest, vec![]) } else { (watched, rest) };
+    // The second lane's process runs its cases alone; one cluster is enough when the
+    // words chose cases of one lane only.
+    let (here, there) = match (second_lane, watched.is_empty()) {
+        (true, _) | (false, true) => (rest, vec![]),
+        (false, false) => (watched, rest),
+    };
 
     let t0 = Instant::now();
-    let up = match Ctx::up() {
-        Ok(ctx) => (ctx, t0.elapsed()),
-        Err(e) => {
-            eprintln!("e2e: the cluster did not come up: {e:#}");
-            println!("0 passed, 1 failed");
-            std::process::exit(1);
-        }
-    };
-    // Started once this cluster is up: the two `up`s would build the same images at once.
-    let second = if there.is_empty() {
-        None
-    } else {
-        match SecondLane::start(&args, there.len()) {
-            Ok(s) => Some(s),
-            Err(e) => {
-                println!("FAIL starting the second lane: {e:#}");
-                None
-            }
-        }
-    };
-    println!(
-        "e2e: cluster ready in {:.0} s; {} cases here{}",
-        up.1.as_secs_f64(),
-        here.len(),
-        second
-            .as_ref()
-            .map(|s| format!(", {} at the same time on instance {}", s.cases, s.instance))
-            .unwrap_or_default()
-    );
-    let mut tally = run_cases(&up.0, &here);
-    if !keep {
-        down(&up.0, &mut tally);
-    }
-    println!("e2e: this lane took {:.0} s", t0.elapsed().as_secs_f64());
-    if let Some(s) = second {
-        let theirs = s.join();
-        tally.passed += theirs.passed;
-        tally.failed.extend(theirs.failed);
-    } else if !there.is_empty() {
-        tally.failed.push("the second lane (it did not start)".into());
-    }
-    finish(t0, tally, Some(up.1));
-}
-
-/// Brings this process's cluster up and runs `cases` on it (then `down`).
-fn run_lane(cases: &[Case], keep: bool, t0: Instant) -> Tally {
     let ctx = match Ctx::up() {
-        Ok(c) => c,
+        Ok(ctx) => ctx,
         Err(e) => {
             eprintln!("e2e: the cluster did not come up: {e:#}");
-            return Tally { passed: 0, failed: vec!["the cluster did not come up".into()] };
+            finish(t0, Tally { passed: 0, failed: vec!["the cluster did not come up".into()] }, None);
         }
     };
-    println!("e2e: cluster ready in {:.0} s; {} cases", t0.elapsed().as_secs_f64(), cases.len());
-    let mut tally = run_cases(&ctx, cases);
+    let up = t0.elapsed();
+    // Started once this cluster is up: the two `up`s would build the same images at once.
+    let second = (!there.is_empty()).then(|| SecondLane::start(&args, there.len()));
+    let on_second = match &second {
+        Some(Ok(s)) => format!(", {} at the same time on instance {}", s.cases, s.instance),
+        _ => String::new(),
+    };
+    println!("e2e: cluster ready in {:.0} s; {} cases here{on_second}", up.as_secs_f64(), here.len());
+    let mut tally = run_cases(&ctx, &here);
     if !keep {
         down(&ctx, &mut tally);
     }
-    tally
+    match second {
+        None => {}
+        Some(Ok(s)) => {
+            println!("e2e: this lane took {:.0} s", t0.elapsed().as_secs_f64());
+            let theirs = s.join();
+            tally.passed += theirs.passed;
+            tally.failed.extend(theirs.failed);
+        }
+        Some(Err(e)) => tally.failed.push(format!("the second lane (it did not start: {e:#})")),
+    }
+    finish(t0, tally, Some(up));
 }
 
 fn run_cases(ctx: &Ctx, cases: &[Case]) -> Tally {
