@@ -209,6 +209,18 @@ pub fn up(opts: &UpOptions) -> Result<State> {
     Ok(st)
 }
 
+/// Builds what `up` needs and starts nothing: the peers and the images (cached). Lets a
+/// caller (scripts/test-all) pay for the builds before the suite, not inside its clusters' `up`.
+pub fn build() -> Result<()> {
+    peers::check_host_tools()?;
+    let mut ph = Phases::new();
+    peers::ensure_built()?;
+    ph.done("peers built");
+    build_images()?;
+    ph.done("images built");
+    Ok(())
+}
+
 fn build_images() -> Result<Vec<images::Image>> {
     // Instances share the image cache (and podman's store).
     let _lock = lock_file(".images.lock")?;

@@ -20,8 +20,10 @@ pub const BUSYBOX: &str = "localhost/kube-rdma-e2e/busybox:1";
 /// Repository of kube-rdma's image (the tag is a hash of its binaries).
 pub const KUBE_RDMA_REPO: &str = "localhost/kube-rdma";
 
-/// The version compiled into the e2e image's binaries (`--version`).
-pub const E2E_VERSION: &str = "0.0.0-e2e";
+/// The version compiled into the e2e image's binaries (`--version`): the delivery checks'
+/// (`IMAGE_VERSION` in scripts/delivery/image_test.py), so the two static builds are one
+/// (another KUBE_RDMA_VERSION recompiles every crate of ours, twice per CI run).
+pub const E2E_VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "-test.1");
 
 /// An image saved as a docker-archive.
 #[derive(Debug, Clone)]
@@ -157,7 +159,30 @@ pub fn kube_rdma() -> Result<Image> {
         .args(["build", "--pull=never", "--build-arg", &format!("VERSION={E2E_VERSION}"), "-t", &name])
         .arg(ctx.path()))?;
     save(&name, &archive)?;
+    prune_kube_rdma(&archive);
     Ok(Image { name, archive })
+}
+
+/// Every build of other sources left a 100 MB archive and a podman image: keep only the
+/// archive just saved (what clusters import; podman's copy is not needed after `save`).
+/// Best effort: what cannot be removed now is removed by a later build.
+fn prune_kube_rdma(keep: &Path) {
+    if let Ok(rd) = images_dir().and_then(|d| Ok(std::fs::read_dir(d)?)) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.starts_with("kube-rdma-") && n.ends_with(".tar") && e.path() != keep {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    let reference = format!("reference={KUBE_RDMA_REPO}:e2e-*");
+    if let Ok(tags) =
+        run(podman().args(["images", "--format", "{{.Repository}}:{{.Tag}}", "--filter", &reference]))
+    {
+        for tag in tags.lines().filter(|t| !t.is_empty()) {
+            let _ = run(podman().args(["rmi", tag]));
+        }
+    }
 }
 
 /// Imports `img` into containerd's `k8s.io` namespace (the CRI's).

@@ -422,6 +422,9 @@ pub fn snapshot(ns_inodes: &[u64]) -> Snapshot {
     s
 }
 
+/// Root podman's graph and run roots (containers-storage.conf defaults).
+const PODMAN_STORAGE: &[&str] = &["/var/lib/containers/storage/", "/run/containers/storage/"];
+
 /// Lines saying how `after` differs from `before` (empty: the same).
 pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<String> {
     let mut out = vec![];
@@ -433,10 +436,16 @@ pub fn diff(before: &Snapshot, after: &Snapshot) -> Vec<String> {
             out.push(format!("{what} removed: {x}"));
         }
     };
-    // The CNI and lab suites make namespaces named kr-* while they run, and another
-    // instance up beside this one (or gone since) has its own: they are not ours.
-    let foreign =
-        |x: &String| x.starts_with("kr-") || x.starts_with("/run/netns/kr-") || of_other_instance(x);
+    // The CNI and lab suites make namespaces named kr-* while they run, another instance
+    // up beside this one (or gone since) has its own, and podman mounts each container's root
+    // and /dev/shm under its storage while it runs (the delivery checks beside this tier, the
+    // image build): they are not ours.
+    let foreign = |x: &String| {
+        x.starts_with("kr-")
+            || x.starts_with("/run/netns/kr-")
+            || PODMAN_STORAGE.iter().any(|d| x.starts_with(d))
+            || of_other_instance(x)
+    };
     let strip =
         |v: &BTreeSet<String>| v.iter().filter(|x| !foreign(x)).cloned().collect::<BTreeSet<String>>();
     cmp("link", &strip(&before.links), &strip(&after.links));
@@ -465,6 +474,17 @@ mod tests {
             vec![format!("link added: {}", host_link()), "link removed: eth0".to_string()]
         );
         assert!(diff(&a, &a).is_empty());
+    }
+
+    #[test]
+    fn a_podman_container_running_beside_the_cluster_is_not_in_the_down_diff() {
+        let a = Snapshot::default();
+        let mut b = a.clone();
+        b.mounts.insert("/var/lib/containers/storage/overlay/0123abcd/merged".into());
+        b.mounts.insert("/var/lib/containers/storage/overlay-containers/0123abcd/userdata/shm".into());
+        assert!(diff(&a, &b).is_empty());
+        b.mounts.insert("/var/lib/kubelet".into());
+        assert_eq!(diff(&a, &b), vec!["mount added: /var/lib/kubelet".to_string()]);
     }
 
     #[test]

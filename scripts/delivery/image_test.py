@@ -72,8 +72,9 @@ def elf_interpreter(path: Path) -> str | None:
 
 
 # The image the tests build: a version of its own, so --version proves the VERSION build arg
-# reaches the binaries (KUBE_RDMA_VERSION at compile time) rather than the crate version.
-IMAGE_VERSION = f"{workspace_version()}-delivery.1"
+# reaches the binaries (KUBE_RDMA_VERSION at compile time) rather than the crate version. The e2e
+# tier builds its image with the same one (E2E_VERSION in e2e/src/images.rs): one static build.
+IMAGE_VERSION = f"{workspace_version()}-test.1"
 
 
 def dist_dir() -> Path:

@@ -1,4 +1,4 @@
-//! `kube-rdma-cluster up|down|env|status`: the local single-node cluster
+//! `kube-rdma-cluster up|build|down|env|status`: the local single-node cluster
 //! (`scripts/cluster` runs this). See `kube_rdma_e2e::cluster`. Output and
 //! exit status as every kube-rdma binary ([`plumbing::cli`]): `env | head`
 //! does not panic; a failure is one line on stderr and exit 2 (an environment
@@ -32,6 +32,8 @@ enum Cmd {
         #[arg(long)]
         no_chart: bool,
     },
+    /// Build the peers and images `up` needs (cached) and start nothing.
+    Build,
     /// Stop everything `up` started and remove what it created.
     Down,
     /// Print `export KUBECONFIG=...` (and nothing else on stdout).
@@ -65,6 +67,7 @@ fn main() -> ExitCode {
                 l.logs().display()
             );
         }),
+        Cmd::Build => cluster::build(),
         Cmd::Down => cluster::down().and_then(|diff| {
             if diff.is_empty() {
                 Ok(())
