@@ -185,12 +185,8 @@ pub fn up(opts: &UpOptions) -> Result<State> {
         .is_root()
         .then_some(())
         .context("the e2e cluster needs root (it makes namespaces, cgroups and device nodes)")?;
-    peers::check_host_tools()?;
     let mut ph = Phases::new();
-    peers::ensure_built()?;
-    ph.done("peers built");
-    let imgs = build_images()?;
-    ph.done("images built");
+    let imgs = build_with(&mut ph)?;
 
     let mut st = State { before: node::snapshot(&[]), image: imgs[2].name.clone(), ..State::default() };
     std::fs::create_dir_all(&l.base)?;
@@ -212,13 +208,16 @@ pub fn up(opts: &UpOptions) -> Result<State> {
 /// Builds what `up` needs and starts nothing: the peers and the images (cached). Lets a
 /// caller (scripts/test-all) pay for the builds before the suite, not inside its clusters' `up`.
 pub fn build() -> Result<()> {
+    build_with(&mut Phases::new()).map(drop)
+}
+
+fn build_with(ph: &mut Phases) -> Result<Vec<images::Image>> {
     peers::check_host_tools()?;
-    let mut ph = Phases::new();
     peers::ensure_built()?;
     ph.done("peers built");
-    build_images()?;
+    let imgs = build_images()?;
     ph.done("images built");
-    Ok(())
+    Ok(imgs)
 }
 
 fn build_images() -> Result<Vec<images::Image>> {
