@@ -34,7 +34,7 @@ async fn get(port: std::net::SocketAddr, path: &str) -> String {
 }
 
 fn free_port() -> std::net::SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap()
+    std::net::SocketAddr::from(([127, 0, 0, 1], kube_rdma_e2e::daemon::free_port().unwrap()))
 }
 
 /// The value of `name{resource="…"}` in a /metrics text.

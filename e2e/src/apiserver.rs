@@ -158,7 +158,25 @@ impl ApiServer {
     }
 
     /// A control plane as `opts` says.
-    pub fn start_with(mut opts: Options) -> Result<ApiServer> {
+    ///
+    /// With ports and directory of its own choosing, a start that loses a port
+    /// to another process between [`daemon::free_port`] and the bind is tried
+    /// again from scratch on new ports.
+    pub fn start_with(opts: Options) -> Result<ApiServer> {
+        let fresh = opts.dir.is_none() && opts.port == 0 && opts.etcd_ports == (0, 0);
+        let mut tries = 1;
+        loop {
+            match ApiServer::start_once(opts.clone()) {
+                Err(e) if fresh && tries < 3 && format!("{e:#}").contains("address already in use") => {
+                    eprintln!("control plane: a port was taken before its bind; trying again on new ports");
+                    tries += 1;
+                }
+                r => return r,
+            }
+        }
+    }
+
+    fn start_once(mut opts: Options) -> Result<ApiServer> {
         peers::ensure_built()?;
         let (tmp, dir) = match &opts.dir {
             Some(d) => (None, d.clone()),
@@ -187,9 +205,13 @@ impl ApiServer {
         let mut etcd = daemon::spawn(&e_spec)?;
         let probe = etcd_url.clone();
         let ns_of = opts.ns_of;
-        daemon::wait_ready(&mut etcd, "serving", Duration::from_secs(60), || {
+        let served = daemon::wait_ready(&mut etcd, "serving", Duration::from_secs(60), || {
             daemon::in_netns_of(ns_of, || http_post(&probe, "/v3/kv/range", r#"{"key":"AA=="}"#)).is_ok()
-        })?;
+        });
+        if let Err(e) = served {
+            etcd.stop(Duration::from_secs(5));
+            return Err(e);
+        }
         let spec = apiserver_spec(&dir, &opts, &etcd_url);
         let apiserver = daemon::spawn(&spec)?;
         let mut s = ApiServer {

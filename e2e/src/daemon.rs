@@ -243,11 +243,44 @@ pub fn in_netns_of<T: Send>(pid: Option<i32>, f: impl FnOnce() -> Result<T> + Se
     })
 }
 
-/// A free TCP port on loopback (bound, read and released: good enough for
-/// tests that start one server right after).
+/// Lowest port [`free_port`] hands out (above the registered services most
+/// machines run).
+const FREE_PORT_FLOOR: u16 = 10_000;
+
+/// A TCP port nothing listens on now, for a server started right after.
+///
+/// Not a `bind(:0)` port: those come from the kernel's ephemeral range, which
+/// every outgoing connection draws from too, so between our release and the
+/// server's bind a client (kubectl, the API server dialling etcd) could take it
+/// (seen in CI: kube-apiserver "bind: address already in use" on 40617). Ports
+/// below that range are never given to clients; each process walks them from
+/// its own offset and never hands out one port twice, so parallel tests and
+/// test binaries do not pick the same one either.
 pub fn free_port() -> Result<u16> {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a free port")?;
-    Ok(l.local_addr()?.port())
+    static HANDED_OUT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let low = ephemeral_low().unwrap_or(32_768);
+    if low <= FREE_PORT_FLOOR + 1_000 {
+        // Nearly every port is ephemeral here: nothing better than the kernel's pick.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").context("binding a free port")?;
+        return Ok(l.local_addr()?.port());
+    }
+    let span = u32::from(low - FREE_PORT_FLOOR);
+    let offset = std::process::id().wrapping_mul(7_919);
+    for _ in 0..span {
+        let n = HANDED_OUT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let port = FREE_PORT_FLOOR + (offset.wrapping_add(n) % span) as u16;
+        // The wildcard address: free there means free on every address.
+        if std::net::TcpListener::bind(("0.0.0.0", port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!("no free TCP port in {FREE_PORT_FLOOR}..{low}")
+}
+
+/// The first port of the kernel's ephemeral range (`ip_local_port_range`).
+fn ephemeral_low() -> Option<u16> {
+    let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
+    s.split_whitespace().next()?.parse().ok()
 }
 
 /// Runs a command to completion; an error carries its stderr.
@@ -262,4 +295,20 @@ pub fn run(cmd: &mut Command) -> Result<String> {
         );
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn free_ports_are_below_the_ephemeral_range_and_never_repeat() {
+        let low = ephemeral_low().expect("ip_local_port_range");
+        let ports: Vec<u16> = (0..200).map(|_| free_port().unwrap()).collect();
+        let distinct: std::collections::BTreeSet<_> = ports.iter().collect();
+        assert_eq!(distinct.len(), ports.len(), "a port handed out twice: {ports:?}");
+        if low > FREE_PORT_FLOOR + 1_000 {
+            assert!(ports.iter().all(|p| (FREE_PORT_FLOOR..low).contains(p)), "{ports:?} vs {low}");
+        }
+    }
 }
