@@ -493,7 +493,7 @@ async fn metrics_and_healthz_are_served() {
     // not ready, and says why.
     let mut k = FakeKubelet::start_with(&dirs.kubelet, Behaviour { list_and_watch: false, refuse_first: 0 });
     // Pick a free port, then hand it to the daemon.
-    let port = std::net::SocketAddr::from(([127, 0, 0, 1], kube_rdma_e2e::daemon::free_port().unwrap()));
+    let port = kube_rdma_e2e::daemon::free_loopback_addr().unwrap();
     let mut opts = dirs.options(sim.roots(), None, Duration::from_secs(3600));
     opts.metrics_addr = Some(port);
     opts.registration.verify = Duration::from_millis(300);

@@ -150,7 +150,7 @@ async fn the_daemon_keeps_pods_vfs_healthy_and_counts_what_the_kubelet_assigned(
     let _k = FakeKubelet::start(&dirs.kubelet);
     let pr_sock = dirs.tmp.path().join("pod-resources/kubelet.sock");
     let pr = FakePodResources::start(&pr_sock);
-    let port = std::net::SocketAddr::from(([127, 0, 0, 1], kube_rdma_e2e::daemon::free_port().unwrap()));
+    let port = kube_rdma_e2e::daemon::free_loopback_addr().unwrap();
     let mut opts = dirs.options(sim.roots(), None, Duration::from_millis(100));
     opts.metrics_addr = Some(port);
     opts.pod_resources = Some(pr_sock.clone());

@@ -33,10 +33,6 @@ async fn get(port: std::net::SocketAddr, path: &str) -> String {
     out
 }
 
-fn free_port() -> std::net::SocketAddr {
-    std::net::SocketAddr::from(([127, 0, 0, 1], kube_rdma_e2e::daemon::free_port().unwrap()))
-}
-
 /// The value of `name{resource="…"}` in a /metrics text.
 fn sample(metrics: &str, name: &str, resource: &str) -> u64 {
     let key = format!("{name}{{resource=\"{resource}\"}} ");
@@ -122,7 +118,7 @@ async fn a_kubelet_that_never_opens_list_and_watch_is_registered_again_with_back
     let node = sim("cx6dx-dual.yaml");
     let dirs = Dirs::new();
     let k = FakeKubelet::start_with(&dirs.kubelet, Behaviour { list_and_watch: false, refuse_first: 0 });
-    let port = free_port();
+    let port = kube_rdma_e2e::daemon::free_loopback_addr().unwrap();
     let mut opts = dirs.options(node.roots(), None, Duration::from_secs(3600));
     opts.metrics_addr = Some(port);
     let timing = Timing {
@@ -171,7 +167,7 @@ async fn a_kubelet_that_refuses_for_a_while_is_retried_until_it_accepts() {
     let node = sim("cx6dx-dual.yaml");
     let dirs = Dirs::new();
     let k = FakeKubelet::start_with(&dirs.kubelet, Behaviour { list_and_watch: true, refuse_first: 8 });
-    let port = free_port();
+    let port = kube_rdma_e2e::daemon::free_loopback_addr().unwrap();
     let mut opts = dirs.options(node.roots(), None, Duration::from_secs(3600));
     opts.metrics_addr = Some(port);
     opts.registration = Timing {

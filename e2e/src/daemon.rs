@@ -277,6 +277,11 @@ pub fn free_port() -> Result<u16> {
     bail!("no free TCP port in {FREE_PORT_FLOOR}..{low}")
 }
 
+/// `127.0.0.1:<`[`free_port`]`>`, for a daemon's `--metrics-addr` and the like.
+pub fn free_loopback_addr() -> Result<std::net::SocketAddr> {
+    Ok(std::net::SocketAddr::from(([127, 0, 0, 1], free_port()?)))
+}
+
 /// The first port of the kernel's ephemeral range (`ip_local_port_range`).
 fn ephemeral_low() -> Option<u16> {
     let s = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range").ok()?;
