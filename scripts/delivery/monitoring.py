@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import socket
 import subprocess
@@ -274,8 +275,11 @@ class ApiServer:
             p.write_text(text, encoding="utf-8")
             paths.append(str(p))
         # stdin stays open while we run: the control plane stops when it closes.
+        # KUBE_RDMA_REPO: the fixture finds e2e/build-peers in this checkout, not in the one whose
+        # path cargo compiled in (another clone sharing the target dir keeps the binary fresh).
+        env = {**os.environ, "KUBE_RDMA_REPO": str(Path(__file__).resolve().parents[2])}
         self.proc = subprocess.Popen([str(self.binary), *paths], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, text=True)
+                                     stderr=subprocess.PIPE, text=True, env=env)
         assert self.proc.stdout is not None
         lines = [self.proc.stdout.readline().strip() for _ in range(3)]
         if not (lines[1].startswith("kubeconfig: ") and lines[2].startswith("kubectl: ")):

@@ -5,14 +5,18 @@ runnable alone: `python3 scripts/delivery/monitoring_test.py`). The helpers are 
   `promtool check rules` and `promtool test rules`, with full and with default values.
 - Every metric a rule or a dashboard query names is exported: scraped from the device plugin on a
   simulated node, and from the agent and the controller against a real kube-apiserver.
+- docs/metrics.md lists exactly the metrics the binaries export (those scraped, and the DRA
+  driver's, read from its source: it serves only after a kubelet registered it).
 - Off a terminal the daemons log without ANSI colour; `--log-format json` gives one JSON object
   per line; a bad KUBE_RDMA_LOG_FORMAT is refused.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -71,16 +75,17 @@ def test_rules_promtool() -> str:
     return f"promtool check + test rules: {', '.join(alerts)}"
 
 
-def exported_metrics() -> tuple[set[str], list[str]]:
-    """Series names the binaries export, scraped from the running daemons, and notes on what
-    was scraped where."""
+@functools.cache
+def exported_metrics() -> tuple[frozenset[str], tuple[str, ...]]:
+    """Series names the binaries export, scraped from the running daemons (once per run: two
+    checks read them), and notes on what was scraped where."""
     names = monitoring.exposition_names(monitoring.device_plugin_metrics(
         chart.native_binary("kube-rdma-device-plugin"), chart.ROOT / "examples" / "nodes" / "cx6dx-dual.yaml"))
     notes = ["device plugin (simulated cx6dx-dual) scraped"]
     for who, (text, problem) in api_server_scrapes().items():
         names |= monitoring.exposition_names(text)
         notes.append(f"{who} scraped against a real kube-apiserver" + (f" ({problem})" if problem else ""))
-    return names, notes
+    return frozenset(names), tuple(notes)
 
 
 SIM_NODE = "cx6dx-dual"
@@ -135,6 +140,43 @@ def test_metrics_exist() -> str:
     assert not missing, "; ".join(notes) + "\nnamed but not exported:\n" + "\n".join(
         f"  {n}  (used by {', '.join(w)})" for n, w in missing.items())
     return f"{len(used)} metric names, all exported ({'; '.join(notes)})"
+
+
+def documented_metrics() -> set[str]:
+    """The metric names docs/metrics.md's tables list (first column)."""
+    text = (chart.ROOT / "docs" / "metrics.md").read_text(encoding="utf-8")
+    return set(re.findall(r"^\| `(kuberdma_[a-z0-9_]+)` \|", text, flags=re.M))
+
+
+def dra_source_metrics() -> set[str]:
+    """The families the DRA driver's /metrics page declares, read from its source."""
+    src = (chart.ROOT / "device-plugin" / "src" / "dra" / "metrics.rs").read_text(encoding="utf-8")
+    code = src.split("#[cfg(test)]")[0]
+    return set(re.findall(r'"(kuberdma_[a-z0-9_]+)"', code))
+
+
+def families(names: set[str]) -> set[str]:
+    """Exposition names folded to their families (a histogram's _bucket, _sum, _count)."""
+    out = set()
+    for n in names:
+        for suffix in ("_bucket", "_sum", "_count"):
+            if n.endswith(suffix) and n[: -len(suffix)] in names:
+                n = n[: -len(suffix)]
+        out.add(n)
+    return out
+
+
+def test_metrics_documented() -> str:
+    """docs/metrics.md names every exported metric, and nothing that is not exported."""
+    exported, notes = exported_metrics()
+    exported = families(exported) | dra_source_metrics()
+    documented = documented_metrics()
+    undocumented = sorted(exported - documented)
+    stale = sorted(documented - exported)
+    assert not undocumented and not stale, (
+        f"exported but not in docs/metrics.md: {undocumented}\n"
+        f"in docs/metrics.md but exported by no binary: {stale}\n({'; '.join(notes)})")
+    return f"{len(documented)} metrics documented, each exported"
 
 
 # ---------------------------------------------------------------- logs
@@ -196,6 +238,7 @@ CHECKS: list[tuple[str, Callable[[], str | None]]] = [
     ("monitoring: dashboard JSON is valid and every query parses", test_dashboard_valid),
     ("monitoring: alert rules pass promtool check and unit tests", test_rules_promtool),
     ("monitoring: every metric in rules and dashboard is exported by a binary", test_metrics_exist),
+    ("monitoring: docs/metrics.md lists exactly the exported metrics", test_metrics_documented),
     ("logs: no ANSI off a terminal; --log-format json", test_logs_plain_and_json),
 ]
 

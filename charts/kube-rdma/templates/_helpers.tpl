@@ -221,7 +221,7 @@ seccompProfile:
 {{/*
 Pool name -> full resource name (as JSON), as the device plugin will advertise it: from `pools`
 with `resourcePrefix`, or read from `rawConfig` with the defaults of the file's own format
-(device-plugin/src/config.rs): ours `kuberdma.io`, sriov-network-device-plugin `intel.com` (its
+(device-plugin/src/config/): ours `kuberdma.io`, sriov-network-device-plugin `intel.com` (its
 --resource-prefix default), k8s-rdma-shared-dev-plugin `rdma`; a per-entry `resourcePrefix` wins.
 */}}
 {{- define "kube-rdma.poolResources" -}}
