@@ -9,7 +9,7 @@ use clap::{Parser, Subcommand};
 use kube_rdma_operator::agent::{Agent, AgentConfig};
 use kube_rdma_operator::client::{connect, ClientOpts};
 use kube_rdma_operator::controller::{Controller, STALE_AFTER};
-use kube_rdma_operator::output::{self, Format, EXIT_HELP};
+use kube_rdma_operator::output::{self, Format, EXIT_HELP, EXIT_HELP_NO_CHECKS};
 use kube_rdma_operator::source::NodeSource;
 use kube_rdma_operator::{check_once, checks, crd, crd_apply, health, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
@@ -59,10 +59,10 @@ enum Cmd {
     #[command(after_help = EXIT_HELP)]
     Agent(AgentArgs),
     /// Controller: RoceProfile status, stale agents, cleanup of RdmaNodeStates of deleted nodes.
-    #[command(after_help = EXIT_HELP)]
+    #[command(after_help = EXIT_HELP_NO_CHECKS)]
     Controller(ControllerArgs),
     /// Print both CRDs as YAML; with --apply, server-side apply them to the cluster instead.
-    #[command(after_help = EXIT_HELP)]
+    #[command(after_help = EXIT_HELP_NO_CHECKS)]
     Crds {
         /// Apply (field manager `kube-rdma`, forcing conflicts) using the kubeconfig or in-cluster config.
         #[arg(long)]

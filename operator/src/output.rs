@@ -75,12 +75,19 @@ pub fn parse_check(s: &str) -> Result<Format, String> {
     parse(s, &["table", "json", "yaml", "jsonpath=TEMPLATE"])
 }
 
-/// The exit status of every operator binary, for `--help`.
+/// The exit status of the checking commands (`kubectl rdma`, `status`, `check`,
+/// `agent --once`), for `--help`.
 pub const EXIT_HELP: &str = "\
 Exit status:
   0  all is well: every check passes, every node shown is ready
-  1  a check fails, a node shown is not ready or its agent is stale, or a node asked for has no RdmaNodeState
+  1  a check fails, no RoCE interface was found to check, a node shown is not ready or its agent is stale, or a node asked for has no RdmaNodeState
   2  a usage or environment error: bad flags or files, no cluster access, an API error";
+
+/// The exit status of the controller and of `crds`, which check nothing, for `--help`.
+pub const EXIT_HELP_NO_CHECKS: &str = "\
+Exit status:
+  0  done (crds), or stopped by SIGTERM or SIGINT (controller)
+  2  a usage or environment error: bad flags, no cluster access, an API error";
 
 /// 0 when `ok`, else 1.
 pub fn verdict(ok: bool) -> ExitCode {

@@ -11,6 +11,15 @@ use kube::{Client, ResourceExt};
 use crate::crd::{CheckResult, RdmaNodeState, RdmaNodeStateStatus};
 use crate::status::describe_interface;
 
+/// What to look at on a node where no interface was found to check (an SR-IOV
+/// PF netdev or a shared-mode HCA netdev), as `discover`'s `no-devices` check says.
+const NO_INTERFACE_HINTS: [&str; 4] = [
+    "looked for SR-IOV physical functions and RDMA devices (infiniband/) under <sysfs>/bus/pci/devices; check that:",
+    "the NIC is there and its driver bound: `lspci -nnk | grep -A3 -i -e mellanox -e E810` (mlx5_core, ice)",
+    "the RDMA modules are loaded: `lsmod | grep -e mlx5_ib -e irdma -e ib_uverbs`, and `rdma link` lists devices",
+    "in a container, /sys is the host's; elsewhere, KUBE_RDMA_SYSFS_ROOT names the sysfs to read (agent: --sysfs-root)",
+];
+
 /// How much of the check list to show.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Detail {
@@ -68,6 +77,9 @@ pub fn node_table(node: &str, s: &RdmaNodeStateStatus, detail: Detail) -> String
         .collect();
     if s.checks.is_empty() {
         let _ = writeln!(out, "  no RDMA-capable interface found: nothing to check (RoceReady is False)");
+        for hint in NO_INTERFACE_HINTS {
+            let _ = writeln!(out, "    {hint}");
+        }
     } else if rows.is_empty() {
         let _ = writeln!(out, "  (no problems)");
     } else {

@@ -439,7 +439,7 @@ fn help_documents_one_exit_status_and_check_offers_no_cluster_flags() {
     let (code, out, _) = run(kubectl_rdma().args(["status", "--help"]));
     assert_eq!(code, 0);
     assert!(
-        out.contains("Exit status:") && out.contains("1  a check fails, a node shown is not ready"),
+        out.contains("Exit status:") && out.contains("1  a check fails, no RoCE interface was found to check"),
         "{out}"
     );
     for flag in [
@@ -454,11 +454,30 @@ fn help_documents_one_exit_status_and_check_offers_no_cluster_flags() {
         assert!(out.contains(flag), "{flag}: {out}");
     }
     let (_, check, _) = run(kubectl_rdma().args(["check", "--help"]));
-    for flag in ["--kubeconfig", "--context", "--as", "--request-timeout"] {
+    for flag in ["--kubeconfig", "--context", "--as", "--request-timeout", "Cluster options"] {
         assert!(!check.contains(flag), "check runs without a cluster, yet offers {flag}: {check}");
+    }
+    for cmd in ["controller", "crds"] {
+        let (_, help, _) = run(op().args([cmd, "--help"]));
+        assert!(help.contains("Exit status:"), "{cmd}: {help}");
+        assert!(!help.contains("a check fails"), "{cmd} checks nothing, yet its help says it exits 1 when a check fails: {help}");
     }
     let (_, agent, _) = run(op().args(["agent", "--help"]));
     let exit_help = |t: &str| t[t.find("Exit status:").unwrap_or(t.len())..].to_string();
     assert_eq!(exit_help(&check), exit_help(&agent), "one exit status for both");
     assert!(!exit_help(&agent).is_empty(), "{agent}");
+}
+
+#[test]
+fn a_host_without_rdma_interfaces_says_what_was_looked_for_and_exits_1() {
+    let empty = tempfile::tempdir().unwrap();
+    let (code, out, err) = run(kubectl_rdma()
+        .args(["check", "--local"])
+        .env("KUBE_RDMA_SYSFS_ROOT", empty.path())
+        .env("KUBE_RDMA_DEV_ROOT", empty.path()));
+    assert_eq!(code, 1, "not ready: nothing to check\n{out}{err}");
+    assert!(out.contains("no RDMA-capable interface found"), "{out}");
+    for hint in ["lspci -nnk", "rdma link", "KUBE_RDMA_SYSFS_ROOT"] {
+        assert!(out.contains(hint), "no hint naming {hint}: {out}");
+    }
 }

@@ -38,12 +38,13 @@ use plumbing::VERSION;
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
+    /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
+    // Before `cluster`: its help heading would otherwise cover this flag too.
+    #[arg(long, global = true, value_enum, env = "KUBE_RDMA_LOG_FORMAT", default_value = "text")]
+    log_format: LogFormat,
     /// Cluster flags may also come before the command, as `kubectl rdma --context x status`.
     #[command(flatten)]
     cluster: ClusterArgs,
-    /// Log format on stderr: text (no colour unless stderr is a terminal) or json (one object per line).
-    #[arg(long, global = true, value_enum, env = "KUBE_RDMA_LOG_FORMAT", default_value = "text")]
-    log_format: LogFormat,
 }
 
 /// How to reach the API server, as kubectl's flags (`kubectl rdma status` only).
