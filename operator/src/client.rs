@@ -59,7 +59,11 @@ pub fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
             "h" => 3600.0,
             _ => return Err(bad()),
         };
-        total += std::time::Duration::from_secs_f64(n * scale);
+        // Neither a huge number nor a sum of them may panic (from_secs_f64 and `+=` do).
+        let part = std::time::Duration::try_from_secs_f64(n * scale).map_err(|_| {
+            format!("invalid --request-timeout {s:?}: {} is out of range", &rest[..unit_end])
+        })?;
+        total = total.checked_add(part).ok_or_else(|| format!("invalid --request-timeout {s:?}: out of range"))?;
         rest = &rest[unit_end..];
     }
     Ok(total)
@@ -267,7 +271,7 @@ mod tests {
         assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_timeout("1m30s"), Ok(Duration::from_secs(90)));
         assert_eq!(parse_timeout("2h"), Ok(Duration::from_secs(7200)));
-        for bad in ["", "s", "10x", "-1s", "1.5.2s"] {
+        for bad in ["", "s", "10x", "-1s", "1.5.2s", "99999999999999999999999h", "1e400s"] {
             assert!(parse_timeout(bad).unwrap_err().contains("invalid --request-timeout"), "{bad}");
         }
     }

@@ -139,17 +139,11 @@ mod tests {
         assert!(n.trim_end_matches("...").chars().all(|c| c == '→'));
     }
 
-    /// k8s.io/apimachinery `IsDNS1123Subdomain`, for a generateName with its trailing
-    /// `-` masked as `NameIsDNSSubdomain(name, prefix=true)` does.
+    /// A generateName with its trailing `-` masked, as `NameIsDNSSubdomain(name,
+    /// prefix=true)` does.
     fn valid_prefix(p: &str) -> bool {
         let p = p.strip_suffix('-').map(|s| format!("{s}a")).unwrap_or_else(|| p.to_string());
-        p.len() <= 253
-            && p.split('.').all(|label| {
-                !label.is_empty()
-                    && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-                    && !label.starts_with('-')
-                    && !label.ends_with('-')
-            })
+        plumbing::is_dns_subdomain(&p)
     }
 
     #[test]

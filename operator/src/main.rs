@@ -88,6 +88,7 @@ struct ControllerArgs {
     metrics_addr: Option<SocketAddr>,
 }
 
+// The loop's options given with --once would be ignored: they conflict with it.
 #[derive(clap::Args)]
 struct AgentArgs {
     #[command(flatten)]
@@ -117,18 +118,18 @@ struct AgentArgs {
     node_name: Option<String>,
     /// Seconds between local re-reads of the node (± 10 %; no API request unless
     /// something changed). Kernel link/DCB events trigger extra passes.
-    #[arg(long, default_value_t = 30)]
+    #[arg(long, default_value_t = 30, conflicts_with = "once")]
     poll_interval: u64,
     /// Seconds without a status write after which the agent refreshes
     /// status.lastHeartbeatTime (+ up to 10 %). The controller marks an agent
     /// Stale after --stale-after (25 min): keep this well below it.
-    #[arg(long, default_value_t = kube_rdma_operator::agent::HEARTBEAT.as_secs())]
+    #[arg(long, default_value_t = kube_rdma_operator::agent::HEARTBEAT.as_secs(), conflicts_with = "once")]
     heartbeat: u64,
     /// Read rdma_cm defaults from configfs, creating the device directory if needed (mkdir/rmdir).
     #[arg(long)]
     read_rdma_cm_configfs: bool,
     /// Serve /metrics and /healthz here, e.g. 0.0.0.0:9411.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "once")]
     metrics_addr: Option<SocketAddr>,
 }
 
@@ -193,6 +194,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 }
 
 fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
+    if a.once {
+        // ApiArgs is shared with the other commands, so clap cannot say it conflicts.
+        let given = [("--kubeconfig", a.api.kubeconfig.is_some()), ("--context", a.api.context.is_some())];
+        if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
+            bail!("--once runs without a cluster: {flag} does not apply");
+        }
+    }
     // The simulated tree lives as long as `_sim`.
     let (_sim, source) = source(
         a.sim.as_deref(),
@@ -212,6 +220,13 @@ fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
     let Some(node_name) = a.node_name.clone() else {
         bail!("--node-name (or env NODE_NAME) is required for the agent loop");
     };
+    // An empty or malformed name would only fail later, at every write, as an API error.
+    if !plumbing::is_dns_subdomain(&node_name) {
+        bail!(
+            "--node-name (or env NODE_NAME) {node_name:?} is not a Node name (a DNS subdomain: \
+             lowercase letters, digits, '-' and '.', at most 253 characters)"
+        );
+    }
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(async move {
         let client = connect(&a.api.opts()).await?;
@@ -258,14 +273,8 @@ fn source(
     let opts = ObserveOpts { read_rdma_cm_configfs: rdma_cm, node_name };
     match sim {
         Some(path) => {
-            // A description is materialised in a temp dir; a directory is a tree another
-            // process materialised (the e2e cluster's node), read and changed in place.
-            let sim = if path.is_dir() { nic::sim::Sim::open(path) } else { nic::sim::Sim::from_file(path) }
+            let (sim, src) = kube_rdma_operator::source::simulated(path, opts)
                 .with_context(|| format!("loading simulated node {}", path.display()))?;
-            // The simulated node's name stands in for NODE_NAME unless one is given.
-            let opts =
-                ObserveOpts { node_name: opts.node_name.or_else(|| Some(sim.desc().node.clone())), ..opts };
-            let src = NodeSource { roots: sim.roots(), dcb: DcbSource::Recorded(sim.recording()), opts };
             Ok((Some(sim), src))
         }
         None => {

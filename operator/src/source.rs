@@ -22,3 +22,20 @@ impl NodeSource {
         observe(&self.roots, &inv, &self.dcb, &self.opts)
     }
 }
+
+/// A simulated node and the source that reads it; the tree lives as long as
+/// the returned [`nic::sim::Sim`].
+///
+/// `path` is a description (materialised in a temporary directory) or a
+/// directory another process materialised (the e2e cluster's node, read and
+/// changed in place). The simulated node's name stands in for `node_name`
+/// (NODE_NAME) unless one is given.
+pub fn simulated(
+    path: &std::path::Path,
+    opts: ObserveOpts,
+) -> Result<(nic::sim::Sim, NodeSource), nic::sim::SimError> {
+    let sim = if path.is_dir() { nic::sim::Sim::open(path) } else { nic::sim::Sim::from_file(path) }?;
+    let opts = ObserveOpts { node_name: opts.node_name.or_else(|| Some(sim.desc().node.clone())), ..opts };
+    let src = NodeSource { roots: sim.roots(), dcb: DcbSource::Recorded(sim.recording()), opts };
+    Ok((sim, src))
+}

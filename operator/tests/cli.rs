@@ -110,6 +110,7 @@ fn bad_inputs_fail_with_a_message_and_exit_2() {
         (vec!["check", "-o", "jsonpath={.status"], "unclosed {"),
         (vec!["status", "-o", "xml"], "unknown output format"),
         (vec!["status", "--request-timeout", "soon"], "invalid --request-timeout"),
+        (vec!["status", "--request-timeout", "99999999999999999999999h"], "out of range"),
         (vec!["status", "n1", "-l", "a=b"], "cannot be used with"),
     ] {
         let mut c = kubectl_rdma();
@@ -177,6 +178,46 @@ fn agent_once_and_kubectl_rdma_check_print_the_same_and_exit_the_same_on_the_sam
         }
     }
     assert_eq!(seen, [0, 1].into(), "both verdicts exercised");
+}
+
+#[test]
+fn a_materialised_node_directory_checks_as_its_description_does() {
+    let file = example_path("cx6dx-dual");
+    let sim = nic::sim::Sim::from_file(&file).unwrap();
+    for format in ["table", "json"] {
+        let [(cf, of), _] = both(&file, None, format);
+        for (code, out) in both(sim.path(), None, format) {
+            assert_eq!((code, without_times(&out)), (cf, without_times(&of)), "-o {format}");
+        }
+    }
+}
+
+#[test]
+fn agent_once_refuses_the_loops_options_rather_than_ignoring_them() {
+    let sim = example_path("cx6dx-dual");
+    for (flag, value, want) in [
+        ("--kubeconfig", "/k", "--once runs without a cluster: --kubeconfig does not apply"),
+        ("--context", "c", "--once runs without a cluster: --context does not apply"),
+        ("--metrics-addr", "127.0.0.1:9411", "cannot be used with '--metrics-addr"),
+        ("--poll-interval", "5", "cannot be used with '--poll-interval"),
+        ("--heartbeat", "60", "cannot be used with '--heartbeat"),
+    ] {
+        let (code, out, err) = run(op().args(["agent", "--once", flag, value, "--sim"]).arg(&sim));
+        assert_eq!(code, 2, "{flag}: {err}");
+        assert!(out.is_empty() && err.contains(want), "{flag}: {err}");
+    }
+}
+
+#[test]
+fn the_agent_loop_refuses_a_node_name_no_node_can_have_before_it_connects() {
+    let home = tempfile::tempdir().unwrap();
+    let sim = example_path("cx6dx-dual");
+    for name in ["", "Node_1", "a..b"] {
+        let (code, _, err) =
+            run(without_cluster(op().args(["agent", "--sim"]).arg(&sim), home.path()).env("NODE_NAME", name));
+        assert_eq!(code, 2, "{name:?}: {err}");
+        assert!(err.contains(&format!("{name:?} is not a Node name")), "{name:?}: {err}");
+    }
 }
 
 #[test]

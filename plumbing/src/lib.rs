@@ -40,3 +40,31 @@ pub const VERSION: &str = match option_env!("KUBE_RDMA_VERSION") {
     Some(v) => v,
     None => env!("CARGO_PKG_VERSION"),
 };
+
+/// k8s.io/apimachinery `IsDNS1123Subdomain`: what a Node (and most object)
+/// name must be. At most 253 characters; dot-separated labels of lowercase
+/// letters, digits and `-`, each starting and ending with a letter or digit.
+pub fn is_dns_subdomain(name: &str) -> bool {
+    name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_dns_subdomain;
+
+    #[test]
+    fn dns_subdomains_are_what_the_api_server_accepts_as_names() {
+        for ok in ["n1", "node-a.example.com", "0", &"a".repeat(253)] {
+            assert!(is_dns_subdomain(ok), "{ok}");
+        }
+        for bad in ["", "Node1", "-a", "a-", "a..b", "a.", ".a", "a_b", "a b", &"a".repeat(254)] {
+            assert!(!is_dns_subdomain(bad), "{bad}");
+        }
+    }
+}

@@ -120,7 +120,8 @@ enum Cmd {
     /// Check a simulated node or this host, without a cluster (exit 1 when a check fails).
     #[command(after_help = EXIT_HELP, group(clap::ArgGroup::new("node").required(true).args(["sim", "local"])))]
     Check {
-        /// Simulated node description (YAML).
+        /// Simulated node: a YAML description, or the directory of a materialised
+        /// one (`sys/`, `dev/`, `node.yaml`).
         #[arg(long)]
         sim: Option<PathBuf>,
         /// This host (honours KUBE_RDMA_SYSFS_ROOT / KUBE_RDMA_DEV_ROOT).
@@ -174,16 +175,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 profile.as_deref().map(load_profile).transpose()?.unwrap_or_else(checks::default_profile);
             let (_sim, src) = match sim {
                 Some(p) => {
-                    let s = nic::sim::Sim::from_file(&p)
+                    let (s, src) = kube_rdma_operator::source::simulated(&p, ObserveOpts::default())
                         .with_context(|| format!("loading simulated node {}", p.display()))?;
-                    let src = NodeSource {
-                        roots: s.roots(),
-                        dcb: DcbSource::Recorded(s.recording()),
-                        opts: ObserveOpts {
-                            node_name: Some(s.desc().node.clone()),
-                            ..ObserveOpts::default()
-                        },
-                    };
                     (Some(s), src)
                 }
                 None => (
