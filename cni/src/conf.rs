@@ -157,6 +157,14 @@ pub fn valid_container_id(s: &str) -> bool {
         && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
 }
 
+/// CNI spec, "Network configuration" `name`: an alphanumeric, then
+/// alphanumerics, `_`, `.` or `-` (libcni `ValidateNetworkName`, which the
+/// reference plugins' skel applies to every command but VERSION).
+pub fn valid_network_name(s: &str) -> bool {
+    s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
+        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+}
+
 /// Linux `dev_valid_name`: 1..=15 bytes, not `.`/`..`, no `/`, `:` or whitespace.
 pub fn valid_ifname(s: &str) -> std::result::Result<(), String> {
     if s.is_empty() || s.len() > 15 {
@@ -421,6 +429,16 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
             "missing: the network name is required (CNI spec), and GC collects attachments per network",
         ));
     }
+    if !name.is_empty() && !valid_network_name(&name) {
+        // DEL tears down whatever the name (its journal says which network it was).
+        if !s.lenient {
+            return Err(Error::config(
+                "name",
+                format!("{name:?} is not a network name: the CNI spec wants an alphanumeric first, then alphanumerics, '_', '.' or '-'"),
+            ));
+        }
+        tracing::warn!(name = %name, "DEL with an invalid network name; tearing down anyway");
+    }
     let state_dir = state_dir(&top, &s)?;
     let ipam = s.take("ipam", parse_ipam(&top))?;
     let rc = s.take("runtimeConfig", top.obj("runtimeConfig", "runtimeConfig."))?.map(|(_, o)| o);
@@ -435,6 +453,7 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
     let device = device_id(&top, &rc, &s, cmd)?;
     let claim = claim_ref(&top, &s, env, cmd, device.is_some())?;
     if matches!(cmd, Command::Add | Command::Check | Command::Status) {
+        refuse_unsupported_keys(&top)?;
         warn_unknown_keys(&raw);
     }
     let attach = match cmd {
@@ -512,12 +531,28 @@ fn device_id(top: &Keys, rc: &Keys, s: &Strictness, cmd: Command) -> Result<Opti
         ("deviceID", top.str("deviceID")),
         ("pciBusID", top.str("pciBusID")),
     ];
+    // An empty value names no VF (Go's zero value, as sriov-cni reads it):
+    // the next source may.
+    let mut empty = None;
     for (what, named) in sources {
+        let named = match named {
+            Ok(Some((k, ""))) => {
+                empty.get_or_insert(k);
+                continue;
+            }
+            other => other,
+        };
         if let Some(p) = s.take(what, named.and_then(pci))? {
             return Ok(Some(p));
         }
     }
-    Ok(None)
+    match empty {
+        Some(k) if !s.lenient => Err(Error::config(
+            k,
+            "is empty: Multus leaves it empty when the pod was given fewer devices of the network's resource (its k8s.v1.cni.cncf.io/resourceName) than it has attachments to that network; request one device per attachment in the pod's resources",
+        )),
+        _ => Ok(None),
+    }
 }
 
 /// DRA mode: no deviceID; the claim/request keys (optional) and the pod's UID
@@ -564,6 +599,25 @@ fn claim_ref(
         ));
     }
     Ok(claim)
+}
+
+/// Keys of the plugins we replace whose behaviour we do not provide: each is
+/// refused with what it did, since ignoring it would attach the VF other
+/// than the configuration asks (an unknown key is only logged).
+pub const UNSUPPORTED: &[(&str, &str)] = &[(
+    "vlan_trunk",
+    "sriov-cni's VLAN trunk filter (written to the out-of-tree Intel driver's sysfs file sriov/<vf>/trunk) is not supported by kube-rdma-cni; ignoring it would pass other VLANs than the ones it lists: remove it, or use vlan for one VLAN",
+)];
+
+fn refuse_unsupported_keys(top: &Keys) -> Result<()> {
+    for (key, why) in UNSUPPORTED {
+        // An empty string is Go's absent value (sriov-cni's `omitempty`).
+        if let Some((k, v)) = top.get(key)?.filter(|(_, v)| v.as_str() != Some("")) {
+            tracing::debug!(key = %k, value = %v, "unsupported key");
+            return Err(Error::config(k, *why));
+        }
+    }
+    Ok(())
 }
 
 fn warn_unknown_keys(raw: &Value) {
@@ -1010,6 +1064,45 @@ mod tests {
         let c = parse(json!({"cniVersion": "1.1.0", "name": "n"}), &Env::default(), Command::Gc).unwrap();
         assert_eq!(c.valid_attachments, None);
         assert!(parse(json!({"cniVersion": "1.1.0"}), &Env::default(), Command::Gc).is_err());
+    }
+
+    #[test]
+    fn network_names_follow_the_spec_except_for_del() {
+        for bad in ["n/x", "-n", ".hidden", "n x", "ü"] {
+            let e = add(with("name", json!(bad))).unwrap_err();
+            assert!(e.to_string().contains("name") && e.code() == 7, "{bad}: {e}");
+            let gc = json!({"cniVersion": "1.1.0", "name": bad, "cni.dev/valid-attachments": []});
+            assert!(parse(gc, &Env::default(), Command::Gc).is_err(), "{bad}");
+            assert!(parse(with("name", json!(bad)), &env(), Command::Del).is_ok(), "{bad}");
+        }
+        assert!(add(with("name", json!("rdma-net_1.v2"))).is_ok());
+    }
+
+    #[test]
+    fn sriov_cni_keys_we_do_not_implement_are_refused_not_ignored() {
+        let e = add(with("vlan_trunk", json!("10,20-30"))).unwrap_err();
+        assert!(e.to_string().contains("vlan_trunk") && e.to_string().contains("not supported"), "{e}");
+        let e = add(with("VLAN_Trunk", json!("10"))).unwrap_err();
+        assert!(e.to_string().contains("VLAN_Trunk"), "{e}");
+        // Go's zero value is no trunk; DEL never cares.
+        assert!(add(with("vlan_trunk", json!(""))).is_ok());
+        assert!(parse(with("vlan_trunk", json!("10")), &env(), Command::Del).is_ok());
+    }
+
+    #[test]
+    fn an_empty_device_id_is_absent_and_named_when_nothing_else_names_the_vf() {
+        // Multus writes "" when the pod got fewer devices than attachments.
+        let v = json!({"cniVersion": "1.1.0", "name": "n", "deviceID": "", "pciBusID": ""});
+        let e = add(v.clone()).unwrap_err();
+        assert!(e.to_string().contains("deviceID") && e.to_string().contains("is empty"), "{e}");
+        let mut e2 = env();
+        e2.args = Some("K8S_POD_UID=p".into());
+        assert!(parse(v.clone(), &e2, Command::Add).unwrap_err().to_string().contains("is empty"));
+        assert_eq!(parse(v.clone(), &env(), Command::Del).unwrap().device, None);
+        let mut v = v;
+        v["runtimeConfig"] = json!({"deviceID": ""});
+        v["pciBusID"] = json!("0000:01:00.4");
+        assert_eq!(add(v).unwrap().device.unwrap().to_string(), "0000:01:00.4");
     }
 
     #[test]

@@ -18,6 +18,17 @@ pub enum Error {
         /// What the runtime asked for.
         requested: String,
     },
+    /// A verb the configuration's `cniVersion` does not have (CHECK before
+    /// 0.4.0, STATUS and GC before 1.1.0).
+    #[error("{cmd} needs {since} or later, and the configuration's cniVersion is {version}")]
+    VerbVersion {
+        /// The verb (`CNI_COMMAND`).
+        cmd: &'static str,
+        /// The first version that has it.
+        since: &'static str,
+        /// The configuration's `cniVersion`.
+        version: String,
+    },
     /// A required environment variable is missing or invalid.
     #[error("environment variable {var}: {why}")]
     Env {
@@ -135,7 +146,7 @@ impl Error {
     /// The CNI error code for this error.
     pub fn code(&self) -> u32 {
         match self {
-            Error::Version { .. } => 1,
+            Error::Version { .. } | Error::VerbVersion { .. } => 1,
             Error::Env { .. } => 4,
             Error::Decode(_) | Error::TooLarge { .. } => 6,
             Error::Config { .. } | Error::Device { .. } | Error::Vf(_) => 7,
@@ -156,7 +167,7 @@ impl Error {
     /// A short label (also usable as a metric label).
     pub fn label(&self) -> &'static str {
         match self {
-            Error::Version { .. } => "version",
+            Error::Version { .. } | Error::VerbVersion { .. } => "version",
             Error::Env { .. } => "env",
             Error::Decode(_) | Error::TooLarge { .. } => "decode",
             Error::Config { .. } => "config",

@@ -137,17 +137,20 @@ fn dispatch(env: &dyn Fn(&str) -> Option<String>, input: Input) -> Result<Option
         env(nic::roots::SYSFS_ROOT_ENV).map(Into::into),
         env(nic::roots::DEV_ROOT_ENV).map(Into::into),
     );
+    // The verbs a configuration's version does not have (libcni's skel refuses
+    // them with 1 too; libcni never sends them).
+    let since = match cmd {
+        Command::Check => Some("0.4.0"),
+        Command::Status | Command::Gc => Some("1.1.0"),
+        _ => None,
+    };
+    if let Some(since) = since.filter(|v| ipam::version_key(&c.cni_version) < ipam::version_key(v)) {
+        return Err(Error::VerbVersion { cmd: cmd.name(), since, version: c.cni_version.clone() });
+    }
     match cmd {
         Command::Add => cmd::add::add(&c, &e, &roots).map(Some),
         Command::Del => cmd::del::del(&c, &e, &roots).map(|_| None),
-        Command::Check => {
-            if ipam::version_key(&c.cni_version) < (0, 4, 0) {
-                return Err(Error::Version {
-                    requested: format!("{} (CHECK needs 0.4.0 or later)", c.cni_version),
-                });
-            }
-            cmd::check::check(&c, &e).map(|_| None)
-        }
+        Command::Check => cmd::check::check(&c, &e).map(|_| None),
         Command::Status => cmd::status::status(&c, &e, &roots).map(|_| None),
         Command::Gc => cmd::gc::gc(&c, &roots, &e).map(|_| None),
         Command::Version => unreachable!("handled above"),

@@ -48,6 +48,21 @@ fn merge_dns(a: Option<&Value>, b: Option<&Value>) -> Value {
     Value::Object(out)
 }
 
+/// An `ips[]` entry of another result in the format of ours: with
+/// `version` ("4"/"6", from its address) before 1.0.0, without it since.
+fn ip_in_version(mut ip: Value, pre1: bool) -> Value {
+    let Some(o) = ip.as_object_mut() else { return ip };
+    if !pre1 {
+        o.remove("version");
+    } else if !o.contains_key("version") {
+        if let Some(a) = o.get("address").and_then(Value::as_str) {
+            let six = a.contains(':');
+            o.insert("version".into(), if six { "6" } else { "4" }.into());
+        }
+    }
+    ip
+}
+
 /// Our interface in a previous result: named `CNI_IFNAME`, in our sandbox.
 pub fn ours_in<'a>(prev: &'a Value, env: &Env) -> Option<&'a Value> {
     prev.get("interfaces")?.as_array()?.iter().find(|i| {
@@ -75,7 +90,10 @@ pub fn build(version: &str, iface: &Iface, ipam: Option<&Value>, prev: Option<&V
         ours["pciID"] = iface.pci.clone().into();
     }
     interfaces.push(ours);
-    let mut ips = array(prev, "ips");
+    // The runtime converts prevResult to the configuration's version (spec,
+    // "Chained plugins"); one that did not still gets a result in the version
+    // asked: `ips[].version` is required before 1.0.0 and gone since.
+    let mut ips: Vec<Value> = array(prev, "ips").into_iter().map(|ip| ip_in_version(ip, pre1)).collect();
     for ip in array(ipam, "ips") {
         let mut o = Map::new();
         if let Some(a) = ip.get("address") {
@@ -125,6 +143,18 @@ mod tests {
         let r = build("0.3.1", &iface(), Some(&ipam), None);
         assert_eq!(r["ips"][0]["version"], "4");
         assert_eq!(r["cniVersion"], "0.3.1");
+    }
+
+    #[test]
+    fn a_previous_result_in_another_version_is_written_in_ours() {
+        let v040 = json!({"cniVersion": "0.4.0", "interfaces": [{"name": "eth0"}],
+            "ips": [{"version": "4", "address": "10.9.0.5/16", "interface": 0}]});
+        let r = build("1.0.0", &iface(), None, Some(&v040));
+        assert_eq!(r["ips"][0], json!({"address": "10.9.0.5/16", "interface": 0}));
+        let v100 = json!({"cniVersion": "1.0.0", "interfaces": [{"name": "eth0"}],
+            "ips": [{"address": "fd00::5/64", "interface": 0}]});
+        let r = build("0.4.0", &iface(), None, Some(&v100));
+        assert_eq!(r["ips"][0], json!({"version": "6", "address": "fd00::5/64", "interface": 0}));
     }
 
     #[test]

@@ -270,6 +270,66 @@ fn bad_inputs_get_the_spec_code_and_a_useful_message_and_change_nothing() {
             vec![],
         ),
         (
+            Case { name: "GC with a pre-1.1.0 config", code: 1, msg: "GC needs 1.1.0" },
+            "GC",
+            ser(&{
+                let mut c = with("cniVersion", json!("1.0.0"));
+                c["cni.dev/valid-attachments"] = json!([]);
+                c
+            }),
+            vec![],
+        ),
+        (
+            Case { name: "STATUS with a pre-1.1.0 config", code: 1, msg: "STATUS needs 1.1.0" },
+            "STATUS",
+            ser(&with("cniVersion", json!("0.4.0"))),
+            vec![],
+        ),
+        (
+            Case {
+                name: "network name against the spec",
+                code: 7,
+                msg: "name: \"../n\" is not a network name",
+            },
+            "ADD",
+            ser(&with("name", json!("../n"))),
+            vec![],
+        ),
+        (
+            Case { name: "GC of a network name against the spec", code: 7, msg: "is not a network name" },
+            "GC",
+            ser(&{
+                let mut c = with("name", json!("n n"));
+                c["cni.dev/valid-attachments"] = json!([]);
+                c
+            }),
+            vec![],
+        ),
+        (
+            Case {
+                name: "sriov-cni vlan_trunk (not implemented)",
+                code: 7,
+                msg: "vlan_trunk: sriov-cni's VLAN trunk",
+            },
+            "ADD",
+            ser(&with("vlan_trunk", json!("10,20-30"))),
+            vec![],
+        ),
+        (
+            Case {
+                name: "empty deviceID (Multus: fewer devices than attachments)",
+                code: 7,
+                msg: "deviceID: is empty",
+            },
+            "ADD",
+            ser(&{
+                let mut c = with("deviceID", json!(""));
+                c["pciBusID"] = json!("");
+                c
+            }),
+            vec![],
+        ),
+        (
             Case { name: "netns path is not a netns", code: 3, msg: "not a network namespace" },
             "ADD",
             vec![],

@@ -496,6 +496,29 @@ fn a_chained_add_keeps_the_previous_interfaces_and_addresses() {
     assert_eq!(res["dns"]["nameservers"][0], "10.96.0.10");
     let (code, out) = lab.cni("DEL", "ch1", pod.path(), "net1", &conf);
     assert_eq!(code, 0, "{out}");
+    // A prevResult the runtime did not convert to the configuration's version
+    // (0.4.0 addresses carry `version`, 1.0.0 ones must not; the other way
+    // round for a 0.4.0 result) comes back in the version asked.
+    for (version, prev_ip, want) in [
+        (
+            "1.0.0",
+            json!({"version": "4", "address": "10.9.0.5/16", "interface": 0}),
+            json!({"address": "10.9.0.5/16", "interface": 0}),
+        ),
+        (
+            "0.4.0",
+            json!({"address": "fd00::5/64", "interface": 0}),
+            json!({"version": "6", "address": "fd00::5/64", "interface": 0}),
+        ),
+    ] {
+        let mut conf = lab.conf(version, pci, "10.217.0.0/24");
+        conf["prevResult"] = json!({"cniVersion": "0.4.0", "interfaces": [{"name": "eth0", "sandbox": pod.path()}], "ips": [prev_ip]});
+        let (code, res) = lab.cni("ADD", "ch2", pod.path(), "net1", &conf);
+        assert_eq!(code, 0, "{res}");
+        assert_eq!((&res["cniVersion"], &res["ips"][0]), (&json!(version), &want), "{res}");
+        let (code, out) = lab.cni("DEL", "ch2", pod.path(), "net1", &conf);
+        assert_eq!(code, 0, "{out}");
+    }
 }
 
 #[test]
@@ -1413,4 +1436,92 @@ fn del_brings_a_vf_that_was_up_home_up() {
     let (code, out) = lab.cni("DEL", "up1", pod.path(), "net1", &conf);
     assert_eq!(code, 0, "{out}");
     assert_eq!(link_info(lab.host.name(), &vfname), before, "home as it was, up");
+}
+
+/// Takes the VF lock `<stateDir>/locks/vf-<pci>.lock` as another ADD/DEL of
+/// the VF holds it; released when the file is dropped.
+fn hold_vf_lock(lab: &Lab, pci: nic::PciAddr) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    let dir = lab.state.path().join("locks");
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(format!("vf-{pci}.lock")))
+        .unwrap();
+    // SAFETY: flock on a descriptor we own.
+    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+    f
+}
+
+/// Waits until process `pid` has `file` open (a plugin waiting for that lock).
+fn wait_until_open(pid: u32, file: &std::path::Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while std::time::Instant::now() < deadline {
+        let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .flatten()
+            .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t == file));
+        if open {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    panic!("process {pid} never opened {}", file.display());
+}
+
+/// A GC that listed an attachment, then waited for the VF lock while that
+/// attachment's DEL ran and the VF went to a new attachment, re-reads the
+/// journal under the lock, as DEL does, and leaves alone what it no longer
+/// finds: undoing the stale copy would redo the release of a lease and put
+/// back PF-side settings (MAC, VLAN, ...) over the new attachment's.
+#[test]
+fn gc_rereads_the_journal_under_the_vf_lock_and_skips_an_attachment_its_del_removed_meanwhile() {
+    let lab = Lab::new("e810-xxv", 2, "");
+    let pods = [lab.pod(0), lab.pod(1), lab.pod(2)];
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, calls) = ipam_stub(dir.path(), "gcipam");
+    let path = format!("{}:{CNI_PATH}", bin.display());
+    let conf = |i: usize| {
+        let mut c = lab.conf("1.1.0", lab.vfs[i].0, "unused");
+        c["ipam"] = json!({"type": "gcipam"});
+        c
+    };
+    let env = |who: &'static str| [("CNI_PATH", path.clone()), ("CNI_ARGS", format!("K8S_POD_NAME={who}"))];
+    let run = |cmd: &str, cid: &str, pod: &std::path::Path, c: &Value, who: &'static str| {
+        let e = env(who);
+        let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        lab.cni_env(cmd, cid, pod, "net1", c, &e)
+    };
+    // a0 (VF 0) and b0 (VF 1): GC walks them in that order.
+    assert_eq!(run("ADD", "a0", pods[0].path(), &conf(0), "add").0, 0);
+    assert_eq!(run("ADD", "b0", pods[1].path(), &conf(1), "add").0, 0);
+    // GC (nothing valid but the attachment about to be made) lists both and
+    // waits for VF 0's lock.
+    let lock0 = hold_vf_lock(&lab, lab.vfs[0].0);
+    let mut gc = conf(0);
+    gc.as_object_mut().unwrap().remove("deviceID");
+    gc["cni.dev/valid-attachments"] = json!([{"containerID": "c0", "ifname": "net1"}]);
+    let e = env("gc");
+    let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let child = lab.spawn("GC", "", std::path::Path::new(""), "", &gc, &e);
+    wait_until_open(child.id(), &lab.state.path().join(format!("locks/vf-{}.lock", lab.vfs[0].0)));
+    // Meanwhile b0's DEL runs and VF 1 goes to a new attachment, c0.
+    let (code, out) = run("DEL", "b0", pods[1].path(), &conf(1), "del");
+    assert_eq!(code, 0, "{out}");
+    let (code, out) = run("ADD", "c0", pods[2].path(), &conf(1), "add");
+    assert_eq!(code, 0, "{out}");
+    drop(lock0);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "GC: {}", String::from_utf8_lossy(&out.stdout));
+    // a0 collected; b0, gone when GC got its lock, not released a second time.
+    assert!(lab.host_links().contains(&lab.vfs[0].1), "a0's VF is home");
+    let gc_dels = lines(&calls).into_iter().filter(|l| l.starts_with("DEL args=K8S_POD_NAME=gc ")).count();
+    assert_eq!(gc_dels, 1, "GC released a0 only: {:#?}", lines(&calls));
+    assert_eq!(links(pods[2].name()), ["net1".to_string()].into(), "c0 keeps VF 1");
+    let (code, out) = run("DEL", "c0", pods[2].path(), &conf(1), "del");
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
 }

@@ -55,6 +55,18 @@ pub fn gc(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
                 )?),
                 None => None,
             };
+            // Re-read under the lock, as DEL does: the attachment's DEL may have
+            // finished while we waited, and the VF been given to another
+            // attachment since, whose PF-side settings, lease and netdev an
+            // undo of this stale copy would take.
+            let j = match journal::read(&path)? {
+                // Another VF: a new ADD of the same IDs, under a lock we do not hold.
+                Some(now) if now.is(&j.container_id, &j.ifname) && now.pci == j.pci => now,
+                _ => {
+                    tracing::info!(container = %j.container_id, ifname = %j.ifname, "GC: the attachment was removed meanwhile (its DEL ran); nothing to collect");
+                    return Ok(());
+                }
+            };
             // Delegates see the stale attachment's IDs; its netns is gone or unknown.
             let genv = Env {
                 container_id: j.container_id.clone(),
