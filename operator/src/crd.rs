@@ -532,7 +532,7 @@ pub struct Unavailable {
     pub field: String,
     /// `Unsupported` (the driver has no such knob) or `Unknown` (read failed).
     pub state: CheckResult,
-    /// Why.
+    /// Why it could not be read (the driver's error, or the file or attribute missing).
     pub reason: String,
 }
 
@@ -577,7 +577,7 @@ pub struct Check {
     pub name: String,
     /// Netdev it is about.
     pub interface: String,
-    /// Outcome.
+    /// `Pass`, `Fail`, `Unknown`, `Unsupported` or `NotApplicable`.
     pub result: CheckResult,
     /// What the profile wants.
     pub expected: String,
@@ -616,7 +616,7 @@ pub fn marked_stale(conditions: &[Condition]) -> bool {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EnforceRecord {
-    /// Interface.
+    /// Netdev written to.
     pub interface: String,
     /// What was to be written (`pfc`, `dscp-map`, `mtu`, …).
     pub setting: String,

@@ -64,7 +64,7 @@ pub enum ProfileError {
     /// Unreadable.
     #[error("cannot read profile {path}")]
     Io {
-        /// File.
+        /// The profile file.
         path: PathBuf,
         /// I/O error.
         #[source]
@@ -73,7 +73,7 @@ pub enum ProfileError {
     /// Not YAML or JSON.
     #[error("profile {path} is not YAML or JSON")]
     Parse {
-        /// File.
+        /// The profile file.
         path: PathBuf,
         /// YAML error.
         #[source]
@@ -82,7 +82,7 @@ pub enum ProfileError {
     /// Not a valid `kuberdma.io/v1alpha1` RoceProfile: what the API server would refuse.
     #[error("profile {path} is invalid: {problems}")]
     Invalid {
-        /// File.
+        /// The profile file.
         path: PathBuf,
         /// Each problem with its field path.
         problems: validate::Invalid,

@@ -278,7 +278,7 @@ pub enum ConfigError {
     /// The file could not be read.
     #[error("cannot read config {path}")]
     Io {
-        /// File.
+        /// The config file.
         path: PathBuf,
         /// OS error.
         #[source]
@@ -287,7 +287,7 @@ pub enum ConfigError {
     /// Not YAML/JSON at all.
     #[error("{path}: not valid YAML or JSON")]
     Syntax {
-        /// File.
+        /// The config file.
         path: PathBuf,
         /// Parser error with line and column.
         #[source]
@@ -296,7 +296,7 @@ pub enum ConfigError {
     /// A field has a bad value.
     #[error("{path}: {}field `{field}`: {why}", pool.as_ref().map(|p| format!("pool {p:?}: ")).unwrap_or_default())]
     Field {
-        /// File.
+        /// The config file.
         path: PathBuf,
         /// Pool name (or `#N` when the pool has no valid name yet).
         pool: Option<String>,
