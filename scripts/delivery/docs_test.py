@@ -1,4 +1,4 @@
-"""The docs test: the shell commands in README.md and docs/*.md run, and the output they quote is real.
+"""The docs test: the shell commands in the Markdown docs run, and the output they quote is real.
 
 Every fenced code block whose language is a shell (sh, bash, shell, console) carries a marker in its
 info string, so a new block cannot escape the test by accident:
@@ -13,7 +13,7 @@ output, in order, with runs of spaces counting as one.
 
 A ```yaml file=PATH block shows the file PATH of the repo: its text must be that file's.
 
-Usage: python3 scripts/delivery/docs_test.py [FILE.md ...]   (default: README.md docs/*.md)
+Usage: python3 scripts/delivery/docs_test.py [FILE.md ...]   (default: README.md CONTRIBUTING.md lab/README.md docs/*.md)
 Prints one line per block run, ends with `N passed, N failed`, exits 1 on any failure. Cargo
 commands in the blocks build into $CARGO_TARGET_DIR, as the rest of the suite.
 """
@@ -150,7 +150,7 @@ def check_file(path: Path, results: list[tuple[bool, str]]) -> None:
 def doc_files(args: list[str]) -> list[Path]:
     if args:
         return [Path(a).resolve() for a in args]
-    return [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    return [ROOT / "README.md", ROOT / "CONTRIBUTING.md", ROOT / "lab" / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
 
 
 class Printed(list):
@@ -208,7 +208,7 @@ def test_docs_blocks() -> str:
 # What scripts/test-delivery runs of this file.
 CHECKS: list[tuple[str, Callable[[], str | None]]] = [
     ("docs: the docs test catches unmarked, failing and stale blocks", self_test),
-    ("docs: every `sh test` block of README.md and docs/ runs, with the output it quotes", test_docs_blocks),
+    ("docs: every `sh test` block of README.md, CONTRIBUTING.md, lab/README.md and docs/ runs, with the output it quotes", test_docs_blocks),
 ]
 
 

@@ -15,7 +15,7 @@ in this order; each module says what it checks and runs alone too:
   --strict (PyPI) of every rendered built-in object and the CRDs (dra.py's DRA mode checks and
   pool_schema_test.py's pool schema checks run here); custom resources against the CRDs' own
   openAPIV3Schema; NADs, ServiceMonitor, manifests/examples and the README quick start's values.
-- docs_test.py: the docs test's self test, and every `sh test` block of README.md and docs/.
+- docs_test.py: the docs test's self test, and every `sh test` block of README.md, CONTRIBUTING.md, lab/README.md and docs/.
 - security_test.py: security.py's rules on privileges, RBAC and resources of every workload.
 - manifests_test.py: scripts/render-manifests --check fails when manifests/ is stale.
 - build_test.py: scripts/claim-target-dirs gives two clones sharing target dirs their own binaries.
