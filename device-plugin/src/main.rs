@@ -21,7 +21,7 @@ use kube_rdma_device_plugin::daemon;
 use kube_rdma_device_plugin::dra;
 use kube_rdma_device_plugin::{config::Config, pools, report};
 use nic::Roots;
-use plumbing::cli::{emit, error_line, EXIT_ERROR, EXIT_FAILED};
+use plumbing::cli::{emit, EXIT_FAILED};
 use plumbing::logging::{self, Filter, Format as LogFormat, Sink};
 use plumbing::VERSION;
 
@@ -125,22 +125,12 @@ fn parse_output(s: &str) -> Result<Output, String> {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match plumbing::cli::parse::<Cli>("kube-rdma-device-plugin") {
         Ok(c) => c,
-        // --help and --version go to stdout under the one convention (a full disk is exit 2).
-        Err(e) if !e.use_stderr() => {
-            return plumbing::cli::print_info("kube-rdma-device-plugin", &e.render().to_string())
-        }
-        Err(e) => e.exit(),
+        Err(code) => return code,
     };
     logging::init(cli.log_format, Filter::Env("info"), Sink::Terminal);
-    match run(cli) {
-        Ok(code) => code,
-        Err(e) => {
-            error_line(&format!("kube-rdma-device-plugin: {e:#}"));
-            ExitCode::from(EXIT_ERROR)
-        }
-    }
+    plumbing::cli::finish("kube-rdma-device-plugin", run(cli))
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {

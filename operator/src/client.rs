@@ -60,10 +60,11 @@ pub fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
             _ => return Err(bad()),
         };
         // Neither a huge number nor a sum of them may panic (from_secs_f64 and `+=` do).
-        let part = std::time::Duration::try_from_secs_f64(n * scale).map_err(|_| {
-            format!("invalid --request-timeout {s:?}: {} is out of range", &rest[..unit_end])
-        })?;
-        total = total.checked_add(part).ok_or_else(|| format!("invalid --request-timeout {s:?}: out of range"))?;
+        let part = std::time::Duration::try_from_secs_f64(n * scale)
+            .map_err(|_| format!("invalid --request-timeout {s:?}: {} is out of range", &rest[..unit_end]))?;
+        total = total
+            .checked_add(part)
+            .ok_or_else(|| format!("invalid --request-timeout {s:?}: out of range"))?;
         rest = &rest[unit_end..];
     }
     Ok(total)

@@ -13,7 +13,7 @@ use kube_rdma_operator::output::{self, Format, EXIT_HELP, EXIT_HELP_NO_CHECKS};
 use kube_rdma_operator::source::NodeSource;
 use kube_rdma_operator::{check_once, checks, crd, crd_apply, health, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
-use plumbing::cli::{emit, error_line, EXIT_ERROR};
+use plumbing::cli::emit;
 use plumbing::logging::{self, Filter, Format as LogFormat, Sink};
 use plumbing::VERSION;
 
@@ -134,22 +134,12 @@ struct AgentArgs {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match plumbing::cli::parse::<Cli>("kube-rdma-operator") {
         Ok(c) => c,
-        // --help and --version go to stdout under the one convention (a full disk is exit 2).
-        Err(e) if !e.use_stderr() => {
-            return plumbing::cli::print_info("kube-rdma-operator", &e.render().to_string())
-        }
-        Err(e) => e.exit(),
+        Err(code) => return code,
     };
     logging::init(cli.log_format, Filter::Env("info"), Sink::Terminal);
-    match run(cli) {
-        Ok(code) => code,
-        Err(e) => {
-            error_line(&format!("kube-rdma-operator: {e:#}"));
-            ExitCode::from(EXIT_ERROR)
-        }
-    }
+    plumbing::cli::finish("kube-rdma-operator", run(cli))
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {

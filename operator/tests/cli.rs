@@ -480,7 +480,8 @@ fn help_documents_one_exit_status_and_check_offers_no_cluster_flags() {
     let (code, out, _) = run(kubectl_rdma().args(["status", "--help"]));
     assert_eq!(code, 0);
     assert!(
-        out.contains("Exit status:") && out.contains("1  a check fails, no RoCE interface was found to check"),
+        out.contains("Exit status:")
+            && out.contains("1  a check fails, no RoCE interface was found to check"),
         "{out}"
     );
     for flag in [
@@ -501,7 +502,10 @@ fn help_documents_one_exit_status_and_check_offers_no_cluster_flags() {
     for cmd in ["controller", "crds"] {
         let (_, help, _) = run(op().args([cmd, "--help"]));
         assert!(help.contains("Exit status:"), "{cmd}: {help}");
-        assert!(!help.contains("a check fails"), "{cmd} checks nothing, yet its help says it exits 1 when a check fails: {help}");
+        assert!(
+            !help.contains("a check fails"),
+            "{cmd} checks nothing, yet its help says it exits 1 when a check fails: {help}"
+        );
     }
     let (_, agent, _) = run(op().args(["agent", "--help"]));
     let exit_help = |t: &str| t[t.find("Exit status:").unwrap_or(t.len())..].to_string();

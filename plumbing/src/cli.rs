@@ -71,3 +71,28 @@ pub fn print_info(program: &str, text: &str) -> std::process::ExitCode {
         }
     }
 }
+
+/// Parses the command line into `C` under this convention: `--help` and
+/// `--version` are printed through [`print_info`] and returned as the exit
+/// status to end with; a usage error is clap's message on stderr and exit 2.
+#[cfg(feature = "clap")]
+pub fn parse<C: clap::Parser>(program: &str) -> Result<C, std::process::ExitCode> {
+    match C::try_parse() {
+        Ok(c) => Ok(c),
+        Err(e) if !e.use_stderr() => Err(print_info(program, &e.render().to_string())),
+        Err(e) => e.exit(),
+    }
+}
+
+/// The exit status of a run: its own, or for an error one line on stderr
+/// (`program: error: cause: ...`, the alternate form anyhow prints its chain
+/// with) and [`EXIT_ERROR`].
+pub fn finish(
+    program: &str,
+    run: Result<std::process::ExitCode, impl std::fmt::Display>,
+) -> std::process::ExitCode {
+    run.unwrap_or_else(|e| {
+        error_line(&format!("{program}: {e:#}"));
+        std::process::ExitCode::from(EXIT_ERROR)
+    })
+}

@@ -23,7 +23,7 @@ use kube_rdma_operator::source::NodeSource;
 use kube_rdma_operator::view::{self, Detail, Selection};
 use kube_rdma_operator::{check_once, checks, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
-use plumbing::cli::{emit, error_line, EXIT_ERROR};
+use plumbing::cli::{emit, error_line};
 use plumbing::logging::{self, Filter, Format as LogFormat, Sink};
 use plumbing::VERSION;
 
@@ -137,22 +137,12 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = match Cli::try_parse() {
+    let cli = match plumbing::cli::parse::<Cli>("kubectl-rdma") {
         Ok(c) => c,
-        // --help and --version go to stdout under the one convention (a full disk is exit 2).
-        Err(e) if !e.use_stderr() => {
-            return plumbing::cli::print_info("kubectl-rdma", &e.render().to_string())
-        }
-        Err(e) => e.exit(),
+        Err(code) => return code,
     };
     logging::init(cli.log_format, Filter::Env("warn,kube_client=off"), Sink::Terminal);
-    match run(cli) {
-        Ok(c) => c,
-        Err(e) => {
-            error_line(&format!("kubectl-rdma: {e:#}"));
-            ExitCode::from(EXIT_ERROR)
-        }
-    }
+    plumbing::cli::finish("kubectl-rdma", run(cli))
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
