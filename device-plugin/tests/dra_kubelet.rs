@@ -5,6 +5,10 @@
 //! scenario with timeouts.
 
 mod dra_fixtures;
+// The CDI library's verdict on a spec (self-contained; the rest of `common` is device plugin mode's).
+#[allow(dead_code)]
+#[path = "common/cdi.rs"]
+mod cdi_check;
 
 use std::time::Duration;
 
@@ -851,6 +855,47 @@ async fn refuses_shared_pools_and_misplaced_flags_with_a_message() {
     assert!(!out.status.success());
     assert!(err.contains("kuberdma.io/hca") && err.contains("shared mode"), "{err}");
 
+    // Regression (audit): a k8s-rdma-shared-dev-plugin config passed the check
+    // and the driver served nothing. Refused before it talks to the API.
+    let rsdp = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/configs/rsdp-config.json");
+    let before = env.audit().len();
+    let out = env.command().arg("--config").arg(&rsdp).output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("rsdp-config.json")
+            && err.contains("rdma/hca_shared_devices_a, rdma/hca_shared_devices_b")
+            && err.contains("shared mode"),
+        "{err}"
+    );
+    assert!(Env::driver_requests(&env.audit()[before..]).is_empty(), "refused, yet it asked the API");
+    assert!(!env.reg_socket().exists(), "refused, yet it registered");
+
+    // Keys device plugin mode honours and DRA mode cannot: refused by pool and key.
+    std::fs::write(
+        &cfg,
+        "pools:\n- {name: a, policy: spread, selectors: {}}\n- {name: b, gpuAffinity: true, selectors: {}}\n",
+    )
+    .unwrap();
+    let out = env.command().arg("--config").arg(&cfg).output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        err.contains("pool kuberdma.io/a: `policy: spread`")
+            && err.contains("pool kuberdma.io/b: `gpuAffinity: true`"),
+        "{err}"
+    );
+    let sndp = env.tmp.path().join("config.json");
+    std::fs::write(
+        &sndp,
+        r#"{"resourceList": [{"resourceName": "x", "additionalInfo": {"*": {"k": "v"}}}]}"#,
+    )
+    .unwrap();
+    let out = env.command().arg("--config").arg(&sndp).output().await.unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(err.contains("pool intel.com/x: `additionalInfo`"), "{err}");
+
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"))
         .args(["--cdi-dir", "/tmp/x", "dra", "--node-name", NODE])
         .output()
@@ -858,4 +903,77 @@ async fn refuses_shared_pools_and_misplaced_flags_with_a_message() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--cdi-dir set before `dra`"), "{err}");
+}
+
+/// Pools whose VFs hand out no RDMA device mean what they mean in device
+/// plugin mode: an sriov-network-device-plugin pool without `isRdma: true`
+/// hands out none of the VF's RDMA char devices (nor `rdma_cm`), a VF bound
+/// to vfio-pci gets `/dev/vfio/vfio` and its group, every prepared VF its
+/// PCI address in the container (the `PCIDEVICE_*` of device plugin mode);
+/// `excludeTopology` leaves the NUMA node out of the slice. Regression
+/// (audit): such VFs got no CDI spec at all, and `isRdma` was ignored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vfs_without_rdma_get_what_device_plugin_mode_gives_them() {
+    let mut desc = nic::sim::load_desc(example("cx6dx-dual.yaml")).unwrap();
+    desc.rdma_netns_mode = nic::NetnsMode::Shared;
+    // VF 7 of the second PF (0000:af:01.0) bound to vfio-pci.
+    desc.adapters[0].pfs[1].vfs_vfio = vec![7];
+    let sim = nic::sim::Sim::materialise(&desc).unwrap();
+    let env = Env::new(NODE, sim.roots()).await;
+    let cfg = env.tmp.path().join("config.json");
+    let pools = json!({"resourceList": [
+        {"resourceName": "rdma", "selectors": {"pfNames": ["ens1f0np0"], "isRdma": true}},
+        {"resourceName": "plain", "excludeTopology": true, "selectors": {"pfNames": ["ens1f1np1#0-3"]}},
+        {"resourceName": "vfio", "selectors": {"drivers": ["vfio-pci"]}}]});
+    std::fs::write(&cfg, pools.to_string()).unwrap();
+    let driver = env.spawn(&["--config", cfg.to_str().unwrap()]);
+    let mut p = register(&env.reg_socket()).await;
+    let slices = env.wait_slices("8 + 4 + 1 devices", |s| device_count(s) == 13).await;
+    let rdma = attrs(&slices, "pci-0000-3d-00-1");
+    assert_eq!(rdma["resource.kubernetes.io/numaNode"], json!({"int": 0}));
+    let plain = attrs(&slices, "pci-0000-af-00-1");
+    assert_eq!(plain["kuberdma.io/pool"], json!({"string": "plain"}));
+    assert!(plain.get("resource.kubernetes.io/numaNode").is_none(), "excludeTopology: {plain}");
+    let vfio = attrs(&slices, "pci-0000-af-01-0");
+    assert_eq!(vfio["kuberdma.io/pool"], json!({"string": "vfio"}));
+    assert_eq!(vfio["kuberdma.io/healthy"], json!({"bool": true}));
+    assert_eq!(vfio["resource.kubernetes.io/numaNode"], json!({"int": 1}));
+
+    let a = env.create_claim("plain", &[("vf", DRIVER, "pci-0000-af-00-1")], json!([]), "pod-a").await;
+    let b = env.create_claim("dpdk", &[("vf", DRIVER, "pci-0000-af-01-0")], json!([]), "pod-b").await;
+    let c = env.create_claim("rdma", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-c").await;
+    let r = p.prepare(vec![claim_ref("plain", &a), claim_ref("dpdk", &b), claim_ref("rdma", &c)]).await;
+    let spec_of = |uid: &str| -> Value {
+        let path = env.cdi.join(format!("kuberdma.io-claim_{uid}.json"));
+        let v: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        cdi_check::validate(&v).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        v
+    };
+    for (uid, dev) in [(&a, "pci-0000-af-00-1"), (&b, "pci-0000-af-01-0"), (&c, "pci-0000-3d-00-1")] {
+        let got = &r.claims[uid];
+        assert_eq!(got.error, "", "{dev}");
+        assert_eq!(got.devices[0].cdi_device_ids, [format!("kuberdma.io/claim={dev}_{uid}")], "{dev}");
+    }
+    // No isRdma: the VF's RDMA device (it has one) is not handed out, as in device plugin mode.
+    let s = spec_of(&a);
+    assert_eq!(s["devices"][0]["containerEdits"], json!({"env": ["KUBERDMA_VF_PCI_ADDRESSES=0000:af:00.1"]}));
+    assert_eq!(s["containerEdits"], json!({"env": ["KUBERDMA_VF_PCI_ADDRESSES=0000:af:00.1"]}));
+    // vfio-pci: the container device and the VF's group.
+    let s = spec_of(&b);
+    let nodes = s["devices"][0]["containerEdits"]["deviceNodes"].as_array().unwrap().clone();
+    assert_eq!(nodes[0], json!({"path": "/dev/vfio/vfio"}));
+    assert!(nodes.len() == 2 && nodes[1]["path"].as_str().unwrap().starts_with("/dev/vfio/"), "{nodes:?}");
+    assert!(s["containerEdits"].get("deviceNodes").is_none(), "no rdma_cm: {s}");
+    // isRdma: true: as before.
+    let s = spec_of(&c);
+    assert_eq!(s["containerEdits"]["deviceNodes"], json!([{"path": "/dev/infiniband/rdma_cm"}]));
+    assert!(s["containerEdits"]["env"]
+        .as_array()
+        .unwrap()
+        .contains(&json!("KUBERDMA_VF_RDMA_DEVICES=mlx5_2")));
+    // What the CNI reads still names the VF's RDMA device: it moves with the
+    // netdev, as device-info files tell the CNI in device plugin mode.
+    let rec = nic::prepared::read_claim(&env.prepared, &a).unwrap().expect("checkpointed");
+    assert_eq!(rec.devices[0].rdma_devices.len(), 1, "{rec:?}");
+    driver.stop().await;
 }

@@ -6,24 +6,27 @@
 //!   starting with a letter, so the spec needs no more than cdiVersion 0.3.0
 //!   (0.5.0 is needed for names that start with a digit; podman 4.3 and
 //!   containerd 1.7 read 0.3.0 specs);
-//! - a device's edits: its char devices (`uverbsN`, and `umadN`/`issmN` unless
-//!   the request's config says `umad: false`) plus the request's extra env. A
-//!   device without any (a VF without RDMA, no extra env) is neither defined
-//!   nor handed to the kubelet, as in device plugin mode: the CDI library
-//!   refuses a device with empty edits ("invalid device, empty device edits",
-//!   container-device-interface `pkg/cdi/device.go`) and with it the whole
-//!   spec, so containerd would fail the container; a claim with no such device
-//!   has no spec at all ("invalid spec, no devices");
+//! - a device's edits, what device plugin mode hands a container for the VF:
+//!   its RDMA char devices (`uverbsN`, and `umadN`/`issmN` unless the
+//!   request's config says `umad: false`) when its pool hands them out (always
+//!   in our format, only with `isRdma: true` in sriov-network-device-plugin's),
+//!   `/dev/vfio/vfio` and `/dev/vfio/<group>` for a VF bound to vfio-pci, plus
+//!   the request's extra env. Every device is defined and handed to the
+//!   kubelet: the CDI library refuses a device with empty edits ("invalid
+//!   device, empty device edits", container-device-interface
+//!   `pkg/cdi/device.go`) and with it the whole spec, so a device with none of
+//!   those (a netdevice VF without RDMA) carries its request's
+//!   `KUBERDMA_<REQUEST>_PCI_ADDRESSES`, the counterpart of the `PCIDEVICE_*`
+//!   variable device plugin mode gives it;
 //! - spec-wide edits (applied whenever any device of the claim is used):
-//!   `rdma_cm` unless no request of the claim wants it, and per request
-//!   `KUBERDMA_<REQUEST>_PCI_ADDRESSES` and `KUBERDMA_<REQUEST>_RDMA_DEVICES`
-//!   (top-level request names, the ones containers use, upper-cased, `-` as
-//!   `_`: a `firstAvailable` subrequest `vf/fast` sets `KUBERDMA_VF_...`, so a
-//!   program reads the same name whichever alternative the scheduler chose);
-//!   a variable with nothing to list (`_RDMA_DEVICES` of VFs without RDMA) is
-//!   left out rather than set empty. Spec-wide edits reach a container only
-//!   through a named device, so the variables of a claim none of whose devices
-//!   has edits are not set.
+//!   `rdma_cm` when a device hands out RDMA devices and its request wants it,
+//!   and per request `KUBERDMA_<REQUEST>_PCI_ADDRESSES` and
+//!   `KUBERDMA_<REQUEST>_RDMA_DEVICES` (top-level request names, the ones
+//!   containers use, upper-cased, `-` as `_`: a `firstAvailable` subrequest
+//!   `vf/fast` sets `KUBERDMA_VF_...`, so a program reads the same name
+//!   whichever alternative the scheduler chose); a variable with nothing to
+//!   list (`_RDMA_DEVICES` of VFs whose RDMA devices are not handed out) is
+//!   left out rather than set empty.
 //!
 //! Paths are the node's `/dev/...`, never the roots we read from.
 
@@ -37,6 +40,7 @@ use serde_json::{json, Value};
 use super::claimconfig::DeviceConfig;
 use super::devices::{DraDevice, View};
 use super::prepare::top_level_request;
+use crate::allocate::VFIO_CONTAINER;
 use crate::names::env_part;
 use crate::RDMA_CM;
 
@@ -70,60 +74,75 @@ pub fn spec_path(dir: &Path, claim_uid: &str) -> PathBuf {
     dir.join(format!("kuberdma.io-claim_{claim_uid}.json"))
 }
 
-/// The char device paths a container gets for `cd`.
+/// The char device paths a container gets for `cd`, in device plugin mode's
+/// order ([`crate::allocate::node_paths`]): the RDMA char devices the pool
+/// hands out (without MAD devices when the config drops them), then the VFIO
+/// container and group devices.
 fn node_paths(cd: &ClaimDevice) -> Vec<String> {
-    cd.device
-        .rdma
-        .iter()
+    let d = cd.device;
+    let mut out: Vec<String> = handed_out(d)
         .flat_map(|r| r.char_devs.iter())
         .filter(|c| cd.config.umad || !(c.name.starts_with("umad") || c.name.starts_with("issm")))
         .map(|c| c.node_path.to_string_lossy().into_owned())
-        .collect()
+        .collect();
+    if let Some(g) = &d.vfio {
+        out.push(VFIO_CONTAINER.to_string());
+        out.push(g.node_path.to_string_lossy().into_owned());
+    }
+    out
 }
 
-/// Whether the claim's spec defines a CDI device for `device` under `config`,
-/// and so whether the kubelet gets its ID: only when it has edits of its own.
-pub fn named(device: &DraDevice, config: &DeviceConfig) -> bool {
-    !config.env.is_empty() || !node_paths(&ClaimDevice { request: "", device, config }).is_empty()
+/// The RDMA devices of `d` a container gets.
+fn handed_out(d: &DraDevice) -> impl Iterator<Item = &crate::pools::RdmaInfo> {
+    d.rdma.iter().filter(|_| d.hands_out_rdma)
 }
 
-/// The spec of one claim; `None` when none of its devices is [`named`].
+fn pci_env(request: &str, pcis: &[String]) -> String {
+    format!("KUBERDMA_{}_PCI_ADDRESSES={}", env_part(request), pcis.join(","))
+}
+
+/// The spec of one claim; `None` for a claim without devices of ours.
 pub fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> Option<Value> {
+    if devices.is_empty() {
+        return None;
+    }
     let mut per_request: BTreeMap<&str, (Vec<String>, Vec<String>)> = BTreeMap::new();
     for cd in devices {
         let (pcis, rdmas) = per_request.entry(top_level_request(cd.request)).or_default();
         pcis.push(cd.device.pci.to_string());
-        rdmas.extend(cd.device.rdma.iter().map(|r| r.name.clone()));
+        rdmas.extend(handed_out(cd.device).map(|r| r.name.clone()));
     }
     let cdi_devices: Vec<Value> = devices
         .iter()
-        .filter(|cd| named(cd.device, cd.config))
         .map(|cd| {
             let mut edits = serde_json::Map::new();
             let nodes: Vec<Value> = node_paths(cd).into_iter().map(|p| json!({ "path": p })).collect();
+            let mut env: Vec<String> = cd.config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            if nodes.is_empty() && env.is_empty() {
+                // Empty edits would take the whole spec down (module doc); the
+                // same value as the spec-wide variable, so setting it twice is harmless.
+                let req = top_level_request(cd.request);
+                let pcis = per_request.get(req).map(|(p, _)| p.as_slice()).unwrap_or_default();
+                env.push(pci_env(req, pcis));
+            }
             if !nodes.is_empty() {
                 edits.insert("deviceNodes".into(), nodes.into());
             }
-            let env: Vec<String> = cd.config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
             if !env.is_empty() {
                 edits.insert("env".into(), env.into());
             }
             json!({ "name": device_name(&cd.device.name, claim_uid), "containerEdits": edits })
         })
         .collect();
-    if cdi_devices.is_empty() {
-        return None;
-    }
     let mut env = Vec::new();
     for (req, (pcis, rdmas)) in &per_request {
-        let r = env_part(req);
-        env.push(format!("KUBERDMA_{r}_PCI_ADDRESSES={}", pcis.join(",")));
+        env.push(pci_env(req, pcis));
         if !rdmas.is_empty() {
-            env.push(format!("KUBERDMA_{r}_RDMA_DEVICES={}", rdmas.join(",")));
+            env.push(format!("KUBERDMA_{}_RDMA_DEVICES={}", env_part(req), rdmas.join(",")));
         }
     }
     let mut edits = json!({ "env": env });
-    if rdma_cm_on_node && devices.iter().any(|d| d.config.rdma_cm && !d.device.rdma.is_empty()) {
+    if rdma_cm_on_node && devices.iter().any(|d| d.config.rdma_cm && handed_out(d.device).next().is_some()) {
         edits["deviceNodes"] = json!([{ "path": RDMA_CM }]);
     }
     Some(json!({ "cdiVersion": CDI_VERSION, "kind": KIND, "devices": cdi_devices, "containerEdits": edits }))
@@ -132,7 +151,7 @@ pub fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> 
 /// The spec of a prepared claim, from its record and the node's current
 /// devices (char device numbers are read again, so a spec written after a
 /// reboot names the devices as they are now); `None` for a claim without
-/// [`named`] devices of ours.
+/// devices of ours.
 pub fn spec_for(record: &PreparedClaim, view: &View) -> Result<Option<Value>, String> {
     if record.devices.is_empty() {
         return Ok(None);
@@ -202,9 +221,16 @@ mod tests {
                 link_layer: None,
                 in_other_netns: false,
             }],
+            hands_out_rdma: true,
+            vfio: None,
             port_state: None,
             health: Health::Healthy,
         }
+    }
+
+    /// The edits of the spec's device `i`.
+    fn edits(s: &Value, i: usize) -> &Value {
+        &s["devices"][i]["containerEdits"]
     }
 
     #[test]
@@ -265,17 +291,16 @@ mod tests {
 
     /// The CDI library's `Device.validate` refuses a device whose edits are
     /// empty, and `Spec.validate` a spec without devices; either takes the
-    /// whole claim's spec down. Every device defined has edits, only defined
-    /// devices are named, and a claim with nothing to inject has no spec.
+    /// whole claim's spec down. Every device is defined, each with edits: one
+    /// with nothing else carries its request's PCI addresses.
     #[test]
-    fn only_devices_with_edits_are_defined_and_a_spec_needs_one() {
+    fn every_device_is_defined_with_edits_of_its_own() {
         let rdma = dev();
         let mut plain = dev();
         plain.name = "pci-0000-3d-00-3".into();
         plain.pci = "0000:3d:00.3".parse().unwrap();
         plain.rdma.clear();
         let cfg = DeviceConfig::default();
-        assert!(named(&rdma, &cfg) && !named(&plain, &cfg));
         let s = spec(
             "u",
             &[
@@ -286,27 +311,63 @@ mod tests {
         )
         .unwrap();
         let devices = s["devices"].as_array().unwrap();
-        assert_eq!(devices.len(), 1);
-        assert_eq!(devices[0]["name"], "pci-0000-3d-00-2_u");
+        assert_eq!(devices.len(), 2);
+        assert_eq!(devices[1]["name"], "pci-0000-3d-00-3_u");
         for d in devices {
             let e = d["containerEdits"].as_object().unwrap();
-            assert!(e.values().all(|v| !v.as_array().unwrap().is_empty()), "no empty edit lists: {d}");
+            assert!(!e.is_empty() && e.values().all(|v| !v.as_array().unwrap().is_empty()), "{d}");
         }
-        // The spec-wide variables still list both: the container gets them
-        // through the RDMA VF.
+        assert_eq!(*edits(&s, 1), json!({"env": ["KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.2,0000:3d:00.3"]}));
         assert_eq!(s["containerEdits"]["env"][0], "KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.2,0000:3d:00.3");
 
         let only_plain = [ClaimDevice { request: "vf", device: &plain, config: &cfg }];
-        assert_eq!(spec("u", &only_plain, true), None);
-        // rdma_cm goes with RDMA devices, umad: false does not empty a device with uverbs.
+        let s = spec("u", &only_plain, true).unwrap();
+        assert_eq!(*edits(&s, 0), json!({"env": ["KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.3"]}));
+        assert!(s["containerEdits"].get("deviceNodes").is_none(), "no rdma_cm without RDMA: {s}");
+        assert_eq!(spec("u", &[], true), None, "no devices, no spec");
+        // Only MAD devices, and the config drops them: the PCI address again.
         let no_mad = DeviceConfig { umad: false, ..Default::default() };
-        assert!(named(&rdma, &no_mad));
         let mut mad_only = dev();
         mad_only.rdma[0].char_devs.retain(|c| c.name.starts_with("umad"));
-        assert!(!named(&mad_only, &no_mad), "only MAD devices, and the config drops them");
+        let s =
+            spec("u", &[ClaimDevice { request: "vf", device: &mad_only, config: &no_mad }], true).unwrap();
+        assert_eq!(*edits(&s, 0), json!({"env": ["KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.2"]}));
         let env = DeviceConfig { env: [("A".to_string(), "1".to_string())].into(), ..Default::default() };
         let s = spec("u", &[ClaimDevice { request: "vf", device: &plain, config: &env }], true).unwrap();
-        assert!(s["containerEdits"].get("deviceNodes").is_none(), "no rdma_cm without RDMA: {s}");
+        assert_eq!(*edits(&s, 0), json!({"env": ["A=1"]}));
         assert_eq!(s["containerEdits"]["env"], json!(["KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.3"]));
+    }
+
+    /// sriov-network-device-plugin's `isRdma` absent (or false): the VF's RDMA
+    /// devices are not handed out, as in device plugin mode.
+    #[test]
+    fn a_pool_that_hands_out_no_rdma_gives_no_rdma_nodes_variables_or_rdma_cm() {
+        let mut d = dev();
+        d.hands_out_rdma = false;
+        let cfg = DeviceConfig::default();
+        let s = spec("u", &[ClaimDevice { request: "vf", device: &d, config: &cfg }], true).unwrap();
+        assert_eq!(*edits(&s, 0), json!({"env": ["KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.2"]}));
+        assert_eq!(s["containerEdits"], json!({"env": ["KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.2"]}));
+    }
+
+    /// A VF bound to vfio-pci gets the VFIO container and its group, as
+    /// device plugin mode's Allocate gives it.
+    #[test]
+    fn a_vfio_vf_gets_the_vfio_container_and_its_group() {
+        let mut d = dev();
+        d.rdma.clear();
+        d.vfio = Some(CharDev {
+            name: "45".into(),
+            node_path: "/dev/vfio/45".into(),
+            major_minor: None,
+            present: true,
+        });
+        let cfg = DeviceConfig::default();
+        let s = spec("u", &[ClaimDevice { request: "dpdk", device: &d, config: &cfg }], true).unwrap();
+        assert_eq!(
+            *edits(&s, 0),
+            json!({"deviceNodes": [{"path": "/dev/vfio/vfio"}, {"path": "/dev/vfio/45"}]})
+        );
+        assert_eq!(s["containerEdits"], json!({"env": ["KUBERDMA_DPDK_PCI_ADDRESSES=0000:3d:00.2"]}));
     }
 }

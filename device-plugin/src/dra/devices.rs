@@ -9,13 +9,18 @@
 //! netdev (and RDMA device) is in a pod keeps the attributes it had on the
 //! host ([`History`]), so a pod starting or stopping does not change the
 //! slices (nor their generation).
+//!
+//! Pool keys mean what they mean in device plugin mode, or the config is
+//! refused ([`check_config`]): what a VF hands a container follows the pool's
+//! RDMA rule and vfio-pci binding ([`DraDevice::hands_out_rdma`],
+//! [`DraDevice::vfio`]), and `excludeTopology` leaves the NUMA node out.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use nic::{Inventory, LinkLayer, PciAddr};
+use nic::{CharDev, Inventory, LinkLayer, PciAddr};
 
-use crate::config::{Config, Mode};
+use crate::config::{Config, Mode, Policy};
 use crate::health::Health;
 use crate::inuse::Allocations;
 use crate::pools::{Plan, RdmaInfo};
@@ -42,7 +47,7 @@ pub struct DraDevice {
     pub device_id: Option<u16>,
     /// The VF's netdev on the host.
     pub netdev: Option<String>,
-    /// NUMA node.
+    /// NUMA node; `None` also when the pool says `excludeTopology`.
     pub numa: Option<u32>,
     /// PCIe root complex, `pci<domain>:<bus>` ([`pcie_root`]).
     pub pcie_root: Option<String>,
@@ -52,6 +57,12 @@ pub struct DraDevice {
     pub link_layer: Option<LinkLayer>,
     /// RDMA devices with their char devices (node paths).
     pub rdma: Vec<RdmaInfo>,
+    /// The pool hands out the RDMA char devices (and `rdma_cm`): always in
+    /// our format, only with `isRdma: true` in sriov-network-device-plugin's,
+    /// as in device plugin mode ([`crate::allocate::hands_out_rdma`]).
+    pub hands_out_rdma: bool,
+    /// VFIO group device of a VF bound to vfio-pci (`/dev/vfio/<group>`).
+    pub vfio: Option<CharDev>,
     /// State of port 1 of the first RDMA device (`ACTIVE`, `DOWN`, …).
     pub port_state: Option<String>,
     /// Health, by the device plugin's rules.
@@ -120,18 +131,56 @@ pub fn pcie_root(function: PciAddr, upstream: &[PciAddr]) -> String {
     format!("pci{:04x}:{:02x}", root.domain, root.bus)
 }
 
-/// Why a config cannot be used in DRA mode.
+/// Why a config cannot be used in DRA mode: every pool key either means
+/// here what it means in device plugin mode or is refused, naming the pool
+/// and the key (docs/dra.md, "Pool keys in DRA mode").
 pub fn check_config(cfg: &Config) -> Result<(), String> {
-    let shared: Vec<String> =
-        cfg.pools.iter().filter(|p| p.mode == Mode::Shared).map(|p| p.resource_name()).collect();
-    if shared.is_empty() {
+    let mut problems = Vec::new();
+    // Both shared kinds: ours (`mode: shared`) and every `configList` pool of
+    // k8s-rdma-shared-dev-plugin; neither is a VF, so neither would publish a device.
+    let shared: Vec<String> = cfg.pools.iter().filter(|p| p.is_shared()).map(|p| p.resource_name()).collect();
+    if !shared.is_empty() {
+        problems.push(format!(
+            "pool(s) {} are in shared mode (`mode: shared`, or a k8s-rdma-shared-dev-plugin `configList` \
+             pool), which DRA mode does not serve (a VF is one DRA device; shared HCAs stay with the \
+             device plugin mode); remove them from the config used with `dra`",
+            shared.join(", ")
+        ));
+    }
+    for p in cfg.pools.iter().filter(|p| !p.is_shared()) {
+        let mut refuse = |key: &str, why: &str| {
+            problems.push(format!("pool {}: `{key}` is not served in DRA mode: {why}", p.resource_name()));
+        };
+        // `pack` is the default (and what the chart writes): the scheduler takes
+        // the first devices that fit, in slice order (PCI address order, so one
+        // PF's VFs before the next); `spread` has no such counterpart.
+        if p.policy == Policy::Spread {
+            refuse(
+                "policy: spread",
+                "the scheduler picks a claim's devices and a DRA driver has no preferred allocation; \
+                 remove it (to spread a claim over PFs, use one request per PF)",
+            );
+        }
+        if p.gpu_affinity {
+            refuse(
+                "gpuAffinity: true",
+                "the scheduler picks a claim's devices and a DRA driver has no preferred allocation; \
+                 remove it and put the GPU and the VF in one claim with the constraint \
+                 `matchAttribute: resource.kubernetes.io/pcieRoot`",
+            );
+        }
+        if p.additional_info.is_some() {
+            refuse(
+                "additionalInfo",
+                "it goes into PCIDEVICE_<RESOURCE>_INFO, which DRA mode does not set; remove it and give \
+                 containers extra variables with `env` in the RdmaDeviceConfig of the DeviceClass or claim",
+            );
+        }
+    }
+    if problems.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "pool(s) {} are in shared mode, which DRA mode does not serve (a VF is one DRA device; \
-             shared HCAs stay with the device plugin mode); remove them from the config used with `dra`",
-            shared.join(", ")
-        ))
+        Err(problems.join("; "))
     }
 }
 
@@ -174,12 +223,16 @@ pub fn from_plan(plan: &Plan, inv: &Inventory, history: History) -> View {
                 vendor: vf.and_then(|v| v.vendor),
                 device_id: vf.and_then(|v| v.device),
                 netdev,
-                numa: d.numa,
+                // `excludeTopology`: device plugin mode then tells the kubelet no
+                // NUMA node; the slice's numaNode is DRA mode's only such report.
+                numa: d.numa.filter(|_| !pool.config.exclude_topology),
                 pcie_root: pf.map(|p| pcie_root(pci, &p.upstream)),
                 link_speed_mbps: pf_netdev.and_then(|n| n.speed_mbps),
                 link_layer: pf_netdev.and_then(|n| n.link_layer),
                 port_state: port_state.or_else(|| last.and_then(|l| l.port_state.clone())),
                 rdma,
+                hands_out_rdma: pool.config.rdma_devices,
+                vfio: d.vfio.clone(),
                 health: d.health.clone(),
             });
         }
@@ -191,7 +244,92 @@ pub fn from_plan(plan: &Plan, inv: &Inventory, history: History) -> View {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
+
+    fn parse(text: &str) -> Config {
+        Config::parse(text, Path::new("c.yaml")).unwrap()
+    }
+
+    fn configs() -> std::path::PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/configs")
+    }
+
+    /// Regression (audit): only `mode: shared` was refused, so a
+    /// k8s-rdma-shared-dev-plugin config passed and served nothing.
+    #[test]
+    fn every_shared_kind_is_refused_by_name() {
+        let rsdp = Config::load(&configs().join("rsdp-config.json")).unwrap();
+        let e = check_config(&rsdp).unwrap_err();
+        assert!(
+            e.contains("rdma/hca_shared_devices_a, rdma/hca_shared_devices_b") && e.contains("shared mode"),
+            "{e}"
+        );
+        let ours = parse(
+            "pools: [{name: hca, mode: shared, rdmaHcaMax: 4, selectors: {}}, {name: v, selectors: {}}]",
+        );
+        let e = check_config(&ours).unwrap_err();
+        assert!(e.contains("kuberdma.io/hca") && !e.contains("kuberdma.io/v"), "{e}");
+        assert_eq!(check_config(&Config::default_pools()), Ok(()));
+    }
+
+    #[test]
+    fn keys_without_a_dra_meaning_are_refused_naming_pool_and_key() {
+        let cfg = parse(
+            "pools:\n\
+             - {name: a, policy: spread, selectors: {}}\n\
+             - {name: b, gpuAffinity: true, selectors: {}}\n",
+        );
+        let e = check_config(&cfg).unwrap_err();
+        assert!(e.contains("pool kuberdma.io/a: `policy: spread`"), "{e}");
+        assert!(e.contains("pool kuberdma.io/b: `gpuAffinity: true`") && e.contains("pcieRoot"), "{e}");
+        let sndp = Config::parse(
+            r#"{"resourceList": [{"resourceName": "x", "additionalInfo": {"*": {"k": "v"}}}]}"#,
+            Path::new("c.json"),
+        )
+        .unwrap();
+        let e = check_config(&sndp).unwrap_err();
+        assert!(e.contains("pool intel.com/x: `additionalInfo`") && e.contains("PCIDEVICE_"), "{e}");
+        // The defaults, written out, mean here what they mean there.
+        let cfg = parse(
+            "pools: [{name: a, policy: pack, gpuAffinity: false, excludeTopology: true, selectors: {}}]",
+        );
+        assert_eq!(check_config(&cfg), Ok(()));
+        assert_eq!(check_config(&Config::load(&configs().join("sndp-config.json")).unwrap()), Ok(()));
+    }
+
+    /// What a pool says about RDMA, vfio-pci and topology reaches the devices.
+    #[test]
+    fn devices_follow_the_pools_rdma_vfio_and_topology_keys() {
+        let mut desc = nic::sim::load_desc(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/nodes/cx6dx-dual.yaml"),
+        )
+        .unwrap();
+        desc.adapters[0].pfs[1].vfs_vfio = vec![7];
+        let sim = nic::sim::Sim::materialise(&desc).unwrap();
+        let inv = nic::discover::discover(&sim.roots());
+        let cfg = Config::parse(
+            r#"{"resourceList": [
+                {"resourceName": "rdma", "selectors": {"pfNames": ["ens1f0np0"], "isRdma": true}},
+                {"resourceName": "plain", "excludeTopology": true, "selectors": {"pfNames": ["ens1f1np1#0-3"]}},
+                {"resourceName": "vfio", "selectors": {"drivers": ["vfio-pci"]}}]}"#,
+            Path::new("c.json"),
+        )
+        .unwrap();
+        let plan = crate::pools::plan(&inv, &cfg);
+        let view =
+            from_plan(&plan, &inv, History { last: &View::default(), prepared: &PreparedDevices::new() });
+        let rdma = view.device("pci-0000-3d-00-1").unwrap();
+        assert!(rdma.hands_out_rdma && !rdma.rdma.is_empty() && rdma.numa == Some(0));
+        let plain = view.device("pci-0000-af-00-1").unwrap();
+        assert_eq!(plain.pool, "plain");
+        assert!(!plain.hands_out_rdma && !plain.rdma.is_empty(), "the VF has RDMA, the pool hands none out");
+        assert_eq!(plain.numa, None, "excludeTopology");
+        let vfio = view.devices.iter().find(|d| d.pool == "vfio").unwrap();
+        assert!(vfio.vfio.as_ref().is_some_and(|g| g.node_path.starts_with("/dev/vfio/")), "{vfio:?}");
+        assert!(vfio.rdma.is_empty() && vfio.numa == Some(1));
+    }
 
     #[test]
     fn device_names_are_dns_labels() {

@@ -153,9 +153,8 @@ pub fn plan<'a>(
         .iter()
         .map(|(req, d)| {
             let config = claimconfig::effective(&configs, req);
-            // Only a device the spec defines is named (see `cdi`).
-            let cdi_ids =
-                if cdi::named(d, &config) { vec![cdi::device_id(&d.name, &want.uid)] } else { vec![] };
+            // The spec defines every device (see `cdi`).
+            let cdi_ids = vec![cdi::device_id(&d.name, &want.uid)];
             PreparedDevice {
                 request: req.clone(),
                 pool: pool.to_string(),
@@ -206,6 +205,8 @@ mod tests {
             link_speed_mbps: None,
             link_layer: None,
             rdma: vec![],
+            hands_out_rdma: true,
+            vfio: None,
             port_state: None,
             health,
         };
@@ -284,27 +285,38 @@ mod tests {
         assert_eq!(devs, [("rail0", "pci-0000-3d-00-2"), ("rail1", "pci-0000-3d-00-3")]);
         assert_eq!(r.devices[0].cdi_ids, ["kuberdma.io/claim=pci-0000-3d-00-2_u1"]);
         assert!(r.devices[0].config.umad && !r.devices[1].config.umad);
-        // 3d:00.3 has no RDMA device and rail1 no env: nothing to inject, so
-        // neither named to the kubelet nor defined in the spec.
-        assert!(r.devices[1].cdi_ids.is_empty(), "{:?}", r.devices[1].cdi_ids);
+        // 3d:00.3 has no RDMA device and rail1 no env: it carries its request's
+        // PCI address, so that its spec entry has edits.
+        assert_eq!(r.devices[1].cdi_ids, ["kuberdma.io/claim=pci-0000-3d-00-3_u1"]);
         let spec = p.cdi_spec.unwrap();
         let names: Vec<&str> =
             spec["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
-        assert_eq!(names, ["pci-0000-3d-00-2_u1"]);
+        assert_eq!(names, ["pci-0000-3d-00-2_u1", "pci-0000-3d-00-3_u1"]);
+        assert_eq!(
+            spec["devices"][1]["containerEdits"],
+            json!({"env": ["KUBERDMA_RAIL1_PCI_ADDRESSES=0000:3d:00.3"]})
+        );
     }
 
     /// Regression: a claim for a VF without RDMA got a CDI device
     /// `{"deviceNodes": [], "env": []}`, which the CDI library refuses ("invalid
     /// device, empty device edits") together with the whole spec, so
-    /// containerd failed the pod's container on the unresolvable CDI ID.
+    /// containerd failed the pod's container on the unresolvable CDI ID. Then
+    /// (audit) it got no spec at all, so the container lacked even the PCI
+    /// address device plugin mode gives it in `PCIDEVICE_*`.
     #[test]
-    fn a_claim_whose_devices_have_nothing_to_inject_names_no_cdi_device_and_has_no_spec() {
+    fn a_vf_without_rdma_gets_its_pci_address_and_never_empty_edits() {
         let c = claim(json!([result("vf", "pci-0000-3d-00-3")]), json!([]), pods());
         let p = plan_it(&c, None).unwrap();
-        assert_eq!(p.record.devices.len(), 1, "still prepared: the CNI moves its netdev");
-        assert!(p.record.devices[0].cdi_ids.is_empty());
-        assert_eq!(p.cdi_spec, None);
-        // Extra env from the claim's config is an edit: then it is named.
+        assert_eq!(p.record.devices.len(), 1, "prepared: the CNI moves its netdev");
+        assert_eq!(p.record.devices[0].cdi_ids, ["kuberdma.io/claim=pci-0000-3d-00-3_u1"]);
+        let spec = p.cdi_spec.unwrap();
+        assert_eq!(
+            spec["devices"][0]["containerEdits"],
+            json!({"env": ["KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.3"]})
+        );
+        assert!(spec["containerEdits"].get("deviceNodes").is_none(), "no rdma_cm without RDMA");
+        // Extra env from the claim's config is an edit of its own.
         let c = claim(
             json!([result("vf", "pci-0000-3d-00-3")]),
             json!([{"source": "FromClaim", "opaque": {"driver": "rdma.kuberdma.io",

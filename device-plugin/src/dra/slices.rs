@@ -283,6 +283,8 @@ mod tests {
             link_speed_mbps: Some(100_000),
             link_layer: Some(LinkLayer::Ethernet),
             rdma: vec![],
+            hands_out_rdma: true,
+            vfio: None,
             port_state: Some("ACTIVE".into()),
             health: Health::Healthy,
         }
