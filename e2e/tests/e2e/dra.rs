@@ -64,6 +64,10 @@ pub fn cases() -> Vec<Case> {
             run: dra_a_vf_and_another_drivers_gpu_are_aligned_by_pcie_root,
         },
         Case {
+            name: "dra_two_vfs_matching_numa_node_are_allocated_and_prepared",
+            run: dra_two_vfs_matching_numa_node_are_allocated_and_prepared,
+        },
+        Case {
             name: "dra_bench_claim_pod_start_against_a_plain_pod",
             run: dra_bench_claim_pod_start_against_a_plain_pod,
         },
@@ -635,6 +639,72 @@ spec:
     let dev = devices(&slices).remove(vf).context("the VF is not ours")?;
     ensure!(attr(&dev, "resource.kubernetes.io/pcieRoot") == root.as_str(), "{vf} on another root");
     Ok(())
+}
+
+/// The standard NUMA attribute our slices publish (`device-plugin/src/dra/slices.rs`).
+const NUMA: &str = "resource.kubernetes.io/numaNode";
+
+/// Two VFs in one request with `matchAttribute` on the NUMA node: the
+/// scheduler allocates them only if each has the attribute with one value
+/// (a device without it fails the constraint), and the kubelet prepares both.
+/// All 4 VFs of e2e/node.yaml are on NUMA node 0 (the PF's `numa: 0`).
+fn dra_two_vfs_matching_numa_node_are_allocated_and_prepared(ctx: &Ctx) -> Result<()> {
+    let slices = dra_mode(ctx)?;
+    let devs = devices(&slices);
+    for (name, d) in &devs {
+        ensure!(attr(d, NUMA) == 0, "{name}: {NUMA} {} (e2e/node.yaml puts every VF on 0)", attr(d, NUMA));
+    }
+    let claim = format!(
+        r#"apiVersion: resource.k8s.io/v1
+kind: ResourceClaim
+metadata:
+  name: dra-numa
+  namespace: {NS}
+spec:
+  devices:
+    requests:
+      - name: vf
+        exactly:
+          deviceClassName: {DRIVER}
+          allocationMode: ExactCount
+          count: 2
+    constraints:
+      - requests: [vf]
+        matchAttribute: {NUMA}
+"#
+    );
+    ctx.apply(&format!("{claim}---\n{}", claim_pod("dra-numa", "resourceClaimName: dra-numa", None, "")))?;
+    let r = (|| {
+        ctx.wait_running(NS, "dra-numa", Duration::from_secs(90))?;
+        let c = ctx.json(&["-n", NS, "get", "resourceclaim", "dra-numa"])?;
+        let res = results(&c);
+        let names: Vec<&str> = res.iter().filter_map(|r| r["device"].as_str()).collect();
+        ensure!(names.len() == 2 && names[0] != names[1], "allocation {}", c["status"]["allocation"]);
+        let mut pcis = vec![];
+        for n in &names {
+            let d = devs.get(*n).with_context(|| format!("{n} is not in our slices"))?;
+            ensure!(attr(d, NUMA) == 0, "{n}: {NUMA} {}", attr(d, NUMA));
+            pcis.push(attr(d, "resource.kubernetes.io/pciBusID").as_str().context("pciBusID")?.to_string());
+        }
+        // Prepared: both VFs' uverbs nodes and PCI addresses (`KUBERDMA_<request>_...`) reach the container.
+        let out = ctx.exec(NS, "dra-numa", &["sh", "-c", "ls /dev/infiniband; echo ---; env"])?;
+        let (nodes, env) = out.split_once("---").context("exec output")?;
+        let uverbs = nodes.split_whitespace().filter(|n| n.starts_with("uverbs")).count();
+        ensure!(uverbs == 2, "{uverbs} uverbs nodes in the container, want 2: {nodes:?}");
+        let listed: Vec<&str> = env
+            .lines()
+            .find_map(|l| l.strip_prefix("KUBERDMA_VF_PCI_ADDRESSES="))
+            .context("no KUBERDMA_VF_PCI_ADDRESSES in the container's env")?
+            .split(',')
+            .collect();
+        for p in &pcis {
+            ensure!(listed.contains(&p.as_str()), "{p} not in KUBERDMA_VF_PCI_ADDRESSES {listed:?}");
+        }
+        Ok(())
+    })();
+    ctx.delete(NS, "pod", "dra-numa")?;
+    ctx.delete(NS, "resourceclaim", "dra-numa")?;
+    r
 }
 
 // ------------------------------------------------------------------ benchmarks
