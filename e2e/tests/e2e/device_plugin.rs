@@ -541,7 +541,8 @@ fn wait_restarted(ctx: &Ctx, ns: &str, pod: &str, more_than: i64) -> Result<()> 
     })
 }
 
-fn plugin_pod(ctx: &Ctx) -> Result<String> {
+/// The running pod of the device plugin DaemonSet (in DRA mode, the driver's).
+pub fn plugin_pod(ctx: &Ctx) -> Result<String> {
     let pods =
         ctx.json(&["-n", NAMESPACE, "get", "pods", "-l", "app.kubernetes.io/component=device-plugin"])?;
     pods["items"]

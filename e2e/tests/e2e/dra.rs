@@ -15,6 +15,7 @@ use kube_rdma_e2e::node;
 use serde_json::{json, Value};
 
 use crate::ctx::{busybox_pod, eventually, merge, Ctx};
+use crate::device_plugin;
 use crate::Case;
 
 const DRIVER: &str = "rdma.kuberdma.io";
@@ -50,6 +51,10 @@ pub fn cases() -> Vec<Case> {
         Case {
             name: "dra_a_restarted_kubelet_leaves_running_pods_their_devices",
             run: dra_a_restarted_kubelet_leaves_running_pods_their_devices,
+        },
+        Case {
+            name: "dra_a_replaced_driver_pod_serves_and_unprepares_its_predecessors_claims",
+            run: dra_a_replaced_driver_pod_serves_and_unprepares_its_predecessors_claims,
         },
         Case {
             name: "dra_a_deleted_pod_is_unprepared_and_its_claim_deallocated",
@@ -508,6 +513,68 @@ fn dra_a_restarted_kubelet_leaves_running_pods_their_devices(ctx: &Ctx) -> Resul
         Ok(())
     })();
     cleanup(ctx, "dra-kubelet", t)?;
+    r
+}
+
+/// The driver's pod replaced (an upgrade, an eviction, a crash loop's end):
+/// the DaemonSet's new pod registers with the kubelet again and publishes the
+/// same devices; the pod running on a claim keeps its container and devices;
+/// a new claim is prepared; and the claim the old pod prepared is unprepared
+/// by the new one when its pod goes (the prepared records outlive the pod).
+fn dra_a_replaced_driver_pod_serves_and_unprepares_its_predecessors_claims(ctx: &Ctx) -> Result<()> {
+    let slices = dra_mode(ctx)?;
+    let (t, first, second) = ("dra-replaced", "dra-before", "dra-after");
+    ctx.apply(&format!("{}---\n{}", template(t, ONE_VF), claim_pod(first, &from_template(t), None, "")))?;
+    let r = (|| {
+        let p0 = ctx.wait_running(NS, first, Duration::from_secs(90))?;
+        let claim = pods_claim(ctx, first)?;
+        let uid = claim["metadata"]["uid"].as_str().unwrap_or("").to_string();
+        let name = results(&claim)
+            .first()
+            .and_then(|r| r["device"].as_str().map(str::to_string))
+            .context("allocated")?;
+        let dev = devices(&slices).remove(&name).context("allocated device not in our slices")?;
+
+        let old = device_plugin::plugin_pod(ctx)?;
+        ctx.delete(NAMESPACE, "pod", &old)?;
+        ensure!(cdi_spec_path(ctx, &uid).exists(), "the claim's CDI spec went with the driver pod");
+        ensure!(prepared_path(ctx, &uid).exists(), "the claim's prepared record went with the driver pod");
+        eventually("a new driver pod", Duration::from_secs(90), || {
+            Ok(device_plugin::plugin_pod(ctx).ok().filter(|p| *p != old))
+        })?;
+        eventually("our pool published by the new pod", Duration::from_secs(90), || {
+            let s = our_slices(ctx)?;
+            Ok((complete(&s).is_ok() && devices(&s).len() == VFS).then_some(()))
+        })?;
+
+        let p1 = ctx.wait_running(NS, first, Duration::from_secs(30))?;
+        let container = |p: &Value| p["status"]["containerStatuses"][0]["containerID"].clone();
+        ensure!(container(&p0) == container(&p1), "the workload got a new container: {}", p1["status"]);
+        check_container_has(ctx, first, &dev)?;
+
+        // Prepared by the new pod: it is registered with the kubelet.
+        ctx.apply(&claim_pod(second, &from_template(t), None, ""))?;
+        ctx.wait_running(NS, second, Duration::from_secs(90))?;
+        let other = pods_claim(ctx, second)?;
+        let other_name = results(&other)
+            .first()
+            .and_then(|r| r["device"].as_str().map(str::to_string))
+            .context("allocated")?;
+        ensure!(other_name != name, "one VF allocated twice: {name}");
+        let other_dev = devices(&slices).remove(&other_name).context("allocated device not in our slices")?;
+        check_container_has(ctx, second, &other_dev)?;
+
+        // Unprepared by the new pod, from the old pod's records.
+        ctx.delete(NS, "pod", first)?;
+        ensure!(!cdi_spec_path(ctx, &uid).exists(), "CDI spec of the old pod's claim left after its pod");
+        ensure!(
+            !prepared_path(ctx, &uid).exists(),
+            "prepared record of the old pod's claim left after its pod"
+        );
+        Ok(())
+    })();
+    ctx.delete(NS, "pod", second)?;
+    cleanup(ctx, first, t)?;
     r
 }
 
