@@ -303,7 +303,9 @@ fn start_apiserver(l: &Layout, st: &mut State, holder: i32) -> Result<()> {
         etcd_ports: (2379, 2380),
         sans: vec![node::node_ip(), NODE_NAME.into()],
         clients: vec![CONTROLLER_MANAGER, SCHEDULER, PROXY, KUBELET],
-        extra_args: vec![],
+        // Alpha in 1.34: without it the API server drops the pod status field
+        // (allocatedResourcesStatus) the kubelet reports device health in.
+        extra_args: vec![format!("--feature-gates={RESOURCE_HEALTH_GATE}=true")],
         ns_of: Some(holder),
         ready_timeout: Duration::from_secs(180),
     })?;
@@ -638,9 +640,16 @@ fn kubelet_spec(l: &Layout, holder: i32) -> Result<Spec> {
     Ok(spec)
 }
 
+/// The feature gate (alpha in 1.34, off by default) under which the kubelet
+/// watches device health (device plugins' ListAndWatch, DRA drivers'
+/// `NodeWatchResources`) into pods' `allocatedResourcesStatus`; on in the
+/// API server and the kubelet, so the e2e suite sees what our health reports do.
+pub const RESOURCE_HEALTH_GATE: &str = "ResourceHealthStatus";
+
 /// KubeletConfiguration as `hack/local-up-cluster.sh` would write it for this
 /// machine: cgroupfs under our own cgroup root, swap allowed, low eviction
-/// thresholds, image GC off (offline images cannot be pulled again).
+/// thresholds, image GC off (offline images cannot be pulled again), and
+/// [`RESOURCE_HEALTH_GATE`] on.
 fn kubelet_config(l: &Layout) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
@@ -673,6 +682,8 @@ serializeImagePulls: false
 shutdownGracePeriod: 0s
 shutdownGracePeriodCriticalPods: 0s
 resolvConf: /etc/resolv.conf
+featureGates:
+  {RESOURCE_HEALTH_GATE}: true
 "#,
         cgroup = node::cgroup(),
         sock = l.containerd_sock().display(),

@@ -990,30 +990,62 @@ fn change_reaches_the_node(
     Ok((pushed, t0.elapsed().as_secs_f64()))
 }
 
+/// The health of `id` in the pod's `allocatedResourcesStatus` for `resource`
+/// (kubelet `cm/devicemanager` under the ResourceHealthStatus gate,
+/// [`kube_rdma_e2e::cluster::RESOURCE_HEALTH_GATE`]): resource ID = device ID.
+fn pod_device_health(ctx: &Ctx, pod: &str, resource: &str, id: &str) -> Result<Option<String>> {
+    let p = ctx.json(&["-n", "default", "get", "pod", pod])?;
+    Ok(p["status"]["containerStatuses"][0]["allocatedResourcesStatus"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|s| s["name"] == resource)
+        .flat_map(|s| s["resources"].as_array().cloned().unwrap_or_default())
+        .find(|r| r["resourceID"] == id)
+        .and_then(|r| r["health"].as_str().map(str::to_string)))
+}
+
 fn pf_link_down_makes_its_vfs_unhealthy(ctx: &Ctx) -> Result<()> {
     pools::ensure(ctx, false)?;
     // The RDMA pool's allocatable goes to 0 and back here on purpose; the
     // kubelet restart's watcher, if it runs, leaves that out (not its capacity).
     let _excused = excuse_allocatable(res(RDMA));
-    let r = (|| {
-        let (pushed, node) = link_change_reaches_the_node(ctx, false, 0)?;
-        println!("     (PF down: the kubelet had the Unhealthy VFs after {pushed:.1} s, allocatable after {node:.1} s)");
-        let (_, alloc) = pools::node_resources(ctx)?;
-        ensure!(alloc.get(&res(NETDEV)) == Some(&2), "the E810's pool changed: {alloc:?}");
-        Ok(())
-    })();
-    if r.is_err() {
-        set_pf_link(ctx, "ens1f0np0", true)?;
-        // Still excused while allocatable comes back: the watcher reports only what this case did not.
-        let _ =
-            pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(5) + NODE_STATUS_EVERY);
-        return r;
-    }
-    let (pushed, node) = link_change_reaches_the_node(ctx, true, 4).context("Healthy again after link up")?;
-    println!(
-        "     (PF up: the kubelet had the Healthy VFs after {pushed:.1} s, allocatable after {node:.1} s)"
-    );
-    pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(5))
+    // A pod holds one of the PF's VFs: the health reaches its status too.
+    with_pod(ctx, "dp-health", RDMA, |s| {
+        let rdma = res(RDMA);
+        let id = s.ids[0].clone();
+        let pod_says = |want: &'static str| {
+            let (rdma, id) = (rdma.clone(), id.clone());
+            move || -> Result<Option<()>> {
+                Ok((pod_device_health(ctx, "dp-health", &rdma, &id)?.as_deref() == Some(want)).then_some(()))
+            }
+        };
+        eventually("the pod's device reported Healthy", Duration::from_secs(30), pod_says("Healthy"))?;
+        let r = (|| {
+            let (pushed, node) = link_change_reaches_the_node(ctx, false, 0)?;
+            println!("     (PF down: the kubelet had the Unhealthy VFs after {pushed:.1} s, allocatable after {node:.1} s)");
+            let (_, alloc) = pools::node_resources(ctx)?;
+            ensure!(alloc.get(&res(NETDEV)) == Some(&2), "the E810's pool changed: {alloc:?}");
+            eventually("the pod's device reported Unhealthy", Duration::from_secs(30), pod_says("Unhealthy"))
+        })();
+        if r.is_err() {
+            set_pf_link(ctx, "ens1f0np0", true)?;
+            // Still excused while allocatable comes back: the watcher reports only what this case did not.
+            let _ = pools::wait_allocatable(
+                ctx,
+                &pools::base_counts(),
+                Duration::from_secs(5) + NODE_STATUS_EVERY,
+            );
+            return r;
+        }
+        let (pushed, node) =
+            link_change_reaches_the_node(ctx, true, 4).context("Healthy again after link up")?;
+        println!(
+            "     (PF up: the kubelet had the Healthy VFs after {pushed:.1} s, allocatable after {node:.1} s)"
+        );
+        eventually("the pod's device Healthy again", Duration::from_secs(30), pod_says("Healthy"))?;
+        pools::wait_allocatable(ctx, &pools::base_counts(), Duration::from_secs(5))
+    })
 }
 
 /// `echo 1 > /sys/bus/pci/devices/<vf>/remove` on a VF of the RDMA pool: the device

@@ -65,6 +65,10 @@ pub fn cases() -> Vec<Case> {
             run: dra_pf_link_down_marks_its_vfs_unhealthy_in_the_slice_within_5_s,
         },
         Case {
+            name: "dra_device_health_reaches_the_pods_allocated_resources_status",
+            run: dra_device_health_reaches_the_pods_allocated_resources_status,
+        },
+        Case {
             name: "dra_a_vf_and_another_drivers_gpu_are_aligned_by_pcie_root",
             run: dra_a_vf_and_another_drivers_gpu_are_aligned_by_pcie_root,
         },
@@ -624,6 +628,68 @@ fn dra_pf_link_down_marks_its_vfs_unhealthy_in_the_slice_within_5_s(ctx: &Ctx) -
     r?;
     println!("     PF link down -> healthy=false in the slice: {:.2} s", took.as_secs_f64());
     eventually("healthy=true again after link up", Duration::from_secs(30), || healthy(true))
+}
+
+/// The health of the pod's claim `rdma` as the kubelet reports it in the
+/// container's `allocatedResourcesStatus` (kubelet `cm/dra/manager.go`
+/// `UpdateAllocatedResourcesStatus`: `claim:<name>`, one entry per device).
+fn reported_health(ctx: &Ctx, pod: &str) -> Result<Vec<(String, String)>> {
+    let p = ctx.json(&["-n", NS, "get", "pod", pod])?;
+    let statuses = p["status"]["containerStatuses"][0]["allocatedResourcesStatus"].as_array().cloned();
+    Ok(statuses
+        .unwrap_or_default()
+        .iter()
+        .filter(|s| s["name"] == "claim:rdma")
+        .flat_map(|s| s["resources"].as_array().cloned().unwrap_or_default())
+        .map(|r| {
+            let s = |k: &str| r[k].as_str().unwrap_or("").to_string();
+            (s("resourceID"), s("health"))
+        })
+        .collect())
+}
+
+/// Our `NodeWatchResources` stream reaches the pod: the kubelet (with the
+/// ResourceHealthStatus gate, [`cluster::RESOURCE_HEALTH_GATE`]) shows the
+/// claim's VF Healthy, Unhealthy while its PF's link is down, Healthy again.
+fn dra_device_health_reaches_the_pods_allocated_resources_status(ctx: &Ctx) -> Result<()> {
+    dra_mode(ctx)?;
+    // The kubelet matches a container's claim to the ResourceClaim by name
+    // (manager.go compares `cClaim.Name` with the claim object's name), so the
+    // pod's claim and the object are both `rdma`.
+    let one_vf: Vec<&str> = ONE_VF.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).collect();
+    let claim = format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: rdma\n  namespace: {NS}\nspec:\n  devices:\n    requests:\n      - name: vf\n{}\n",
+        one_vf.join("\n")
+    );
+    let pod = "dra-health";
+    ctx.apply(&format!("{claim}---\n{}", claim_pod(pod, "resourceClaimName: rdma", None, "")))?;
+    let ns = node::netns();
+    let r = (|| {
+        ctx.wait_running(NS, pod, Duration::from_secs(90))?;
+        let health = |want: &'static str| {
+            move || -> Result<Option<Vec<(String, String)>>> {
+                let h = reported_health(ctx, pod)?;
+                Ok((h.len() == 1 && h[0].1 == want).then_some(h))
+            }
+        };
+        let h = eventually("the claim's VF reported Healthy", Duration::from_secs(60), health("Healthy"))?;
+        ensure!(h[0].0.starts_with("kuberdma.io/claim="), "resource ID is not our CDI device: {h:?}");
+        let t0 = Instant::now();
+        node::ip_in(&ns, &["link", "set", PF, "down"])?;
+        let down = eventually("Unhealthy while the PF is down", Duration::from_secs(60), health("Unhealthy"));
+        let took = t0.elapsed();
+        node::ip_in(&ns, &["link", "set", PF, "up"])?;
+        down?;
+        println!(
+            "     PF link down -> pod's allocatedResourcesStatus Unhealthy: {:.1} s",
+            took.as_secs_f64()
+        );
+        eventually("Healthy again after link up", Duration::from_secs(60), health("Healthy"))?;
+        Ok(())
+    })();
+    ctx.delete(NS, "pod", pod)?;
+    ctx.delete(NS, "resourceclaim", "rdma")?;
+    r
 }
 
 fn dra_a_vf_and_another_drivers_gpu_are_aligned_by_pcie_root(ctx: &Ctx) -> Result<()> {
