@@ -302,16 +302,48 @@ fn walk_procs(dir: &Path, out: &mut BTreeSet<i32>) {
     }
 }
 
-/// Kills every process in our cgroups (frozen first, so none forks meanwhile)
-/// and the recorded pids; waits until they are gone.
+/// Processes in any of `ns_inodes` (namespaces identified by inode, as
+/// recorded at `up`), with the kind of namespace (`net`, `mnt`) they share.
+pub fn pids_in_namespaces(ns_inodes: &[u64]) -> Vec<(i32, &'static str)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut out = vec![];
+    if ns_inodes.is_empty() {
+        return out;
+    }
+    let Ok(rd) = std::fs::read_dir("/proc") else { return out };
+    for e in rd.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
+        for ns in ["net", "mnt"] {
+            let ino = std::fs::metadata(format!("/proc/{pid}/ns/{ns}")).map(|m| m.ino()).unwrap_or(0);
+            if ns_inodes.contains(&ino) {
+                out.push((pid, ns));
+            }
+        }
+    }
+    out
+}
+
+/// Kills every process in our cgroups (frozen first, so none forks meanwhile),
+/// the recorded pids and whatever else is in the node's namespaces; waits
+/// until they are gone.
 pub fn kill_all(c: &Created) {
     let freezer =
         cgroup_hierarchies().into_iter().find(|h| h.join("freezer.state").exists() || h.ends_with("freezer"));
     let me = std::process::id() as i32;
+    let own = |ns: &str| {
+        use std::os::unix::fs::MetadataExt;
+        std::fs::metadata(format!("/proc/self/ns/{ns}")).map(|m| m.ino()).unwrap_or(0)
+    };
+    let node_only: Vec<u64> =
+        c.ns_inodes.iter().copied().filter(|i| *i != own("net") && *i != own("mnt")).collect();
     for round in 0..50 {
         let mut pids = cgroup_pids();
         pids.extend(c.daemons.iter().map(|(_, p)| *p));
         pids.extend(c.holder);
+        // Outside our cgroups yet in the node's namespaces: children of a daemon
+        // killed above (simsync's `ip`), a test's `ip netns exec`. Never the
+        // host's own namespaces, whatever a state file says.
+        pids.extend(pids_in_namespaces(&node_only).into_iter().map(|(p, _)| p));
         pids.retain(|p| *p != me && *p > 1 && daemon::alive(*p));
         if pids.is_empty() {
             return;
@@ -373,7 +405,6 @@ pub struct Snapshot {
 /// Reads a [`Snapshot`] of the host; `ns_inodes` are the node's namespaces
 /// (see [`Created::ns_inodes`]).
 pub fn snapshot(ns_inodes: &[u64]) -> Snapshot {
-    use std::os::unix::fs::MetadataExt;
     let mut s = Snapshot::default();
     if let Ok(rd) = std::fs::read_dir("/sys/class/net") {
         s.links = rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
@@ -399,20 +430,13 @@ pub fn snapshot(ns_inodes: &[u64]) -> Snapshot {
     for pid in cgroup_pids() {
         s.processes.insert(format!("{pid} in cgroup {}", cgroup()));
     }
-    // Anything still in the node's network or mount namespace (identified by inode, as
-    // recorded at `up`), wherever its cgroup.
-    if !ns_inodes.is_empty() {
-        if let Ok(rd) = std::fs::read_dir("/proc") {
-            for e in rd.flatten() {
-                let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else { continue };
-                for ns in ["net", "mnt"] {
-                    let ino = std::fs::metadata(format!("/proc/{pid}/ns/{ns}")).map(|m| m.ino()).unwrap_or(0);
-                    if ns_inodes.contains(&ino) {
-                        s.processes.insert(format!("{pid} in the node's {ns} namespace"));
-                    }
-                }
-            }
-        }
+    // Anything still in the node's network or mount namespace, wherever its cgroup.
+    for (pid, ns) in pids_in_namespaces(ns_inodes) {
+        // Named, so a leftover says what it is (it may be gone by the time one looks).
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let args: String = String::from_utf8_lossy(&args).replace('\0', " ").chars().take(160).collect();
+        s.processes.insert(format!("{pid} ({}: {}) in the node's {ns} namespace", comm.trim(), args.trim()));
     }
     for p in SHADOWED.iter().chain(["/dev/infiniband", "/dev/vfio"].iter()) {
         if Path::new(p).exists() {
