@@ -149,12 +149,10 @@ pub fn cni_arg(args: Option<&str>, key: &str) -> Result<Option<String>> {
     Ok(found)
 }
 
-/// CNI spec: container ID is alphanumeric plus `_ . -`, non-empty. No length
+/// CNI spec: container ID, the same characters as a network name. No length
 /// limit in the spec; 1024 bytes bounds what we hash into a journal name.
 pub fn valid_container_id(s: &str) -> bool {
-    s.len() <= 1024
-        && s.chars().next().is_some_and(|c| c.is_ascii_alphanumeric())
-        && s.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'))
+    s.len() <= 1024 && valid_network_name(s)
 }
 
 /// CNI spec, "Network configuration" `name`: an alphanumeric, then

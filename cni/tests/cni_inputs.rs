@@ -29,6 +29,12 @@ fn bad_inputs_get_the_spec_code_and_a_useful_message_and_change_nothing() {
         c[k] = v;
         c
     };
+    // GC's input: the config and the (here empty) attachments to keep.
+    let gc_with = |k: &str, v: Value| {
+        let mut c = with(k, v);
+        c["cni.dev/valid-attachments"] = json!([]);
+        c
+    };
     let host_before = lab.host_links();
     let pod_before = links(pod.name());
     let pod_path = pod.path().display().to_string();
@@ -272,11 +278,7 @@ fn bad_inputs_get_the_spec_code_and_a_useful_message_and_change_nothing() {
         (
             Case { name: "GC with a pre-1.1.0 config", code: 1, msg: "GC needs 1.1.0" },
             "GC",
-            ser(&{
-                let mut c = with("cniVersion", json!("1.0.0"));
-                c["cni.dev/valid-attachments"] = json!([]);
-                c
-            }),
+            ser(&gc_with("cniVersion", json!("1.0.0"))),
             vec![],
         ),
         (
@@ -298,11 +300,7 @@ fn bad_inputs_get_the_spec_code_and_a_useful_message_and_change_nothing() {
         (
             Case { name: "GC of a network name against the spec", code: 7, msg: "is not a network name" },
             "GC",
-            ser(&{
-                let mut c = with("name", json!("n n"));
-                c["cni.dev/valid-attachments"] = json!([]);
-                c
-            }),
+            ser(&gc_with("name", json!("n n"))),
             vec![],
         ),
         (

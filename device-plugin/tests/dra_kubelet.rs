@@ -845,23 +845,30 @@ async fn refuses_shared_pools_and_misplaced_flags_with_a_message() {
     let sim = sim();
     let env = Env::new(NODE, sim.roots()).await;
     let cfg = env.tmp.path().join("config.yaml");
+    // The driver's stderr when it refuses to start with `config`.
+    let refused = |config: &std::path::Path| {
+        let mut c = env.command();
+        c.arg("--config").arg(config);
+        async move {
+            let out = c.output().await.unwrap();
+            let err = String::from_utf8_lossy(&out.stderr).into_owned();
+            assert!(!out.status.success(), "{err}");
+            err
+        }
+    };
     std::fs::write(
         &cfg,
         "pools:\n- name: hca\n  mode: shared\n  rdmaHcaMax: 4\n  selectors: {vendors: [\"15b3\"]}\n",
     )
     .unwrap();
-    let out = env.command().arg("--config").arg(&cfg).output().await.unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = refused(&cfg).await;
     assert!(err.contains("kuberdma.io/hca") && err.contains("shared mode"), "{err}");
 
     // Regression (audit): a k8s-rdma-shared-dev-plugin config passed the check
     // and the driver served nothing. Refused before it talks to the API.
     let rsdp = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/configs/rsdp-config.json");
     let before = env.audit().len();
-    let out = env.command().arg("--config").arg(&rsdp).output().await.unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{err}");
+    let err = refused(&rsdp).await;
     assert!(
         err.contains("rsdp-config.json")
             && err.contains("rdma/hca_shared_devices_a, rdma/hca_shared_devices_b")
@@ -877,9 +884,7 @@ async fn refuses_shared_pools_and_misplaced_flags_with_a_message() {
         "pools:\n- {name: a, policy: spread, selectors: {}}\n- {name: b, gpuAffinity: true, selectors: {}}\n",
     )
     .unwrap();
-    let out = env.command().arg("--config").arg(&cfg).output().await.unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = refused(&cfg).await;
     assert!(
         err.contains("pool kuberdma.io/a: `policy: spread`")
             && err.contains("pool kuberdma.io/b: `gpuAffinity: true`"),
@@ -891,9 +896,7 @@ async fn refuses_shared_pools_and_misplaced_flags_with_a_message() {
         r#"{"resourceList": [{"resourceName": "x", "additionalInfo": {"*": {"k": "v"}}}]}"#,
     )
     .unwrap();
-    let out = env.command().arg("--config").arg(&sndp).output().await.unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success());
+    let err = refused(&sndp).await;
     assert!(err.contains("pool intel.com/x: `additionalInfo`"), "{err}");
 
     let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"))
@@ -903,6 +906,18 @@ async fn refuses_shared_pools_and_misplaced_flags_with_a_message() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--cdi-dir set before `dra`"), "{err}");
+
+    // A node name no Node can have: refused at start, not as API errors on every slice.
+    for name in ["", "Node_1"] {
+        let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-device-plugin"))
+            .args(["dra", "--node-name", name])
+            .env_remove("NODE_NAME")
+            .output()
+            .await
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(&format!("{name:?} is not a Node name")), "{err}");
+    }
 }
 
 /// Pools whose VFs hand out no RDMA device mean what they mean in device

@@ -210,12 +210,8 @@ fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
     let Some(node_name) = a.node_name.clone() else {
         bail!("--node-name (or env NODE_NAME) is required for the agent loop");
     };
-    // An empty or malformed name would only fail later, at every write, as an API error.
-    if !plumbing::is_dns_subdomain(&node_name) {
-        bail!(
-            "--node-name (or env NODE_NAME) {node_name:?} is not a Node name (a DNS subdomain: \
-             lowercase letters, digits, '-' and '.', at most 253 characters)"
-        );
+    if let Some(problem) = plumbing::node_name_problem(&node_name) {
+        bail!(problem);
     }
     let rt = tokio::runtime::Runtime::new().context("starting the tokio runtime")?;
     rt.block_on(async move {

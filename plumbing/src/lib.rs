@@ -54,6 +54,18 @@ pub fn is_dns_subdomain(name: &str) -> bool {
         })
 }
 
+/// Why `name`, given with `--node-name` or env NODE_NAME, cannot be this
+/// node's name; `None` when it can. An empty or malformed name would only fail
+/// later, as an API error at every write.
+pub fn node_name_problem(name: &str) -> Option<String> {
+    (!is_dns_subdomain(name)).then(|| {
+        format!(
+            "--node-name (or env NODE_NAME) {name:?} is not a Node name (a DNS subdomain: lowercase \
+             letters, digits, '-' and '.', at most 253 characters)"
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::is_dns_subdomain;

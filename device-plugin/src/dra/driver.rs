@@ -102,8 +102,8 @@ impl Args {
         if !(self.rescan_interval > 0.0 && self.rescan_interval.is_finite()) {
             return Err(DriverError::Flag("--rescan-interval must be a positive number of seconds".into()));
         }
-        if self.node_name.is_empty() {
-            return Err(DriverError::Flag("--node-name (or env NODE_NAME) must not be empty".into()));
+        if let Some(problem) = plumbing::node_name_problem(&self.node_name) {
+            return Err(DriverError::Flag(problem));
         }
         let prepared_dir =
             self.prepared_dir.unwrap_or_else(|| self.plugins_dir.join(DRIVER).join("prepared"));

@@ -250,6 +250,16 @@ fn claim_pod(name: &str, source: &str, request: Option<&str>, annotations: &str)
     busybox_pod(NS, name, &extra, annotations)
 }
 
+/// A ResourceClaim `name` of its own (not from a template) for one VF; its
+/// requests sit one level shallower than a template's.
+fn own_claim(name: &str) -> String {
+    let one_vf: Vec<&str> = ONE_VF.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).collect();
+    format!(
+        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: {name}\n  namespace: {NS}\nspec:\n  devices:\n    requests:\n      - name: vf\n{}\n",
+        one_vf.join("\n")
+    )
+}
+
 fn from_template(t: &str) -> String {
     format!("resourceClaimTemplateName: {t}")
 }
@@ -584,13 +594,8 @@ fn dra_a_replaced_driver_pod_serves_and_unprepares_its_predecessors_claims(ctx: 
 
 fn dra_a_deleted_pod_is_unprepared_and_its_claim_deallocated(ctx: &Ctx) -> Result<()> {
     dra_mode(ctx)?;
-    // A claim of its own (not from a template), so it outlives the pod; its
-    // requests sit one level shallower than a template's.
-    let one_vf: Vec<&str> = ONE_VF.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).collect();
-    let claim = format!(
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: dra-own\n  namespace: {NS}\nspec:\n  devices:\n    requests:\n      - name: vf\n{}\n",
-        one_vf.join("\n")
-    );
+    // A claim of its own (not from a template), so it outlives the pod.
+    let claim = own_claim("dra-own");
     ctx.apply(&format!("{claim}---\n{}", claim_pod("dra-own", "resourceClaimName: dra-own", None, "")))?;
     let r = (|| {
         ctx.wait_running(NS, "dra-own", Duration::from_secs(90))?;
@@ -656,11 +661,7 @@ fn dra_device_health_reaches_the_pods_allocated_resources_status(ctx: &Ctx) -> R
     // The kubelet matches a container's claim to the ResourceClaim by name
     // (manager.go compares `cClaim.Name` with the claim object's name), so the
     // pod's claim and the object are both `rdma`.
-    let one_vf: Vec<&str> = ONE_VF.lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).collect();
-    let claim = format!(
-        "apiVersion: resource.k8s.io/v1\nkind: ResourceClaim\nmetadata:\n  name: rdma\n  namespace: {NS}\nspec:\n  devices:\n    requests:\n      - name: vf\n{}\n",
-        one_vf.join("\n")
-    );
+    let claim = own_claim("rdma");
     let pod = "dra-health";
     ctx.apply(&format!("{claim}---\n{}", claim_pod(pod, "resourceClaimName: rdma", None, "")))?;
     let ns = node::netns();
