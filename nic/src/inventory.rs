@@ -55,14 +55,12 @@ pub struct Problem {
 pub struct Skipped {
     /// The device as far as it is known: a PCI address, a link name, an RDMA device name.
     pub device: String,
-    /// Why it was skipped.
     pub reason: String,
 }
 
 /// A network interface as sysfs shows it (`/sys/class/net/<name>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Netdev {
-    /// Interface name.
     pub name: String,
     pub ifindex: Option<u32>,
     /// Link speed in Mb/s (`speed`; unknown when the link is down).
@@ -89,7 +87,6 @@ pub enum LinkLayer {
 /// An SR-IOV physical function.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Pf {
-    /// PCI address.
     pub pci: PciAddr,
     /// PCI vendor id (`vendor`).
     pub vendor: Option<u16>,
@@ -132,13 +129,10 @@ pub struct Pf {
 pub struct Vf {
     /// VF index on its PF (the `N` of `virtfnN`).
     pub index: u32,
-    /// PCI address.
     pub pci: PciAddr,
     /// PCI address of the PF.
     pub pf: PciAddr,
-    /// PCI vendor id.
     pub vendor: Option<u16>,
-    /// PCI device id.
     pub device: Option<u16>,
     /// Bound driver; `None` when unbound. A userspace driver (vfio-pci) is a name here too.
     pub driver: Option<String>,
@@ -187,7 +181,6 @@ pub enum RdmaVia {
 pub struct RdmaDev {
     /// Device name, e.g. `mlx5_3`, `rocep59s0f0v1`, `irdma0`.
     pub name: String,
-    /// How it was found.
     pub via: RdmaVia,
     /// Node GUID (`node_guid`).
     pub node_guid: Option<String>,
@@ -324,16 +317,12 @@ pub enum GidKind {
 pub struct Hca {
     /// PCI address; `None` for a virtual device (rxe, siw).
     pub pci: Option<PciAddr>,
-    /// PCI vendor id.
     pub vendor: Option<u16>,
-    /// PCI device id.
     pub device: Option<u16>,
-    /// Bound driver.
     pub driver: Option<String>,
     pub numa_node: Option<u32>,
     /// Netdevs of the function (or the netdev a virtual device is bound to).
     pub netdevs: Vec<Netdev>,
-    /// The RDMA device.
     pub rdma: RdmaDev,
     /// PCIe bridges up to the root port, nearest first.
     pub upstream: Vec<PciAddr>,
@@ -344,11 +333,8 @@ pub struct Hca {
 /// A GPU, for GPU/NIC affinity.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Gpu {
-    /// PCI address.
     pub pci: PciAddr,
-    /// PCI vendor id.
     pub vendor: u16,
-    /// PCI device id.
     pub device: Option<u16>,
     pub numa_node: Option<u32>,
     /// PCIe bridges up to the root port, nearest first.

@@ -27,7 +27,6 @@ pub enum NetnsError {
     /// The path could not be opened.
     #[error("cannot open network namespace {path}")]
     Open {
-        /// The netns path.
         path: PathBuf,
         /// The error.
         #[source]
@@ -39,7 +38,6 @@ pub enum NetnsError {
     /// `setns(2)` failed.
     #[error("setns into {path} failed")]
     Setns {
-        /// The netns path.
         path: PathBuf,
         /// The errno.
         #[source]
@@ -48,9 +46,7 @@ pub enum NetnsError {
     /// Creating or deleting a named namespace failed.
     #[error("cannot {op} network namespace {name}")]
     Named {
-        /// What was being done.
         op: &'static str,
-        /// The namespace name.
         name: String,
         /// The error.
         #[source]
@@ -58,10 +54,7 @@ pub enum NetnsError {
     },
     /// The worker thread panicked.
     #[error("thread running in network namespace {path} panicked")]
-    Panicked {
-        /// The netns path.
-        path: PathBuf,
-    },
+    Panicked { path: PathBuf },
 }
 
 /// An open network namespace (holds the nsfs file descriptor, so the

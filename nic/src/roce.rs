@@ -195,7 +195,6 @@ impl Trust {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct NodeRoce {
-    /// Node name.
     pub node: String,
     /// One entry per PF netdev (SR-IOV PFs, then shared-mode HCA netdevs), in inventory order.
     pub interfaces: Vec<InterfaceRoce>,
@@ -239,9 +238,7 @@ pub struct InterfaceRoce {
     pub driver: Option<String>,
     /// RDMA device on this netdev (`mlx5_0`, `rocep59s0f0`, `irdma0`).
     pub rdma_dev: Option<String>,
-    /// PCI vendor id.
     pub vendor: Option<u16>,
-    /// PCI device id.
     pub device: Option<u16>,
     /// Link speed in Mb/s (`/sys/class/net/<if>/speed`; unknown while the link is down).
     pub speed_mbps: Observed<u32>,

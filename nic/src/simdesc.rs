@@ -152,7 +152,6 @@ impl Model {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AdapterDesc {
-    /// Adapter model.
     pub model: Model,
     /// Physical functions (ports).
     pub pfs: Vec<PfDesc>,
@@ -162,9 +161,8 @@ pub struct AdapterDesc {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PfDesc {
-    /// PCI address.
+    /// PCI address (bus:device.function).
     pub bdf: PciAddr,
-    /// PF netdev name.
     pub netdev: String,
     /// Number of VFs enabled (`sriov_numvfs`).
     #[serde(default)]
@@ -292,7 +290,7 @@ impl Default for RoceDesc {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GpuDesc {
-    /// PCI address.
+    /// PCI address (bus:device.function).
     pub bdf: PciAddr,
     /// PCI device id (default 0x2330, H100 SXM).
     #[serde(default)]
@@ -350,13 +348,11 @@ pub enum DescError {
     Invalid {
         /// File the description came from.
         path: String,
-        /// What is inconsistent.
         what: String,
     },
     /// The file could not be read.
     #[error("cannot read {path}")]
     Io {
-        /// File path.
         path: String,
         /// The I/O error.
         #[source]

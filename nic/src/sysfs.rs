@@ -34,7 +34,6 @@ pub enum SysfsError {
     /// (an inventory [`Problem`](crate::Problem), an `Observed::Unknown`).
     #[error("{path:?}: {error}")]
     Io {
-        /// What was read.
         path: PathBuf,
         /// The OS error (`ENOENT`, `EINVAL` for an attribute the kernel refuses, …).
         error: io::Error,
@@ -42,7 +41,6 @@ pub enum SysfsError {
     /// The contents are not what the attribute should hold.
     #[error("{path:?}: {expected}, found {found:?}")]
     Invalid {
-        /// What was read.
         path: PathBuf,
         /// What was expected, e.g. "not a decimal number".
         expected: &'static str,

@@ -28,7 +28,6 @@ pub enum VfDevError {
     /// There is no such PCI function.
     #[error("device {pci}: no such PCI device under {}", devices.display())]
     NoSuchDevice {
-        /// The address asked for.
         pci: PciAddr,
         /// `<sysfs>/bus/pci/devices`.
         devices: PathBuf,
@@ -36,7 +35,6 @@ pub enum VfDevError {
     /// The function is not a VF.
     #[error("device {pci}: is not an SR-IOV VF (no physfn link at {}); deviceID must name a VF, not a PF or another device", path.display())]
     NotAVf {
-        /// The address asked for.
         pci: PciAddr,
         /// `<vf>/physfn`.
         path: PathBuf,
@@ -44,7 +42,6 @@ pub enum VfDevError {
     /// The PF has no `virtfnN` link back to the VF, so its index is unknown.
     #[error("device {pci}: PF {pf} has no virtfn link to this VF (under {})", pf_dir.display())]
     NoVirtfn {
-        /// The VF.
         pci: PciAddr,
         pf: PciAddr,
         /// The PF's sysfs directory.
@@ -84,9 +81,7 @@ impl VfDevError {
 /// One VF as sysfs shows it.
 #[derive(Debug, Clone)]
 pub struct VfDev {
-    /// VF address.
     pub pci: PciAddr,
-    /// Its sysfs directory.
     pub dir: PathBuf,
     /// The PF's address.
     pub pf: PciAddr,
@@ -96,7 +91,6 @@ pub struct VfDev {
     pub index: u32,
     /// Its netdev name on the host, if it has one there.
     pub netdev: Option<String>,
-    /// Its RDMA devices.
     pub rdma: Vec<String>,
     /// The driver it is bound to (`<vf>/driver`), if any.
     pub driver: Option<String>,

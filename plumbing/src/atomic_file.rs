@@ -39,7 +39,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 pub struct FileError {
     /// What was attempted (`write`, `rename into`, `flush`, …).
     pub op: &'static str,
-    /// The file or directory.
     pub path: PathBuf,
     /// The OS error.
     #[source]

@@ -42,8 +42,11 @@ pub const VERSION: &str = match option_env!("KUBE_RDMA_VERSION") {
 };
 
 /// k8s.io/apimachinery `IsDNS1123Subdomain`: what a Node (and most object)
-/// name must be. At most 253 characters; dot-separated labels of lowercase
-/// letters, digits and `-`, each starting and ending with a letter or digit.
+/// name and an extended resource's prefix must be. At most 253 characters;
+/// dot-separated labels of lowercase letters, digits and `-`, each starting and
+/// ending with a letter or digit. Unlike a DNS name, a label may be longer than
+/// 63: apimachinery checks the whole name's length only
+/// (`validation.IsDNS1123Subdomain`), and we accept what the API server does.
 pub fn is_dns_subdomain(name: &str) -> bool {
     name.len() <= 253
         && name.split('.').all(|label| {
@@ -53,6 +56,11 @@ pub fn is_dns_subdomain(name: &str) -> bool {
                 && !label.ends_with('-')
         })
 }
+
+/// [`is_dns_subdomain`] as a JSON Schema / OpenAPI pattern (apimachinery's
+/// `dns1123SubdomainFmt`), for schemas generated from our types; the length
+/// limit (253) goes beside it as `maxLength`.
+pub const DNS_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
 
 /// Why `name`, given with `--node-name` or env NODE_NAME, cannot be this
 /// node's name; `None` when it can. An empty or malformed name would only fail
@@ -72,7 +80,7 @@ mod tests {
 
     #[test]
     fn dns_subdomains_are_what_the_api_server_accepts_as_names() {
-        for ok in ["n1", "node-a.example.com", "0", &"a".repeat(253)] {
+        for ok in ["n1", "node-a.example.com", "0", &"a".repeat(253), &format!("{}.io", "b".repeat(64))] {
             assert!(is_dns_subdomain(ok), "{ok}");
         }
         for bad in ["", "Node1", "-a", "a-", "a..b", "a.", ".a", "a_b", "a b", &"a".repeat(254)] {

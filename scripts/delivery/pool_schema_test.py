@@ -56,6 +56,9 @@ VALID: dict[str, dict[str, Any]] = {
                                                 resourcePrefix=None, selectors={"vendors": None, "isRdma": None}),
                                            resourcePrefix=None),
     "a 63-character name and prefix label": pools(pool("a" * 63, resourcePrefix="b" * 63 + ".io")),
+    # The API server checks a prefix's length as a whole (IsDNS1123Subdomain), not per label.
+    "a prefix label of 64": pools(pool(resourcePrefix="b" * 64 + ".io")),
+    "a prefix of 253": pools(pool(resourcePrefix=".".join(["b" * 63] * 3 + ["b" * 61]))),
     "two pools": pools(pool("a"), pool("b")),
 }
 
@@ -73,7 +76,7 @@ INVALID: dict[str, dict[str, Any]] = {
     "name as a number": pools(pool(7)),
     "prefix with upper case": pools(pool(resourcePrefix="Kuberdma.io")),
     "prefix with an empty label": pools(pool(resourcePrefix="a..io")),
-    "prefix label of 64": pools(pool(resourcePrefix="b" * 64 + ".io")),
+    "prefix of 254": pools(pool(resourcePrefix=".".join(["b" * 63] * 3 + ["b" * 62]))),
     "prefix label starting with '-'": pools(pool(), resourcePrefix="-a.io"),
     "unknown mode": pools(pool(mode="exclusive")),
     "mode in upper case": pools(pool(mode="VF")),

@@ -439,19 +439,14 @@ fn pool_name(cx: &mut Cx, name: Option<String>, key: &str) -> Result<String, Con
     Ok(name)
 }
 
-/// Validates a resource prefix (a DNS subdomain).
+/// Validates a resource prefix: a DNS subdomain, as the API server checks an
+/// extended resource's prefix (`IsQualifiedName`).
 fn prefix(cx: &Cx, p: String, key: &str) -> Result<String, ConfigError> {
-    let ok = !p.is_empty()
-        && p.len() <= 253
-        && p.split('.').all(|l| {
-            !l.is_empty()
-                && l.len() <= 63
-                && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-                && !l.starts_with('-')
-                && !l.ends_with('-')
-        });
-    if !ok {
-        return Err(cx.err(key, format!("{p:?} is not a DNS subdomain")));
+    if !plumbing::is_dns_subdomain(&p) {
+        return Err(cx.err(
+            key,
+            format!("{p:?} is not a DNS subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)"),
+        ));
     }
     Ok(p)
 }

@@ -25,8 +25,8 @@ use super::native::{LINK_TYPES, MODES, POLICIES};
 
 /// [`super::pool_name`]: an extended resource's name part.
 const POOL_NAME: &str = "^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$";
-/// [`super::prefix`]: a DNS subdomain (labels of at most 63).
-const DNS_SUBDOMAIN: &str = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$";
+/// [`super::prefix`]: a DNS subdomain, the API server's rule.
+const DNS_SUBDOMAIN: &str = plumbing::DNS_SUBDOMAIN_PATTERN;
 /// [`super::fields::Cx::pci_ids`], lenient (ours): 4 hex digits, `0x` allowed.
 const PCI_ID: &str = "^(0[xX])?[0-9a-fA-F]{4}$";
 /// [`nic::PciAddr`]'s `FromStr`: `[DDDD:]BB:DD.F`, domain 4 to 8 digits, device

@@ -71,7 +71,6 @@ pub enum LinkEventKind {
 /// A parsed link notification.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LinkEvent {
-    /// New or deleted.
     pub kind: LinkEventKind,
     /// `ifi_index`.
     pub ifindex: u32,
@@ -133,7 +132,6 @@ pub enum EventsError {
     /// `setsockopt(NETLINK_ADD_MEMBERSHIP)` failed.
     #[error("netlink: cannot join rtnetlink group {group}")]
     Join {
-        /// Group number.
         group: u32,
         /// The OS error.
         #[source]

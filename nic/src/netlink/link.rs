@@ -28,9 +28,7 @@ use std::net::IpAddr;
 use std::os::fd::RawFd;
 
 use futures::{StreamExt, TryStreamExt};
-use netlink_packet_core::{
-    NetlinkMessage, NetlinkPayload, NlaBuffer, NlasIterator, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST,
-};
+use netlink_packet_core::{NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST};
 use netlink_packet_route::address::{AddressAttribute, AddressHeaderFlags, AddressMessage};
 use netlink_packet_route::link::{LinkAttribute, LinkFlags, LinkHeader, LinkMessage};
 use netlink_packet_route::route::{
@@ -40,7 +38,7 @@ use netlink_packet_route::{AddressFamily, RouteNetlinkMessage};
 use netlink_sys::{AsyncSocket, TokioSocket};
 use rtnetlink::Handle;
 
-use crate::netlink::transport::{NlError, NETLINK_ROUTE};
+use crate::netlink::transport::{NlError, NETLINK_ROUTE, NLMSG_HDRLEN};
 use crate::netns::{Netns, NetnsError};
 
 /// Why a link request failed.
@@ -91,11 +89,6 @@ fn ifindex(index: u32) -> String {
     format!("ifindex {index}")
 }
 
-/// `NLMSGERR_ATTR_MSG` (include/uapi/linux/netlink.h, `enum nlmsgerr_attrs`).
-const NLMSGERR_ATTR_MSG: u16 = 1;
-/// `struct nlmsghdr`: the only part of the request a capped ACK echoes.
-const NLMSGHDR_LEN: usize = 16;
-
 /// The netlink error of one request `op` from rtnetlink's error.
 ///
 /// With `NETLINK_CAP_ACK` set on the socket (see [`RouteSocket`]) the payload
@@ -105,15 +98,7 @@ const NLMSGHDR_LEN: usize = 16;
 pub fn nl_error(op: &str, e: rtnetlink::Error) -> NlError {
     match e {
         rtnetlink::Error::NetlinkError(m) => {
-            let ext = m.header.get(NLMSGHDR_LEN..).and_then(|tlvs| {
-                NlasIterator::new(tlvs).filter_map(Result::ok).find_map(|nla: NlaBuffer<&[u8]>| {
-                    (nla.kind() == NLMSGERR_ATTR_MSG).then(|| {
-                        let v = nla.value();
-                        let v = v.split(|b| *b == 0).next().unwrap_or(v);
-                        String::from_utf8_lossy(v).into_owned()
-                    })
-                })
-            });
+            let ext = m.header.get(NLMSG_HDRLEN..).and_then(super::transport::ext_ack_text);
             NlError::Kernel { op: op.to_string(), errno: m.raw_code().abs(), ext }
         }
         rtnetlink::Error::RequestFailed => NlError::Io {

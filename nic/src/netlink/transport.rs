@@ -221,7 +221,6 @@ pub enum NlError {
     /// The kernel answered with an error code.
     #[error("netlink {op}: kernel said {}{}", io::Error::from_raw_os_error(*errno), ext.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
     Kernel {
-        /// The operation.
         op: String,
         /// Positive errno.
         errno: i32,
@@ -230,12 +229,7 @@ pub enum NlError {
     },
     /// A reply could not be decoded.
     #[error("netlink {op}: cannot decode reply: {why}")]
-    Decode {
-        /// The operation.
-        op: String,
-        /// What was wrong.
-        why: String,
-    },
+    Decode { op: String, why: String },
 }
 
 impl NlError {
@@ -257,7 +251,6 @@ pub enum FrameError<E> {
     Frame {
         /// Offset of the message in the datagram.
         offset: usize,
-        /// What is wrong.
         what: String,
     },
     /// The family's body decoder refused the message.
@@ -352,8 +345,11 @@ pub fn emit<M: NetlinkSerializable>(msg: &mut NetlinkMessage<M>) -> Vec<u8> {
     buf
 }
 
-/// Extracts the text of `NLMSGERR_ATTR_MSG` (1) from an error message's
-/// trailing TLVs (include/uapi/linux/netlink.h, `enum nlmsgerr_attrs`).
+/// `NLMSGERR_ATTR_MSG` (include/uapi/linux/netlink.h, `enum nlmsgerr_attrs`).
+const NLMSGERR_ATTR_MSG: u16 = 1;
+
+/// Extracts the text of `NLMSGERR_ATTR_MSG` from a whole `NLMSG_ERROR`
+/// message (header, error code, echoed request, then the extended-ACK TLVs).
 fn ext_ack_msg(raw: &[u8]) -> Option<String> {
     // nlmsghdr(16) + error(4) + the echoed request header (16, capped) then TLVs.
     let nb = NetlinkBuffer::new_checked(raw).ok()?;
@@ -367,21 +363,23 @@ fn ext_ack_msg(raw: &[u8]) -> Option<String> {
         let inner = raw.get(20..)?;
         NetlinkBuffer::new_checked(inner).ok()?.length() as usize
     };
-    let mut tlvs = raw.get(20 + nlmsg_align(echoed)..)?;
-    while tlvs.len() >= 4 {
-        let len = u16::from_ne_bytes([tlvs[0], tlvs[1]]) as usize;
-        let kind = u16::from_ne_bytes([tlvs[2], tlvs[3]]) & netlink_packet_core::NLA_TYPE_MASK;
-        if len < 4 || len > tlvs.len() {
-            return None;
-        }
-        if kind == 1 {
-            let s = &tlvs[4..len];
-            let s = s.split(|b| *b == 0).next().unwrap_or(s);
-            return Some(String::from_utf8_lossy(s).into_owned());
-        }
-        tlvs = tlvs.get(nlmsg_align(len)..).unwrap_or(&[]);
-    }
-    None
+    ext_ack_text(raw.get(20 + nlmsg_align(echoed)..)?)
+}
+
+/// The kernel's explanation (`NLMSGERR_ATTR_MSG`) among the extended-ACK
+/// attributes `tlvs` that follow an error's echoed request; the one parser of
+/// them, for this transport and for rtnetlink's errors
+/// ([`super::link::nl_error`]). Stops at the first malformed attribute.
+pub(crate) fn ext_ack_text(tlvs: &[u8]) -> Option<String> {
+    netlink_packet_core::NlasIterator::new(tlvs).map_while(Result::ok).find_map(
+        |nla: netlink_packet_core::NlaBuffer<&[u8]>| {
+            (nla.kind() == NLMSGERR_ATTR_MSG).then(|| {
+                let v = nla.value();
+                let v = v.split(|b| *b == 0).next().unwrap_or(v);
+                String::from_utf8_lossy(v).into_owned()
+            })
+        },
+    )
 }
 
 /// The request/reply engine over any [`Transport`]: numbers requests, frames

@@ -67,12 +67,9 @@ impl From<VfLink> for VfLinkState {
 /// The PF-side settings of one VF. In a request, `None` means "leave alone".
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VfSettings {
-    /// Administrative MAC.
     pub mac: Option<[u8; 6]>,
     pub vlan: Option<VfVlanSetting>,
-    /// Spoof checking.
     pub spoofchk: Option<bool>,
-    /// Trusted VF.
     pub trust: Option<bool>,
     /// `(min_tx_rate, max_tx_rate)` in Mb/s (0 = no limit).
     pub rate: Option<(u32, u32)>,
@@ -132,7 +129,6 @@ impl VfSettings {
 /// One VF as the PF reports it.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct VfState {
-    /// VF index.
     pub vf: u32,
     /// Administrative MAC (00:00:00:00:00:00 when unset).
     pub mac: [u8; 6],
@@ -140,7 +136,6 @@ pub struct VfState {
     pub vlan: VfVlanSetting,
     /// Spoof checking (absent when the driver does not report it).
     pub spoofchk: Option<bool>,
-    /// Trusted.
     pub trust: Option<bool>,
     /// Minimum TX rate, Mb/s.
     pub min_tx_rate: u32,

@@ -73,7 +73,6 @@ impl Ethtool for Ioctl {
 /// what the kernel answered (the filled command struct, or an errno).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EthtoolExchange {
-    /// Interface name.
     pub ifname: String,
     /// `ETHTOOL_*` command number.
     pub cmd: u32,

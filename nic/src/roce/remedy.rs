@@ -33,11 +33,7 @@ pub enum Remedy {
     Trust(Trust),
     /// RoCE ECN at both the notification and reaction point of a priority
     /// (NVIDIA OFED sysfs).
-    Ecn {
-        priority: u8,
-        /// On or off.
-        on: bool,
-    },
+    Ecn { priority: u8, on: bool },
     /// CNP DSCP (NVIDIA OFED sysfs).
     CnpDscp(u8),
     /// CNP 802.1p priority (NVIDIA OFED sysfs).
@@ -46,7 +42,6 @@ pub enum Remedy {
     Mtu(u32),
     /// rdma_cm default RoCE mode of a port (`cma_roce_mode -m 2` = RoCE v2, `1` = v1).
     RoceMode {
-        /// RDMA device.
         rdma_dev: String,
         /// Port (1-based).
         port: u32,
@@ -55,11 +50,9 @@ pub enum Remedy {
     },
     /// rdma_cm default ToS of a port.
     Tos {
-        /// RDMA device.
         rdma_dev: String,
         /// Port (1-based).
         port: u32,
-        /// ToS byte.
         tos: u8,
     },
     /// Link-level (802.3x) pause.

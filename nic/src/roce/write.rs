@@ -18,7 +18,6 @@ use crate::Roots;
 pub struct WriteError {
     /// `write`, `mkdir` or `stat`.
     pub op: &'static str,
-    /// The file or directory.
     pub path: PathBuf,
     /// The OS error.
     #[source]
@@ -46,7 +45,6 @@ pub enum RdmaCmDefault {
 /// one we made is removed again on drop. The values belong to the device, not
 /// to the directory, so they outlive it.
 pub(crate) struct CmDir {
-    /// The directory.
     pub path: PathBuf,
     created: bool,
 }

@@ -85,7 +85,6 @@ pub enum SimError {
     /// Writing the tree failed.
     #[error("simulated node: cannot write {path:?}")]
     Io {
-        /// The path being written.
         path: PathBuf,
         /// The OS error.
         #[source]

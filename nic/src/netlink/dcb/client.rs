@@ -19,7 +19,6 @@ pub enum DcbError {
     Unsupported {
         /// The request, as its `dcb` CLI equivalent.
         op: String,
-        /// Interface.
         ifname: String,
         /// Positive errno.
         errno: i32,
@@ -27,9 +26,7 @@ pub enum DcbError {
     /// The kernel refused the request.
     #[error("{op} on {ifname}: kernel answered {}{}", std::io::Error::from_raw_os_error(*errno), ext.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
     Kernel {
-        /// The request.
         op: String,
-        /// Interface.
         ifname: String,
         /// Positive errno.
         errno: i32,
@@ -39,9 +36,7 @@ pub enum DcbError {
     /// The driver's SET handler returned a non-zero status in the reply.
     #[error("{op} on {ifname}: driver returned status {status}")]
     Driver {
-        /// The request.
         op: String,
-        /// Interface.
         ifname: String,
         /// `DCB_ATTR_IEEE`/`DCB_ATTR_DCBX` status byte.
         status: u8,
@@ -55,14 +50,7 @@ pub enum DcbError {
     Netns(#[source] NetnsError),
     /// The kernel's answer lacked what the request asks for.
     #[error("{op} on {ifname}: {what}")]
-    BadReply {
-        /// The request.
-        op: String,
-        /// Interface.
-        ifname: String,
-        /// What was missing.
-        what: String,
-    },
+    BadReply { op: String, ifname: String, what: String },
 }
 
 impl DcbError {

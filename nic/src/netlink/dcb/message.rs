@@ -84,7 +84,6 @@ pub struct DcbMsg {
     pub family: u8,
     /// `cmd` (`DCB_CMD_*`).
     pub cmd: u8,
-    /// Attributes in wire order.
     pub attrs: Vec<DcbAttr>,
 }
 
@@ -98,7 +97,6 @@ pub struct ParseError {
     /// Offset of the fault: in the buffer handed to [`parse_messages`], or in
     /// the body when [`DcbMsg`] is decoded on its own.
     pub offset: usize,
-    /// What is wrong.
     pub what: String,
 }
 

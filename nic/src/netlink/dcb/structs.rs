@@ -25,7 +25,6 @@ pub const DCB_APP_LEN: usize = 4;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct IeeeEts {
-    /// Willing bit.
     pub willing: u8,
     /// TCs that support ETS.
     pub ets_cap: u8,

@@ -14,14 +14,10 @@ pub enum DevlinkError {
     /// The kernel has no devlink family (`CONFIG_NET_DEVLINK` off: the
     /// controller answers ENOENT).
     #[error("{op}: the kernel has no devlink generic netlink family")]
-    NoFamily {
-        /// The request.
-        op: String,
-    },
+    NoFamily { op: String },
     /// No devlink instance with this handle (ENODEV): the driver registers none.
     #[error("{op}: no devlink instance {handle}")]
     NoDevice {
-        /// The request.
         op: String,
         /// The handle asked for.
         handle: DevHandle,
@@ -30,9 +26,7 @@ pub enum DevlinkError {
     /// an unknown name with EINVAL).
     #[error("{op}: {handle} has no parameter {name}")]
     NoParam {
-        /// The request.
         op: String,
-        /// The instance.
         handle: DevHandle,
         /// The parameter asked for.
         name: String,
@@ -40,7 +34,6 @@ pub enum DevlinkError {
     /// The driver refused (EOPNOTSUPP: a cmode it lacks, or a validate hook).
     #[error("{op}: not supported{}", ext.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
     Unsupported {
-        /// The request.
         op: String,
         /// The kernel's extended-ACK message.
         ext: Option<String>,
@@ -48,7 +41,6 @@ pub enum DevlinkError {
     /// Any other refusal.
     #[error("{op}: kernel answered {}{}", std::io::Error::from_raw_os_error(*errno), ext.as_deref().map(|m| format!(" ({m})")).unwrap_or_default())]
     Kernel {
-        /// The request.
         op: String,
         /// Positive errno.
         errno: i32,
@@ -60,12 +52,7 @@ pub enum DevlinkError {
     Netlink(NlError),
     /// The reply lacked what the request asks for.
     #[error("{op}: {what}")]
-    BadReply {
-        /// The request.
-        op: String,
-        /// What was wrong.
-        what: String,
-    },
+    BadReply { op: String, what: String },
 }
 
 impl DevlinkError {

@@ -177,31 +177,26 @@ impl ParamValue {
     /// Decodes `PARAM_VALUE_DATA` (`None`: absent) as a value of type `kind`,
     /// with the kernel's own rules (`devlink_param_value_get_from_info`).
     pub fn decode(kind: ParamType, data: Option<&[u8]>) -> Result<Self, String> {
-        let need = |n: usize| -> Result<&[u8], String> {
-            match data {
-                None => Err("no DEVLINK_ATTR_PARAM_VALUE_DATA".into()),
-                Some(d) if d.len() == n => Ok(d),
-                Some(d) => Err(format!("DEVLINK_ATTR_PARAM_VALUE_DATA: expected {n} bytes, got {}", d.len())),
-            }
-        };
+        const WHAT: &str = "DEVLINK_ATTR_PARAM_VALUE_DATA";
+        let need = || data.ok_or_else(|| format!("no {WHAT}"));
+        let fixed = |e: netlink_packet_core::DecodeError| e.to_string();
         Ok(match kind {
-            ParamType::U8 => ParamValue::U8(need(1)?[0]),
-            ParamType::U16 => ParamValue::U16(u16::from_ne_bytes([need(2)?[0], need(2)?[1]])),
-            ParamType::U32 => {
-                let d = need(4)?;
-                ParamValue::U32(u32::from_ne_bytes([d[0], d[1], d[2], d[3]]))
-            }
+            ParamType::U8 => ParamValue::U8(crate::netlink::nla::u8(need()?, WHAT).map_err(fixed)?),
+            ParamType::U16 => ParamValue::U16(crate::netlink::nla::u16(need()?, WHAT).map_err(fixed)?),
+            ParamType::U32 => ParamValue::U32(crate::netlink::nla::u32(need()?, WHAT).map_err(fixed)?),
             ParamType::String => {
-                let d = data.ok_or("no DEVLINK_ATTR_PARAM_VALUE_DATA")?;
+                // Stricter than `nla::string`, as the kernel is for this value
+                // (`devlink_param_value_get_from_info`): the NUL must be there, within
+                // `DEVLINK_PARAM_MAX_STRING_VALUE` bytes.
+                let d = need()?;
                 let Some(end) = d.iter().position(|b| *b == 0) else {
-                    return Err("DEVLINK_ATTR_PARAM_VALUE_DATA: string without NUL".into());
+                    return Err(format!("{WHAT}: string without NUL"));
                 };
                 if end >= DEVLINK_PARAM_MAX_STRING_VALUE {
-                    return Err(format!("DEVLINK_ATTR_PARAM_VALUE_DATA: string of {end} bytes is too long"));
+                    return Err(format!("{WHAT}: string of {end} bytes is too long"));
                 }
                 ParamValue::String(
-                    String::from_utf8(d[..end].to_vec())
-                        .map_err(|_| "DEVLINK_ATTR_PARAM_VALUE_DATA: not UTF-8".to_string())?,
+                    String::from_utf8(d[..end].to_vec()).map_err(|_| format!("{WHAT}: not UTF-8"))?,
                 )
             }
             ParamType::Bool => match data {
@@ -238,7 +233,6 @@ pub struct Param {
     pub name: String,
     /// One of the kernel's generic parameters (`DEVLINK_ATTR_PARAM_GENERIC`).
     pub generic: bool,
-    /// Its type.
     pub kind: ParamType,
     /// The value in each cmode the driver supports, in the kernel's order
     /// (runtime, driverinit, permanent).
@@ -319,9 +313,7 @@ impl Param {
 /// A `PARAM_GET` reply (or `PARAM_NEW` notification): whose parameter, and the parameter.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParamReply {
-    /// The devlink instance.
     pub handle: DevHandle,
-    /// The parameter.
     pub param: Param,
 }
 

@@ -57,7 +57,6 @@ pub struct GenlMessage<A> {
     pub cmd: u8,
     /// `genlmsghdr.version`.
     pub version: u8,
-    /// Attributes in wire order.
     pub attrs: Vec<A>,
 }
 

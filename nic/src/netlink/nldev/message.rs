@@ -110,15 +110,12 @@ pub fn sys_set_netns_mode(mode: NetnsMode) -> NldevMessage {
 /// An RDMA device as the kernel reports it in a `RDMA_NLDEV_CMD_GET` reply.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RdmaDevice {
-    /// Kernel device index.
     pub index: u32,
     /// Device name (`mlx5_3`).
     pub name: String,
-    /// Number of ports.
     pub ports: u32,
     /// Node GUID (host order).
     pub node_guid: Option<u64>,
-    /// Firmware version.
     pub fw_version: Option<String>,
     /// Protocol (`roce`, `ib`, …).
     pub protocol: Option<String>,
@@ -163,9 +160,7 @@ impl RdmaDevice {
 /// A port as reported by `RDMA_NLDEV_CMD_PORT_GET`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct RdmaPortInfo {
-    /// Device index.
     pub dev_index: u32,
-    /// Device name.
     pub dev_name: String,
     /// Port number (from 1).
     pub port: u32,
