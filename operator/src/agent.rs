@@ -235,7 +235,7 @@ impl Agent {
         self.health.clone()
     }
 
-    /// The `/metrics` and `/healthz` endpoints of this agent.
+    /// The `/metrics`, `/healthz` and `/livez` endpoints of this agent.
     pub fn endpoints(&self) -> crate::health::Endpoints {
         let (text, health) = (self.metrics.clone(), self.health.clone());
         let h = health.clone();

@@ -83,7 +83,7 @@ struct ControllerArgs {
     /// Seconds without a heartbeat after which an agent is marked Stale.
     #[arg(long, default_value_t = STALE_AFTER.as_secs())]
     stale_after: u64,
-    /// Serve /metrics and /healthz here, e.g. 0.0.0.0:9412.
+    /// Serve /metrics, /healthz and /livez here, e.g. 0.0.0.0:9412.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
 }
@@ -128,7 +128,7 @@ struct AgentArgs {
     /// Read rdma_cm defaults from configfs, creating the device directory if needed (mkdir/rmdir).
     #[arg(long)]
     read_rdma_cm_configfs: bool,
-    /// Serve /metrics and /healthz here, e.g. 0.0.0.0:9411.
+    /// Serve /metrics, /healthz and /livez here, e.g. 0.0.0.0:9411.
     #[arg(long, conflicts_with = "once")]
     metrics_addr: Option<SocketAddr>,
 }
@@ -172,7 +172,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     let l = tokio::net::TcpListener::bind(addr)
                         .await
                         .with_context(|| format!("binding metrics address {addr}"))?;
-                    tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics and /healthz");
+                    tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics, /healthz and /livez");
                     tokio::spawn(health::serve(l, ctl.endpoints()));
                 }
                 ctl.run(shutdown()).await;
@@ -225,7 +225,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding metrics address {addr}"))?;
-            tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics and /healthz");
+            tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics, /healthz and /livez");
             tokio::spawn(health::serve(l, agent.endpoints()));
         }
         let kernel = match source.dcb {
