@@ -888,3 +888,114 @@ fn the_charts_service_accounts_may_do_their_jobs_and_nothing_more() {
     let (ok, err) = kubectl_as(&c, &hook_kc, &["delete", "crd", "roceprofiles.kuberdma.io"]);
     assert!(!ok && err.contains("forbidden"), "{err}");
 }
+
+/// etcd stopped with SIGSTOP until dropped (SIGCONT): kube-apiserver keeps serving
+/// what its watch cache holds, and every request that needs etcd waits out the
+/// server's request timeout: a write is answered 504 Timeout (k8s.io/apiserver
+/// `pkg/endpoints/handlers/finisher`), a read from etcd gets its connection closed.
+struct EtcdFrozen(i32);
+
+impl EtcdFrozen {
+    fn new(c: &Cluster) -> Self {
+        let pid = c.api.etcd.pid;
+        let o = std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).output().unwrap();
+        assert!(o.status.success(), "SIGSTOP etcd: {}", String::from_utf8_lossy(&o.stderr));
+        EtcdFrozen(pid)
+    }
+}
+
+impl Drop for EtcdFrozen {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").args(["-CONT", &self.0.to_string()]).output();
+    }
+}
+
+/// The retries of `with_backoff` after a 504 in `proc`'s log: (attempt, delay in ms).
+fn timeout_retries(proc: &Proc) -> Vec<(u32, u64)> {
+    let field = |l: &str, k: &str| -> Option<u64> {
+        l.split(&format!("{k}=")).nth(1)?.split_whitespace().next()?.trim_matches('"').parse().ok()
+    };
+    strip_ansi(&proc.log())
+        .lines()
+        .filter(|l| l.contains("API call failed; retrying") && l.contains("Error from server (Timeout)"))
+        .filter_map(|l| Some((field(l, "attempt")? as u32, field(l, "delay_ms")?)))
+        .collect()
+}
+
+#[test]
+fn server_errors_are_backed_off_counted_and_the_state_is_right_once_the_server_recovers() {
+    // A 4 s request timeout, so a write that waits on a stopped etcd is answered within seconds.
+    let c = Cluster::with_args(&["--request-timeout=4s"], &[(NODE, json!({"gpu": "yes"}))]);
+    c.create(profile("gpu", json!({"nodeSelector": {"gpu": "yes"}, "pfc": {"priorities": [3]}})));
+    let sim = c.sim(NODE, "cx6dx-dual", |_| {});
+    let ctl = c.controller(true);
+    let agent = c.agent(NODE, &sim, true, &[]);
+    let (am, cm) = (agent.metrics_addr(), ctl.metrics_addr());
+    let fresh = c.wait("rdmanodestates", NODE, "state published", &[&agent], |s| ready(s, "True"));
+    c.wait("roceprofiles", "gpu", "compliant", &[&ctl], |p| {
+        p.is_some_and(|p| p["status"]["nodesCompliant"] == 1)
+    });
+    c.wait("nodes", NODE, "labelled", &[&agent], |n| {
+        n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("true"))
+    });
+    let server_errors = |addr| {
+        http_get(addr, "/metrics").and_then(|(_, b)| sample(&b, "kuberdma_api_errors_total{kind=\"server\"}"))
+    };
+    assert_eq!((server_errors(am), server_errors(cm)), (Some(0.0), Some(0.0)));
+
+    // etcd stops: the agent's heartbeats (every 2 s) and the controller's Stale mark (no
+    // heartbeat for 4 s) are answered 504 by kube-apiserver itself.
+    let frozen_at = kube_rdma_operator::status::now_rfc3339();
+    let frozen = EtcdFrozen::new(&c);
+    c.wait_until("the agent retried a 504 twice and the controller once", &[&agent, &ctl], || {
+        let (a, k) = (timeout_retries(&agent), timeout_retries(&ctl));
+        (a.iter().any(|(n, _)| *n >= 2) && !k.is_empty()).then_some(())
+    });
+    for (who, addr) in [("agent", am), ("controller", cm)] {
+        let n = server_errors(addr).unwrap();
+        assert!(n >= 1.0, "{who}: kuberdma_api_errors_total{{kind=\"server\"}} {n}");
+    }
+    let (code, body) = eventually("the agent unhealthy while its writes fail", &[&agent], || {
+        http_get(am, "/healthz").filter(|r| r.0 == 503)
+    });
+    assert!(body.contains("Timeout"), "{code}: {body}");
+    // kubectl rdma meanwhile: an API error is an environment error, exit 2, on one line.
+    let (code, out, err) = kubectl(&c, &["status"]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("kubectl-rdma: list rdmanodestates: ") && !err.contains("Status {"), "{err}");
+    drop(frozen);
+
+    // Back-off: each retry waits initial·2ⁿ⁻¹ (500 ms, 1 s, 2 s, ... up to 8 s), shortened
+    // by up to half for jitter, never less.
+    for p in [&agent, &ctl] {
+        for (attempt, ms) in timeout_retries(p) {
+            let base = (500u64 << (attempt - 1).min(5)).min(8000);
+            assert!((base / 2..=base).contains(&ms), "attempt {attempt} waited {ms} ms\n{}", p.log());
+        }
+    }
+
+    // Recovered: a heartbeat after the outage, not Stale, the agent's conditions and the
+    // label as before, the profile counted compliant; both healthy.
+    let st =
+        c.wait("rdmanodestates", NODE, "a heartbeat after the outage, not stale", &[&agent, &ctl], |s| {
+            s.is_some_and(|s| {
+                s["status"]["lastHeartbeatTime"].as_str().is_some_and(|t| t > frozen_at.as_str())
+                    && condition(s, "Stale").is_none_or(|c| c["status"] == "False")
+            })
+        });
+    assert_eq!(agent_conditions(&st), agent_conditions(&fresh));
+    assert_eq!(st["status"]["summary"], fresh["status"]["summary"]);
+    assert_eq!(st["status"]["checks"], fresh["status"]["checks"]);
+    c.wait("nodes", NODE, "label true", &[&agent, &ctl], |n| {
+        n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("true"))
+    });
+    c.wait("roceprofiles", "gpu", "compliant again", &[&ctl], |p| {
+        p.is_some_and(|p| p["status"]["nodesCompliant"] == 1 && p["status"]["nodesStale"] == 0)
+    });
+    for (who, addr, p) in [("agent", am, &agent), ("controller", cm, &ctl)] {
+        eventually(&format!("{who} healthy again"), &[p], || {
+            http_get(addr, "/healthz").filter(|r| r.0 == 200)
+        });
+    }
+}
