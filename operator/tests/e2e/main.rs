@@ -90,6 +90,36 @@ fn the_agent_publishes_its_state_labels_its_node_and_reports_drift_with_an_event
     assert_eq!(row[..4], [NODE, "False", "False", "default"], "{out}");
     assert!(row[5].contains("ens1f0np0/pfc"), "{out}");
     assert!(out.contains("1 of 1 nodes not ready: node-a"), "{out}");
+    // -o wide: the summary's columns after the narrow ones, as the state has them.
+    let (code, out, err) = kubectl(&c, &["status", "-o", "wide"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
+        [
+            "NODE",
+            "READY",
+            "STALE",
+            "PROFILE",
+            "PASS/TOTAL",
+            "FAILING",
+            "HEARTBEAT",
+            "PFC",
+            "TRUST",
+            "ECN",
+            "MTU",
+            "ROCE",
+            "NETNS"
+        ],
+        "{out}"
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let sum = &status["summary"];
+    assert_eq!(row[..5], [NODE, "False", "False", "default", sum["passTotal"].as_str().unwrap()], "{out}");
+    let wide: Vec<&str> =
+        ["pfc", "trust", "ecn", "mtu", "roce"].iter().map(|k| sum[*k].as_str().unwrap()).collect();
+    assert_eq!(row[7..12], wide[..], "{out}");
+    assert_eq!(row[12..], ["exclusive"], "{out}");
     let (code, out, _) = kubectl(&c, &["status", NODE]);
     assert_eq!(code, 1);
     assert!(
@@ -97,6 +127,14 @@ fn the_agent_publishes_its_state_labels_its_node_and_reports_drift_with_an_event
         "{out}"
     );
     assert!(out.contains("NETNS exclusive"), "{out}");
+    // Problems only, unless --all (or -o wide) asks for every check.
+    let passing = |out: &str| out.lines().any(|l| l.starts_with("ens1f0np0  mtu ") && l.contains("Pass"));
+    assert!(!passing(&out), "{out}");
+    for every in [&["status", NODE, "--all"][..], &["status", NODE, "-o", "wide"]] {
+        let (code, out, err) = kubectl(&c, every);
+        assert_eq!(code, 1, "{every:?}: {err}");
+        assert!(passing(&out), "{every:?}: {out}");
+    }
     let (code, out, _) = kubectl(&c, &["status", NODE, "-o", "json"]);
     assert_eq!(code, 1);
     let v: Value = serde_json::from_str(&out).unwrap();
