@@ -452,10 +452,9 @@ fn each_manager_applies_its_own_fields_without_force_and_a_conflicting_apply_get
     assert_eq!(restored["status"]["summary"]["ready"], "True");
 }
 
-#[test]
-fn a_profile_written_for_a_newer_crd_is_reported_by_name_and_skipped() {
-    let c = Cluster::new(&[(NODE, json!({}))]);
-    // A newer release's CRD: one more mode. The API server then accepts such profiles.
+/// A newer release's RoceProfile CRD (one more mode, `Remediate`), then a profile
+/// `name` using it, which this version cannot decode.
+fn a_profile_of_a_newer_release(c: &Cluster, name: &str) {
     let mut crd = c.get("customresourcedefinitions", "roceprofiles.kuberdma.io").unwrap();
     let modes = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
         ["properties"]["mode"]["enum"];
@@ -465,13 +464,20 @@ fn a_profile_written_for_a_newer_crd_is_reported_by_name_and_skipped() {
     }
     crd.as_object_mut().unwrap().remove("status");
     c.kubectl_apply(&[crd]);
-    let sorted_first = profile("a-newer", json!({"mode": "Remediate", "pfc": {"priorities": [4]}}));
+    let newer = profile(name, json!({"mode": "Remediate", "pfc": {"priorities": [4]}}));
     c.wait_until("the newer CRD serves", &[], || {
         let api: kube::Api<kube::api::DynamicObject> =
             kube::Api::all_with(c.client.clone(), &resource("roceprofiles"));
-        let obj: kube::api::DynamicObject = serde_json::from_value(sorted_first.clone()).unwrap();
+        let obj: kube::api::DynamicObject = serde_json::from_value(newer.clone()).unwrap();
         c.rt.block_on(api.create(&Default::default(), &obj)).ok()
     });
+}
+
+#[test]
+fn a_profile_written_for_a_newer_crd_is_reported_by_name_and_skipped() {
+    let c = Cluster::new(&[(NODE, json!({}))]);
+    // A newer release's CRD: one more mode. The API server then accepts such profiles.
+    a_profile_of_a_newer_release(&c, "a-newer");
     c.create(profile("good", json!({"pfc": {"priorities": [3]}})));
     let sim = c.sim(NODE, "cx6dx-dual", |_| {});
     let ctl = c.controller(false);
@@ -789,7 +795,10 @@ fn kubectl_as(c: &Cluster, kc: &std::path::Path, args: &[&str]) -> (bool, String
 
 #[test]
 fn the_charts_service_accounts_may_do_their_jobs_and_nothing_more() {
-    let c = Cluster::new(&[("n1", json!({})), ("n2", json!({}))]);
+    // n1 has a field of its own when created, as a kubelet-registered Node has many: the
+    // server tracks managedFields from then on (an object created with none is not tracked
+    // until its first server-side apply: apimachinery managedfields skipnonapplied.go).
+    let c = Cluster::new(&[("n1", json!({"pool": "a"})), ("n2", json!({}))]);
     let _ = c.api.kubectl().args(["create", "namespace", "kube-rdma"]).output();
     c.kubectl_apply(&chart_access(false));
     // Policies are enforced once the API server has loaded them.
@@ -797,15 +806,27 @@ fn the_charts_service_accounts_may_do_their_jobs_and_nothing_more() {
     let agent_kc = c.service_account_kubeconfig("kube-rdma", "kube-rdma-agent", Some("n1"));
     let ctl_kc = c.service_account_kubeconfig("kube-rdma", "kube-rdma-controller", None);
     let s1 = c.sim("n1", "cx6dx-dual", |_| {});
+    let unlabelled = c.get("nodes", "n1").unwrap();
     let mut agent = c.agent_as("n1", &s1, false, &[], Some(&agent_kc));
     let ctl = c.controller_as(false, Some(&ctl_kc));
     c.wait("rdmanodestates", "n1", "state published under the chart's RBAC", &[&agent, &ctl], |s| {
         ready(s, "True")
     });
-    c.wait("nodes", "n1", "labelled", &[&agent], |n| {
+    let labelled = c.wait("nodes", "n1", "labelled", &[&agent], |n| {
         n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("true"))
     });
     assert!(!agent.log().contains("Forbidden"), "{}", agent.log());
+    // The policy does not hold metadata.managedFields (docs/security.md): the server itself
+    // rewrote it for the admitted label write, adding the agent's entry.
+    let managers = |n: &Value| -> Vec<String> {
+        n["metadata"]["managedFields"]
+            .as_array()
+            .map(|a| a.iter().map(|m| m["manager"].as_str().unwrap_or("").to_string()).collect())
+            .unwrap_or_default()
+    };
+    assert_ne!(labelled["metadata"]["managedFields"], unlabelled["metadata"]["managedFields"]);
+    assert!(managers(&labelled).contains(&AGENT_MANAGER.to_string()), "{:?}", managers(&labelled));
+    assert!(!managers(&unlabelled).contains(&AGENT_MANAGER.to_string()), "{:?}", managers(&unlabelled));
 
     // The agent's token (bound to a pod on n1): every other write is refused.
     let refused = [
@@ -908,6 +929,32 @@ fn the_charts_service_accounts_may_do_their_jobs_and_nothing_more() {
         assert!(!ok && err.contains(want), "controller {args:?}: {err}");
     }
 
+    // The controller's other writes under its ServiceAccount: a profile it cannot decode gets
+    // its Valid condition (roceprofiles/status patch) and an Event (events create in default).
+    a_profile_of_a_newer_release(&c, "a-newer");
+    let p = c.wait("roceprofiles", "a-newer", "Valid False by the controller", &[&ctl], |p| {
+        p.is_some_and(|p| p["status"]["conditions"][0]["status"] == "False")
+    });
+    assert_eq!(p["status"]["conditions"][0]["reason"], "CannotDecode", "{p}");
+    let ev = c.wait_until("InvalidProfile Event by the controller", &[&ctl], || {
+        c.events()
+            .into_iter()
+            .find(|e| e["reason"] == "InvalidProfile" && e["regarding"]["name"] == "a-newer")
+    });
+    assert_eq!(ev["metadata"]["namespace"], "default", "{ev}");
+    // A deleted Node: its state is deleted by the controller (rdmanodestates delete; this
+    // control plane runs no garbage collector to act on the state's owner reference).
+    assert!(c.get("rdmanodestates", "n1").is_some());
+    c.delete("nodes", "n1");
+    c.wait("rdmanodestates", "n1", "state of the deleted node deleted", &[&ctl], |s| s.is_none());
+    c.wait_until("the controller says it deleted it", &[&ctl], || {
+        strip_ansi(&ctl.log()).contains("deleted RdmaNodeState of a deleted node").then_some(())
+    });
+    for p in [&agent, &ctl] {
+        let log = strip_ansi(&p.log());
+        assert!(!log.contains("Forbidden") && !log.contains("forbidden"), "{log}");
+    }
+
     // The CRD upgrade hook's account: server-side apply creates a CRD that is missing.
     c.kubectl_apply(
         &chart_access(true)
@@ -917,6 +964,20 @@ fn the_charts_service_accounts_may_do_their_jobs_and_nothing_more() {
     );
     c.delete("customresourcedefinitions", "roceprofiles.kuberdma.io");
     c.wait("customresourcedefinitions", "roceprofiles.kuberdma.io", "CRD gone", &[], |v| v.is_none());
+    // Any other account is refused, and told so on one line as kubectl would.
+    let o = operator().args(["crds", "--apply", "--kubeconfig"]).arg(&ctl_kc).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(
+            "kube-rdma-operator: server-side apply of CustomResourceDefinition rdmanodestates.kuberdma.io: \
+             Error from server (Forbidden): customresourcedefinitions.apiextensions.k8s.io \"rdmanodestates.kuberdma.io\" is forbidden: \
+             User \"system:serviceaccount:kube-rdma:kube-rdma-controller\" cannot patch resource"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("Status {") && !err.contains("ApiError"), "{err}");
     let hook_kc = c.service_account_kubeconfig("kube-rdma", "kube-rdma-crd-upgrade", None);
     for attempt in 1..=2 {
         let o = operator().args(["crds", "--apply", "--kubeconfig"]).arg(&hook_kc).output().unwrap();
