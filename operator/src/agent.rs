@@ -86,6 +86,14 @@ impl AgentConfig {
 /// One write per node per 10 minutes is the fleet's idle API budget.
 pub const HEARTBEAT: Duration = Duration::from_secs(600);
 
+/// The fixed lengthening (0..10 %) of the heartbeat of the agent of `node`, so
+/// agents started together spread their heartbeats: an idle agent writes every
+/// `heartbeat + heartbeat_jitter(node, heartbeat)`.
+pub fn heartbeat_jitter(node: &str, heartbeat: Duration) -> Duration {
+    let h = crate::status::fnv1a(node.as_bytes());
+    heartbeat.mul_f64((h % 1000) as f64 / 10_000.0)
+}
+
 /// A pass failing on the API is retried after this, doubling up to [`RETRY_MAX`].
 const RETRY_FIRST: Duration = Duration::from_secs(5);
 const RETRY_MAX: Duration = Duration::from_secs(300);
@@ -235,7 +243,7 @@ impl Agent {
         self.health.clone()
     }
 
-    /// The `/metrics` and `/healthz` endpoints of this agent.
+    /// The `/metrics`, `/healthz` and `/livez` endpoints of this agent.
     pub fn endpoints(&self) -> crate::health::Endpoints {
         let (text, health) = (self.metrics.clone(), self.health.clone());
         let h = health.clone();
@@ -567,11 +575,9 @@ impl Agent {
         }
     }
 
-    /// A fixed per-agent lengthening of the heartbeat (0..10 %), so agents
-    /// started together spread their heartbeats.
+    /// See [`heartbeat_jitter`].
     fn heartbeat_jitter(&self) -> Duration {
-        let h = crate::status::fnv1a(self.cfg.node_name.as_bytes());
-        self.cfg.heartbeat.mul_f64((h % 1000) as f64 / 10_000.0)
+        heartbeat_jitter(&self.cfg.node_name, self.cfg.heartbeat)
     }
 
     /// While the API looks down: one cheap read to learn when it is back.

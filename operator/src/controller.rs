@@ -485,7 +485,7 @@ impl Controller {
         self
     }
 
-    /// The `/metrics` and `/healthz` endpoints.
+    /// The `/metrics`, `/healthz` and `/livez` endpoints.
     pub fn endpoints(&self) -> Endpoints {
         let (text, health) = (self.metrics.clone(), self.health.clone());
         let h = health.clone();

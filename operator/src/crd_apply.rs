@@ -9,6 +9,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, Patch, PatchParams};
 use serde::Deserialize;
 
+use crate::api::describe;
 use crate::crd;
 
 /// Field manager of the CRDs (the chart's hook and anyone running `crds --apply`).
@@ -29,14 +30,16 @@ pub enum CrdApplyError {
         #[source]
         source: serde_json::Error,
     },
-    /// The API server refused or failed one apply.
-    #[error("server-side apply of CustomResourceDefinition {name}")]
+    /// The API server refused or failed one apply. Displayed on one line with
+    /// [`describe`] of the client error (as kubectl prints it), never kube's own
+    /// `Display`, which appends the Rust `Debug` form of the server's `Status`;
+    /// so the client error is in the message and not reported again as a source.
+    #[error("server-side apply of CustomResourceDefinition {name}: {}", describe(.error))]
     Apply {
         /// CRD name, e.g. `roceprofiles.kuberdma.io`.
         name: String,
         /// What the client or server said.
-        #[source]
-        source: kube::Error,
+        error: kube::Error,
     },
 }
 
@@ -74,7 +77,7 @@ pub async fn apply(client: kube::Client) -> Result<Vec<Applied>, CrdApplyError> 
         let stored = api
             .patch(&name, &pp, &Patch::Apply(body))
             .await
-            .map_err(|source| CrdApplyError::Apply { name: name.clone(), source })?;
+            .map_err(|error| CrdApplyError::Apply { name: name.clone(), error })?;
         out.push(Applied { name, resource_version: stored.metadata.resource_version.unwrap_or_default() });
     }
     Ok(out)
@@ -95,5 +98,22 @@ mod tests {
             again.push_str(&serde_yaml::to_string(c).unwrap());
         }
         assert_eq!(again, crd::crds_yaml().unwrap());
+    }
+
+    #[test]
+    fn a_refused_apply_reads_as_one_kubectl_line_without_a_source_repeating_it() {
+        let e = CrdApplyError::Apply {
+            name: "roceprofiles.kuberdma.io".into(),
+            error: kube::Error::Api(
+                kube::core::Status::failure("customresourcedefinitions.apiextensions.k8s.io \"roceprofiles.kuberdma.io\" is forbidden", "Forbidden")
+                    .with_code(403)
+                    .boxed(),
+            ),
+        };
+        assert_eq!(
+            format!("{:#}", anyhow::Error::from(e)),
+            "server-side apply of CustomResourceDefinition roceprofiles.kuberdma.io: Error from server (Forbidden): \
+             customresourcedefinitions.apiextensions.k8s.io \"roceprofiles.kuberdma.io\" is forbidden"
+        );
     }
 }

@@ -1,5 +1,6 @@
 //! Liveness of the agent and the controller, their self-metrics, and the routes
-//! of their `/metrics` and `/healthz` endpoint ([`plumbing::http`] serves them).
+//! of their `/metrics`, `/healthz` and `/livez` endpoint (every daemon's,
+//! [`plumbing::http::Routes::daemon`]).
 //!
 //! Unhealthy (`/healthz` answers 503 with the reason) when the API server has
 //! been unreachable for longer than the allowed silence, or when no pass has
@@ -9,7 +10,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use plumbing::http::{Answer, Routes};
+use plumbing::http::Routes;
 use plumbing::prometheus::{head, sample};
 use tokio::net::TcpListener;
 
@@ -148,22 +149,21 @@ pub struct Endpoints {
 }
 
 impl Endpoints {
-    /// `/metrics` (also at `/`), `/healthz` (200 `ok`, or 503 with the reason).
+    /// Every daemon's routes ([`Routes::daemon`]): `/metrics`, `/healthz` (200 `ok`,
+    /// or 503 with the reason), `/livez`; 404 elsewhere.
     pub fn routes(self) -> Routes {
-        let (m, root) = (self.metrics.clone(), self.metrics);
-        let health = self.health;
-        Routes::new()
-            .route("/metrics", move || Answer::metrics(m()))
-            .route("/", move || Answer::metrics(root()))
-            .route("/healthz", move || match health.check() {
-                Ok(()) => Answer::health(true, "ok\n".into()),
-                Err(why) => Answer::health(false, format!("{why}\n")),
-            })
+        let (metrics, health) = (self.metrics, self.health);
+        Routes::daemon(
+            move || metrics(),
+            move || match health.check() {
+                Ok(()) => (true, "ok\n".into()),
+                Err(why) => (false, format!("{why}\n")),
+            },
+        )
     }
 }
 
-/// Serves `GET /metrics` (Prometheus text format 0.0.4) and `GET /healthz` (200
-/// `ok`, or 503 with the reason) on `listener` until the task is dropped.
+/// Serves [`Endpoints::routes`] on `listener` until the task is dropped.
 pub async fn serve(listener: TcpListener, endpoints: Endpoints) {
     plumbing::http::serve(listener, endpoints.routes()).await;
 }

@@ -44,6 +44,13 @@ struct ApiArgs {
 }
 
 impl ApiArgs {
+    /// The first of these flags given, if any.
+    fn given(&self) -> Option<&'static str> {
+        [("--kubeconfig", self.kubeconfig.is_some()), ("--context", self.context.is_some())]
+            .into_iter()
+            .find_map(|(flag, set)| set.then_some(flag))
+    }
+
     fn opts(&self) -> ClientOpts {
         ClientOpts {
             kubeconfig: self.kubeconfig.clone(),
@@ -83,7 +90,7 @@ struct ControllerArgs {
     /// Seconds without a heartbeat after which an agent is marked Stale.
     #[arg(long, default_value_t = STALE_AFTER.as_secs())]
     stale_after: u64,
-    /// Serve /metrics and /healthz here, e.g. 0.0.0.0:9412.
+    /// Serve /metrics, /healthz and /livez here, e.g. 0.0.0.0:9412.
     #[arg(long)]
     metrics_addr: Option<SocketAddr>,
 }
@@ -107,11 +114,11 @@ struct AgentArgs {
     /// A RoceProfile YAML to check against (default: profiles from the cluster, or the built-in default with --once).
     #[arg(long)]
     profile: Option<PathBuf>,
-    /// sysfs root (env KUBE_RDMA_SYSFS_ROOT, default /sys).
-    #[arg(long)]
+    /// sysfs root (env KUBE_RDMA_SYSFS_ROOT, default /sys). Not with --sim, which brings its own.
+    #[arg(long, conflicts_with = "sim")]
     sysfs_root: Option<PathBuf>,
-    /// dev root (env KUBE_RDMA_DEV_ROOT, default /dev).
-    #[arg(long)]
+    /// dev root (env KUBE_RDMA_DEV_ROOT, default /dev). Not with --sim, which brings its own.
+    #[arg(long, conflicts_with = "sim")]
     dev_root: Option<PathBuf>,
     /// Node to report as.
     #[arg(long, env = "NODE_NAME")]
@@ -128,7 +135,7 @@ struct AgentArgs {
     /// Read rdma_cm defaults from configfs, creating the device directory if needed (mkdir/rmdir).
     #[arg(long)]
     read_rdma_cm_configfs: bool,
-    /// Serve /metrics and /healthz here, e.g. 0.0.0.0:9411.
+    /// Serve /metrics, /healthz and /livez here, e.g. 0.0.0.0:9411.
     #[arg(long, conflicts_with = "once")]
     metrics_addr: Option<SocketAddr>,
 }
@@ -144,7 +151,11 @@ fn main() -> ExitCode {
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
-        Cmd::Crds { apply: false, .. } => {
+        Cmd::Crds { apply: false, api } => {
+            // ApiArgs is shared with the other commands, so clap cannot say it needs --apply.
+            if let Some(flag) = api.given() {
+                bail!("crds prints the CRDs without a cluster: {flag} applies only with --apply");
+            }
             emit(&crd::crds_yaml().context("serialising the CRDs")?)?;
             Ok(ExitCode::SUCCESS)
         }
@@ -172,7 +183,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     let l = tokio::net::TcpListener::bind(addr)
                         .await
                         .with_context(|| format!("binding metrics address {addr}"))?;
-                    tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics and /healthz");
+                    tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics, /healthz and /livez");
                     tokio::spawn(health::serve(l, ctl.endpoints()));
                 }
                 ctl.run(shutdown()).await;
@@ -186,8 +197,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
     if a.once {
         // ApiArgs is shared with the other commands, so clap cannot say it conflicts.
-        let given = [("--kubeconfig", a.api.kubeconfig.is_some()), ("--context", a.api.context.is_some())];
-        if let Some((flag, _)) = given.iter().find(|(_, set)| *set) {
+        if let Some(flag) = a.api.given() {
             bail!("--once runs without a cluster: {flag} does not apply");
         }
     }
@@ -225,7 +235,7 @@ fn agent(a: AgentArgs) -> anyhow::Result<ExitCode> {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .with_context(|| format!("binding metrics address {addr}"))?;
-            tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics and /healthz");
+            tracing::info!(metrics_addr = %l.local_addr().unwrap_or(addr), "serving /metrics, /healthz and /livez");
             tokio::spawn(health::serve(l, agent.endpoints()));
         }
         let kernel = match source.dcb {

@@ -526,3 +526,74 @@ fn a_host_without_rdma_interfaces_says_what_was_looked_for_and_exits_1() {
         assert!(out.contains(hint), "no hint naming {hint}: {out}");
     }
 }
+
+#[test]
+fn flags_that_would_be_ignored_are_refused_naming_the_conflict() {
+    let home = tempfile::tempdir().unwrap();
+    let sim = example_path("cx6dx-dual");
+    let sim = sim.to_str().unwrap();
+    type Case<'a> = (fn() -> Command, Vec<&'a str>, &'a str);
+    let cases: [Case; 8] = [
+        // `crds` without --apply only prints: a cluster to reach would be ignored.
+        (
+            op,
+            vec!["crds", "--kubeconfig", "/k"],
+            "crds prints the CRDs without a cluster: --kubeconfig applies only with --apply",
+        ),
+        (
+            op,
+            vec!["crds", "--context", "c"],
+            "crds prints the CRDs without a cluster: --context applies only with --apply",
+        ),
+        // A simulated node brings its own sysfs and /dev.
+        (
+            op,
+            vec!["agent", "--once", "--sim", sim, "--sysfs-root", "/sys"],
+            "'--sim <SIM>' cannot be used with '--sysfs-root <SYSFS_ROOT>'",
+        ),
+        (
+            op,
+            vec!["agent", "--node-name", "n1", "--sim", sim, "--dev-root", "/dev"],
+            "'--sim <SIM>' cannot be used with '--dev-root <DEV_ROOT>'",
+        ),
+        // --all lists every check of named nodes in the table, and does nothing elsewhere.
+        (
+            kubectl_rdma,
+            vec!["status", "--all"],
+            "--all shows every check of named nodes in the table: name the nodes",
+        ),
+        (
+            kubectl_rdma,
+            vec!["status", "--all", "-l", "pool=a"],
+            "--all shows every check of named nodes in the table: name the nodes",
+        ),
+        (
+            kubectl_rdma,
+            vec!["status", "n1", "--all", "-o", "json"],
+            "--all shows every check of named nodes in the table: -o json prints no table",
+        ),
+        (
+            kubectl_rdma,
+            vec!["status", "n1", "--all", "-o", "jsonpath={.status}"],
+            "-o jsonpath prints no table",
+        ),
+    ];
+    for (bin, args, want) in cases {
+        // No cluster anywhere: a refusal must come before any attempt to reach one.
+        let (code, out, err) = run(without_cluster(bin().args(&args), home.path()));
+        assert_eq!(code, 2, "{args:?}: {err}");
+        assert!(out.is_empty(), "{args:?}: {out}");
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(!err.contains("no Kubernetes configuration"), "{args:?} tried to connect: {err}");
+    }
+    // What they were refused beside still works alone.
+    let (code, out, _) = run(op().arg("crds"));
+    assert_eq!(code, 0);
+    assert!(out.starts_with("---\n"), "{out}");
+    let (code, _, err) = run(op().args(["agent", "--once", "--sim", sim]));
+    assert_eq!(code, 0, "{err}");
+    // --all with a named node and the table is honoured (it needs a cluster: the error is that one).
+    let (code, _, err) = run(without_cluster(kubectl_rdma().args(["status", "n1", "--all"]), home.path()));
+    assert_eq!(code, 2);
+    assert!(err.contains("no Kubernetes configuration"), "{err}");
+}

@@ -70,11 +70,43 @@ async fn all_nodes_one_line_each_with_heartbeat_age_and_failing_checks() {
     let ready: Vec<bool> = reports.iter().map(|r| r.ready()).collect();
     assert_eq!(ready, [false, false, false], "drifted, stale, no status");
     let wide = summary_table(&reports, true, t("2026-11-30T01:10:00Z"));
-    assert!(
-        wide.lines().next().unwrap().ends_with("PFC    TRUST  ECN  MTU   ROCE  NETNS")
-            || wide.contains("NETNS"),
-        "{wide}"
+    let wide_lines: Vec<&str> = wide.lines().collect();
+    assert_eq!(
+        wide_lines[0].split_whitespace().collect::<Vec<_>>(),
+        [
+            "NODE",
+            "READY",
+            "STALE",
+            "PROFILE",
+            "PASS/TOTAL",
+            "FAILING",
+            "HEARTBEAT",
+            "PFC",
+            "TRUST",
+            "ECN",
+            "MTU",
+            "ROCE",
+            "NETNS"
+        ]
     );
+    // The narrow table's columns as they were, then the summary's and the netns mode.
+    assert_eq!(wide_lines.len(), lines.len());
+    for (w, l) in wide_lines.iter().zip(&lines) {
+        assert!(w.starts_with(l.trim_end()), "{w:?} does not extend {l:?}");
+    }
+    let last6 = |line: &str| {
+        let t: Vec<String> = line.split_whitespace().map(String::from).collect();
+        t[t.len() - 6..].to_vec()
+    };
+    for (line, r) in wide_lines[1..3].iter().zip(&reports) {
+        let s = r.state.as_ref().unwrap().status.as_ref().unwrap();
+        let want = [&s.summary.pfc, &s.summary.trust, &s.summary.ecn, &s.summary.mtu, &s.summary.roce]
+            .map(|v| v.to_string());
+        assert_eq!(last6(line)[..5], want, "{wide}");
+        assert_eq!(last6(line)[5], s.netns_mode.as_str(), "{wide}");
+    }
+    // A node without status: a dash in every wide column.
+    assert_eq!(last6(wide_lines[3]), ["-"; 6], "{wide}");
 }
 
 #[tokio::test]

@@ -111,3 +111,88 @@ fn exposes_the_rdma_protocol_of_each_interface() {
     // One series per interface: the protocol it runs, never the ones it does not.
     assert_eq!(t.lines().filter(|l| l.starts_with("kuberdma_rdma_protocol{")).count(), 2);
 }
+
+/// A child process killed (and reaped) when dropped, a failed assertion included.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `kube-rdma-operator ARGS --metrics-addr 127.0.0.1:0` with a kubeconfig naming a
+/// port nothing listens on (no request is needed to serve), and returns it with the
+/// address it serves on, from its log.
+fn daemon(args: &[&str], dir: &std::path::Path) -> (Running, std::net::SocketAddr) {
+    let kc = dir.join("kubeconfig");
+    std::fs::write(
+        &kc,
+        "apiVersion: v1\nkind: Config\nclusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n\
+         users: [{name: u, user: {token: t}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\ncurrent-context: c\n",
+    )
+    .unwrap();
+    let log = dir.join(format!("{}.log", args[0]));
+    let child = Running(
+        std::process::Command::new(env!("CARGO_BIN_EXE_kube-rdma-operator"))
+            .args(args)
+            .args(["--metrics-addr", "127.0.0.1:0", "--kubeconfig"])
+            .arg(&kc)
+            .env("RUST_LOG", "info")
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let t0 = std::time::Instant::now();
+    loop {
+        let text = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(addr) = text
+            .split("metrics_addr=")
+            .nth(1)
+            .and_then(|r| r.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+        {
+            return (child, addr);
+        }
+        assert!(t0.elapsed() < Duration::from_secs(30), "no metrics address in the log:\n{text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test]
+async fn the_agent_and_the_controller_serve_the_daemons_routes_and_nothing_else() {
+    let dir = tempfile::tempdir().unwrap();
+    let sim = kube_rdma_operator::fixtures::example_path("cx6dx-dual");
+    let sim = sim.to_str().unwrap();
+    for (args, component) in
+        [(vec!["agent", "--node-name", "n1", "--sim", sim], "agent"), (vec!["controller"], "controller")]
+    {
+        let (child, addr) = daemon(&args, dir.path());
+        let metrics = get(addr, "/metrics").await;
+        assert!(metrics.starts_with("HTTP/1.1 200 OK\r\n"), "{component}: {metrics}");
+        assert!(metrics.contains("Content-Type: text/plain; version=0.0.4\r\n"), "{component}: {metrics}");
+        assert!(
+            metrics.contains(&format!("# TYPE kuberdma_{component}_last_success_timestamp_seconds gauge")),
+            "{component}: {metrics}"
+        );
+        // Healthy until the allowed silence has passed (90 s, 180 s): just started.
+        assert_eq!(
+            get(addr, "/healthz").await.split_once("\r\n\r\n").map(|(h, b)| (h.lines().next().unwrap(), b)),
+            Some(("HTTP/1.1 200 OK", "ok\n")),
+            "{component}"
+        );
+        let live = get(addr, "/livez").await;
+        assert!(
+            live.starts_with("HTTP/1.1 200 OK\r\n") && live.ends_with("\r\n\r\nok\n"),
+            "{component}: {live}"
+        );
+        // The root is not an alias of /metrics; every other path is 404 naming the routes.
+        for path in ["/", "/metricsx", "/healthz/x"] {
+            let r = get(addr, path).await;
+            assert!(r.starts_with("HTTP/1.1 404 Not Found\r\n"), "{component} {path}: {r}");
+            assert!(r.ends_with("not found: try /metrics, /healthz, /livez\n"), "{component} {path}: {r}");
+        }
+        drop(child);
+    }
+}

@@ -86,6 +86,23 @@ impl Routes {
         self
     }
 
+    /// The routes every daemon serves, and no others: `/metrics` (`metrics()`, the
+    /// page), `/healthz` (`health()`: 200 when healthy, else 503 with the reason as
+    /// the body), `/livez` (200 while the process answers: a liveness probe that
+    /// an API outage does not fail). Any other path, `/` included, is 404.
+    pub fn daemon(
+        metrics: impl Fn() -> String + Send + Sync + 'static,
+        health: impl Fn() -> (bool, String) + Send + Sync + 'static,
+    ) -> Self {
+        Routes::new()
+            .route("/metrics", move || Answer::metrics(metrics()))
+            .route("/healthz", move || {
+                let (ok, body) = health();
+                Answer::health(ok, body)
+            })
+            .livez()
+    }
+
     /// `/livez`: 200 `ok` while the process answers at all.
     pub fn livez(self) -> Self {
         self.route("/livez", || Answer::plain("200 OK", "ok\n".into()))
@@ -258,10 +275,7 @@ mod tests {
     use super::*;
 
     fn routes() -> Routes {
-        Routes::new()
-            .route("/metrics", || Answer::metrics("kuberdma_x 1\n".into()))
-            .route("/healthz", || Answer::health(false, "pool a: not ready\n".into()))
-            .livez()
+        Routes::daemon(|| "kuberdma_x 1\n".into(), || (false, "pool a: not ready\n".into()))
     }
 
     /// Serves [`routes`] with `limits` on 127.0.0.1, port 0.
@@ -348,6 +362,8 @@ mod tests {
         let r = get(addr, "/nope?x=1").await;
         assert!(r.starts_with("HTTP/1.1 404 Not Found\r\n"), "{r}");
         assert!(r.ends_with("not found: try /metrics, /healthz, /livez\n"), "{r}");
+        // The root is no alias of /metrics.
+        assert!(get(addr, "/").await.starts_with("HTTP/1.1 404 Not Found\r\n"));
     }
 
     #[tokio::test]

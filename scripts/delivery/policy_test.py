@@ -3,7 +3,8 @@ cel-python (scripts/test-delivery runs this; also runnable alone: `python3 scrip
 
 - The agent's ServiceAccount may set kuberdma.io/roce-ready (true|false) on its own node only
   (by its token's node claim), the controller's may set it to `unknown` on any node; nothing else
-  of a Node changes (other labels, annotations, finalizers, ownerReferences, spec).
+  of a Node changes (other labels, annotations, finalizers, ownerReferences, spec); managedFields,
+  which the API server rewrites on every write before admission, is not held.
 - The agent may write only its own node's RdmaNodeState.
 - Each policy goes with its component's nodeLabelPolicy.enabled, and none is rendered for a
   cluster without the API (< 1.30).
@@ -77,6 +78,15 @@ def ready_label(obj: dict[str, Any], value: str | None) -> dict[str, Any]:
     return out
 
 
+def managed(obj: dict[str, Any], entries: list[tuple[str, str]]) -> dict[str, Any]:
+    """`obj` with `metadata.managedFields` of (manager, time) Update entries."""
+    out = copy.deepcopy(obj)
+    out["metadata"]["managedFields"] = [
+        {"manager": m, "operation": "Update", "apiVersion": "v1", "time": t, "fieldsType": "FieldsV1",
+         "fieldsV1": {"f:metadata": {"f:labels": {}}}} for m, t in entries]
+    return out
+
+
 def node_label_policy_cases(agent: str, controller: str) -> list[tuple[str, str, str, list[str] | None,
                                                                        dict[str, Any], dict[str, Any], bool]]:
     """(component, case, user, node claim, old, new, denied): every metadata change a writer of
@@ -110,6 +120,13 @@ def node_label_policy_cases(agent: str, controller: str) -> list[tuple[str, str,
             (comp, "change generateName", user, claim, ready, meta(generateName="n-"), True),
             (comp, "the label and a finalizer at once", user, claim, node,
              node_object(**{**ready_label(node, allowed[0])["metadata"], "finalizers": ["f"]}), True),
+            # managedFields as the API server's field manager rewrites it before admission: the
+            # writer's entry with a new time, the previous writer's entry gone with the label it
+            # lost. Not held (docs/security.md): holding it would refuse every label write.
+            (comp, "set the label: managedFields rewritten by the server", user, claim,
+             managed(ready_label(node, "x"), [("kubelet", "2026-01-01T00:00:00Z"), ("previous", "2026-01-01T00:00:00Z")]),
+             managed(ready_label(node, allowed[0]), [("kubelet", "2026-01-01T00:00:00Z"), (comp, "2026-01-02T00:00:00Z")]),
+             False),
         ]
     other = ready_label(node_object(name="n2", labels={"kubernetes.io/hostname": "n2"}), None)
     cases += [

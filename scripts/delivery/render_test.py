@@ -255,7 +255,10 @@ def test_podmonitor() -> str:
 def test_rbac_proxy() -> str:
     values = chart.ci_values("rbac-proxy-values.yaml")
     objs = chart.objects(chart.render(values, kube_version="1.31.0"))
-    for o in objs:
+    # DRA mode probes its liveness on /livez: it must pass the proxy too.
+    dra = chart.merged(values, dra={**values.get("dra", {}), "enabled": True})
+    dra_objs = [o for o in chart.objects(chart.render(dra, kube_version="1.34.0")) if o["kind"] == "DaemonSet"]
+    for o in objs + dra_objs:
         if o["kind"] not in ("DaemonSet", "Deployment"):
             continue
         spec = o["spec"]["template"]["spec"]
@@ -267,6 +270,12 @@ def test_rbac_proxy() -> str:
         assert upstream == f"--upstream=http://{listen.split('=', 1)[1]}/", (upstream, listen)
         assert "ports" not in main, "the daemon itself must not expose the metrics port"
         assert main["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+        # The kubelet probes without a token: every probed path passes the proxy unauthenticated
+        # (a path outside --allow-paths is 404 from the proxy, one outside --ignore-paths 401).
+        flag = lambda name: next(a for a in proxy["args"] if a.startswith(name)).split("=", 1)[1].split(",")
+        for probe in ("livenessProbe", "readinessProbe"):
+            path = main[probe]["httpGet"]["path"]
+            assert path in flag("--allow-paths=") and path in flag("--ignore-paths="), (o["metadata"]["name"], probe, proxy["args"])
     sm = next(o for o in objs if o["kind"] == "ServiceMonitor")
     assert sm["spec"]["endpoints"][0]["scheme"] == "https", sm
     reader = next(o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("metrics-reader"))

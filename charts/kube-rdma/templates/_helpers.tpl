@@ -109,7 +109,8 @@ app.kubernetes.io/component: {{ .component }}
 {{/*
 The kube-rbac-proxy sidecar in front of a daemon's metrics (metrics.rbacProxy.enabled): TLS on the
 component's metrics port, TokenReview + SubjectAccessReview (get on the /metrics non-resource URL)
-for /metrics, /healthz passed through unauthenticated for the kubelet's probes. Its API token is
+for /metrics, /healthz and /livez passed through unauthenticated for the kubelet's probes (any
+other path is 404, as the daemons answer it). Its API token is
 projected into this container only; the daemon itself gets none it does not already have.
 */}}
 {{- define "kube-rdma.rbacProxyContainer" -}}
@@ -121,8 +122,8 @@ projected into this container only; the daemon itself gets none it does not alre
   args:
     - --secure-listen-address=0.0.0.0:{{ $c.metrics.port }}
     - --upstream=http://127.0.0.1:{{ index $p.upstreamPorts .key }}/
-    - --allow-paths=/metrics,/healthz
-    - --ignore-paths=/healthz
+    - --allow-paths=/metrics,/healthz,/livez
+    - --ignore-paths=/healthz,/livez
   ports:
     - name: metrics
       containerPort: {{ $c.metrics.port }}

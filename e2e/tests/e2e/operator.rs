@@ -813,7 +813,8 @@ fn operator_etcd_down_kubectl_rdma_says_one_line_then_all_is_well(ctx: &Ctx) -> 
     let t0 = std::time::Instant::now();
     let (code, out, err) = status("10s")?;
     let took = t0.elapsed();
-    ensure!(code != 0, "exit 0 with etcd down: {out}{err}");
+    // An API error is an environment error: exit 2 (docs/cli.md), not 1 (a node not ready).
+    ensure!(code == 2, "exit {code} with etcd down, not 2: {out}{err}");
     ensure!(err.lines().count() == 1, "not one line: {err:?}");
     ensure!(err.starts_with("kubectl-rdma: "), "{err:?}");
     for debug in ["Api(", "ErrorResponse {", "Status {", "source:", "\\\""] {

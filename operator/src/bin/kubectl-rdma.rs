@@ -111,7 +111,7 @@ enum Cmd {
         /// nodes), json, yaml, name, jsonpath=TEMPLATE.
         #[arg(short = 'o', long, default_value = "table", value_parser = output::parse_objects)]
         output: Format,
-        /// Show every check of detailed nodes, not only problems.
+        /// Show every check of the named nodes, not only problems (table output; -o wide does too).
         #[arg(long)]
         all: bool,
         #[command(flatten)]
@@ -148,6 +148,11 @@ fn main() -> ExitCode {
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.cmd {
         Cmd::Status { nodes, selector, output, all, cluster } => {
+            if all {
+                if let Some(why) = all_does_nothing(nodes.is_empty(), &output) {
+                    bail!("--all shows every check of named nodes in the table: {why}");
+                }
+            }
             let api = cluster.or(cli.cluster);
             let sel = match (selector, nodes.is_empty()) {
                 (Some(s), _) => Selection::Labels(s),
@@ -184,6 +189,22 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(output::verdict(ready))
         }
     }
+}
+
+/// Why `--all` would change nothing: it lists every check of the nodes shown in
+/// detail, which are named nodes in a table (`wide` lists every check already).
+fn all_does_nothing(no_nodes: bool, output: &Format) -> Option<String> {
+    if no_nodes {
+        return Some("name the nodes (all nodes or -l show one line each)".into());
+    }
+    let word = match output {
+        Format::Table | Format::Wide => return None,
+        Format::Json => "json",
+        Format::Yaml => "yaml",
+        Format::Name => "name",
+        Format::JsonPath(_) => "jsonpath",
+    };
+    Some(format!("-o {word} prints no table"))
 }
 
 async fn status(api: &ClientOpts, sel: Selection, output: Format, all: bool) -> anyhow::Result<ExitCode> {

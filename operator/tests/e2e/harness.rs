@@ -4,7 +4,8 @@
 //! the real `kube-rdma-operator` and `kubectl-rdma` executables run with a
 //! kubeconfig, as users run them. Faults are the server's own: restarts of
 //! kube-apiserver (dropped watches, refused connections), etcd compaction (410),
-//! its in-flight limit (429 with Retry-After), a concurrent writer (409).
+//! its in-flight limit (429 with Retry-After), a concurrent writer (409), etcd
+//! stopped with SIGSTOP (writes answered 504 Timeout after `--request-timeout`).
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;

@@ -90,6 +90,36 @@ fn the_agent_publishes_its_state_labels_its_node_and_reports_drift_with_an_event
     assert_eq!(row[..4], [NODE, "False", "False", "default"], "{out}");
     assert!(row[5].contains("ens1f0np0/pfc"), "{out}");
     assert!(out.contains("1 of 1 nodes not ready: node-a"), "{out}");
+    // -o wide: the summary's columns after the narrow ones, as the state has them.
+    let (code, out, err) = kubectl(&c, &["status", "-o", "wide"]);
+    assert_eq!(code, 1, "{out}{err}");
+    let mut lines = out.lines();
+    assert_eq!(
+        lines.next().unwrap().split_whitespace().collect::<Vec<_>>(),
+        [
+            "NODE",
+            "READY",
+            "STALE",
+            "PROFILE",
+            "PASS/TOTAL",
+            "FAILING",
+            "HEARTBEAT",
+            "PFC",
+            "TRUST",
+            "ECN",
+            "MTU",
+            "ROCE",
+            "NETNS"
+        ],
+        "{out}"
+    );
+    let row: Vec<&str> = lines.next().unwrap().split_whitespace().collect();
+    let sum = &status["summary"];
+    assert_eq!(row[..5], [NODE, "False", "False", "default", sum["passTotal"].as_str().unwrap()], "{out}");
+    let wide: Vec<&str> =
+        ["pfc", "trust", "ecn", "mtu", "roce"].iter().map(|k| sum[*k].as_str().unwrap()).collect();
+    assert_eq!(row[7..12], wide[..], "{out}");
+    assert_eq!(row[12..], ["exclusive"], "{out}");
     let (code, out, _) = kubectl(&c, &["status", NODE]);
     assert_eq!(code, 1);
     assert!(
@@ -97,6 +127,14 @@ fn the_agent_publishes_its_state_labels_its_node_and_reports_drift_with_an_event
         "{out}"
     );
     assert!(out.contains("NETNS exclusive"), "{out}");
+    // Problems only, unless --all (or -o wide) asks for every check.
+    let passing = |out: &str| out.lines().any(|l| l.starts_with("ens1f0np0  mtu ") && l.contains("Pass"));
+    assert!(!passing(&out), "{out}");
+    for every in [&["status", NODE, "--all"][..], &["status", NODE, "-o", "wide"]] {
+        let (code, out, err) = kubectl(&c, every);
+        assert_eq!(code, 1, "{every:?}: {err}");
+        assert!(passing(&out), "{every:?}: {out}");
+    }
     let (code, out, _) = kubectl(&c, &["status", NODE, "-o", "json"]);
     assert_eq!(code, 1);
     let v: Value = serde_json::from_str(&out).unwrap();
@@ -414,10 +452,9 @@ fn each_manager_applies_its_own_fields_without_force_and_a_conflicting_apply_get
     assert_eq!(restored["status"]["summary"]["ready"], "True");
 }
 
-#[test]
-fn a_profile_written_for_a_newer_crd_is_reported_by_name_and_skipped() {
-    let c = Cluster::new(&[(NODE, json!({}))]);
-    // A newer release's CRD: one more mode. The API server then accepts such profiles.
+/// A newer release's RoceProfile CRD (one more mode, `Remediate`), then a profile
+/// `name` using it, which this version cannot decode.
+fn a_profile_of_a_newer_release(c: &Cluster, name: &str) {
     let mut crd = c.get("customresourcedefinitions", "roceprofiles.kuberdma.io").unwrap();
     let modes = &mut crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
         ["properties"]["mode"]["enum"];
@@ -427,13 +464,20 @@ fn a_profile_written_for_a_newer_crd_is_reported_by_name_and_skipped() {
     }
     crd.as_object_mut().unwrap().remove("status");
     c.kubectl_apply(&[crd]);
-    let sorted_first = profile("a-newer", json!({"mode": "Remediate", "pfc": {"priorities": [4]}}));
+    let newer = profile(name, json!({"mode": "Remediate", "pfc": {"priorities": [4]}}));
     c.wait_until("the newer CRD serves", &[], || {
         let api: kube::Api<kube::api::DynamicObject> =
             kube::Api::all_with(c.client.clone(), &resource("roceprofiles"));
-        let obj: kube::api::DynamicObject = serde_json::from_value(sorted_first.clone()).unwrap();
+        let obj: kube::api::DynamicObject = serde_json::from_value(newer.clone()).unwrap();
         c.rt.block_on(api.create(&Default::default(), &obj)).ok()
     });
+}
+
+#[test]
+fn a_profile_written_for_a_newer_crd_is_reported_by_name_and_skipped() {
+    let c = Cluster::new(&[(NODE, json!({}))]);
+    // A newer release's CRD: one more mode. The API server then accepts such profiles.
+    a_profile_of_a_newer_release(&c, "a-newer");
     c.create(profile("good", json!({"pfc": {"priorities": [3]}})));
     let sim = c.sim(NODE, "cx6dx-dual", |_| {});
     let ctl = c.controller(false);
@@ -751,7 +795,10 @@ fn kubectl_as(c: &Cluster, kc: &std::path::Path, args: &[&str]) -> (bool, String
 
 #[test]
 fn the_charts_service_accounts_may_do_their_jobs_and_nothing_more() {
-    let c = Cluster::new(&[("n1", json!({})), ("n2", json!({}))]);
+    // n1 has a field of its own when created, as a kubelet-registered Node has many: the
+    // server tracks managedFields from then on (an object created with none is not tracked
+    // until its first server-side apply: apimachinery managedfields skipnonapplied.go).
+    let c = Cluster::new(&[("n1", json!({"pool": "a"})), ("n2", json!({}))]);
     let _ = c.api.kubectl().args(["create", "namespace", "kube-rdma"]).output();
     c.kubectl_apply(&chart_access(false));
     // Policies are enforced once the API server has loaded them.
@@ -759,15 +806,27 @@ fn the_charts_service_accounts_may_do_their_jobs_and_nothing_more() {
     let agent_kc = c.service_account_kubeconfig("kube-rdma", "kube-rdma-agent", Some("n1"));
     let ctl_kc = c.service_account_kubeconfig("kube-rdma", "kube-rdma-controller", None);
     let s1 = c.sim("n1", "cx6dx-dual", |_| {});
+    let unlabelled = c.get("nodes", "n1").unwrap();
     let mut agent = c.agent_as("n1", &s1, false, &[], Some(&agent_kc));
     let ctl = c.controller_as(false, Some(&ctl_kc));
     c.wait("rdmanodestates", "n1", "state published under the chart's RBAC", &[&agent, &ctl], |s| {
         ready(s, "True")
     });
-    c.wait("nodes", "n1", "labelled", &[&agent], |n| {
+    let labelled = c.wait("nodes", "n1", "labelled", &[&agent], |n| {
         n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("true"))
     });
     assert!(!agent.log().contains("Forbidden"), "{}", agent.log());
+    // The policy does not hold metadata.managedFields (docs/security.md): the server itself
+    // rewrote it for the admitted label write, adding the agent's entry.
+    let managers = |n: &Value| -> Vec<String> {
+        n["metadata"]["managedFields"]
+            .as_array()
+            .map(|a| a.iter().map(|m| m["manager"].as_str().unwrap_or("").to_string()).collect())
+            .unwrap_or_default()
+    };
+    assert_ne!(labelled["metadata"]["managedFields"], unlabelled["metadata"]["managedFields"]);
+    assert!(managers(&labelled).contains(&AGENT_MANAGER.to_string()), "{:?}", managers(&labelled));
+    assert!(!managers(&unlabelled).contains(&AGENT_MANAGER.to_string()), "{:?}", managers(&unlabelled));
 
     // The agent's token (bound to a pod on n1): every other write is refused.
     let refused = [
@@ -870,6 +929,32 @@ fn the_charts_service_accounts_may_do_their_jobs_and_nothing_more() {
         assert!(!ok && err.contains(want), "controller {args:?}: {err}");
     }
 
+    // The controller's other writes under its ServiceAccount: a profile it cannot decode gets
+    // its Valid condition (roceprofiles/status patch) and an Event (events create in default).
+    a_profile_of_a_newer_release(&c, "a-newer");
+    let p = c.wait("roceprofiles", "a-newer", "Valid False by the controller", &[&ctl], |p| {
+        p.is_some_and(|p| p["status"]["conditions"][0]["status"] == "False")
+    });
+    assert_eq!(p["status"]["conditions"][0]["reason"], "CannotDecode", "{p}");
+    let ev = c.wait_until("InvalidProfile Event by the controller", &[&ctl], || {
+        c.events()
+            .into_iter()
+            .find(|e| e["reason"] == "InvalidProfile" && e["regarding"]["name"] == "a-newer")
+    });
+    assert_eq!(ev["metadata"]["namespace"], "default", "{ev}");
+    // A deleted Node: its state is deleted by the controller (rdmanodestates delete; this
+    // control plane runs no garbage collector to act on the state's owner reference).
+    assert!(c.get("rdmanodestates", "n1").is_some());
+    c.delete("nodes", "n1");
+    c.wait("rdmanodestates", "n1", "state of the deleted node deleted", &[&ctl], |s| s.is_none());
+    c.wait_until("the controller says it deleted it", &[&ctl], || {
+        strip_ansi(&ctl.log()).contains("deleted RdmaNodeState of a deleted node").then_some(())
+    });
+    for p in [&agent, &ctl] {
+        let log = strip_ansi(&p.log());
+        assert!(!log.contains("Forbidden") && !log.contains("forbidden"), "{log}");
+    }
+
     // The CRD upgrade hook's account: server-side apply creates a CRD that is missing.
     c.kubectl_apply(
         &chart_access(true)
@@ -879,6 +964,20 @@ fn the_charts_service_accounts_may_do_their_jobs_and_nothing_more() {
     );
     c.delete("customresourcedefinitions", "roceprofiles.kuberdma.io");
     c.wait("customresourcedefinitions", "roceprofiles.kuberdma.io", "CRD gone", &[], |v| v.is_none());
+    // Any other account is refused, and told so on one line as kubectl would.
+    let o = operator().args(["crds", "--apply", "--kubeconfig"]).arg(&ctl_kc).output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with(
+            "kube-rdma-operator: server-side apply of CustomResourceDefinition rdmanodestates.kuberdma.io: \
+             Error from server (Forbidden): customresourcedefinitions.apiextensions.k8s.io \"rdmanodestates.kuberdma.io\" is forbidden: \
+             User \"system:serviceaccount:kube-rdma:kube-rdma-controller\" cannot patch resource"
+        ),
+        "{err}"
+    );
+    assert!(!err.contains("Status {") && !err.contains("ApiError"), "{err}");
     let hook_kc = c.service_account_kubeconfig("kube-rdma", "kube-rdma-crd-upgrade", None);
     for attempt in 1..=2 {
         let o = operator().args(["crds", "--apply", "--kubeconfig"]).arg(&hook_kc).output().unwrap();
@@ -887,4 +986,115 @@ fn the_charts_service_accounts_may_do_their_jobs_and_nothing_more() {
     assert!(c.get("customresourcedefinitions", "roceprofiles.kuberdma.io").is_some());
     let (ok, err) = kubectl_as(&c, &hook_kc, &["delete", "crd", "roceprofiles.kuberdma.io"]);
     assert!(!ok && err.contains("forbidden"), "{err}");
+}
+
+/// etcd stopped with SIGSTOP until dropped (SIGCONT): kube-apiserver keeps serving
+/// what its watch cache holds, and every request that needs etcd waits out the
+/// server's request timeout: a write is answered 504 Timeout (k8s.io/apiserver
+/// `pkg/endpoints/handlers/finisher`), a read from etcd gets its connection closed.
+struct EtcdFrozen(i32);
+
+impl EtcdFrozen {
+    fn new(c: &Cluster) -> Self {
+        let pid = c.api.etcd.pid;
+        let o = std::process::Command::new("kill").args(["-STOP", &pid.to_string()]).output().unwrap();
+        assert!(o.status.success(), "SIGSTOP etcd: {}", String::from_utf8_lossy(&o.stderr));
+        EtcdFrozen(pid)
+    }
+}
+
+impl Drop for EtcdFrozen {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill").args(["-CONT", &self.0.to_string()]).output();
+    }
+}
+
+/// The retries of `with_backoff` after a 504 in `proc`'s log: (attempt, delay in ms).
+fn timeout_retries(proc: &Proc) -> Vec<(u32, u64)> {
+    let field = |l: &str, k: &str| -> Option<u64> {
+        l.split(&format!("{k}=")).nth(1)?.split_whitespace().next()?.trim_matches('"').parse().ok()
+    };
+    strip_ansi(&proc.log())
+        .lines()
+        .filter(|l| l.contains("API call failed; retrying") && l.contains("Error from server (Timeout)"))
+        .filter_map(|l| Some((field(l, "attempt")? as u32, field(l, "delay_ms")?)))
+        .collect()
+}
+
+#[test]
+fn server_errors_are_backed_off_counted_and_the_state_is_right_once_the_server_recovers() {
+    // A 4 s request timeout, so a write that waits on a stopped etcd is answered within seconds.
+    let c = Cluster::with_args(&["--request-timeout=4s"], &[(NODE, json!({"gpu": "yes"}))]);
+    c.create(profile("gpu", json!({"nodeSelector": {"gpu": "yes"}, "pfc": {"priorities": [3]}})));
+    let sim = c.sim(NODE, "cx6dx-dual", |_| {});
+    let ctl = c.controller(true);
+    let agent = c.agent(NODE, &sim, true, &[]);
+    let (am, cm) = (agent.metrics_addr(), ctl.metrics_addr());
+    let fresh = c.wait("rdmanodestates", NODE, "state published", &[&agent], |s| ready(s, "True"));
+    c.wait("roceprofiles", "gpu", "compliant", &[&ctl], |p| {
+        p.is_some_and(|p| p["status"]["nodesCompliant"] == 1)
+    });
+    c.wait("nodes", NODE, "labelled", &[&agent], |n| {
+        n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("true"))
+    });
+    let server_errors = |addr| {
+        http_get(addr, "/metrics").and_then(|(_, b)| sample(&b, "kuberdma_api_errors_total{kind=\"server\"}"))
+    };
+    assert_eq!((server_errors(am), server_errors(cm)), (Some(0.0), Some(0.0)));
+
+    // etcd stops: the agent's heartbeats (every 2 s) and the controller's Stale mark (no
+    // heartbeat for 4 s) are answered 504 by kube-apiserver itself.
+    let frozen_at = kube_rdma_operator::status::now_rfc3339();
+    let frozen = EtcdFrozen::new(&c);
+    c.wait_until("the agent retried a 504 twice and the controller once", &[&agent, &ctl], || {
+        let (a, k) = (timeout_retries(&agent), timeout_retries(&ctl));
+        (a.iter().any(|(n, _)| *n >= 2) && !k.is_empty()).then_some(())
+    });
+    for (who, addr) in [("agent", am), ("controller", cm)] {
+        let n = server_errors(addr).unwrap();
+        assert!(n >= 1.0, "{who}: kuberdma_api_errors_total{{kind=\"server\"}} {n}");
+    }
+    let (code, body) = eventually("the agent unhealthy while its writes fail", &[&agent], || {
+        http_get(am, "/healthz").filter(|r| r.0 == 503)
+    });
+    assert!(body.contains("Timeout"), "{code}: {body}");
+    // kubectl rdma meanwhile: an API error is an environment error, exit 2, on one line.
+    let (code, out, err) = kubectl(&c, &["status"]);
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("kubectl-rdma: list rdmanodestates: ") && !err.contains("Status {"), "{err}");
+    drop(frozen);
+
+    // Back-off: each retry waits initial·2ⁿ⁻¹ (500 ms, 1 s, 2 s, ... up to 8 s), shortened
+    // by up to half for jitter, never less.
+    for p in [&agent, &ctl] {
+        for (attempt, ms) in timeout_retries(p) {
+            let base = (500u64 << (attempt - 1).min(5)).min(8000);
+            assert!((base / 2..=base).contains(&ms), "attempt {attempt} waited {ms} ms\n{}", p.log());
+        }
+    }
+
+    // Recovered: a heartbeat after the outage, not Stale, the agent's conditions and the
+    // label as before, the profile counted compliant; both healthy.
+    let st =
+        c.wait("rdmanodestates", NODE, "a heartbeat after the outage, not stale", &[&agent, &ctl], |s| {
+            s.is_some_and(|s| {
+                s["status"]["lastHeartbeatTime"].as_str().is_some_and(|t| t > frozen_at.as_str())
+                    && condition(s, "Stale").is_none_or(|c| c["status"] == "False")
+            })
+        });
+    assert_eq!(agent_conditions(&st), agent_conditions(&fresh));
+    assert_eq!(st["status"]["summary"], fresh["status"]["summary"]);
+    assert_eq!(st["status"]["checks"], fresh["status"]["checks"]);
+    c.wait("nodes", NODE, "label true", &[&agent, &ctl], |n| {
+        n.is_some_and(|n| label(n, "kuberdma.io/roce-ready") == Some("true"))
+    });
+    c.wait("roceprofiles", "gpu", "compliant again", &[&ctl], |p| {
+        p.is_some_and(|p| p["status"]["nodesCompliant"] == 1 && p["status"]["nodesStale"] == 0)
+    });
+    for (who, addr, p) in [("agent", am, &agent), ("controller", cm, &ctl)] {
+        eventually(&format!("{who} healthy again"), &[p], || {
+            http_get(addr, "/healthz").filter(|r| r.0 == 200)
+        });
+    }
 }
