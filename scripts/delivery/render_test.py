@@ -197,7 +197,7 @@ def test_knobs_reach_the_objects() -> str:
     assert "--dev-root=/host/dev" in dp["spec"]["template"]["spec"]["containers"][0]["args"]
     assert {"name": "scratch", "mountPath": "/scratch"} in dp["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
     assert ag["spec"]["template"]["spec"]["containers"][0]["readinessProbe"]["periodSeconds"] == 15
-    assert ct["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert ct["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGet"]["path"] == "/livez"
     # Node components: rdmaNodeLabel plus their own nodeSelector; the controller neither.
     assert dp["spec"]["template"]["spec"]["nodeSelector"] == {
         "kuberdma.io/rdma-node": "yes", "feature.node.kubernetes.io/network-sriov.capable": "true"}
