@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use plumbing::histogram::Histogram;
-use plumbing::http::{Answer, Routes};
+use plumbing::http::Routes;
 use plumbing::prometheus::{head, sample};
 use tokio::sync::watch;
 
@@ -240,13 +240,7 @@ impl Metrics {
 /// when unhealthy), `/livez`.
 pub fn routes(metrics: Arc<Metrics>) -> Routes {
     let m = metrics.clone();
-    Routes::new()
-        .route("/metrics", move || Answer::metrics(m.render()))
-        .route("/healthz", move || {
-            let (ok, body) = metrics.health();
-            Answer::health(ok, body)
-        })
-        .livez()
+    Routes::daemon(move || m.render(), move || metrics.health())
 }
 
 /// Binds `addr`; returns the bound address (port 0 picks one) and the serving

@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use plumbing::histogram::Histogram;
-use plumbing::http::{Answer, Routes};
+use plumbing::http::Routes;
 use plumbing::prometheus::{head, sample};
 
 use super::devices::View;
@@ -196,13 +196,7 @@ impl DraMetrics {
     /// The routes [`plumbing::http`] serves.
     pub fn routes(self: &Arc<Self>) -> Routes {
         let (m, h) = (self.clone(), self.clone());
-        Routes::new()
-            .route("/metrics", move || Answer::metrics(m.render()))
-            .route("/healthz", move || {
-                let (ok, body) = h.health();
-                Answer::health(ok, body)
-            })
-            .livez()
+        Routes::daemon(move || m.render(), move || h.health())
     }
 }
 
