@@ -713,6 +713,28 @@ async fn a_prepared_vf_the_host_cannot_see_in_its_pod_stays_healthy_with_its_att
     assert_eq!(prepared.health, HealthStatus::Healthy as i32);
     // The claim is still answered (from the checkpoint) while its VF is in the pod.
     assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
+
+    // Regression (audit): a restarted driver has no view of the host from before, and
+    // the host shows nothing of the VF's RDMA device; its prepared record (RDMA devices,
+    // port state) gives the same attributes: `rdmaDevice` and `portState` were lost.
+    let rec = nic::prepared::read_claim(&env.prepared, &a).unwrap().expect("checkpointed");
+    assert_eq!(rec.devices[0].port_state.as_deref(), Some("ACTIVE"), "{rec:?}");
+    driver.stop().await;
+    let driver = env.spawn(&["--rescan-interval", "0.1"]);
+    let mut p = register(&env.reg_socket()).await;
+    driver.wait_log("first ResourceSlices published").await;
+    let mut health = p.watch_health().await;
+    // The unprepared VF is nobody's, as far as the restarted driver can tell (no RDMA
+    // trace, no claim): it is no device of the pool any more.
+    wait_health(&mut health, "the list without the unprepared VF", |m| m.devices.len() == 15).await;
+    let slices = env.slices().await;
+    assert_eq!(device_count(&slices), 15);
+    assert_eq!(attrs(&slices, "pci-0000-af-00-2"), &before, "the prepared VF's attributes after a restart");
+    assert_eq!(generation(&slices), g0 + 2, "one generation, for the unprepared VF leaving");
+    // Rescans since (each plans with the prepared records) change nothing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = env.slices().await;
+    assert_eq!((attrs(&again, "pci-0000-af-00-2"), generation(&again)), (&before, g0 + 2));
     driver.stop().await;
 }
 
