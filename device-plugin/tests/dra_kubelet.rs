@@ -738,6 +738,77 @@ async fn a_prepared_vf_the_host_cannot_see_in_its_pod_stays_healthy_with_its_att
     driver.stop().await;
 }
 
+/// `GET /healthz` until its body contains `needle`.
+async fn wait_healthz(metrics: &str, needle: &str) -> (u16, String) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, body) = http_get(metrics, "/healthz").await;
+        if body.contains(needle) {
+            return (code, body);
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no {needle:?} in /healthz: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Regression (audit): a kubelet-facing socket that could not be bound ended
+/// the driver (at start, or when serving a deleted socket again), where
+/// device plugin mode keeps trying. Now a failed bind is logged, shown in
+/// `/healthz` and the metrics, tried again with capped backoff, and served as
+/// soon as what was in the way is gone; the rest of the driver runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_that_cannot_be_bound_is_tried_again_not_fatal() {
+    let sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    // A directory where the registration socket goes, from the start.
+    std::fs::create_dir_all(env.reg_socket()).unwrap();
+    let driver = env.spawn(&["--metrics-addr", "127.0.0.1:0"]);
+    let metrics = driver.metrics_addr().await;
+    driver.wait_log("cannot serve the socket; retrying").await;
+    let (code, body) = wait_healthz(&metrics, "registration socket: not served").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("plugin socket: served"), "{body}");
+    let page = http_get(&metrics, "/metrics").await.1;
+    assert!(page.lines().any(|l| l == "kuberdma_dra_socket_served{socket=\"registration\"} 0"), "{page}");
+    env.wait_slices("published all the same", |s| device_count(s) == 16).await;
+
+    std::fs::remove_dir(env.reg_socket()).unwrap();
+    let mut p = register(&env.reg_socket()).await;
+    wait_healthz(&metrics, "registration socket: served").await;
+    let page = http_get(&metrics, "/metrics").await.1;
+    assert!(page.lines().any(|l| l == "kuberdma_dra_socket_served{socket=\"registration\"} 1"), "{page}");
+    let failed = page
+        .lines()
+        .find_map(|l| l.strip_prefix("kuberdma_dra_socket_bind_failures_total{socket=\"registration\"} "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(failed.is_some_and(|n| n >= 1), "{page}");
+
+    // Serving again a socket that went away: a directory takes the DRA socket's
+    // place in one step (RENAME_EXCHANGE), so the driver finds it in the way.
+    let aside = env.dra_socket().with_file_name("in-the-way");
+    std::fs::create_dir(&aside).unwrap();
+    nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        &aside,
+        nix::fcntl::AT_FDCWD,
+        &env.dra_socket(),
+        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+    )
+    .unwrap();
+    std::fs::remove_file(&aside).unwrap();
+    let (code, body) = wait_healthz(&metrics, "plugin socket: not served").await;
+    assert_eq!(code, 503, "{body}");
+    // The kubelet's connection to the server from before still answers meanwhile.
+    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-a").await;
+    assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
+    std::fs::remove_dir(env.dra_socket()).unwrap();
+    wait_healthz(&metrics, "plugin socket: served").await;
+    let mut p = register(&env.reg_socket()).await;
+    assert!(p.unprepare(vec![claim_ref("a", &a)]).await.claims[&a].error.is_empty());
+    let status = driver.stop().await;
+    assert!(status.success(), "{status}");
+}
+
 /// roceReady follows the node's RdmaNodeState, also across a kube-apiserver
 /// restart after etcd was compacted: with the watch cache off (so the server
 /// answers from etcd) the driver's watch resumes from a resourceVersion that
