@@ -35,7 +35,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError, PoolConfig};
-use crate::devinfo::CdiSpec;
+use crate::devinfo::{OnDisk, Synced};
 use crate::inuse::{Allocations, Memory};
 use crate::kubelet::{self, DirEvent};
 use crate::metrics::Metrics;
@@ -128,44 +128,12 @@ struct Running {
     cdi: OnDisk,
 }
 
-/// A hash of a CDI spec file's bytes: enough to tell whether it must be
-/// written again, for 8 bytes instead of a copy of a spec of a thousand devices.
-type SpecHash = u64;
-
-fn spec_hash(bytes: &[u8]) -> SpecHash {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    h.finish()
-}
-
-/// What of a pool's CDI spec is on disk, as last written or read.
-#[derive(Debug, Default)]
-enum OnDisk {
-    /// No file.
-    #[default]
-    Absent,
-    /// A file this daemon wrote, or read back as one of ours.
-    Ours {
-        /// Hash of its bytes: whether it must be written again.
-        hash: SpecHash,
-        /// What it defines: what the next spec keeps of it ([`devinfo::kept`]).
-        spec: CdiSpec,
-        /// How many of its devices were kept from before rather than
-        /// computed: such a spec is synced on every rescan, since one of those
-        /// devices leaving the node changes no pool.
-        carried: usize,
-    },
-    /// A file at the pool's path that is not one of ours as it is (from an
-    /// older version, say): written over, or removed, at the next sync.
-    Foreign,
-}
-
 /// A pool not served whose CDI spec stays while its devices are on the
 /// node: a config reload removed or changed it, it was configured no more
 /// when the daemon started, or it is between two servers.
 struct Retired {
     path: PathBuf,
+    kind: String,
     disk: OnDisk,
 }
 
@@ -449,46 +417,14 @@ impl Daemon {
 
     /// Brings the CDI spec of `pool` in line with the node (devices gone
     /// from it dropped, devices whose edits cannot be computed now kept as
-    /// `last` has them, no file when no device is left) and returns what is
-    /// on disk now.
+    /// written, no file when no device is left) and returns what is on disk
+    /// now.
     fn sync_cdi(&self, pool: &Pool, last: OnDisk) -> OnDisk {
         let on_node = pools::OnNode::new(&self.inv);
-        let before = match &last {
-            OnDisk::Ours { spec, .. } => Some(spec),
-            OnDisk::Absent | OnDisk::Foreign => None,
-        };
         let fresh = devinfo::cdi_devices(pool, |d| on_node.has(d));
-        let (spec, carried) = devinfo::kept(pool.config.cdi_kind(), fresh, before, |h| h.on(&on_node));
         let path = devinfo::cdi_path(&self.opts.cdi_dir, pool);
-        self.put_spec(&path, &pool.resource_name(), spec, carried, last)
-    }
-
-    /// Writes `spec` at `path` unless `last` says it is there already, or
-    /// removes the file when the spec has no device; returns what is on disk now.
-    fn put_spec(&self, path: &Path, pool: &str, spec: CdiSpec, carried: usize, last: OnDisk) -> OnDisk {
-        let file = spec.file();
-        let hash = file.as_deref().map(spec_hash);
-        match (&last, hash) {
-            (OnDisk::Ours { hash: was, .. }, Some(now)) if *was == now => {
-                return OnDisk::Ours { hash: now, spec, carried };
-            }
-            (OnDisk::Absent, None) => return OnDisk::Absent,
-            _ => {}
-        }
-        if let Err(e) = devinfo::put_cdi(path, file.as_deref()) {
-            tracing::warn!(pool, error = %format!("{e:#}"), "cannot write CDI spec");
-            // What was there before is still there: the next sync tries again.
-            return last;
-        }
-        match hash {
-            Some(hash) => OnDisk::Ours { hash, spec, carried },
-            None => {
-                if matches!(last, OnDisk::Ours { .. }) {
-                    tracing::info!(pool, path = %path.display(), "no device of the pool left on the node: CDI spec removed");
-                }
-                OnDisk::Absent
-            }
-        }
+        let synced = devinfo::sync(&path, pool.config.cdi_kind(), fresh, last, &on_node);
+        logged(&pool.resource_name(), &path, synced)
     }
 
     /// Takes the CDI specs of ours on disk (a previous run's, see
@@ -506,8 +442,9 @@ impl Daemon {
             if !self.cfg.pools.iter().any(|p| p.resource_name() == f.resource) {
                 tracing::info!(pool = %f.resource, path = %f.path.display(), devices = f.spec.devices.len(), "CDI spec of a pool no longer configured: kept while its devices are on the node");
             }
-            let disk = OnDisk::Ours { hash: spec_hash(&f.bytes), spec: f.spec, carried: 0 };
-            self.retired.insert(f.resource, Retired { path: f.path, disk });
+            let kind = f.spec.kind.clone();
+            let disk = OnDisk::read(f.spec, &f.bytes);
+            self.retired.insert(f.resource, Retired { path: f.path, kind, disk });
         }
     }
 
@@ -552,7 +489,8 @@ impl Daemon {
             self.remove_pool_files(&name);
             if matches!(r.cdi, OnDisk::Ours { .. }) {
                 let path = devinfo::cdi_path(&self.opts.cdi_dir, &r.tx.borrow());
-                self.retired.insert(name.clone(), Retired { path, disk: r.cdi });
+                let kind = r.config.cdi_kind();
+                self.retired.insert(name.clone(), Retired { path, kind, disk: r.cdi });
             }
             tracing::info!(pool = %name, "stopped");
         }
@@ -582,12 +520,13 @@ impl Daemon {
     fn sync_retired(&mut self) {
         let on_node = pools::OnNode::new(&self.inv);
         for (name, r) in std::mem::take(&mut self.retired) {
-            let OnDisk::Ours { spec: before, .. } = &r.disk else { continue };
-            let (spec, carried) =
-                devinfo::kept(before.kind.clone(), BTreeMap::new(), Some(before), |h| h.on(&on_node));
-            let disk = self.put_spec(&r.path, &name, spec, carried, r.disk);
+            if !matches!(r.disk, OnDisk::Ours { .. }) {
+                continue;
+            }
+            let synced = devinfo::sync(&r.path, r.kind.clone(), BTreeMap::new(), r.disk, &on_node);
+            let disk = logged(&name, &r.path, synced);
             if matches!(disk, OnDisk::Ours { .. }) {
-                self.retired.insert(name, Retired { path: r.path, disk });
+                self.retired.insert(name, Retired { disk, ..r });
             }
         }
     }
@@ -595,12 +534,8 @@ impl Daemon {
     /// Specs of served pools that keep devices not computed from the node
     /// follow it on every rescan: such a device leaving changes no pool.
     fn sync_carried(&mut self) {
-        let names: Vec<String> = self
-            .running
-            .iter()
-            .filter(|(_, r)| matches!(r.cdi, OnDisk::Ours { carried, .. } if carried > 0))
-            .map(|(n, _)| n.clone())
-            .collect();
+        let names: Vec<String> =
+            self.running.iter().filter(|(_, r)| r.cdi.keeps()).map(|(n, _)| n.clone()).collect();
         for name in names {
             let Some(r) = self.running.get_mut(&name) else { continue };
             let pool = Pool::clone(&r.tx.borrow());
@@ -654,7 +589,8 @@ impl Daemon {
         let pool = Pool::clone(&r.tx.borrow());
         // Its spec is current: carried over rather than rewritten.
         let path = devinfo::cdi_path(&self.opts.cdi_dir, &pool);
-        self.retired.insert(name.to_string(), Retired { path, disk: r.cdi });
+        let kind = pool.config.cdi_kind();
+        self.retired.insert(name.to_string(), Retired { path, kind, disk: r.cdi });
         self.start_or_keep(pool);
     }
 
@@ -798,6 +734,19 @@ impl Daemon {
         self.update_pools("config reload");
         true
     }
+}
+
+/// What a CDI spec sync did, logged; returns what is on disk now.
+fn logged(pool: &str, path: &Path, (disk, done): (OnDisk, Synced)) -> OnDisk {
+    match done {
+        Synced::Removed => {
+            tracing::info!(pool, path = %path.display(), "no device of the pool left on the node: CDI spec removed");
+        }
+        // What was there before is still there: the next sync tries again.
+        Synced::Failed(e) => tracing::warn!(pool, error = %format!("{e:#}"), "cannot write CDI spec"),
+        Synced::Unchanged | Synced::Written => {}
+    }
+    disk
 }
 
 fn log_changes(prev: &Pool, next: &Pool, why: &str) {

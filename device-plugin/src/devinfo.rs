@@ -210,22 +210,151 @@ impl Hardware {
 /// nothing to compute its edits from, yet a restarting container of that pod
 /// names its CDI device (the kubelet's checkpoint): the entry written while
 /// the host could see it is the one that stays true. `before` of another
-/// kind is not ours to keep. Returns the spec and how many devices it kept
-/// from `before`.
+/// kind is not ours to keep. Returns the spec and the devices it kept from
+/// `before`.
 pub fn kept(
     kind: String,
     mut fresh: BTreeMap<String, Value>,
     before: Option<&CdiSpec>,
     on_node: impl Fn(&Hardware) -> bool,
-) -> (CdiSpec, usize) {
-    let mut carried = 0;
+) -> (CdiSpec, BTreeMap<String, Value>) {
+    let mut carried = BTreeMap::new();
     for (name, dev) in before.filter(|b| b.kind == kind).map(|b| &b.devices).into_iter().flatten() {
         if !fresh.contains_key(name) && on_node(&Hardware::of(name, dev)) {
-            fresh.insert(name.clone(), dev.clone());
-            carried += 1;
+            carried.insert(name.clone(), dev.clone());
         }
     }
+    fresh.extend(carried.iter().map(|(n, d)| (n.clone(), d.clone())));
     (CdiSpec { kind, devices: fresh }, carried)
+}
+
+/// A hash of a spec file's bytes: enough to tell whether it must be written
+/// again, for 8 bytes instead of a copy of a spec of a thousand devices.
+pub type SpecHash = u64;
+
+/// [`SpecHash`] of `bytes`.
+pub fn spec_hash(bytes: &[u8]) -> SpecHash {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    h.finish()
+}
+
+/// What of a CDI spec file of ours is on disk, as last written or read.
+/// Devices computed from the node are not held here (a thousand of them as
+/// JSON values would be megabytes): the file has them, and is read back on
+/// the rare sync that needs one it can no longer compute.
+#[derive(Debug, Default)]
+pub enum OnDisk {
+    /// No file.
+    #[default]
+    Absent,
+    /// A file written by us, or read back as ours.
+    Ours {
+        /// Hash of its bytes: whether it must be written again, and whether
+        /// it is still what was written when it is read back.
+        hash: SpecHash,
+        /// Its devices' names.
+        names: BTreeSet<String>,
+        /// Its devices that were not computed from the node when it was
+        /// written but kept from before ([`kept`]), as they are in it: few (VFs
+        /// in pods the host cannot see; every device of a spec no pool
+        /// computes). A spec with any follows the node on every rescan.
+        kept: BTreeMap<String, Value>,
+    },
+    /// A file at the path that is not ours as it is (from an older version,
+    /// say): written over, or removed, at the next sync.
+    Foreign,
+}
+
+impl OnDisk {
+    /// `spec` read back from a file of `bytes`: each of its devices is kept
+    /// until something computes it.
+    pub fn read(spec: CdiSpec, bytes: &[u8]) -> Self {
+        OnDisk::Ours {
+            hash: spec_hash(bytes),
+            names: spec.devices.keys().cloned().collect(),
+            kept: spec.devices,
+        }
+    }
+
+    /// Whether it has devices not computed from the node.
+    pub fn keeps(&self) -> bool {
+        matches!(self, OnDisk::Ours { kept, .. } if !kept.is_empty())
+    }
+}
+
+/// What a [`sync`] did to the file.
+#[derive(Debug)]
+pub enum Synced {
+    /// Nothing: it was as it should be.
+    Unchanged,
+    /// Written.
+    Written,
+    /// Removed: no device is left.
+    Removed,
+    /// Writing or removing failed; what was there is still there.
+    Failed(FileError),
+}
+
+/// Brings the CDI spec file at `path`, of kind `kind`, to `fresh` (the
+/// devices computed from the node now) and what `last` defined that cannot
+/// be computed now while its hardware is on `node` ([`kept`]); no file when
+/// no device is left. Returns what is on disk now and what was done.
+pub fn sync(
+    path: &Path,
+    kind: String,
+    fresh: BTreeMap<String, Value>,
+    last: OnDisk,
+    node: &OnNode,
+) -> (OnDisk, Synced) {
+    let before = before(path, &kind, &fresh, &last, node);
+    let (spec, kept_now) = kept(kind, fresh, before.as_ref(), |h| h.on(node));
+    let file = spec.file();
+    let hash = file.as_deref().map(spec_hash);
+    let now = |hash| OnDisk::Ours { hash, names: spec.devices.keys().cloned().collect(), kept: kept_now };
+    match (&last, hash) {
+        (OnDisk::Ours { hash: was, .. }, Some(h)) if *was == h => return (now(h), Synced::Unchanged),
+        (OnDisk::Absent, None) => return (OnDisk::Absent, Synced::Unchanged),
+        _ => {}
+    }
+    if let Err(e) = put_cdi(path, file.as_deref()) {
+        return (last, Synced::Failed(e));
+    }
+    match hash {
+        Some(h) => (now(h), Synced::Written),
+        None => (OnDisk::Absent, Synced::Removed),
+    }
+}
+
+/// What of `last` [`kept`] may keep: its kept devices, and, when it defined
+/// others that `fresh` lacks while their function may be on the node (a VF
+/// whose RDMA device just left the host's view), the whole file read back,
+/// if it is still what was written.
+fn before(
+    path: &Path,
+    kind: &str,
+    fresh: &BTreeMap<String, Value>,
+    last: &OnDisk,
+    node: &OnNode,
+) -> Option<CdiSpec> {
+    let OnDisk::Ours { hash, names, kept } = last else { return None };
+    let kept_only = || Some(CdiSpec { kind: kind.to_string(), devices: kept.clone() });
+    let may_stay = |n: &&String| {
+        !fresh.contains_key(*n)
+            && !kept.contains_key(*n)
+            && Hardware::of(n, &Value::Null).pci.is_none_or(|p| node.has_function(p))
+    };
+    if !names.iter().any(|n| may_stay(&n)) {
+        return kept_only();
+    }
+    match std::fs::read(path) {
+        Ok(b) if spec_hash(&b) == *hash => parse_ours(&b, kind).ok().flatten().or_else(kept_only),
+        _ => {
+            tracing::warn!(path = %path.display(), "the CDI spec is not as it was written: a device whose edits cannot be computed now leaves it");
+            kept_only()
+        }
+    }
 }
 
 /// Reads `bytes` as a CDI spec of kind `kind` in the shape this plugin
@@ -413,16 +542,50 @@ mod tests {
             [("0000:3d:00.1".to_string(), dev("0000:3d:00.1", uverbs(7)))].into_iter().collect();
         let gone: PciAddr = "0000:3d:00.3".parse().unwrap();
         let (spec, carried) = kept(kind.clone(), fresh.clone(), Some(&before), |h| h.pci != Some(gone));
-        assert_eq!(carried, 1);
+        assert_eq!(carried.keys().collect::<Vec<_>>(), ["0000:3d:00.2"]);
         assert_eq!(spec.devices.keys().collect::<Vec<_>>(), ["0000:3d:00.1", "0000:3d:00.2"]);
         assert_eq!(spec.devices["0000:3d:00.1"], dev("0000:3d:00.1", uverbs(7)), "what is computed wins");
         assert_eq!(spec.devices["0000:3d:00.2"], before.devices["0000:3d:00.2"]);
         // Another kind's devices are not ours to keep.
         let other = CdiSpec { kind: "kuberdma.io/other".into(), ..before.clone() };
-        assert_eq!(kept(kind.clone(), fresh, Some(&other), |_| true).1, 0);
+        assert!(kept(kind.clone(), fresh, Some(&other), |_| true).1.is_empty());
         // Nothing left: no file.
         let (spec, _) = kept(kind, BTreeMap::new(), Some(&before), |_| false);
         assert_eq!((spec.to_value(), spec.file()), (None, None));
+    }
+
+    /// The file is read back only when a device it has cannot be computed,
+    /// and only if it is still what was written.
+    #[test]
+    fn sync_keeps_a_device_it_can_no_longer_compute_from_the_file_it_wrote() {
+        let node = nic::sim::Sim::from_file(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/nodes/cx6dx-dual.yaml"),
+        )
+        .unwrap();
+        let inv = nic::discover(&node.roots());
+        let on_node = OnNode::new(&inv);
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("kuberdma.io-rdma_vfs.json");
+        let kind = "kuberdma.io/rdma_vfs".to_string();
+        let both: BTreeMap<String, Value> = [("0000:3d:00.1", 1), ("0000:3d:00.2", 2)]
+            .map(|(n, u)| (n.to_string(), dev(n, uverbs(u))))
+            .into();
+        let (disk, done) = sync(&path, kind.clone(), both.clone(), OnDisk::Absent, &on_node);
+        assert!(matches!(done, Synced::Written) && !disk.keeps(), "{done:?}");
+        let written = std::fs::read(&path).unwrap();
+        // 00.2's edits cannot be computed now: its entry is read back from the file.
+        let one: BTreeMap<String, Value> = both.iter().take(1).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let (disk, done) = sync(&path, kind.clone(), one.clone(), disk, &on_node);
+        assert!(matches!(done, Synced::Unchanged), "{done:?}");
+        assert!(matches!(&disk, OnDisk::Ours { kept, .. } if kept.keys().eq(["0000:3d:00.2"])), "{disk:?}");
+        assert_eq!(std::fs::read(&path).unwrap(), written);
+        // A file changed behind our back is not read as what we wrote.
+        let (disk, _) = sync(&path, kind.clone(), both, OnDisk::Absent, &on_node);
+        std::fs::write(&path, b"{}").unwrap();
+        let (disk, done) = sync(&path, kind, one, disk, &on_node);
+        assert!(matches!(done, Synced::Written) && !disk.keeps(), "{done:?} {disk:?}");
+        let back = parse_ours(&std::fs::read(&path).unwrap(), "kuberdma.io/rdma_vfs").unwrap().unwrap();
+        assert!(back.devices.keys().eq(["0000:3d:00.1"]));
     }
 
     #[test]
