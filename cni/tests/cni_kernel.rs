@@ -778,6 +778,7 @@ fn dra_mode_finds_the_pods_prepared_vf_by_pod_uid_and_records_the_attachment() {
         pf: Some(lab.pf),
         netdev: Some(lab.vfs[i].1.clone()),
         rdma_devices: vec![],
+        port_state: None,
         cdi_ids: vec![],
         config: DeviceConfig::default(),
     };

@@ -14,14 +14,18 @@
 //! restarting container the CDI names of its checkpointed Allocate answer
 //! ([`crate::devinfo`]). A spec follows the node instead: a device gone from
 //! the node leaves its pool's spec (pools removed from the config included),
-//! and a spec with no device left is removed.
+//! and a spec with no device left is removed. The daemon starts from the
+//! specs on disk: a device whose edits cannot be computed now (a VF in a pod
+//! whose RDMA device the host cannot see) keeps the entry written while they
+//! could, and the spec of a pool removed from the config while the daemon
+//! was down is adopted like one removed by a reload.
 //!
 //! Discovery never reads GID tables: nothing the plugin hands out depends on
 //! them (a GID index cannot be known before the CNI addresses the VF).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,6 +35,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
 use crate::config::{Config, ConfigError, PoolConfig};
+use crate::devinfo::{OnDisk, Synced};
 use crate::inuse::{Allocations, Memory};
 use crate::kubelet::{self, DirEvent};
 use crate::metrics::Metrics;
@@ -119,26 +124,17 @@ struct Running {
     registrar: JoinHandle<()>,
     socket: PathBuf,
     generation: u64,
-    /// The CDI spec last written ([`SpecHash`]; `None`: none on disk).
-    cdi: Option<SpecHash>,
+    /// The pool's CDI spec on disk.
+    cdi: OnDisk,
 }
 
-/// A hash of a CDI spec file's bytes: enough to tell whether it must be
-/// written again, for 8 bytes instead of a copy of a spec of a thousand devices.
-type SpecHash = u64;
-
-fn spec_hash(bytes: &[u8]) -> SpecHash {
-    use std::hash::{Hash, Hasher};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    bytes.hash(&mut h);
-    h.finish()
-}
-
-/// A pool no longer served whose CDI spec stays while its devices are on the
-/// node (a config reload removed or changed it).
+/// A pool not served whose CDI spec stays while its devices are on the
+/// node: a config reload removed or changed it, it was configured no more
+/// when the daemon started, or it is between two servers.
 struct Retired {
-    pool: Pool,
-    cdi: Option<SpecHash>,
+    path: PathBuf,
+    kind: String,
+    disk: OnDisk,
 }
 
 struct Daemon {
@@ -264,11 +260,13 @@ pub async fn run(
         kubelet_tx,
     };
 
+    d.adopt_cdi_specs();
     d.inv = discover(&d.opts.roots, &mut d.memory).await;
     let plan = pools::plan_with(&d.inv, &d.cfg, &Allocations::default());
     for pool in plan.pools {
         d.start_or_keep(pool);
     }
+    d.sync_retired();
 
     tokio::pin!(shutdown);
     loop {
@@ -380,10 +378,16 @@ impl Daemon {
         });
         tracing::info!(pool = %name, socket = %socket.display(), devices = pool.devices.len(), "serving");
         // After binding, before registering: the kubelet cannot Allocate before it
-        // knows us, so the CDI spec is in place by the first Allocate. Written
-        // whatever was on disk before (a previous run's spec, a retired one).
-        let cdi = self.retired.remove(&name).and_then(|r| r.cdi);
-        let cdi = self.sync_cdi(&pool, cdi.map(Some));
+        // knows us, so the CDI spec is in place by the first Allocate. It starts
+        // from what is on disk (a previous run's spec, a retired one).
+        let last = match self.retired.remove(&name) {
+            Some(r) => r.disk,
+            None if std::fs::symlink_metadata(devinfo::cdi_path(&self.opts.cdi_dir, &pool)).is_ok() => {
+                OnDisk::Foreign
+            }
+            None => OnDisk::Absent,
+        };
+        let cdi = self.sync_cdi(&pool, last);
         self.metrics.set_pool(&pool);
         let registrar = tokio::spawn(registration::run(Registrar {
             kubelet_dir: self.opts.kubelet_dir.clone(),
@@ -412,28 +416,36 @@ impl Daemon {
     }
 
     /// Brings the CDI spec of `pool` in line with the node (devices gone
-    /// from it dropped, no file when no device with edits is left) and
-    /// returns what is on disk now. `last`: what was written before (`None`:
-    /// not known, so written or removed whatever it is).
-    fn sync_cdi(&self, pool: &Pool, last: Option<Option<SpecHash>>) -> Option<SpecHash> {
+    /// from it dropped, devices whose edits cannot be computed now kept as
+    /// written, no file when no device is left) and returns what is on disk
+    /// now.
+    fn sync_cdi(&self, pool: &Pool, last: OnDisk) -> OnDisk {
         let on_node = pools::OnNode::new(&self.inv);
-        let file = devinfo::cdi_spec_of(pool, |d| on_node.has(d)).map(|s| devinfo::cdi_file(&s));
-        let now = file.as_deref().map(spec_hash);
-        if last == Some(now) {
-            return now;
+        let fresh = devinfo::cdi_devices(pool, |d| on_node.has(d));
+        let path = devinfo::cdi_path(&self.opts.cdi_dir, pool);
+        let synced = devinfo::sync(&path, pool.config.cdi_kind(), fresh, last, &on_node);
+        logged(&pool.resource_name(), &path, synced)
+    }
+
+    /// Takes the CDI specs of ours on disk (a previous run's, see
+    /// [`devinfo::read_ours`]) as retired: a configured pool starts from its
+    /// own ([`Self::start_pool`]); one no pool owns any more follows the node
+    /// until none of its devices is left ([`Self::sync_retired`]).
+    fn adopt_cdi_specs(&mut self) {
+        let mut prefixes: BTreeSet<String> = self.cfg.pools.iter().map(|p| p.prefix.clone()).collect();
+        prefixes.insert(crate::DEFAULT_PREFIX.to_string());
+        let (found, warnings) = devinfo::read_ours(&self.opts.cdi_dir, &prefixes);
+        for w in warnings {
+            tracing::warn!("{w}");
         }
-        match devinfo::put_cdi(&self.opts.cdi_dir, pool, file.as_deref()) {
-            Ok(path) if now.is_none() && last.is_some_and(|l| l.is_some()) => {
-                tracing::info!(pool = %pool.resource_name(), path = %path.display(), "no device of the pool left on the node: CDI spec removed");
+        for f in found {
+            if !self.cfg.pools.iter().any(|p| p.resource_name() == f.resource) {
+                tracing::info!(pool = %f.resource, path = %f.path.display(), devices = f.spec.devices.len(), "CDI spec of a pool no longer configured: kept while its devices are on the node");
             }
-            Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(pool = %pool.resource_name(), error = %format!("{e:#}"), "cannot write CDI spec");
-                // What was there before is still there: the next sync tries again.
-                return last.flatten();
-            }
+            let kind = f.spec.kind.clone();
+            let disk = OnDisk::read(f.spec, &f.bytes);
+            self.retired.insert(f.resource, Retired { path: f.path, kind, disk });
         }
-        now
     }
 
     /// Publishes the kubelet instance `kubelet.sock` belongs to now; the
@@ -475,9 +487,10 @@ impl Daemon {
         for (name, r) in stopping {
             let _ = std::fs::remove_file(&r.socket);
             self.remove_pool_files(&name);
-            if r.cdi.is_some() {
-                let pool = Pool::clone(&r.tx.borrow());
-                self.retired.insert(name.clone(), Retired { pool, cdi: r.cdi });
+            if matches!(r.cdi, OnDisk::Ours { .. }) {
+                let path = devinfo::cdi_path(&self.opts.cdi_dir, &r.tx.borrow());
+                let kind = r.config.cdi_kind();
+                self.retired.insert(name.clone(), Retired { path, kind, disk: r.cdi });
             }
             tracing::info!(pool = %name, "stopped");
         }
@@ -502,12 +515,34 @@ impl Daemon {
         }
     }
 
-    /// Retired pools' specs follow the node; one with no device left goes.
+    /// Retired pools' specs follow the node (each device kept while its
+    /// hardware is there); one with no device left goes.
     fn sync_retired(&mut self) {
-        for (name, mut r) in std::mem::take(&mut self.retired) {
-            r.cdi = self.sync_cdi(&r.pool, Some(r.cdi));
-            if r.cdi.is_some() {
-                self.retired.insert(name, r);
+        let on_node = pools::OnNode::new(&self.inv);
+        for (name, r) in std::mem::take(&mut self.retired) {
+            if !matches!(r.disk, OnDisk::Ours { .. }) {
+                continue;
+            }
+            let synced = devinfo::sync(&r.path, r.kind.clone(), BTreeMap::new(), r.disk, &on_node);
+            let disk = logged(&name, &r.path, synced);
+            if matches!(disk, OnDisk::Ours { .. }) {
+                self.retired.insert(name, Retired { disk, ..r });
+            }
+        }
+    }
+
+    /// Specs of served pools that keep devices not computed from the node
+    /// follow it on every rescan: such a device leaving changes no pool.
+    fn sync_carried(&mut self) {
+        let names: Vec<String> =
+            self.running.iter().filter(|(_, r)| r.cdi.keeps()).map(|(n, _)| n.clone()).collect();
+        for name in names {
+            let Some(r) = self.running.get_mut(&name) else { continue };
+            let pool = Pool::clone(&r.tx.borrow());
+            let last = std::mem::take(&mut r.cdi);
+            let cdi = self.sync_cdi(&pool, last);
+            if let Some(r) = self.running.get_mut(&name) {
+                r.cdi = cdi;
             }
         }
     }
@@ -553,7 +588,9 @@ impl Daemon {
         r.task.abort();
         let pool = Pool::clone(&r.tx.borrow());
         // Its spec is current: carried over rather than rewritten.
-        self.retired.insert(name.to_string(), Retired { pool: pool.clone(), cdi: r.cdi });
+        let path = devinfo::cdi_path(&self.opts.cdi_dir, &pool);
+        let kind = pool.config.cdi_kind();
+        self.retired.insert(name.to_string(), Retired { path, kind, disk: r.cdi });
         self.start_or_keep(pool);
     }
 
@@ -612,6 +649,7 @@ impl Daemon {
             }
         }
         self.update_pools(why);
+        self.sync_carried();
         self.sync_retired();
         self.retry_unserved();
         // The safety net for a kubelet.sock change inotify did not report.
@@ -636,8 +674,8 @@ impl Daemon {
                 continue;
             }
             log_changes(&prev, &pool, why);
-            let last = r.cdi;
-            let cdi = self.sync_cdi(&pool, Some(last));
+            let last = self.running.get_mut(&name).map(|r| std::mem::take(&mut r.cdi)).unwrap_or_default();
+            let cdi = self.sync_cdi(&pool, last);
             self.metrics.set_pool(&pool);
             let Some(r) = self.running.get_mut(&name) else { continue };
             r.cdi = cdi;
@@ -696,6 +734,19 @@ impl Daemon {
         self.update_pools("config reload");
         true
     }
+}
+
+/// What a CDI spec sync did, logged; returns what is on disk now.
+fn logged(pool: &str, path: &Path, (disk, done): (OnDisk, Synced)) -> OnDisk {
+    match done {
+        Synced::Removed => {
+            tracing::info!(pool, path = %path.display(), "no device of the pool left on the node: CDI spec removed");
+        }
+        // What was there before is still there: the next sync tries again.
+        Synced::Failed(e) => tracing::warn!(pool, error = %format!("{e:#}"), "cannot write CDI spec"),
+        Synced::Unchanged | Synced::Written => {}
+    }
+    disk
 }
 
 fn log_changes(prev: &Pool, next: &Pool, why: &str) {

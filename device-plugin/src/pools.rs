@@ -672,8 +672,18 @@ impl<'a> OnNode<'a> {
     /// (a device may be on the node and Unhealthy).
     pub fn has(&self, d: &Device) -> bool {
         match d.pci {
-            Some(p) => self.functions.contains(&p),
-            None => d.rdma.iter().any(|r| self.rdma.contains(r.name.as_str())),
+            Some(p) => self.has_function(p),
+            None => d.rdma.iter().any(|r| self.has_rdma(&r.name)),
         }
+    }
+
+    /// Whether the PCI function `p` is on the node.
+    pub fn has_function(&self, p: PciAddr) -> bool {
+        self.functions.contains(&p)
+    }
+
+    /// Whether the host shows the RDMA device `name`.
+    pub fn has_rdma(&self, name: &str) -> bool {
+        self.rdma.contains(name)
     }
 }

@@ -11,7 +11,7 @@ use std::path::Path;
 use common::sim;
 use kube_rdma_device_plugin::allocate::container_response;
 use kube_rdma_device_plugin::config::Config;
-use kube_rdma_device_plugin::devinfo::cdi_spec;
+use kube_rdma_device_plugin::devinfo::{self, cdi_spec};
 use kube_rdma_device_plugin::pools::{self, Pool};
 use nic::sim::Sim;
 
@@ -109,7 +109,8 @@ fn a_netdevice_pool_without_rdma_names_no_cdi_device_and_writes_no_spec() {
 
 /// Every spec kube-rdma writes for the example nodes, under every pool kind,
 /// passes the CDI library's rules, and Allocate names exactly the devices the
-/// spec defines.
+/// spec defines. A restarted daemon reads each back as its own, every device
+/// standing for hardware that is on the node (what it keeps them by).
 #[test]
 fn every_cdi_spec_of_the_example_nodes_passes_the_cdi_library_rules() {
     let configs = [
@@ -130,6 +131,19 @@ fn every_cdi_spec_of_the_example_nodes_passes_the_cdi_library_rules() {
                         .unwrap_or_else(|e| panic!("{}: {e}\n{s:#}", pool.resource_name())),
                     None => vec![],
                 };
+                if let Some(s) = &spec {
+                    let kind = pool.config.cdi_kind();
+                    let back = devinfo::parse_ours(&devinfo::cdi_file(s), &kind)
+                        .unwrap_or_else(|e| panic!("{kind}: {e}"))
+                        .unwrap();
+                    assert_eq!(back.to_value().as_ref(), Some(s), "{kind}");
+                    let inv = nic::discover(&node.roots());
+                    let on_node = pools::OnNode::new(&inv);
+                    for (name, dev) in &back.devices {
+                        let hw = devinfo::Hardware::of(name, dev);
+                        assert!(hw.on(&on_node), "{kind}={name}: {hw:?} not found on the node");
+                    }
+                }
                 for d in &pool.devices {
                     let r = container_response(&pool, &ids(&[&d.id])).unwrap();
                     let named: Vec<String> = r.cdi_devices.iter().map(|c| c.name.clone()).collect();

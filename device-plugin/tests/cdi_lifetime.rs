@@ -146,3 +146,188 @@ async fn cdi_specs_outlive_the_daemon_and_leave_with_their_devices() {
     let mut child = child;
     assert_eq!(tokio::time::timeout(T, child.wait()).await.unwrap().unwrap().code(), Some(0));
 }
+
+/// A driver layout where nothing of a VF's RDMA device is left on the host
+/// once it is in a pod: no `infiniband_verbs`/`infiniband_mad` sibling (and no
+/// class to look it up in).
+fn hide_rdma_trace(node: &nic::sim::Sim, vf: &str) {
+    let roots = node.roots();
+    let aux = std::fs::read_dir(roots.sys(format!("bus/pci/devices/{vf}")))
+        .unwrap()
+        .flatten()
+        .find(|e| e.file_name().to_string_lossy().starts_with("mlx5_core.rdma."))
+        .unwrap()
+        .path();
+    std::fs::remove_dir_all(aux.join("infiniband_verbs")).unwrap();
+    std::fs::remove_dir_all(aux.join("infiniband_mad")).unwrap();
+    let _ = std::fs::remove_dir_all(roots.sys("class/infiniband_verbs"));
+}
+
+/// The CDI device `name` of the spec at `path`.
+fn cdi_device(path: &Path, name: &str) -> Option<serde_json::Value> {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).unwrap();
+    v["devices"].as_array().unwrap().iter().find(|d| d["name"] == name).cloned()
+}
+
+/// Rescans have run since now: PF `pf` goes down (its 8 VFs Unhealthy) and
+/// up again, and the kubelet saw both.
+async fn rescans_ran(node: &mut nic::sim::Sim, k: &FakeKubelet, pf: &str, total: usize) {
+    node.set_operstate(pf, "down").unwrap();
+    k.wait_allocatable("kuberdma.io/rdma_vfs", total - 8, T).await;
+    node.set_operstate(pf, "up").unwrap();
+    k.wait_allocatable("kuberdma.io/rdma_vfs", total, T).await;
+}
+
+/// Regression (issue 20, defect 5; audit): on a node in exclusive RDMA netns
+/// mode whose driver leaves nothing of a VF's RDMA device on the host once
+/// the VF is in a pod, the daemon had nothing to compute the VF's edits from
+/// and dropped it from the spec: when the VF moved, and, after a restart
+/// (PodResources not asked yet, then asked), at start. A crash of that
+/// container then failed to resolve its checkpointed CDI name. The entry
+/// written while the host saw the device stays while the VF is on the node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vf_in_a_pod_the_host_cannot_see_keeps_its_cdi_device_across_restarts() {
+    let mut node = sim("cx6dx-dual.yaml");
+    let roots = node.roots();
+    let dirs = Dirs::new();
+    let pr = FakePodResources::start(&dirs.tmp.path().join("pod-resources/kubelet.sock"));
+    let spawn = || {
+        dirs.daemon_command()
+            .arg("--sysfs-root")
+            .arg(&roots.sysfs)
+            .arg("--dev-root")
+            .arg(&roots.dev)
+            .args(["--rescan-interval", "0.1", "--pod-resources-interval", "0.1", "--no-link-events"])
+            .spawn()
+            .unwrap()
+    };
+    let spec = dirs.cdi.join("kuberdma.io-rdma_vfs.json");
+    const VF: &str = "0000:af:00.2";
+    let mut k = FakeKubelet::start(&dirs.kubelet);
+    let child = spawn();
+    k.wait_allocatable("kuberdma.io/rdma_vfs", 16, T).await;
+    let mut c = plugin(&dirs.kubelet, SOCK).await;
+    let r = c
+        .allocate(AllocateRequest {
+            container_requests: vec![ContainerAllocateRequest { devices_ids: vec![VF.into()] }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let checkpointed = r.container_responses[0].cdi_devices[0].name.clone();
+    assert_eq!(checkpointed, format!("kuberdma.io/rdma_vfs={VF}"));
+    let entry = cdi_device(&spec, VF).expect("the VF's CDI device");
+    let nodes = entry["containerEdits"]["deviceNodes"].as_array().unwrap().clone();
+    assert!(nodes.iter().any(|n| n["path"] == "/dev/infiniband/uverbs11"), "{entry}");
+
+    // The kubelet records the assignment at Allocate; then the CNI moves the VF into
+    // the pod, and the host keeps no trace of its RDMA device.
+    pr.assign("trainer-0", "kuberdma.io/rdma_vfs", &[VF]);
+    rescans_ran(&mut node, &k, "ens1f0np0", 16).await;
+    node.move_vf_into_pod(pci(VF)).unwrap();
+    hide_rdma_trace(&node, VF);
+    rescans_ran(&mut node, &k, "ens1f0np0", 16).await;
+    assert_eq!(cdi_device(&spec, VF).as_ref(), Some(&entry), "dropped while the VF moved");
+
+    // A plugin upgrade: the next daemon starts before PodResources is asked.
+    sigterm(&child);
+    drop(c);
+    let mut child = child;
+    assert_eq!(tokio::time::timeout(T, child.wait()).await.unwrap().unwrap().code(), Some(0));
+    k.stop_and_wipe().await;
+    k = FakeKubelet::start(&dirs.kubelet);
+    let child = spawn();
+    k.wait_allocatable("kuberdma.io/rdma_vfs", 16, T).await;
+    rescans_ran(&mut node, &k, "ens1f0np0", 16).await;
+    assert_eq!(cdi_device(&spec, VF).as_ref(), Some(&entry), "dropped by the restarted daemon");
+    let defined = defined(&spec).unwrap();
+    assert_eq!(defined.len(), 16, "{defined:?}");
+
+    // Gone from the node: gone from the spec.
+    node.remove_vf(pci(VF)).unwrap();
+    wait_defined(&spec, "without the VF", |d| d.is_some_and(|d| d.len() == 15 && !d.contains(&VF.into())))
+        .await;
+    sigterm(&child);
+    let mut child = child;
+    assert_eq!(tokio::time::timeout(T, child.wait()).await.unwrap().unwrap().code(), Some(0));
+}
+
+/// Regression (audit): the spec of a pool removed from the config while the
+/// daemon was down stayed forever (retired specs lived in the daemon's
+/// memory only). At start the daemon adopts its own specs no configured pool
+/// owns, and each follows the node as one a reload retired does; what is not
+/// ours (the DRA driver's claim specs, another vendor's, a file that is not a
+/// spec we write) is left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn specs_of_pools_removed_while_the_daemon_was_down_follow_the_node() {
+    let mut node = sim("cx6dx-dual.yaml");
+    let roots = node.roots();
+    let dirs = Dirs::new();
+    let cfg = dirs.write_config(TWO_POOLS);
+    let spawn = || {
+        dirs.daemon_command()
+            .arg("--sysfs-root")
+            .arg(&roots.sysfs)
+            .arg("--dev-root")
+            .arg(&roots.dev)
+            .arg("--config")
+            .arg(&cfg)
+            .args(["--rescan-interval", "0.1", "--no-link-events"])
+            .spawn()
+            .unwrap()
+    };
+    let (spec_a, spec_b) = (dirs.cdi.join("kuberdma.io-a.json"), dirs.cdi.join("kuberdma.io-b.json"));
+    let mut k = FakeKubelet::start(&dirs.kubelet);
+    let child = spawn();
+    k.wait_allocatable("kuberdma.io/a", 8, T).await;
+    k.wait_allocatable("kuberdma.io/b", 8, T).await;
+    sigterm(&child);
+    let mut child = child;
+    assert_eq!(tokio::time::timeout(T, child.wait()).await.unwrap().unwrap().code(), Some(0));
+    assert_eq!(defined(&spec_a).unwrap().len(), 8);
+
+    // While it is down: pool a leaves the config; others put files beside ours.
+    std::fs::write(&cfg, ONLY_B).unwrap();
+    let vf_spec = |kind: &str, name: &str| {
+        serde_json::json!({"cdiVersion": "0.5.0", "kind": kind,
+            "devices": [{"name": name, "containerEdits": {"deviceNodes": [{"path": "/dev/infiniband/uverbs2"}]}}]})
+        .to_string()
+    };
+    let others = [
+        // The DRA driver's spec of a claim on a VF of PF 0.
+        ("kuberdma.io-claim_6f1c.json", vf_spec("kuberdma.io/claim", "pci-0000-3d-00-1_6f1c")),
+        // Another vendor's, named like ours would be with its prefix.
+        ("example.com-gpu.json", vf_spec("example.com/gpu", "0000:3d:00.1")),
+        // Named like ours, not one we write (a hook as well).
+        ("kuberdma.io-old.json", {
+            let mut v: serde_json::Value =
+                serde_json::from_str(&vf_spec("kuberdma.io/old", "0000:3d:00.1")).unwrap();
+            v["containerEdits"] =
+                serde_json::json!({"hooks": [{"hookName": "createContainer", "path": "/bin/true"}]});
+            v.to_string()
+        }),
+    ];
+    for (f, text) in &others {
+        std::fs::write(dirs.cdi.join(f), text).unwrap();
+    }
+
+    k.stop_and_wipe().await;
+    k = FakeKubelet::start(&dirs.kubelet);
+    let child = spawn();
+    k.wait_allocatable("kuberdma.io/b", 8, T).await;
+    assert!(!dirs.kubelet.join("kuberdma-kuberdma.io-a.sock").exists(), "pool a is not served");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(defined(&spec_a).unwrap().len(), 8, "pool a's devices are on the node: its spec stays");
+    // Its devices leave the node one by one: so do their CDI devices, then the spec.
+    node.set_num_vfs(pci("0000:3d:00.0"), 3).unwrap();
+    wait_defined(&spec_a, "with 3 devices", |d| d.is_some_and(|d| d.len() == 3)).await;
+    node.set_num_vfs(pci("0000:3d:00.0"), 0).unwrap();
+    wait_defined(&spec_a, "removed", |d| d.is_none()).await;
+    assert_eq!(defined(&spec_b).unwrap().len(), 8);
+    for (f, text) in &others {
+        assert_eq!(&std::fs::read_to_string(dirs.cdi.join(f)).unwrap(), text, "{f} was touched");
+    }
+    sigterm(&child);
+    let mut child = child;
+    assert_eq!(tokio::time::timeout(T, child.wait()).await.unwrap().unwrap().code(), Some(0));
+}

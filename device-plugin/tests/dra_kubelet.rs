@@ -713,7 +713,100 @@ async fn a_prepared_vf_the_host_cannot_see_in_its_pod_stays_healthy_with_its_att
     assert_eq!(prepared.health, HealthStatus::Healthy as i32);
     // The claim is still answered (from the checkpoint) while its VF is in the pod.
     assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
+
+    // Regression (audit): a restarted driver has no view of the host from before, and
+    // the host shows nothing of the VF's RDMA device; its prepared record (RDMA devices,
+    // port state) gives the same attributes: `rdmaDevice` and `portState` were lost.
+    let rec = nic::prepared::read_claim(&env.prepared, &a).unwrap().expect("checkpointed");
+    assert_eq!(rec.devices[0].port_state.as_deref(), Some("ACTIVE"), "{rec:?}");
     driver.stop().await;
+    let driver = env.spawn(&["--rescan-interval", "0.1"]);
+    let mut p = register(&env.reg_socket()).await;
+    driver.wait_log("first ResourceSlices published").await;
+    let mut health = p.watch_health().await;
+    // The unprepared VF is nobody's, as far as the restarted driver can tell (no RDMA
+    // trace, no claim): it is no device of the pool any more.
+    wait_health(&mut health, "the list without the unprepared VF", |m| m.devices.len() == 15).await;
+    let slices = env.slices().await;
+    assert_eq!(device_count(&slices), 15);
+    assert_eq!(attrs(&slices, "pci-0000-af-00-2"), &before, "the prepared VF's attributes after a restart");
+    assert_eq!(generation(&slices), g0 + 2, "one generation, for the unprepared VF leaving");
+    // Rescans since (each plans with the prepared records) change nothing.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let again = env.slices().await;
+    assert_eq!((attrs(&again, "pci-0000-af-00-2"), generation(&again)), (&before, g0 + 2));
+    driver.stop().await;
+}
+
+/// `GET /healthz` until its body contains `needle`.
+async fn wait_healthz(metrics: &str, needle: &str) -> (u16, String) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, body) = http_get(metrics, "/healthz").await;
+        if body.contains(needle) {
+            return (code, body);
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no {needle:?} in /healthz: {code} {body}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Regression (audit): a kubelet-facing socket that could not be bound ended
+/// the driver (at start, or when serving a deleted socket again), where
+/// device plugin mode keeps trying. Now a failed bind is logged, shown in
+/// `/healthz` and the metrics, tried again with capped backoff, and served as
+/// soon as what was in the way is gone; the rest of the driver runs on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_socket_that_cannot_be_bound_is_tried_again_not_fatal() {
+    let sim = sim();
+    let env = Env::new(NODE, sim.roots()).await;
+    // A directory where the registration socket goes, from the start.
+    std::fs::create_dir_all(env.reg_socket()).unwrap();
+    let driver = env.spawn(&["--metrics-addr", "127.0.0.1:0"]);
+    let metrics = driver.metrics_addr().await;
+    driver.wait_log("cannot serve the socket; retrying").await;
+    let (code, body) = wait_healthz(&metrics, "registration socket: not served").await;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("plugin socket: served"), "{body}");
+    let page = http_get(&metrics, "/metrics").await.1;
+    assert!(page.lines().any(|l| l == "kuberdma_dra_socket_served{socket=\"registration\"} 0"), "{page}");
+    env.wait_slices("published all the same", |s| device_count(s) == 16).await;
+
+    std::fs::remove_dir(env.reg_socket()).unwrap();
+    let mut p = register(&env.reg_socket()).await;
+    wait_healthz(&metrics, "registration socket: served").await;
+    let page = http_get(&metrics, "/metrics").await.1;
+    assert!(page.lines().any(|l| l == "kuberdma_dra_socket_served{socket=\"registration\"} 1"), "{page}");
+    let failed = page
+        .lines()
+        .find_map(|l| l.strip_prefix("kuberdma_dra_socket_bind_failures_total{socket=\"registration\"} "))
+        .and_then(|v| v.parse::<u64>().ok());
+    assert!(failed.is_some_and(|n| n >= 1), "{page}");
+
+    // Serving again a socket that went away: a directory takes the DRA socket's
+    // place in one step (RENAME_EXCHANGE), so the driver finds it in the way.
+    let aside = env.dra_socket().with_file_name("in-the-way");
+    std::fs::create_dir(&aside).unwrap();
+    nix::fcntl::renameat2(
+        nix::fcntl::AT_FDCWD,
+        &aside,
+        nix::fcntl::AT_FDCWD,
+        &env.dra_socket(),
+        nix::fcntl::RenameFlags::RENAME_EXCHANGE,
+    )
+    .unwrap();
+    std::fs::remove_file(&aside).unwrap();
+    let (code, body) = wait_healthz(&metrics, "plugin socket: not served").await;
+    assert_eq!(code, 503, "{body}");
+    // The kubelet's connection to the server from before still answers meanwhile.
+    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-a").await;
+    assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
+    std::fs::remove_dir(env.dra_socket()).unwrap();
+    wait_healthz(&metrics, "plugin socket: served").await;
+    let mut p = register(&env.reg_socket()).await;
+    assert!(p.unprepare(vec![claim_ref("a", &a)]).await.claims[&a].error.is_empty());
+    let status = driver.stop().await;
+    assert!(status.success(), "{status}");
 }
 
 /// roceReady follows the node's RdmaNodeState, also across a kube-apiserver

@@ -77,6 +77,12 @@ pub struct PreparedDevice {
     /// RDMA devices of the VF.
     #[serde(default)]
     pub rdma_devices: Vec<String>,
+    /// State of port 1 of the VF's first RDMA device when prepared (`ACTIVE`,
+    /// `DOWN`, …): what the plugin publishes for the device while the host
+    /// cannot see it (in a pod), after a restart too. Files written before it
+    /// was recorded have none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub port_state: Option<String>,
     /// CDI device IDs handed to the kubelet.
     #[serde(default)]
     pub cdi_ids: Vec<String>,
@@ -445,6 +451,7 @@ mod tests {
             pf: Some("0000:3d:00.0".parse().unwrap()),
             netdev: Some("ens1f0v0".into()),
             rdma_devices: vec!["mlx5_2".into()],
+            port_state: Some("ACTIVE".into()),
             cdi_ids: vec![format!("kuberdma.io/claim=u1-{device}")],
             config: DeviceConfig::default(),
         }
@@ -528,6 +535,29 @@ mod tests {
         assert!(write_claim(t.path(), &c).is_err());
         c.devices.clear();
         write_claim(t.path(), &c).unwrap();
+    }
+
+    /// A file written before `portState` was recorded still loads (a
+    /// plugin upgraded while claims are prepared reads its old checkpoint).
+    #[test]
+    fn a_claim_file_without_the_port_state_still_loads() {
+        let t = tempfile::tempdir().unwrap();
+        let old = r#"{"version": 1, "uid": "u1", "namespace": "ns", "name": "n", "pods": ["p1"],
+            "devices": [{"request": "vf", "pool": "node-a", "device": "pci-0000-3d-00-2",
+                         "pci": "0000:3d:00.2", "netdev": "ens1f0v0", "rdmaDevices": ["mlx5_2"],
+                         "cdiIds": ["kuberdma.io/claim=pci-0000-3d-00-2_u1"], "config": {}}]}"#;
+        std::fs::write(t.path().join("u1.json"), old).unwrap();
+        let c = read_claim(t.path(), "u1").unwrap().unwrap();
+        assert_eq!(c.devices[0].port_state, None);
+        assert_eq!(c.devices[0].rdma_devices, ["mlx5_2"]);
+        // Written again, it carries the state once known, under its JSON name.
+        let mut c = c;
+        c.devices[0].port_state = Some("ACTIVE".into());
+        write_claim(t.path(), &c).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(t.path().join("u1.json")).unwrap()).unwrap();
+        assert_eq!(v["devices"][0]["portState"], "ACTIVE");
+        assert_eq!(read_claim(t.path(), "u1").unwrap(), Some(c));
     }
 
     #[test]

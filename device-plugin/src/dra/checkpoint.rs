@@ -51,13 +51,20 @@ impl Checkpoint {
         self.owners.get(device).map(String::as_str)
     }
 
-    /// Every prepared device: name → (its VF, the VF's host netdev when it
-    /// was prepared).
+    /// Every prepared device, by name, as recorded when it was prepared.
     pub fn devices(&self) -> super::devices::PreparedDevices {
         self.claims
             .values()
             .flat_map(|c| c.devices.iter())
-            .map(|d| (d.device.clone(), (d.pci, d.netdev.clone())))
+            .map(|d| {
+                let r = super::devices::Recorded {
+                    pci: d.pci,
+                    netdev: d.netdev.clone(),
+                    rdma: d.rdma_devices.clone(),
+                    port_state: d.port_state.clone(),
+                };
+                (d.device.clone(), r)
+            })
             .collect()
     }
 

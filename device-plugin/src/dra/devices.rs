@@ -88,9 +88,21 @@ impl View {
     }
 }
 
-/// Devices prepared for claims: device name → (its VF, the VF's netdev on
-/// the host when it was prepared).
-pub type PreparedDevices = BTreeMap<String, (PciAddr, Option<String>)>;
+/// What the checkpoint says of one prepared device ([`nic::prepared::PreparedDevice`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    /// The VF.
+    pub pci: PciAddr,
+    /// The VF's netdev on the host when it was prepared.
+    pub netdev: Option<String>,
+    /// Its RDMA devices.
+    pub rdma: Vec<String>,
+    /// State of port 1 of its first RDMA device when it was prepared.
+    pub port_state: Option<String>,
+}
+
+/// Devices prepared for claims, by device name.
+pub type PreparedDevices = BTreeMap<String, Recorded>;
 
 /// The prepared VFs as the kubelet's assignments are in device plugin mode:
 /// under every VF-mode pool's resource (a claim names a device, not a pool;
@@ -100,7 +112,7 @@ pub fn allocations(cfg: &Config, prepared: &PreparedDevices) -> Allocations {
     let mut out = Allocations::default();
     for pool in cfg.pools.iter().filter(|p| p.mode == Mode::Vf) {
         let ids = out.by_resource.entry(pool.resource_name()).or_default();
-        ids.extend(prepared.values().map(|(pci, _)| pci.to_string()));
+        ids.extend(prepared.values().map(|r| r.pci.to_string()));
     }
     out
 }
@@ -111,7 +123,7 @@ pub struct History<'a> {
     /// The view built from the previous walk.
     pub last: &'a View,
     /// What is prepared (a restarted driver has no previous view, but the
-    /// prepared records name each VF's netdev).
+    /// prepared records name each VF's netdev, RDMA devices and port state).
     pub prepared: &'a PreparedDevices,
 }
 
@@ -186,7 +198,8 @@ pub fn check_config(cfg: &Config) -> Result<(), String> {
 
 /// The devices of every VF-mode pool in `plan`, sorted by name. A device in
 /// use (its netdev in a pod, or prepared) keeps from `history` what the host
-/// no longer shows: its netdev, its RDMA devices and its port state.
+/// no longer shows: its netdev, its RDMA devices and its port state, from
+/// the previous view, else (a restarted driver) from its prepared record.
 pub fn from_plan(plan: &Plan, inv: &Inventory, history: History) -> View {
     let mut devices = Vec::new();
     for pool in plan.pools.iter().filter(|p| p.config.mode == Mode::Vf) {
@@ -197,21 +210,26 @@ pub fn from_plan(plan: &Plan, inv: &Inventory, history: History) -> View {
             let pf_netdev = pf.and_then(|p| p.netdevs.first());
             let name = device_name(pci);
             let last = history.last.device(&name).filter(|_| d.in_use);
+            let recorded = history.prepared.get(&name).filter(|_| d.in_use);
             let port_state = vf
                 .and_then(|v| v.rdma.first())
                 .and_then(|r| r.ports.iter().find(|p| p.num == 1).or(r.ports.first()))
                 .and_then(|p| p.state.clone());
-            let netdev = d.netdev.clone().or_else(|| {
-                if !d.in_use {
-                    return None;
-                }
-                let recorded = || history.prepared.get(&name).and_then(|(_, n)| n.clone());
-                last.and_then(|l| l.netdev.clone()).or_else(recorded)
-            });
-            let rdma = match last {
-                Some(l) if d.rdma.is_empty() => l.rdma.clone(),
-                _ => d.rdma.clone(),
+            let netdev = d
+                .netdev
+                .clone()
+                .or_else(|| last.and_then(|l| l.netdev.clone()))
+                .or_else(|| recorded.and_then(|r| r.netdev.clone()));
+            let link_layer = pf_netdev.and_then(|n| n.link_layer);
+            let rdma = match (last, recorded) {
+                _ if !d.rdma.is_empty() => d.rdma.clone(),
+                (Some(l), _) if !l.rdma.is_empty() => l.rdma.clone(),
+                (_, Some(r)) => r.rdma.iter().map(|n| in_pod(n, link_layer)).collect(),
+                _ => vec![],
             };
+            let port_state = port_state
+                .or_else(|| last.and_then(|l| l.port_state.clone()))
+                .or_else(|| recorded.and_then(|r| r.port_state.clone()));
             devices.push(DraDevice {
                 name,
                 pool: pool.config.name.clone(),
@@ -228,8 +246,8 @@ pub fn from_plan(plan: &Plan, inv: &Inventory, history: History) -> View {
                 numa: d.numa.filter(|_| !pool.config.exclude_topology),
                 pcie_root: pf.map(|p| pcie_root(pci, &p.upstream)),
                 link_speed_mbps: pf_netdev.and_then(|n| n.speed_mbps),
-                link_layer: pf_netdev.and_then(|n| n.link_layer),
-                port_state: port_state.or_else(|| last.and_then(|l| l.port_state.clone())),
+                link_layer,
+                port_state,
                 rdma,
                 hands_out_rdma: pool.config.rdma_devices,
                 vfio: d.vfio.clone(),
@@ -240,6 +258,13 @@ pub fn from_plan(plan: &Plan, inv: &Inventory, history: History) -> View {
     devices.sort_by(|a, b| a.name.cmp(&b.name));
     devices.dedup_by(|a, b| a.name == b.name);
     View { devices, rdma_cm: plan.pools.first().is_some_and(|p| p.rdma_cm) || inv.rdma_cm }
+}
+
+/// An RDMA device known only by name from a prepared record: in the pod
+/// with its VF, its char devices unknown to the host (the kernel re-creates
+/// them on the move; the pod's CDI spec was written while they were seen).
+fn in_pod(name: &str, link_layer: Option<LinkLayer>) -> RdmaInfo {
+    RdmaInfo { name: name.to_string(), char_devs: vec![], link_layer, in_other_netns: true }
 }
 
 #[cfg(test)]

@@ -4,8 +4,9 @@
 //! Inputs: netlink link events and a periodic rescan (devices and health,
 //! with what is prepared: a VF in a pod is in use, not broken); the config
 //! file (reload); the node's `RdmaNodeState` (roceReady); the registry and
-//! plugin directories (serve a socket again when it is deleted); the
-//! shutdown signal (sockets removed; slices, prepared claims and CDI specs
+//! plugin directories (serve a socket again when it is deleted; a socket
+//! that cannot be bound is tried again with capped backoff, never given up);
+//! the shutdown signal (sockets removed; slices, prepared claims and CDI specs
 //! stay, since pods still use them and the kubelet wipes slices itself when
 //! the driver stays away). Output: the wanted pool content, which the
 //! publisher task ([`publish::run`]) keeps in the API (and puts back when the
@@ -28,7 +29,7 @@ use super::authority;
 use super::checkpoint::Checkpoint;
 use super::devices::{self, History, PreparedDevices, SharedView, View};
 use super::health::HealthService;
-use super::metrics::DraMetrics;
+use super::metrics::{DraMetrics, Socket};
 use super::publish;
 use super::registration::{Registered, RegistrationService};
 use super::service::{Claims, ClaimsParts, DraService};
@@ -39,6 +40,7 @@ use crate::inuse::Memory;
 use crate::kubelet::{self, DirEvent};
 use crate::nodewatch::{discover, ConfigFile, NodeWatch};
 use crate::pools::{self, Plan};
+use crate::registration::Timing;
 use crate::server;
 
 /// Command-line flags of `kube-rdma-device-plugin dra`.
@@ -301,6 +303,38 @@ async fn client() -> Result<kube::Client, DriverError> {
     kube::Client::try_from(config).map_err(DriverError::Client)
 }
 
+/// One kubelet-facing socket: its server, and whether binding it fails.
+struct Slot {
+    path: PathBuf,
+    /// The server; after a failed re-bind, the previous one still answers
+    /// the connections the kubelet has open.
+    served: Option<Served>,
+    /// Failed binds in a row.
+    failures: u32,
+    /// When to bind again (`None`: served).
+    retry_at: Option<tokio::time::Instant>,
+}
+
+impl Slot {
+    fn new(path: PathBuf) -> Self {
+        Slot { path, served: None, failures: 0, retry_at: None }
+    }
+}
+
+/// Whether `path` is a unix socket (the one we serve, unless someone replaced it).
+fn is_socket(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt as _;
+    std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_socket())
+}
+
+/// Sleeps until `at`; forever without one.
+async fn sleep_until(at: Option<tokio::time::Instant>) {
+    match at {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// The driver's state between wake-ups: the node as last planned, what the
 /// kubelet-facing sockets serve, and the content handed to the publisher.
 struct Driver {
@@ -316,10 +350,8 @@ struct Driver {
     roce: watch::Receiver<RoceReadiness>,
     content_tx: watch::Sender<Content>,
     reg_svc: RegistrationService,
-    reg_path: PathBuf,
-    dra_path: PathBuf,
-    reg_server: Served,
-    dra_server: Served,
+    reg: Slot,
+    dra: Slot,
 }
 
 /// Runs until `shutdown` resolves. Nothing here waits for the API server:
@@ -330,6 +362,7 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
     let (mut d, mut w) = Driver::start(opts).await?;
     tokio::pin!(shutdown);
     loop {
+        let retry = d.next_retry();
         tokio::select! {
             _ = &mut shutdown => break,
             // Any wake-up of the node side rescans: a link event, the timer, a config reload.
@@ -350,8 +383,9 @@ pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>)
                 }
                 d.metrics.set_registered(r);
             }
-            Some(ev) = w.reg_events.recv() => d.on_registry_dir(ev).await?,
-            Some(ev) = w.dra_events.recv() => d.on_plugin_dir(ev).await?,
+            Some(ev) = w.reg_events.recv() => d.on_socket_dir(Socket::Registration, ev).await,
+            Some(ev) = w.dra_events.recv() => d.on_socket_dir(Socket::Plugin, ev).await,
+            () = sleep_until(retry) => d.retry_due().await,
         }
     }
     d.stop().await;
@@ -434,9 +468,6 @@ impl Driver {
         let dra_path = dra_socket(&opts.plugins_dir);
         let reg_path = registration_socket(&opts.registry_dir);
         let (reg_svc, registered) = RegistrationService::new(DRIVER, &dra_path.to_string_lossy());
-        let dra_server = serve_dra(&dra_path, claims.clone(), health.clone())?;
-        let reg_server = serve_registration(&reg_path, reg_svc.clone())?;
-        tracing::info!(registration = %reg_path.display(), endpoint = %dra_path.display(), "serving the kubelet");
         let reg_events = watch_socket_dir(&opts.registry_dir)?;
         let dra_events = watch_socket_dir(dra_path.parent().unwrap_or(Path::new("/")))?;
         let node = NodeWatch::start(
@@ -457,7 +488,7 @@ impl Driver {
             metrics.clone(),
             started,
         ));
-        let d = Driver {
+        let mut d = Driver {
             opts,
             cfg,
             file,
@@ -470,11 +501,14 @@ impl Driver {
             roce,
             content_tx,
             reg_svc,
-            reg_path,
-            dra_path,
-            reg_server,
-            dra_server,
+            reg: Slot::new(reg_path),
+            dra: Slot::new(dra_path),
         };
+        // The DRA service first, so it is there when the kubelet, told by the
+        // registration socket, dials it.
+        d.serve(Socket::Plugin).await;
+        d.serve(Socket::Registration).await;
+        tracing::info!(registration = %d.reg.path.display(), endpoint = %d.dra.path.display(), "serving the kubelet");
         Ok((d, Wakeups { node, registered, reg_events, dra_events }))
     }
 }
@@ -523,33 +557,91 @@ impl Driver {
         self.content_tx.send_if_modified(|cur| std::mem::replace(cur, c) != *cur);
     }
 
-    /// The registration socket deleted (a kubelet restart, a cleanup): served again.
-    async fn on_registry_dir(&mut self, ev: DirEvent) -> Result<(), DriverError> {
-        if matches!(&ev, DirEvent::Deleted(_) | DirEvent::Rescan) && !self.reg_path.exists() {
-            tracing::info!(socket = %self.reg_path.display(), "registration socket deleted: serving it again");
-            let next = serve_registration(&self.reg_path, self.reg_svc.clone());
-            std::mem::replace(&mut self.reg_server, next?).stop().await;
+    fn slot(&mut self, which: Socket) -> &mut Slot {
+        match which {
+            Socket::Registration => &mut self.reg,
+            Socket::Plugin => &mut self.dra,
         }
-        Ok(())
     }
 
-    /// The DRA socket deleted: served again.
-    async fn on_plugin_dir(&mut self, ev: DirEvent) -> Result<(), DriverError> {
-        if matches!(&ev, DirEvent::Deleted(_) | DirEvent::Rescan) && !self.dra_path.exists() {
-            tracing::info!(socket = %self.dra_path.display(), "DRA socket deleted: serving it again");
-            let next = serve_dra(&self.dra_path, self.claims.clone(), self.health.clone());
-            std::mem::replace(&mut self.dra_server, next?).stop().await;
+    /// Serves `which` on a fresh socket (the previous server stops once the
+    /// new one is bound). A bind that fails is logged, shown in `/healthz`
+    /// and the metrics, and tried again with capped backoff
+    /// ([`Self::retry_due`]), as device plugin mode does with a pool's
+    /// socket: the driver never ends over it.
+    async fn serve(&mut self, which: Socket) {
+        let path = self.slot(which).path.clone();
+        let bound = match which {
+            Socket::Registration => serve_registration(&path, self.reg_svc.clone()),
+            Socket::Plugin => serve_dra(&path, self.claims.clone(), self.health.clone()),
+        };
+        let metrics = self.metrics.clone();
+        let slot = self.slot(which);
+        match bound {
+            Ok(next) => {
+                if slot.failures > 0 {
+                    tracing::info!(socket = %path.display(), failures = slot.failures, "serving again");
+                }
+                slot.failures = 0;
+                slot.retry_at = None;
+                metrics.socket_served(which);
+                if let Some(old) = slot.served.replace(next) {
+                    old.stop().await;
+                }
+            }
+            Err(e) => {
+                slot.failures = slot.failures.saturating_add(1);
+                let wait = Timing::default().backoff(slot.failures);
+                slot.retry_at = Some(tokio::time::Instant::now() + wait);
+                let error = nic::error_chain(&e);
+                tracing::error!(socket = %path.display(), %error, failures = slot.failures, retry_in = ?wait, "cannot serve the socket; retrying");
+                metrics.socket_failed(which, error);
+            }
         }
-        Ok(())
+    }
+
+    /// When the next failed socket is due to be bound again.
+    fn next_retry(&self) -> Option<tokio::time::Instant> {
+        [self.reg.retry_at, self.dra.retry_at].into_iter().flatten().min()
+    }
+
+    /// Binds again the sockets whose retry is due.
+    async fn retry_due(&mut self) {
+        let now = tokio::time::Instant::now();
+        for which in [Socket::Plugin, Socket::Registration] {
+            if self.slot(which).retry_at.is_some_and(|t| t <= now) {
+                self.serve(which).await;
+            }
+        }
+    }
+
+    /// A change in the directory of socket `which`: a deleted socket (a
+    /// kubelet restart, a cleanup) is served again, and one that could not
+    /// be bound is tried at once (what was in the way may be gone).
+    async fn on_socket_dir(&mut self, which: Socket, ev: DirEvent) {
+        let slot = self.slot(which);
+        if !matches!(&ev, DirEvent::Deleted(_) | DirEvent::Rescan) {
+            return;
+        }
+        if slot.retry_at.is_none() && is_socket(&slot.path) {
+            return;
+        }
+        if slot.retry_at.is_none() {
+            tracing::info!(socket = %slot.path.display(), "{} socket deleted: serving it again", which.label());
+        }
+        self.serve(which).await;
     }
 
     /// Shutdown: the sockets go (the kubelet deregisters us when the
     /// registration socket does); slices, prepared claims and CDI specs stay.
     async fn stop(self) {
-        self.reg_server.stop().await;
-        self.dra_server.stop().await;
-        for p in [&self.reg_path, &self.dra_path] {
-            let _ = std::fs::remove_file(p);
+        for slot in [self.reg, self.dra] {
+            if let Some(s) = slot.served {
+                s.stop().await;
+                if is_socket(&slot.path) {
+                    let _ = std::fs::remove_file(&slot.path);
+                }
+            }
         }
         tracing::info!("stopped");
     }

@@ -6,11 +6,15 @@
 //! `kuberdma_pool_healthy`, and `kuberdma_pool_allocated` = devices prepared
 //! for claims now. DRA's own: `kuberdma_dra_prepare_duration_seconds`
 //! (histogram, one claim), `kuberdma_dra_prepare_failures_total`,
-//! `kuberdma_dra_pool_generation` (published ResourceSlice pool generation)
-//! and `kuberdma_dra_publish_failures_total`.
+//! `kuberdma_dra_pool_generation` (published ResourceSlice pool generation),
+//! `kuberdma_dra_publish_failures_total`, and per kubelet-facing socket
+//! (`socket="registration"` or `"plugin"`) `kuberdma_dra_socket_served` and
+//! `kuberdma_dra_socket_bind_failures_total` (a socket that cannot be bound
+//! is tried again with capped backoff, as device plugin mode does).
 //!
-//! `/healthz` is 200 only when the kubelet has registered the driver and the
-//! node's slices are published; its body says which part is missing.
+//! `/healthz` is 200 only when both sockets are served, the kubelet has
+//! registered the driver and the node's slices are published; its body says
+//! which part is missing.
 //! `/livez` is 200 while the process answers.
 
 use std::collections::BTreeMap;
@@ -28,6 +32,36 @@ use super::registration::Registered;
 /// Histogram bucket upper bounds, seconds (a prepare reads the claim from the API).
 const BUCKETS: [f64; 9] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5];
 
+/// A kubelet-facing socket of the driver.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Socket {
+    /// The plugin watcher's registration socket.
+    Registration,
+    /// The DRA service socket the kubelet dials.
+    Plugin,
+}
+
+impl Socket {
+    /// The `socket` label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Socket::Registration => "registration",
+            Socket::Plugin => "plugin",
+        }
+    }
+}
+
+/// Where serving one socket stands.
+#[derive(Debug, Clone, Default)]
+struct Serving {
+    /// The last bind failed with this (`None`: served).
+    error: Option<String>,
+    /// Failed binds in a row.
+    failing: u32,
+    /// Failed binds, ever.
+    failures: u64,
+}
+
 #[derive(Debug)]
 struct Inner {
     /// resource → (capacity, healthy).
@@ -41,6 +75,7 @@ struct Inner {
     prepare_failures: u64,
     /// Time to prepare one claim.
     latency: Histogram,
+    sockets: BTreeMap<Socket, Serving>,
 }
 
 impl Default for Inner {
@@ -54,6 +89,7 @@ impl Default for Inner {
             publish_failures: 0,
             prepare_failures: 0,
             latency: Histogram::new(&BUCKETS),
+            sockets: BTreeMap::new(),
         }
     }
 }
@@ -117,11 +153,46 @@ impl DraMetrics {
         });
     }
 
-    /// `/healthz`: ready when registered and published.
+    /// `socket` is served.
+    pub fn socket_served(&self, socket: Socket) {
+        self.with(|m| {
+            let s = m.sockets.entry(socket).or_default();
+            s.error = None;
+            s.failing = 0;
+        });
+    }
+
+    /// Binding `socket` failed with `why`; it is tried again.
+    pub fn socket_failed(&self, socket: Socket, why: String) {
+        self.with(|m| {
+            let s = m.sockets.entry(socket).or_default();
+            s.error = Some(why);
+            s.failing += 1;
+            s.failures += 1;
+        });
+    }
+
+    /// `/healthz`: ready when both sockets are served, registered and published.
     pub fn health(&self) -> (bool, String) {
         self.with(|m| {
             let mut ok = true;
             let mut body = String::new();
+            for (socket, s) in &m.sockets {
+                match &s.error {
+                    None => {
+                        let _ = writeln!(body, "{} socket: served", socket.label());
+                    }
+                    Some(e) => {
+                        ok = false;
+                        let _ = writeln!(
+                            body,
+                            "{} socket: not served ({} failed binds in a row, retrying): {e}",
+                            socket.label(),
+                            s.failing
+                        );
+                    }
+                }
+            }
             match &m.registered {
                 Registered::Yes => body.push_str("kubelet registration: ok\n"),
                 Registered::Unknown => {
@@ -180,6 +251,21 @@ impl DraMetrics {
             if let Some(v) = m.generation {
                 sample(&mut s, g, &[], v);
             }
+            let g = "kuberdma_dra_socket_served";
+            head(&mut s, g, "gauge", "1 while the kubelet-facing socket is served.");
+            for (socket, v) in &m.sockets {
+                sample(&mut s, g, &[("socket", socket.label())], u8::from(v.error.is_none()));
+            }
+            let c = "kuberdma_dra_socket_bind_failures_total";
+            head(
+                &mut s,
+                c,
+                "counter",
+                "Failed binds of the kubelet-facing socket (each retried with capped backoff).",
+            );
+            for (socket, v) in &m.sockets {
+                sample(&mut s, c, &[("socket", socket.label())], v.failures);
+            }
             let c = "kuberdma_dra_publish_failures_total";
             head(&mut s, c, "counter", "ResourceSlice syncs that failed.");
             sample(&mut s, c, &[], m.publish_failures);
@@ -227,5 +313,39 @@ mod tests {
         }
         let (ok, body) = m.health();
         assert!(!ok && body.contains("publishing fails: 429"), "{body}");
+    }
+
+    #[test]
+    fn a_socket_that_cannot_be_bound_shows_in_health_and_metrics_until_served() {
+        let m = DraMetrics::default();
+        m.set_registered(Registered::Yes);
+        m.published(1);
+        m.socket_served(Socket::Plugin);
+        m.socket_failed(Socket::Registration, "Is a directory (os error 21)".into());
+        m.socket_failed(Socket::Registration, "Is a directory (os error 21)".into());
+        let (ok, body) = m.health();
+        assert!(!ok, "{body}");
+        assert!(
+            body.contains(
+                "registration socket: not served (2 failed binds in a row, retrying): Is a directory"
+            ),
+            "{body}"
+        );
+        assert!(body.contains("plugin socket: served"), "{body}");
+        let page = m.render();
+        for line in [
+            "kuberdma_dra_socket_served{socket=\"registration\"} 0",
+            "kuberdma_dra_socket_served{socket=\"plugin\"} 1",
+            "kuberdma_dra_socket_bind_failures_total{socket=\"registration\"} 2",
+        ] {
+            assert!(page.lines().any(|l| l == line), "missing `{line}` in\n{page}");
+        }
+        m.socket_served(Socket::Registration);
+        let (ok, body) = m.health();
+        assert!(ok, "{body}");
+        assert!(m
+            .render()
+            .lines()
+            .any(|l| l == "kuberdma_dra_socket_bind_failures_total{socket=\"registration\"} 2"));
     }
 }

@@ -163,6 +163,7 @@ pub fn plan<'a>(
                 pf: Some(d.pf),
                 netdev: d.netdev.clone(),
                 rdma_devices: d.rdma.iter().map(|r| r.name.clone()).collect(),
+                port_state: d.port_state.clone(),
                 cdi_ids,
                 config,
             }

@@ -96,8 +96,7 @@ impl Claims {
         self.metrics.set_prepared(prepared_counts(cp, &self.view.borrow()));
     }
 
-    /// The devices prepared now: device name → (its VF, the VF's netdev on
-    /// the host when it was prepared).
+    /// The devices prepared now, by name, as recorded when prepared.
     pub async fn prepared_devices(&self) -> super::devices::PreparedDevices {
         self.checkpoint.lock().await.devices()
     }

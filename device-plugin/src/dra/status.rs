@@ -188,6 +188,7 @@ mod tests {
             pf: None,
             netdev: None,
             rdma_devices: vec![],
+            port_state: None,
             cdi_ids: vec![],
             config: DeviceConfig::default(),
         };
