@@ -276,9 +276,10 @@ pub fn save(p: &Path, j: &Journal) -> Result<Saved> {
 /// Removes what an interrupted ADD or an earlier build may have left of the
 /// attachment `(container_id, ifname)` besides its journal: the temp file of
 /// a write killed before its rename, and the `.corrupt` copy earlier builds
-/// set an unreadable journal aside as. Called by its DEL: the runtime sends
-/// one after every ADD it did not see succeed, and no ADD of the attachment
-/// is in flight then. Two `unlink`s, `ENOENT` as a rule.
+/// set an unreadable journal aside as. Called by its DEL (the runtime sends
+/// one after every ADD it did not see succeed) under the VF lock, which an
+/// ADD of the attachment still running (orphaned, beside its DEL) holds
+/// while it writes its journal. Two `unlink`s, `ENOENT` as a rule.
 pub fn remove_leftovers(state_dir: &Path, container_id: &str, ifname: &str) {
     let name = file_name(container_id, ifname);
     let d = dir(state_dir);
