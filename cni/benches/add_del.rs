@@ -65,6 +65,10 @@ fn run(
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
+    if let Some(st) = conf.get("stateDir").and_then(|s| s.as_str()) {
+        // The node dir is the state dir, as with the defaults in production.
+        c.env("KUBE_RDMA_CNI_NODE_DIR", st);
+    }
     // SAFETY: setns is async-signal-safe; fd stays open until exec.
     unsafe {
         c.pre_exec(move || {

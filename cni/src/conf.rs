@@ -26,6 +26,13 @@ use crate::error::{Error, Result};
 /// plugin version cache ([`crate::ipam`]); the README's CNI section documents it.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/kube-rdma";
 
+/// Where the state every network shares lives (the node dir: VF and PF
+/// locks, records of VFs given out in userspace mode, [`crate::journal`]):
+/// `KUBE_RDMA_CNI_NODE_DIR`, else [`DEFAULT_STATE_DIR`]. Unlike `stateDir`,
+/// not a network's setting: networks with their own state dirs must still
+/// meet here. Set only for a simulated node (tests), as `KUBE_RDMA_SYSFS_ROOT`.
+pub const NODE_DIR_ENV: &str = "KUBE_RDMA_CNI_NODE_DIR";
+
 /// Largest network configuration we read from stdin: 1 MiB. Real ones are a
 /// few KiB (a Multus delegate with `runtimeConfig` and a `prevResult` stays
 /// well under 64 KiB), and Kubernetes objects that carry them are capped by
@@ -86,6 +93,10 @@ pub struct Env {
     pub path_raw: Option<String>,
     /// `CNI_PATH` directories.
     pub path: Vec<PathBuf>,
+    /// The node dir ([`NODE_DIR_ENV`]).
+    pub node_dir: PathBuf,
+    /// When this process began ([`crate::journal::process_began`]).
+    pub began: u64,
 }
 
 /// Reads the environment through `get` (so tests need not touch the process env).
@@ -124,6 +135,12 @@ pub fn read_env(cmd: Command, get: &dyn Fn(&str) -> Option<String>) -> Result<En
         .filter(|s| !s.is_empty())
         .map(PathBuf::from)
         .collect();
+    env.node_dir = get(NODE_DIR_ENV)
+        .filter(|d| !d.is_empty())
+        .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), PathBuf::from);
+    if !env.node_dir.is_absolute() {
+        return Err(Error::Env { var: NODE_DIR_ENV, why: "must be an absolute path".into() });
+    }
     Ok(env)
 }
 

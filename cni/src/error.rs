@@ -119,6 +119,25 @@ pub enum Error {
         #[source]
         source: NlError,
     },
+    /// The IPAM plugin cannot be run at all: not in `CNI_PATH`, or not
+    /// executable there. (DEL goes on without it: [`crate::cmd::del`].)
+    #[error("IPAM plugin {plugin:?} cannot be run: {why}")]
+    IpamNotRun {
+        /// `ipam.type`.
+        plugin: String,
+        /// What is wrong, naming `CNI_PATH`.
+        why: String,
+    },
+    /// An ADD its runtime has given up on: a DEL of the same attachment ran
+    /// after the ADD began ([`crate::journal::Lock::del_after`]), or it began
+    /// longer ago than DELs are remembered. Nothing was attached.
+    #[error("attachment {attachment}: {why}; nothing was attached")]
+    Abandoned {
+        /// `containerID/ifname`.
+        attachment: String,
+        /// What happened.
+        why: String,
+    },
     /// The IPAM plugin failed.
     #[error("IPAM plugin {plugin} {cmd} failed: {msg}")]
     Ipam {
@@ -149,8 +168,10 @@ impl Error {
             Error::Version { .. } | Error::VerbVersion { .. } => 1,
             Error::Env { .. } => 4,
             Error::Decode(_) | Error::TooLarge { .. } => 6,
-            Error::Config { .. } | Error::Device { .. } | Error::Vf(_) => 7,
-            Error::Netns(_) => 3,
+            // A plugin the configuration names and the node does not have.
+            Error::Config { .. } | Error::Device { .. } | Error::Vf(_) | Error::IpamNotRun { .. } => 7,
+            // Spec: "3 - Container unknown or does not exist".
+            Error::Netns(_) | Error::Abandoned { .. } => 3,
             Error::Busy { .. } => 11,
             Error::Unavailable(_) => 50,
             Error::Io { .. } | Error::Corrupt { .. } | Error::Collision { .. } => 5,
@@ -178,7 +199,8 @@ impl Error {
             Error::Io { .. } => "io",
             Error::Corrupt { .. } | Error::Collision { .. } => "journal",
             Error::Netlink { .. } => "netlink",
-            Error::Ipam { .. } => "ipam",
+            Error::Ipam { .. } | Error::IpamNotRun { .. } => "ipam",
+            Error::Abandoned { .. } => "abandoned",
             Error::Rdma(_) => "rdma",
             Error::Check(_) => "check",
             Error::Claim(_) => "claim",

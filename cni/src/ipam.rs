@@ -25,15 +25,23 @@ pub fn version_key(v: &str) -> (u32, u32, u32) {
 
 /// Finds `name` in the `CNI_PATH` directories.
 pub fn find_plugin(env: &Env, name: &str) -> Result<PathBuf> {
-    env.path.iter().map(|d| d.join(name)).find(|p| p.is_file()).ok_or_else(|| {
-        Error::config(
-            "ipam.type",
-            format!(
-                "IPAM plugin {name:?} not found in CNI_PATH ({})",
-                env.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":")
-            ),
-        )
+    env.path.iter().map(|d| d.join(name)).find(|p| p.is_file()).ok_or_else(|| Error::IpamNotRun {
+        plugin: name.to_string(),
+        why: format!("not found in CNI_PATH ({})", cni_path(env)),
     })
+}
+
+/// `CNI_PATH` as given, for messages.
+pub fn cni_path(env: &Env) -> String {
+    env.path.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(":")
+}
+
+/// The error of a plugin that could not be started (`exec` failed).
+fn not_run(plugin: &Path, e: &std::io::Error) -> Error {
+    Error::IpamNotRun {
+        plugin: plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam").to_string(),
+        why: format!("exec {}: {e}", plugin.display()),
+    }
 }
 
 /// The plugin's process: the runtime's `CNI_*` values (as libcni's
@@ -86,7 +94,8 @@ fn command(plugin: &Path, cmd: &str, env: &Env, held: Option<RawFd>) -> Proc {
 /// the kernel's netns move instead of preceding it.
 #[derive(Debug)]
 pub struct Pending {
-    thread: std::thread::JoinHandle<std::io::Result<std::process::Output>>,
+    /// The outer error: the plugin could not be started ([`Error::IpamNotRun`]).
+    thread: std::thread::JoinHandle<Result<std::io::Result<std::process::Output>>>,
     name: String,
     cmd: &'static str,
 }
@@ -97,14 +106,15 @@ pub fn start(plugin: &Path, cmd: &'static str, env: &Env, conf: &Value, held: Op
     let mut c = command(plugin, cmd, env, held);
     let stdin = serde_json::to_vec(conf).unwrap_or_default();
     let name = plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam").to_string();
+    let path = plugin.to_path_buf();
     let thread = std::thread::spawn(move || {
-        let mut child = c.spawn()?;
+        let mut child = c.spawn().map_err(|e| not_run(&path, &e))?;
         if let Some(mut i) = child.stdin.take() {
             // A plugin that exits without reading (VERSION) is reported by its
             // status instead.
             let _ = i.write_all(&stdin);
         }
-        child.wait_with_output()
+        Ok(child.wait_with_output())
     });
     Pending { thread, name, cmd }
 }
@@ -116,7 +126,7 @@ impl Pending {
         let out = self
             .thread
             .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("IPAM thread panicked")))
+            .unwrap_or_else(|_| Ok(Err(std::io::Error::other("IPAM thread panicked"))))?
             .map_err(|e| Error::io(&self.name, e))?;
         if !out.stderr.is_empty() {
             tracing::warn!(plugin = %self.name, cmd = self.cmd, stderr = %String::from_utf8_lossy(&out.stderr).trim_end(), "IPAM stderr");
@@ -146,13 +156,13 @@ impl Pending {
     }
 }
 
-fn exec(plugin: &Path, cmd: &'static str, env: &Env, stdin: &[u8]) -> std::io::Result<(bool, Vec<u8>)> {
-    let mut child = command(plugin, cmd, env, None).spawn()?;
+fn exec(plugin: &Path, cmd: &'static str, env: &Env, stdin: &[u8]) -> Result<(bool, Vec<u8>)> {
+    let mut child = command(plugin, cmd, env, None).spawn().map_err(|e| not_run(plugin, &e))?;
     if let Some(mut i) = child.stdin.take() {
         // VERSION answers without reading stdin: EPIPE here is normal.
         let _ = i.write_all(stdin);
     }
-    let out = child.wait_with_output()?;
+    let out = child.wait_with_output().map_err(|e| Error::io(plugin, e))?;
     if !out.stderr.is_empty() {
         tracing::warn!(plugin = %plugin.display(), cmd, stderr = %String::from_utf8_lossy(&out.stderr).trim_end(), "IPAM stderr");
     }
@@ -189,8 +199,7 @@ fn plugin_versions(plugin: &Path, env: &Env, state_dir: &Path) -> Result<Vec<Str
     if let Some(Value::Array(vs)) = cache.get(&key) {
         return Ok(vs.iter().filter_map(Value::as_str).map(str::to_string).collect());
     }
-    let (ok, out) =
-        exec(plugin, "VERSION", env, br#"{"cniVersion":"0.3.1"}"#).map_err(|e| Error::io(plugin, e))?;
+    let (ok, out) = exec(plugin, "VERSION", env, br#"{"cniVersion":"0.3.1"}"#)?;
     let name = plugin.file_name().and_then(|n| n.to_str()).unwrap_or("ipam");
     if !ok {
         return Err(plugin_error(name, "VERSION", &out));

@@ -54,19 +54,24 @@ pub struct Outcome {
     pub error: Option<Error>,
 }
 
-/// Stdin, read once (at most [`conf::STDIN_LIMIT`] bytes) and decoded once.
+/// Stdin, read once (at most [`conf::STDIN_LIMIT`] bytes) and decoded once,
+/// and when the invocation began.
 #[derive(Debug)]
 pub struct Input {
     decoded: Result<Value>,
+    /// [`journal::process_began`], taken before stdin is read.
+    began: u64,
 }
 
 impl Input {
-    /// Reads and decodes stdin.
+    /// Reads and decodes stdin: the plugin's `main`, whose process is the
+    /// invocation (it began at the fork, [`journal::process_began`]).
     pub fn read(r: impl std::io::Read) -> Self {
-        Input { decoded: conf::read_stdin(r).and_then(|b| conf::decode(&b)) }
+        let began = journal::process_began();
+        Input { decoded: conf::read_stdin(r).and_then(|b| conf::decode(&b)), began }
     }
 
-    /// Decodes bytes already read.
+    /// Decodes bytes already read, for an invocation that begins now.
     pub fn from_bytes(b: &[u8]) -> Self {
         Input {
             decoded: if b.len() > conf::STDIN_LIMIT {
@@ -74,12 +79,16 @@ impl Input {
             } else {
                 conf::decode(b)
             },
+            began: journal::monotonic_ns(),
         }
     }
 
     /// No stdin (VERSION from a terminal).
     pub fn none() -> Self {
-        Input { decoded: Err(Error::Decode("no network configuration on stdin".into())) }
+        Input {
+            decoded: Err(Error::Decode("no network configuration on stdin".into())),
+            began: journal::monotonic_ns(),
+        }
     }
 
     /// The decoded configuration, if it decoded.
@@ -117,7 +126,8 @@ fn dispatch(env: &dyn Fn(&str) -> Option<String>, input: Input) -> Result<Option
     if cmd == Command::Version {
         return Ok(Some(cmd::version::version(&version_of(input.config()))));
     }
-    let e = conf::read_env(cmd, env)?;
+    let mut e = conf::read_env(cmd, env)?;
+    e.began = input.began;
     let _span =
         tracing::info_span!("cni", command = cmd.name(), container = %e.container_id, ifname = %e.ifname)
             .entered();

@@ -38,6 +38,9 @@ pub enum Step {
     /// DRA mode: what this attachment made of a prepared device, for the
     /// driver to publish in the claim's status.
     ClaimAttachment(ClaimAttachment),
+    /// A VF bound to a userspace driver, recorded node-wide as this
+    /// attachment's.
+    UserspaceVf(UserspaceVf),
 }
 
 impl Step {
@@ -50,6 +53,7 @@ impl Step {
             Step::MoveRdma(_) => "move_rdma",
             Step::DeviceInfo(_) => "device_info",
             Step::ClaimAttachment(_) => "claim_attachment",
+            Step::UserspaceVf(_) => "userspace_vf",
         }
     }
 
@@ -63,6 +67,7 @@ impl Step {
             Step::MoveRdma(s) => s.undo(cx),
             Step::DeviceInfo(s) => s.undo(),
             Step::ClaimAttachment(s) => s.undo(),
+            Step::UserspaceVf(s) => s.undo(),
         }
     }
 }
@@ -579,6 +584,67 @@ impl ClaimAttachment {
     /// Removes the file (gone already is fine).
     pub fn undo(&self) -> Result<()> {
         nic::prepared::remove_attachment(&self.dir, &self.claim_uid, &self.device).map_err(prepared_err)
+    }
+}
+
+/// Who has a VF bound to a userspace driver: the record
+/// `<node dir>/vfs/<pci>.json` that every network's ADD reads
+/// (`cmd::add::userspace_free`). Such a VF leaves no trace in the kernel when
+/// it is given to a pod (nothing moves), unlike a netdev VF, whose netdev
+/// leaves the host; the record is node-wide so that networks with their own
+/// state dirs see it too.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct UserspaceVf {
+    /// The record.
+    pub record: PathBuf,
+    /// What it says.
+    pub holder: VfHolder,
+}
+
+/// The attachment a userspace VF is given to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VfHolder {
+    pub container_id: String,
+    pub ifname: String,
+    /// Its pod netns (`CNI_NETNS` at ADD): while it exists the VF is taken.
+    pub netns: String,
+    /// Its network.
+    pub network: String,
+}
+
+impl VfHolder {
+    /// The record at `p`, if there is a readable one.
+    pub fn read(p: &std::path::Path) -> Option<VfHolder> {
+        serde_json::from_slice(&std::fs::read(p).ok()?).ok()
+    }
+}
+
+impl UserspaceVf {
+    /// Writes the record (temp file and rename; not flushed: a record that a
+    /// power loss takes names a netns gone with the reboot anyway).
+    pub fn apply(&self) -> Result<()> {
+        let body = serde_json::to_vec(&self.holder).map_err(|e| Error::io(&self.record, e.into()))?;
+        plumbing::atomic_file::write_unsynced(&self.record, &body).map_err(|e| Error::io(&e.path, e.source))
+    }
+
+    /// Removes the record if it is still this attachment's (another one may
+    /// have taken the VF since, once this one's netns was gone).
+    pub fn undo(&self) -> Result<()> {
+        match VfHolder::read(&self.record) {
+            Some(h) if h.container_id == self.holder.container_id && h.ifname == self.holder.ifname => {
+                match std::fs::remove_file(&self.record) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&self.record, e)),
+                    _ => Ok(()),
+                }
+            }
+            Some(h) => {
+                tracing::info!(owner = %format!("{}/{}", h.container_id, h.ifname), "the VF was given to another attachment since: its record stays");
+                Ok(())
+            }
+            None => Ok(()),
+        }
     }
 }
 

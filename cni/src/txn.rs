@@ -25,19 +25,29 @@ pub fn lock_wait(default: Duration) -> Duration {
         .unwrap_or(default)
 }
 
-/// Test-only: `KUBE_RDMA_CNI_FAILPOINT=after:<step>` makes ADD exit abruptly
-/// (status 99, no cleanup) right after `<step>` (`journal`, or a step name of
-/// [`Step::name`], or `addresses`). Used by the crash tests; never set it in
-/// production.
+/// Test-only: `KUBE_RDMA_CNI_FAILPOINT=after:<point>` makes ADD exit abruptly
+/// (status 99, no cleanup) at `<point>`, `stop:<point>` makes it stop itself
+/// (`SIGSTOP`) there until the test continues it (`SIGCONT`), to run a DEL
+/// at that point of an ADD; several, comma-separated. Points: `prepared`
+/// (validated, before the VF lock), `locked` (the VF lock held, the
+/// attachment found new), `journal` (written), a step name of
+/// [`Step::name`], `ipam`, `addresses`. Used by the crash and race tests;
+/// never set it in production.
 pub const FAILPOINT_ENV: &str = "KUBE_RDMA_CNI_FAILPOINT";
 
-/// Dies here if the failpoint names `point`.
+/// Dies or stops here if the failpoint names `point`.
 pub fn failpoint(point: &str) {
-    if let Ok(v) = std::env::var(FAILPOINT_ENV) {
-        if v.strip_prefix("after:") == Some(point) {
+    let Ok(v) = std::env::var(FAILPOINT_ENV) else { return };
+    for f in v.split(',') {
+        if f.strip_prefix("after:") == Some(point) {
             tracing::warn!(step = point, "failpoint hit: exiting abruptly");
             // SAFETY: _exit ends the process at once; that is the point.
             unsafe { libc::_exit(99) };
+        }
+        if f.strip_prefix("stop:") == Some(point) {
+            tracing::warn!(step = point, "failpoint hit: stopping until SIGCONT");
+            // SAFETY: raise on our own process.
+            unsafe { libc::raise(libc::SIGSTOP) };
         }
     }
 }
@@ -67,7 +77,9 @@ impl Undone {
 /// Undoes `steps`, last first, each whether or not it ran, going on past a
 /// failing one (best effort, as DEL must be: CNI spec 1.1.0, "DEL"). The
 /// IPAM release is started first, so that it runs while the netdev moves
-/// back.
+/// back. An IPAM plugin that cannot be run at all (gone from `CNI_PATH`, not
+/// executable) is logged and passed over: no retry can release through it,
+/// and a failing DEL would keep the attachment (and its sandbox) forever.
 pub fn undo(steps: &[Step], cx: &mut UndoCx) -> Undone {
     let mut undone = Undone::default();
     // Measured (cni/benches/add_del.rs, 30 interleaved rounds each): a DEL
@@ -91,10 +103,25 @@ pub fn undo(steps: &[Step], cx: &mut UndoCx) -> Undone {
         }
     }
     for r in releases {
-        if let Err(e) = r.and_then(|p| p.wait()) {
-            tracing::error!(step = "ipam", error = %e.chain(), "IPAM release failed");
-            undone.ipam.get_or_insert(e);
+        match r.and_then(|p| p.wait()) {
+            Ok(_) => {}
+            Err(e @ Error::IpamNotRun { .. }) => not_released(&e, cx.env),
+            Err(e) => {
+                tracing::error!(step = "ipam", error = %e.chain(), "IPAM release failed");
+                undone.ipam.get_or_insert(e);
+            }
         }
     }
     undone
+}
+
+/// Logs an IPAM release DEL goes on without: the plugin cannot be run or
+/// speak to us (`e` names it), so its lease, if it made one, stays with it.
+pub fn not_released(e: &Error, env: &crate::conf::Env) {
+    tracing::error!(
+        step = "ipam",
+        cni_path = env.path_raw.as_deref().unwrap_or(""),
+        error = %e.chain(),
+        "IPAM release skipped: the plugin cannot be run; a lease it holds stays (DEL goes on, best effort)"
+    );
 }

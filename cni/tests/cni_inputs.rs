@@ -389,9 +389,9 @@ fn a_vf_locked_by_another_attachment_is_busy_code_11() {
     let (pci, vfname) = lab.vfs[0].clone();
     let pod = lab.pod(0);
     let conf = lab.conf("1.1.0", pci, "10.221.0.0/24");
-    let locks = lab.state.path().join("locks");
-    std::fs::create_dir_all(&locks).unwrap();
-    let f = std::fs::File::create(locks.join(format!("vf-{pci}.lock"))).unwrap();
+    let lock = lab.vf_lock(pci);
+    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
+    let f = std::fs::File::create(lock).unwrap();
     use std::os::fd::AsRawFd;
     // SAFETY: flock on our own descriptor.
     assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
@@ -521,9 +521,12 @@ fn status_refuses_a_configuration_no_add_could_take_before_looking_at_the_node()
 
 /// Runs the plugin with `cmd`, `stdin` and `CNI_PATH`; returns its error code (0: success) and stdout.
 fn run_with_path(cmd: &str, stdin: &Value, cni_path: &Path) -> (i32, String) {
+    // Never the node's own /var/lib/cni/kube-rdma.
+    let node = tempfile::tempdir().unwrap();
     let out = std::process::Command::new(BIN)
         .env("CNI_COMMAND", cmd)
         .env("CNI_PATH", cni_path)
+        .env("KUBE_RDMA_CNI_NODE_DIR", node.path())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())

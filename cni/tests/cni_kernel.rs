@@ -904,9 +904,12 @@ fn vfs_of_one_network_come_up_with_their_routes(n: u32, v4: &str, v6: Option<&st
         assert_eq!(code, 0, "ADD {}: {res}", ifname(i));
         results.push(res);
     }
-    let table = ip(pod.name(), &["route", "show"]);
-    assert!(table.contains("default via 10.9.0.1 dev eth0"), "eth0's default route stays: {table}");
-    let table6 = ip(pod.name(), &["-6", "route", "show"]);
+    let table = route_table(pod.name(), false);
+    let table6 = route_table(pod.name(), true);
+    let has = |t: &[(String, String, String)], dst: &str, gw: &str, dev: &str| {
+        t.contains(&(dst.to_string(), gw.to_string(), dev.to_string()))
+    };
+    assert!(has(&table, "default", "10.9.0.1", "eth0"), "eth0's default route stays: {table:?}");
     for (i, res) in results.iter().enumerate() {
         let dev = ifname(i);
         assert!(link_info(pod.name(), &dev).2, "{dev} is up");
@@ -921,12 +924,16 @@ fn vfs_of_one_network_come_up_with_their_routes(n: u32, v4: &str, v6: Option<&st
         for a in &want {
             assert!(have.contains(a), "{dev} lacks {a}: {have:?}");
         }
+        // The configured route and a default route out of every netN, each
+        // through the gateway of its family (ECMP beside the others and eth0's).
         let gw = res["ips"][0]["gateway"].as_str().unwrap();
-        for r in [format!("10.250.0.0/16 via {gw} dev {dev}"), format!("default via {gw} dev {dev}")] {
-            assert!(table.contains(&r), "missing {r:?}: {table}");
+        for dst in ["10.250.0.0/16", "default"] {
+            assert!(has(&table, dst, gw, &dev), "no {dst} via {gw} dev {dev}: {table:?}");
         }
         if v6.is_some() {
-            assert!(table6.contains(&format!("dev {dev}")) && table6.contains("default"), "{table6}");
+            let gw6 = res["ips"][1]["gateway"].as_str().unwrap();
+            assert!(gw6.contains(':'), "{res}");
+            assert!(has(&table6, "default", gw6, &dev), "no IPv6 default via {gw6} dev {dev}: {table6:?}");
         }
         let mut check = confs[i].clone();
         check["prevResult"] = res.clone();
@@ -941,7 +948,9 @@ fn vfs_of_one_network_come_up_with_their_routes(n: u32, v4: &str, v6: Option<&st
     let after: Vec<_> = lab.vfs.iter().map(|(_, name)| link_info(lab.host.name(), name)).collect();
     assert_eq!(after, before, "every VF home with its name, MAC, MTU and state");
     assert_eq!(links(pod.name()), ["eth0".to_string(), "eth0p".to_string()].into());
-    assert!(ip(pod.name(), &["route", "show"]).contains("default via 10.9.0.1 dev eth0"));
+    let table = route_table(pod.name(), false);
+    assert!(table.iter().all(|(_, _, dev)| dev == "eth0"), "only eth0's routes left: {table:?}");
+    assert!(has(&table, "default", "10.9.0.1", "eth0"), "{table:?}");
     assert!(lab.ipam_allocations().is_empty(), "{:?}", lab.ipam_allocations());
     assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
 }
@@ -1133,6 +1142,7 @@ fn a_vfio_vf_given_to_a_pod_whose_netns_lives_is_refused_to_another_with_code_7(
         assert_eq!(code, 0, "{out}");
     }
     assert!(lab.ipam_allocations().is_empty() && lab.state_files().is_empty());
+    assert!(lab.node_files().is_empty(), "{:?}", lab.node_files());
 }
 
 /// Regression (issue 22, defect 5): DEL refused (code 7) a configuration
@@ -1439,18 +1449,13 @@ fn del_brings_a_vf_that_was_up_home_up() {
     assert_eq!(link_info(lab.host.name(), &vfname), before, "home as it was, up");
 }
 
-/// Takes the VF lock `<stateDir>/locks/vf-<pci>.lock` as another ADD/DEL of
+/// Takes the VF lock `<node dir>/locks/vf-<pci>.lock` as another ADD/DEL of
 /// the VF holds it; released when the file is dropped.
 fn hold_vf_lock(lab: &Lab, pci: nic::PciAddr) -> std::fs::File {
     use std::os::fd::AsRawFd;
-    let dir = lab.state.path().join("locks");
-    std::fs::create_dir_all(&dir).unwrap();
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(format!("vf-{pci}.lock")))
-        .unwrap();
+    let path = lab.vf_lock(pci);
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).unwrap();
     // SAFETY: flock on a descriptor we own.
     assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
     f
@@ -1508,7 +1513,7 @@ fn gc_rereads_the_journal_under_the_vf_lock_and_skips_an_attachment_its_del_remo
     let e = env("gc");
     let e: Vec<(&str, &str)> = e.iter().map(|(k, v)| (*k, v.as_str())).collect();
     let child = lab.spawn("GC", "", std::path::Path::new(""), "", &gc, &e);
-    wait_until_open(child.id(), &lab.state.path().join(format!("locks/vf-{}.lock", lab.vfs[0].0)));
+    wait_until_open(child.id(), &lab.vf_lock(lab.vfs[0].0));
     // Meanwhile b0's DEL runs and VF 1 goes to a new attachment, c0.
     let (code, out) = run("DEL", "b0", pods[1].path(), &conf(1), "del");
     assert_eq!(code, 0, "{out}");
@@ -1525,4 +1530,357 @@ fn gc_rereads_the_journal_under_the_vf_lock_and_skips_an_attachment_its_del_remo
     let (code, out) = run("DEL", "c0", pods[2].path(), &conf(1), "del");
     assert_eq!(code, 0, "{out}");
     assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
+}
+
+/// Waits until process `pid` is stopped (a plugin at a `stop:` failpoint).
+fn wait_stopped(pid: u32) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while std::time::Instant::now() < deadline {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        if stat.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('T')) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(2));
+    }
+    panic!("process {pid} never stopped at its failpoint");
+}
+
+/// Continues a plugin stopped at a failpoint.
+fn cont(pid: u32) {
+    // SAFETY: a signal to a child of ours.
+    assert_eq!(unsafe { libc::kill(pid as i32, libc::SIGCONT) }, 0);
+}
+
+/// The answer of a plugin started with [`Lab::spawn`]: (code, JSON).
+fn answer(child: std::process::Child) -> (i32, Value) {
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let code = match out.status.code() {
+        Some(0) => 0,
+        s => v["code"].as_i64().map(|c| c as i32).or(s).unwrap_or(-1),
+    };
+    (code, v)
+}
+
+/// Issue 22 (audit): under Multus the runtime's timeout kills Multus, not our
+/// ADD, and the runtime's DEL then runs beside it. Here it comes while the
+/// ADD holds the VF lock and has not written its journal yet: it waits for
+/// the lock and reads the journal the ADD wrote meanwhile, so the VF comes
+/// home under its host name with its MTU, the journal's PF-side settings are
+/// restored (tried: the stand-in PF refuses, as in the test of that undo
+/// above, and the attempt is logged), the lease is released and the journal
+/// removed. DEL used to read the journal only before taking the lock, and
+/// tore down without it: the VF stayed in the pod, the journal forever.
+#[test]
+fn a_del_waiting_for_the_vf_lock_of_its_add_undoes_the_journal_that_add_wrote_meanwhile() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pf = format!("k{}p", lab.tag);
+    ip(lab.host.name(), &["link", "add", &pf, "type", "veth", "peer", "name", &format!("k{}q", lab.tag)]);
+    let before = link_info(lab.host.name(), &vfname);
+    let pod = lab.pod(0);
+    let log = lab.state.path().join("cni.log");
+    let mut conf = lab.conf("1.1.0", pci, "10.236.0.0/24");
+    conf["mtu"] = json!(1400);
+    conf["logFile"] = json!(log);
+    let fp = [("KUBE_RDMA_CNI_FAILPOINT", "stop:locked,stop:journal")];
+    let add = lab.spawn("ADD", "ra1", pod.path(), "net1", &conf, &fp);
+    wait_stopped(add.id());
+    let del = lab.spawn("DEL", "ra1", pod.path(), "net1", &conf, &[]);
+    wait_until_open(del.id(), &lab.vf_lock(pci));
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    assert!(journal_files(&lab).is_empty(), "no journal yet when the DEL came");
+    cont(add.id());
+    wait_stopped(add.id());
+    // What an ADD with `"trust": "on"` journals first.
+    let restore =
+        json!({"mac": null, "vlan": null, "spoofchk": null, "trust": false, "rate": null, "linkState": null});
+    add_journal_step(
+        &lab,
+        "ra1",
+        "net1",
+        0,
+        json!({"pfAttrs": {"pfNetdev": pf, "vf": 0, "restore": restore}}),
+    );
+    cont(add.id());
+    let (code, out) = answer(add);
+    assert_eq!(code, 0, "the ADD finishes: {out}");
+    let (code, out) = answer(del);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(link_info(lab.host.name(), &vfname), before, "the VF is home as it was");
+    assert!(links(pod.name()).is_empty());
+    assert!(lab.ipam_allocations().is_empty(), "lease not released: {:?}", lab.ipam_allocations());
+    assert_eq!(lab.state_files(), ["cni.log".to_string()].into());
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(
+        text.lines().any(|l| l.contains("pf_attrs") && l.contains("restore VF 0 attributes on")),
+        "the DEL restored the journal's PF-side settings: {text}"
+    );
+    // The runtime's final DEL (containerd's at sandbox removal) finds nothing left.
+    let (code, out) = lab.cni("DEL", "ra1", std::path::Path::new(""), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(lab.state_files(), ["cni.log".to_string()].into());
+}
+
+/// Issue 22 (audit), the other order: the runtime's DEL runs to its end
+/// before its ADD reaches the VF lock (here the ADD is held just before it).
+/// The DEL finds no journal and leaves a record in the VF's lock file; the
+/// ADD then refuses with code 3 and attaches nothing to the sandbox the
+/// runtime tore down: no VF in the pod, no lease, no file, so the runtime's
+/// final DEL has nothing to do. It used to attach the VF and take a lease
+/// nobody would release. An ADD of the same IDs that starts after the DEL
+/// (podman's `network connect` after `disconnect`) is not refused.
+#[test]
+fn an_add_whose_del_ran_before_it_reached_the_vf_lock_attaches_nothing() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let before = link_info(lab.host.name(), &vfname);
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.237.0.0/24");
+    let fp = [("KUBE_RDMA_CNI_FAILPOINT", "stop:prepared")];
+    let add = lab.spawn("ADD", "rb1", pod.path(), "net1", &conf, &fp);
+    wait_stopped(add.id());
+    let (code, out) = lab.cni("DEL", "rb1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    cont(add.id());
+    let (code, out) = answer(add);
+    assert_eq!(code, 3, "{out}");
+    let msg = out["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("rb1/net1") && msg.contains("its DEL ran") && msg.contains("nothing was attached"),
+        "{msg}"
+    );
+    let nothing = |when: &str| {
+        assert_eq!(link_info(lab.host.name(), &vfname), before, "{when}: the VF is home as it was");
+        assert!(links(pod.name()).is_empty(), "{when}");
+        assert!(lab.ipam_allocations().is_empty(), "{when}: {:?}", lab.ipam_allocations());
+        assert!(lab.state_files().is_empty(), "{when}: {:?}", lab.state_files());
+    };
+    nothing("after the refused ADD");
+    let (code, out) = lab.cni("DEL", "rb1", std::path::Path::new(""), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    nothing("after the runtime's final DEL");
+    let (code, out) = lab.cni("ADD", "rb1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "an ADD after the DEL: {out}");
+    let (code, out) = lab.cni("DEL", "rb1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    nothing("after the new attachment's DEL");
+}
+
+/// A logging IPAM plugin whose VERSION fails, `DIR/bin/NAME`.
+fn ipam_without_version(dir: &std::path::Path, name: &str) -> std::path::PathBuf {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let script = "#!/bin/sh\ncat >/dev/null\necho '{\"cniVersion\":\"1.0.0\",\"code\":1,\"msg\":\"VERSION broken\"}'\nexit 1\n";
+    let p = bin.join(name);
+    std::fs::write(&p, script).unwrap();
+    std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    bin
+}
+
+/// Issue 22 (audit): DEL when the IPAM plugin cannot be run, which no retry
+/// mends: gone from CNI_PATH or not executable (with a journal), or gone or
+/// failing VERSION (without one). Each DEL succeeds, undoes the rest and
+/// forgets the attachment, and logs the skipped release naming the plugin
+/// and CNI_PATH; a repeated DEL succeeds too. It used to fail every time
+/// (code 7 or 5), keeping the journal and the sandbox forever.
+#[test]
+fn del_succeeds_and_forgets_the_attachment_when_its_ipam_plugin_cannot_be_run() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let before = link_info(lab.host.name(), &vfname);
+    let pod = lab.pod(0);
+    let dir = tempfile::tempdir().unwrap();
+    let (bin, _) = ipam_stub(dir.path(), "goneipam");
+    let with_stub = format!("{}:{CNI_PATH}", bin.display());
+    let log = lab.state.path().join("cni.log");
+    let mut conf = lab.conf("1.1.0", pci, "unused");
+    conf["ipam"] = json!({"type": "goneipam"});
+    conf["logFile"] = json!(log);
+    let logged = |from: usize| std::fs::read_to_string(&log).unwrap()[from..].to_string();
+    // With a journal: the plugin gone from CNI_PATH, then not executable.
+    let plugin = bin.join("goneipam");
+    for (case, path) in [("gone", CNI_PATH.to_string()), ("not executable", with_stub.clone())] {
+        let (code, out) = lab.cni_env("ADD", "ip1", pod.path(), "net1", &conf, &[("CNI_PATH", &with_stub)]);
+        assert_eq!(code, 0, "{case}: {out}");
+        if case == "not executable" {
+            std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
+        }
+        let from = std::fs::metadata(&log).unwrap().len() as usize;
+        for round in 0..2 {
+            let (code, out) = lab.cni_env("DEL", "ip1", pod.path(), "net1", &conf, &[("CNI_PATH", &path)]);
+            assert_eq!(code, 0, "{case} (DEL {round}): {out}");
+        }
+        assert_eq!(link_info(lab.host.name(), &vfname), before, "{case}: the VF is home as it was");
+        assert!(lab.state_files().iter().all(|f| f == "cni.log"), "{case}: {:?}", lab.state_files());
+        let text = logged(from);
+        let skipped = text
+            .lines()
+            .find(|l| l.contains("IPAM release skipped"))
+            .unwrap_or_else(|| panic!("{case}: {text}"));
+        assert!(
+            skipped.contains("goneipam") && skipped.contains(&path),
+            "{case}: names the plugin and CNI_PATH: {skipped}"
+        );
+        std::fs::set_permissions(&plugin, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+    // Without a journal (a refused ADD's DEL): the plugin gone, or failing VERSION.
+    let badver = ipam_without_version(dir.path(), "badver");
+    for (kind, path) in
+        [("goneipam", CNI_PATH.to_string()), ("badver", format!("{}:{CNI_PATH}", badver.display()))]
+    {
+        let mut c = conf.clone();
+        c["ipam"] = json!({"type": kind});
+        let from = std::fs::metadata(&log).unwrap().len() as usize;
+        let (code, out) = lab.cni_env("DEL", "ip2", pod.path(), "net1", &c, &[("CNI_PATH", &path)]);
+        assert_eq!(code, 0, "{kind}: {out}");
+        let text = logged(from);
+        assert!(
+            text.lines().any(|l| l.contains("IPAM release skipped") && l.contains(kind) && l.contains(&path)),
+            "{kind}: {text}"
+        );
+    }
+    assert!(lab.state_files().iter().all(|f| f == "cni.log"), "{:?}", lab.state_files());
+}
+
+/// Issue 22 (audit): a journal's removal is flushed before DEL returns (the
+/// `fsync` of its directory after the `unlink`), else a power loss could
+/// bring back the journal of an attachment torn down, for a GC to undo over
+/// whatever has the VF by then. Seen from the system calls of the real DEL.
+#[test]
+fn the_removal_of_a_journal_is_flushed_before_del_returns() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let conf = lab.conf("1.1.0", pci, "10.238.0.0/24");
+    let (code, out) = lab.cni("ADD", "fs2", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    let trace = lab.state.path().join("strace.out");
+    let wrap: Vec<String> = ["strace", "-f", "-y", "-e", "trace=unlink,unlinkat,fsync,exit_group", "-o"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([trace.display().to_string()])
+        .collect();
+    let stdin = serde_json::to_vec(&conf).unwrap();
+    let child = spawn_plugin(
+        lab.host.path(),
+        &lab.sim.roots().sysfs,
+        "DEL",
+        "fs2",
+        pod.path(),
+        "net1",
+        &stdin,
+        &[],
+        &wrap,
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
+    let trace = lines(&trace);
+    // The plugin's main thread removes the journal (its IPAM plugin's lines have other pids).
+    let main = trace
+        .iter()
+        .find(|l| l.contains("unlink") && l.contains("/attachments/fs2:net1.json\""))
+        .and_then(|l| l.split_once(' '))
+        .map(|(p, _)| p.to_string())
+        .unwrap_or_else(|| panic!("the journal's unlink is not in {trace:#?}"));
+    let at = |what: &str, path: &str| {
+        trace
+            .iter()
+            .position(|c| c.starts_with(&format!("{main} ")) && c.contains(what) && c.contains(path))
+            .unwrap_or_else(|| panic!("no {what} of {path} by {main} in {trace:#?}"))
+    };
+    let unlinked = at("unlink", "/attachments/fs2:net1.json\"");
+    let flushed = at("fsync(", "/attachments>)");
+    let exited = at("exit_group(", "0");
+    assert!(unlinked < flushed && flushed < exited, "{trace:#?}");
+    assert!(journal_files(&lab).is_empty());
+}
+
+/// `ip -j [-6] route show` in `ns` as `(dst, gateway, dev)`, a multipath
+/// route (IPv6 ECMP siblings) once per nexthop.
+fn route_table(ns: &str, v6: bool) -> Vec<(String, String, String)> {
+    let mut args = vec!["-j"];
+    if v6 {
+        args.push("-6");
+    }
+    args.extend(["route", "show"]);
+    let v: Value = serde_json::from_str(&ip(ns, &args)).unwrap();
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let mut out = vec![];
+    for r in v.as_array().unwrap() {
+        match r["nexthops"].as_array() {
+            Some(hops) => out.extend(hops.iter().map(|h| (s(&r["dst"]), s(&h["gateway"]), s(&h["dev"])))),
+            None => out.push((s(&r["dst"]), s(&r["gateway"]), s(&r["dev"]))),
+        }
+    }
+    out
+}
+
+/// Issue 22 (audit): a route the IPAM result lists twice is added once and
+/// the second add's `EEXIST` accepted, because the table then holds that
+/// very route out of the interface; `EEXIST` is no longer taken on the
+/// kernel's word alone.
+#[test]
+fn a_route_listed_twice_is_added_once_and_the_add_succeeds() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let mut conf = lab.conf("1.1.0", pci, "unused");
+    conf["ipam"] = json!({"type": "static", "addresses": [{"address": "10.239.0.2/24", "gateway": "10.239.0.1"}],
+                          "routes": [{"dst": "10.252.0.0/16"}, {"dst": "10.252.0.0/16"}]});
+    let (code, out) = lab.cni("ADD", "rt1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    let want = ("10.252.0.0/16".to_string(), "10.239.0.1".to_string(), "net1".to_string());
+    let table = route_table(pod.name(), false);
+    assert_eq!(table.iter().filter(|r| **r == want).count(), 1, "{table:?}");
+    let (code, out) = lab.cni("DEL", "rt1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+}
+
+/// Issue 22 (audit): the rule that a vfio-pci VF serves one attachment is
+/// node-wide: a network with a state dir of its own is refused the VF
+/// another network gave to a pod whose netns lives (code 7, naming that
+/// attachment and its network), and gets it once that one's DEL ran. Each
+/// network used to look only at its own state dir's journals, and both ADDs
+/// succeeded.
+#[test]
+fn a_vfio_vf_given_by_one_network_is_refused_to_another_network_with_its_own_state_dir() {
+    let lab = Lab::new("e810-xxv", 1, "        vfsVfio: [0]\n");
+    let (pci, _) = lab.vfs[0];
+    let (pod0, pod1) = (lab.pod(0), lab.pod(1));
+    let a = lab.conf("1.1.0", pci, "10.240.0.0/24");
+    let other = tempfile::tempdir().unwrap();
+    let mut b = lab.conf("1.1.0", pci, "10.241.0.0/24");
+    b["name"] = json!(format!("other-{}", lab.tag));
+    b["stateDir"] = json!(other.path());
+    let (code, out) = lab.cni("ADD", "na1", pod0.path(), "net1", &a);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(lab.node_files(), [format!("vfs/{pci}.json")].into());
+    let (code, out) = lab.cni("ADD", "nb1", pod1.path(), "net1", &b);
+    assert_eq!(code, 7, "{out}");
+    let msg = out["msg"].as_str().unwrap();
+    assert!(
+        msg.contains("already given to container na1") && msg.contains(a["name"].as_str().unwrap()),
+        "{msg}"
+    );
+    let (code, out) = lab.cni("DEL", "nb1", pod1.path(), "net1", &b);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(
+        lab.node_files(),
+        [format!("vfs/{pci}.json")].into(),
+        "the refused ADD's DEL leaves na1's record"
+    );
+    let (code, out) = lab.cni("DEL", "na1", pod0.path(), "net1", &a);
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.node_files().is_empty(), "{:?}", lab.node_files());
+    let (code, out) = lab.cni("ADD", "nb1", pod1.path(), "net1", &b);
+    assert_eq!(code, 0, "free once na1's DEL ran: {out}");
+    let (code, out) = lab.cni("DEL", "nb1", pod1.path(), "net1", &b);
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.node_files().is_empty() && lab.state_files().is_empty() && lab.ipam_allocations().is_empty());
+    assert!(
+        common::files(other.path()).iter().all(|f| f == "ipam-versions.json"),
+        "{:?}",
+        common::files(other.path())
+    );
 }

@@ -8,6 +8,10 @@
 //! host-local leases: the IPAM child was killed with us (`PR_SET_PDEATHSIG`)
 //! between creating its lease file and writing its owner into it.
 //!
+//! The Multus case: the runtime's timeout kills Multus, our parent, while we
+//! run on, orphaned, and the runtime's DEL runs beside us; nothing may be
+//! left once both are done, with no further DEL.
+//!
 //! `KILL_TEST_SEED=N` replays a run (the seed is printed).
 
 mod common;
@@ -24,6 +28,11 @@ const WORKERS: usize = 8;
 
 /// Kills that must land in a running process, per worker and command.
 const KILLS: usize = 32;
+
+/// Attachments a worker may go through to land its kills: a run where kills
+/// keep missing (commands much shorter than measured) fails instead of
+/// looping on.
+const MAX_ROUNDS: usize = 4 * 2 * KILLS;
 
 /// xorshift64* (Vigna, "An experimental exploration of Marsaglia's xorshift
 /// generators", 2016): reproducible from the printed seed, no dependency.
@@ -110,7 +119,7 @@ fn sigkills_at_random_points_of_add_and_del_then_the_runtimes_del_leak_nothing()
                     let (mut del, _) = timed("DEL", &cal, &conf);
                     // A DEL after a kill may have less to do: a decaying maximum.
                     let longest = |seen: Duration, was: Duration| seen.max(was.mul_f64(0.9));
-                    while in_add < KILLS || in_del < KILLS {
+                    while (in_add < KILLS || in_del < KILLS) && rounds < MAX_ROUNDS {
                         rounds += 1;
                         let cid = format!("k{w}x{rounds}");
                         if in_add <= in_del {
@@ -157,7 +166,11 @@ fn sigkills_at_random_points_of_add_and_del_then_the_runtimes_del_leak_nothing()
         in_add + in_del,
         t0.elapsed().as_secs_f64()
     );
-    assert!(in_add + in_del >= 500);
+    // A kill "landed" when the plugin died of it (not when it had exited
+    // already); `Command::spawn` returns once the exec succeeded, so it hit
+    // our code. The rounds are capped, so this can fail: kill points must
+    // fall inside the commands.
+    assert!(in_add + in_del >= 500, "seed {seed}: only {} of the kills landed mid-command", in_add + in_del);
     // Kill points on both sides of each command's netns move.
     assert!(add_in_pod > 0 && add_in_pod < in_add && del_in_pod > 0 && del_in_pod < in_del);
     assert_eq!(lab.host_links(), host_before, "seed {seed}: links leaked or lost");
@@ -230,4 +243,141 @@ fn a_kill_while_the_ipam_plugin_writes_its_lease_lets_it_finish_and_the_next_del
         assert_eq!(link_info(lab.host.name(), &vfname), before, "round {round}");
         assert!(lab.state_files().is_empty(), "round {round}: {:?}", lab.state_files());
     }
+}
+
+/// What became of an orphaned ADD.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Orphan {
+    /// Multus was killed before it started us, or we had finished already.
+    Apart,
+    /// Still running when the runtime's DEL started, and attached: the DEL
+    /// waited for its VF lock and undid its journal.
+    Attached,
+    /// Still running when the runtime's DEL started, and refused (code 3):
+    /// the DEL had taken the VF lock first.
+    Refused,
+}
+
+/// Runs ADD under a stand-in for Multus (a shell that runs the plugin as
+/// its child and waits), SIGKILLs the shell `after` its start as the
+/// runtime's timeout kills Multus, and at once sends the runtime's DEL
+/// (containerd's teardown after the failed RunPodSandbox) while the
+/// orphaned plugin runs on. Returns once both have ended.
+fn orphan_beside_del(
+    lab: &Lab,
+    cid: &str,
+    pod: &nic::netns::NamedNetns,
+    conf: &Value,
+    after: Duration,
+) -> (Orphan, i32, Value) {
+    let stdin = serde_json::to_vec(conf).unwrap();
+    // `; exit` keeps the shell from exec'ing the plugin in its place.
+    let wrap: Vec<String> = ["sh", "-c", "\"$0\"; exit $?"].map(String::from).to_vec();
+    let multus = spawn_plugin(
+        lab.host.path(),
+        &lab.sim.roots().sysfs,
+        "ADD",
+        cid,
+        pod.path(),
+        "net1",
+        &stdin,
+        &[],
+        &wrap,
+    );
+    std::thread::sleep(after);
+    let children = std::fs::read_to_string(format!("/proc/{0}/task/{0}/children", multus.id()));
+    let plugin: Option<u32> = children.ok().and_then(|c| c.split_whitespace().next()?.parse().ok());
+    // SAFETY: a signal to our own child.
+    unsafe { libc::kill(multus.id() as i32, libc::SIGKILL) };
+    let running = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .is_ok_and(|s| s.rsplit_once(')').is_some_and(|(_, st)| !st.trim_start().starts_with('Z')))
+    };
+    let beside = plugin.is_some_and(running);
+    let (code, out) = lab.cni("DEL", cid, pod.path(), "net1", conf);
+    // The orphan holds the shell's stdout: reading it to its end waits for the orphan.
+    let added = multus.wait_with_output().unwrap();
+    let answer: Value = serde_json::from_slice(&added.stdout).unwrap_or(Value::Null);
+    assert_eq!(code, 0, "{cid}: the runtime's DEL: {out}");
+    let outcome = match (beside, answer.get("code").and_then(Value::as_i64)) {
+        (false, _) => Orphan::Apart,
+        (true, Some(3)) => Orphan::Refused,
+        (true, None) if answer.get("interfaces").is_some() => Orphan::Attached,
+        (true, _) => panic!("{cid}: the orphaned ADD answered neither a result nor code 3: {answer}"),
+    };
+    (outcome, code, answer)
+}
+
+/// The Multus case, repeated with random kill points over the ADD, eight
+/// pods at once: whichever order the orphaned ADD and the runtime's DEL
+/// take the VF lock in, nothing is left once both are done (no link out of
+/// place, no lease, no journal or other file), with no DEL after that one:
+/// containerd's teardown after a failed RunPodSandbox is the sandbox's last.
+#[test]
+fn orphaned_adds_with_the_runtimes_del_beside_them_leak_nothing() {
+    const ROUNDS: usize = 40;
+    let t0 = Instant::now();
+    let lab = Lab::new("e810-c", WORKERS as u32, "");
+    let pods: Vec<_> = (0..WORKERS as u32).map(|i| lab.pod(i)).collect();
+    let before: Vec<_> = lab.vfs.iter().map(|(_, n)| link_info(lab.host.name(), n)).collect();
+    let host_before = lab.host_links();
+    let conf = |i: usize| {
+        let mut c = lab.conf("1.1.0", lab.vfs[i].0, "10.238.0.0/24");
+        c["mtu"] = json!(1400);
+        c
+    };
+    let seed = std::env::var("KILL_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    }) | 1;
+    eprintln!("KILL_TEST_SEED={seed}");
+    let outcomes: Vec<Orphan> = std::thread::scope(|s| {
+        let workers: Vec<_> = (0..WORKERS)
+            .map(|w| {
+                let (lab, pods, before, conf) = (&lab, &pods, &before, &conf);
+                s.spawn(move || {
+                    let mut rng = Rng(seed ^ (w as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+                    let (ns, conf) = (&pods[w], conf(w));
+                    // How long an ADD takes now on this machine (kill points are drawn over it).
+                    let t = Instant::now();
+                    let (code, out) = lab.cni("ADD", &format!("cal{w}"), ns.path(), "net1", &conf);
+                    assert_eq!(code, 0, "{out}");
+                    let add = t.elapsed();
+                    let (code, out) = lab.cni("DEL", &format!("cal{w}"), ns.path(), "net1", &conf);
+                    assert_eq!(code, 0, "{out}");
+                    let mut seen = vec![];
+                    for round in 0..ROUNDS {
+                        let cid = format!("m{w}x{round}");
+                        // Every other round early in the ADD, where the DEL can
+                        // reach the VF lock first (the ADD takes it within its
+                        // first milliseconds).
+                        let span = if round % 2 == 0 { add } else { add / 16 };
+                        let at = Duration::from_micros(rng.below(span.as_micros() as u64));
+                        let (o, _, _) = orphan_beside_del(lab, &cid, ns, &conf, at);
+                        seen.push(o);
+                        let (_, name) = &lab.vfs[w];
+                        assert_eq!(
+                            lab.host_links().contains(name).then(|| link_info(lab.host.name(), name)),
+                            Some(before[w].clone()),
+                            "seed {seed} {cid} ({o:?}): the VF is not home as it was"
+                        );
+                        assert!(links(ns.name()).is_empty(), "seed {seed} {cid} ({o:?}): left in the pod");
+                    }
+                    seen
+                })
+            })
+            .collect();
+        workers.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let count = |o: Orphan| outcomes.iter().filter(|x| **x == o).count();
+    let (attached, refused) = (count(Orphan::Attached), count(Orphan::Refused));
+    eprintln!(
+        "{} orphaned ADDs in {:.1} s: {attached} attached beside the runtime's DEL (which then undid them), {refused} refused (the DEL took the VF lock first), {} not beside it",
+        outcomes.len(),
+        t0.elapsed().as_secs_f64(),
+        count(Orphan::Apart)
+    );
+    assert!(attached > 0 && refused > 0, "seed {seed}: an order of the orphan and the DEL was never hit");
+    assert_eq!(lab.host_links(), host_before, "seed {seed}: links leaked or lost");
+    assert!(lab.ipam_allocations().is_empty(), "seed {seed}: leases leaked: {:?}", lab.ipam_allocations());
+    assert!(lab.state_files().is_empty(), "seed {seed}: files leaked: {:?}", lab.state_files());
 }

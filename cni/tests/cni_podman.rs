@@ -64,6 +64,7 @@ impl Podman<'_> {
             .args(args)
             .env("CONTAINERS_CONF", d.join("containers.conf"))
             .env("KUBE_RDMA_SYSFS_ROOT", self.sysfs)
+            .env("KUBE_RDMA_CNI_NODE_DIR", node_dir_of(self.sysfs))
             .env("TMPDIR", d.join("tmp"))
             .output()
             .expect("run podman")

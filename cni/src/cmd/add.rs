@@ -19,7 +19,7 @@ use crate::journal::{self, Journal, Lock};
 use crate::result::{self, Iface};
 use crate::step::{
     ClaimAttachment, DeviceInfoFile, IpamLease, LinkState, NetdevMove, PfAttrs, RdmaMove, Step, UndoCx,
-    VfAttrs,
+    UserspaceVf, VfAttrs, VfHolder,
 };
 use crate::txn::{self, failpoint, lock_wait, PF_LOCK_WAIT, VF_LOCK_WAIT};
 use crate::{device, ipam, rdma};
@@ -50,12 +50,15 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         })
         .map_err(Error::Netns)?;
     journal::ensure_dirs(&conf.state_dir)?;
+    journal::ensure_node_dir(&env.node_dir)?;
     let lease = prepare_lease(conf, env)?;
+    failpoint("prepared");
     let vf_lock = lock_new_attachment(conf, env, &vf)?;
+    failpoint("locked");
     let mut host = RouteSocket::open_here()?;
     let target = target(&vf, &mut host)?;
     let rdma_plan = rdma_plan(conf, env, attach, &vf, &target, roots)?;
-    let PfSide { lock: mut pf_lock, admin_mac, step: pf_step } = pf_side(conf, attach, &vf, &mut host)?;
+    let PfSide { lock: mut pf_lock, admin_mac, step: pf_step } = pf_side(env, attach, &vf, &mut host)?;
     let (mut podc, taken) = pod_side.join().map_err(Error::Netns)??;
     // A userspace VF puts no interface in the pod: its name cannot clash
     // (sriov-cni does not check it either).
@@ -115,10 +118,12 @@ fn prepare_lease(conf: &NetConf, env: &Env) -> Result<Option<IpamLease>> {
     Ok(Some(IpamLease::new(i.kind.clone(), c)))
 }
 
-/// The VF's lock, refused when this attachment already has a journal.
+/// The VF's lock, refused when this attachment already has a journal, or
+/// when its runtime has given up on this ADD: a DEL of the attachment ran
+/// after the ADD began (journal.rs, "A DEL that overtakes its ADD").
 fn lock_new_attachment(conf: &NetConf, env: &Env, vf: &VfDev) -> Result<Lock> {
     let vf_lock = Lock::take(
-        &conf.state_dir,
+        &env.node_dir,
         &format!("vf-{}", vf.pci),
         &format!("VF {}", vf.pci),
         lock_wait(VF_LOCK_WAIT),
@@ -127,6 +132,29 @@ fn lock_new_attachment(conf: &NetConf, env: &Env, vf: &VfDev) -> Result<Lock> {
         return Err(Error::Env {
             var: "CNI_CONTAINERID",
             why: format!("attachment {}/{} already exists; DEL it first", env.container_id, env.ifname),
+        });
+    }
+    let attachment = || format!("{}/{}", env.container_id, env.ifname);
+    let key = journal::file_name(&env.container_id, &env.ifname);
+    if let Some(after) = vf_lock.del_after(&key, env.began)? {
+        return Err(Error::Abandoned {
+            attachment: attachment(),
+            why: format!(
+                "its DEL ran {} ms after this ADD began, before the ADD could attach VF {}: the runtime tore the sandbox down and gave up on this ADD",
+                after.as_millis(),
+                vf.pci
+            ),
+        });
+    }
+    let age = journal::monotonic_ns().saturating_sub(env.began);
+    if age > journal::DEL_MEMORY.as_nanos() as u64 {
+        return Err(Error::Abandoned {
+            attachment: attachment(),
+            why: format!(
+                "this ADD began {} s ago, longer than a DEL of it is remembered ({} s): every runtime has given up on it",
+                age / 1_000_000_000,
+                journal::DEL_MEMORY.as_secs()
+            ),
         });
     }
     Ok(vf_lock)
@@ -166,13 +194,13 @@ struct PfSide {
 }
 
 /// Reads what the PF-side attributes replace, under the PF lock.
-fn pf_side(conf: &NetConf, attach: &Attach, vf: &VfDev, host: &mut RouteSocket) -> Result<PfSide> {
+fn pf_side(env: &Env, attach: &Attach, vf: &VfDev, host: &mut RouteSocket) -> Result<PfSide> {
     if attach.vf.is_empty() {
         return Ok(PfSide { lock: None, admin_mac: None, step: None });
     }
     let pfn = vf.pf_netdev()?;
     let lock = Lock::take(
-        &conf.state_dir,
+        &env.node_dir,
         &format!("pf-{}", vf.pf),
         &format!("PF {}", vf.pf),
         lock_wait(PF_LOCK_WAIT),
@@ -278,6 +306,17 @@ fn plan(
             mtu: attach.mtu,
         }));
     }
+    if let Target::Userspace = target {
+        steps.push(Step::UserspaceVf(UserspaceVf {
+            record: journal::vf_record(&env.node_dir, vf.pci),
+            holder: VfHolder {
+                container_id: env.container_id.clone(),
+                ifname: env.ifname.clone(),
+                netns: env.netns.clone(),
+                network: conf.name.clone(),
+            },
+        }));
+    }
     if !rdma_plan.is_empty() {
         steps.push(Step::MoveRdma(RdmaMove { devices: rdma_plan.to_vec() }));
     }
@@ -360,6 +399,7 @@ impl Run {
                 Step::MoveRdma(r) => r.apply(pod)?,
                 Step::DeviceInfo(d) => d.apply()?,
                 Step::ClaimAttachment(a) => a.apply(result.as_ref())?,
+                Step::UserspaceVf(u) => u.apply()?,
             }
             tracing::debug!(step = s.name(), ms = t.elapsed().as_secs_f64() * 1e3, "applied");
             if !matches!(s, Step::Ipam(_)) {
@@ -427,43 +467,63 @@ fn configure_addresses(env: &Env, ps: &mut RouteSocket, r: &Value) -> Result<()>
         // Added beside a route to the same destination out of another link
         // (another VF of this network, eth0's default), as the reference
         // plugins do (`RouteAddEcmp`, see `RouteSocket::add_route`). Only an
-        // identical route is EEXIST (a result listing one twice): it is there
-        // as asked.
+        // identical route is EEXIST (a result listing one twice): accepted
+        // once the table shows it there as asked, never on the kernel's word
+        // alone.
+        let add = |e| Error::link(format!("add route {}/{} via {:?} in the pod", r.dst, r.prefix, gw), e);
         match ps.add_route(l.index, &route) {
             Ok(()) => {}
             Err(e) if e.errno() == Some(libc::EEXIST) => {
+                let have = ps.routes(Some(l.index)).map_err(|e| Error::link("list routes in the pod", e))?;
+                if !have.contains(&route) {
+                    return Err(add(e));
+                }
                 tracing::debug!(dst = %r.dst, prefix = r.prefix, "route already there");
             }
-            Err(e) => return Err(Error::link(format!("add route {}/{} in the pod", r.dst, r.prefix), e)),
+            Err(e) => return Err(add(e)),
         }
     }
     Ok(())
 }
 
 /// A VF bound to a userspace driver leaves no trace in the kernel when it is
-/// given to a pod, so its journals tell: one of another attachment whose pod
-/// netns still exists holds it (sriov-cni refuses "already allocated" on the
-/// same rule, pkg/utils `allocator`: a saved netns that still opens). A
-/// netdev VF in a pod is refused because its netdev left the host.
+/// given to a pod, so records tell: the node-wide record of the VF
+/// ([`UserspaceVf`], every network's ADD reads it), or, for an attachment an
+/// earlier build made, a journal of this state dir; one of another
+/// attachment whose pod netns still exists holds it (sriov-cni refuses
+/// "already allocated" on the same rule, pkg/utils `allocator`: a saved
+/// netns that still opens). A netdev VF in a pod is refused because its
+/// netdev left the host. Called under the VF lock, which is node-wide too.
 fn userspace_free(state_dir: &std::path::Path, vf: &VfDev, env: &Env) -> Result<()> {
-    for (_, j) in journal::list(state_dir)? {
-        let Ok(j) = j else { continue };
-        if j.pci != Some(vf.pci) || j.is(&env.container_id, &env.ifname) || j.netns.is_empty() {
+    let recorded = VfHolder::read(&journal::vf_record(&env.node_dir, vf.pci));
+    let journaled = journal::list(state_dir)?
+        .into_iter()
+        .filter_map(|(_, j)| j.ok())
+        .filter(|j| j.pci == Some(vf.pci))
+        .map(|j| VfHolder {
+            container_id: j.container_id,
+            ifname: j.ifname,
+            netns: j.netns,
+            network: j.network.unwrap_or_default(),
+        });
+    for h in recorded.into_iter().chain(journaled) {
+        if (h.container_id == env.container_id && h.ifname == env.ifname) || h.netns.is_empty() {
             continue;
         }
-        if Netns::open(&j.netns).is_ok() {
+        if Netns::open(&h.netns).is_ok() {
             return Err(Error::Device {
                 pci: vf.pci.to_string(),
                 why: format!(
-                    "is bound to {} and already given to container {} (interface {}) whose network namespace {} still exists; a VF serves one attachment: DEL that one first",
+                    "is bound to {} and already given to container {} (interface {}, network {}) whose network namespace {} still exists; a VF serves one attachment: DEL that one first",
                     vf.driver.as_deref().unwrap_or("a userspace driver"),
-                    j.container_id,
-                    j.ifname,
-                    j.netns
+                    h.container_id,
+                    h.ifname,
+                    h.network,
+                    h.netns
                 ),
             });
         }
-        tracing::info!(container = %j.container_id, netns = %j.netns, "a stale attachment of this VF (its netns is gone); taking the VF");
+        tracing::info!(container = %h.container_id, netns = %h.netns, "a stale attachment of this VF (its netns is gone); taking the VF");
     }
     Ok(())
 }

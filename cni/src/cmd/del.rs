@@ -6,13 +6,23 @@
 //! when it can be told apart. Only what tearing down needs is read from the
 //! configuration, so a value only ADD uses never fails DEL.
 //!
+//! The journal is read once the VF lock is held (a first look before only
+//! finds which VF to lock): an ADD of this attachment holding the lock may
+//! write it meanwhile. A DEL that finds none under the lock leaves a record
+//! in the VF's lock file, so that an ADD of the attachment still on its way
+//! to the lock refuses to attach anything afterwards (journal.rs, "A DEL
+//! that overtakes its ADD").
+//!
 //! Runtimes do not retry a DEL that succeeded, and Multus drops its cache of
 //! the pod's networks after one whatever it returned: a journal left behind
 //! would never be read again. So DEL fails only when retrying can help: the
 //! VF lock is busy (another ADD/DEL of the VF, code 11), or the IPAM plugin's
 //! release failed, which only the plugin can do (its journal is kept for the
 //! retry; the reference plugins' DEL also fails then, e.g. containernetworking
-//! plugins `host-device` `cmdDel`).
+//! plugins `host-device` `cmdDel`). An IPAM plugin that cannot be run at all
+//! (not in `CNI_PATH`, not executable, or its VERSION fails) is no reason: no
+//! retry gets further, so it is logged, naming the plugin and `CNI_PATH`, and
+//! DEL goes on and forgets the attachment.
 
 use std::path::PathBuf;
 
@@ -66,41 +76,17 @@ fn lookup(conf: &NetConf, env: &Env) -> Record {
 /// when something cannot be undone (logged); see the module doc for when it fails.
 pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
     let t0 = std::time::Instant::now();
-    // A state dir that is a file or a dangling symlink holds no journal and
-    // no lock: the teardown goes on without them.
+    // A state dir that is a file or a dangling symlink holds no journal: the
+    // teardown goes on without one (and without locks if the node dir is
+    // unusable too).
     let usable = match journal::ensure_dirs(&conf.state_dir) {
         Ok(()) => true,
         Err(e) => {
-            tracing::error!(error = %e.chain(), "state directory unusable: tearing down without journal and locks");
+            tracing::error!(error = %e.chain(), "state directory unusable: tearing down without a journal");
             false
         }
     };
-    let first = if usable { lookup(conf, env) } else { Record::Nothing };
-    let pci = match &first {
-        Record::Journal(f) => f.journal.pci,
-        _ => None,
-    }
-    .or(conf.device)
-    .or_else(|| prev_pci(conf, env));
-    let lock = match pci.filter(|_| usable) {
-        Some(p) => {
-            match Lock::take(&conf.state_dir, &format!("vf-{p}"), &format!("VF {p}"), lock_wait(VF_LOCK_WAIT))
-            {
-                Ok(l) => Some(l),
-                Err(e @ Error::Busy { .. }) => return Err(e),
-                Err(e) => {
-                    tracing::error!(error = %e.chain(), "tearing down without the VF lock");
-                    None
-                }
-            }
-        }
-        None => None,
-    };
-    // Re-read under the lock: a concurrent DEL may have finished it.
-    let record = match first {
-        Record::Journal(_) if lock.is_some() => lookup(conf, env),
-        other => other,
-    };
+    let (lock, record) = lock_and_read(conf, env, usable)?;
     let held = lock.as_ref().map(Lock::raw_fd);
     let ipam_failed = match &record {
         Record::Journal(f) => {
@@ -114,23 +100,7 @@ pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
             }
             undone.ipam
         }
-        Record::Unreadable { .. } | Record::Nothing => {
-            let release = conf.ipam.as_ref().map(|i| -> Result<ipam::Pending> {
-                let (plugin, c) = ipam::prepare(&conf.raw, &conf.cni_version, &i.kind, env, &conf.state_dir)?;
-                Ok(ipam::start(&plugin, "DEL", env, &c, held))
-            });
-            let evidence = match (&conf.prev_result, &record) {
-                (Some(_), _) => Evidence::PrevResult { mac: prev_mac(conf, env) },
-                (None, Record::Unreadable { .. }) => Evidence::UnreadableJournal,
-                _ => Evidence::None,
-            };
-            if let Some(pci) = pci {
-                if let Err(e) = bring_home(env, pci, &evidence) {
-                    tracing::error!(pci = %pci, error = %e.chain(), "cannot bring the VF home; DEL goes on (best effort)");
-                }
-            }
-            release.map(|r| r.and_then(ipam::Pending::wait)).and_then(Result::err)
-        }
+        Record::Unreadable { .. } | Record::Nothing => without_journal(conf, env, &record, held),
     };
     if let Some(f) = &conf.device_info_file {
         if let Err(e) = step::DeviceInfoFile::removing(f.clone()).undo() {
@@ -161,6 +131,93 @@ pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
         "detached"
     );
     Ok(())
+}
+
+/// Takes the lock of the attachment's VF (named by a first look at the
+/// journal, else `deviceID`, else `prevResult`) and reads the journal under
+/// it. A journal naming another VF than the one locked (an ADD of another
+/// `deviceID` wrote it meanwhile) makes it lock that one instead. Without a
+/// journal under the lock, the DEL is recorded in the lock file for an ADD
+/// still on its way ([`Lock::note_del`]). `None` for the lock: no VF known,
+/// or no lock to be had other than busy (logged; only busy fails DEL).
+fn lock_and_read(conf: &NetConf, env: &Env, usable: bool) -> Result<(Option<Lock>, Record)> {
+    let look = || if usable { lookup(conf, env) } else { Record::Nothing };
+    let mut record = look();
+    let mut locked: Option<(PciAddr, Lock)> = None;
+    // At most three VFs: the first look's, then whatever the journal names under each lock.
+    for _ in 0..3 {
+        let Some(pci) = journal_pci(&record).or(conf.device).or_else(|| prev_pci(conf, env)) else { break };
+        if locked.as_ref().is_some_and(|(p, _)| *p == pci) {
+            break;
+        }
+        locked = None;
+        let taken = journal::ensure_node_dir(&env.node_dir).and_then(|()| {
+            Lock::take(&env.node_dir, &format!("vf-{pci}"), &format!("VF {pci}"), lock_wait(VF_LOCK_WAIT))
+        });
+        match taken {
+            Ok(l) => locked = Some((pci, l)),
+            Err(e @ Error::Busy { .. }) => return Err(e),
+            Err(e) => {
+                tracing::error!(error = %e.chain(), "tearing down without the VF lock");
+                break;
+            }
+        }
+        record = look();
+    }
+    let lock = locked.map(|(_, l)| l);
+    if let (Some(l), Record::Nothing) = (&lock, &record) {
+        if let Err(e) = l.note_del(&journal::file_name(&env.container_id, &env.ifname)) {
+            tracing::error!(error = %e.chain(), "cannot record this DEL in the VF's lock file; an ADD of the attachment still on its way may attach the VF after it");
+        }
+    }
+    Ok((lock, record))
+}
+
+fn journal_pci(r: &Record) -> Option<PciAddr> {
+    match r {
+        Record::Journal(f) => f.journal.pci,
+        _ => None,
+    }
+}
+
+/// The teardown without a journal: IPAM released from the configuration
+/// (skipped, logged, when its plugin cannot be run), the VF brought home
+/// from the pod when it can be told apart ([`find_vf`]). Returns the IPAM
+/// release's failure.
+fn without_journal(
+    conf: &NetConf,
+    env: &Env,
+    record: &Record,
+    held: Option<std::os::fd::RawFd>,
+) -> Option<Error> {
+    let release = conf.ipam.as_ref().and_then(|i| {
+        match ipam::prepare(&conf.raw, &conf.cni_version, &i.kind, env, &conf.state_dir) {
+            Ok((plugin, c)) => Some(ipam::start(&plugin, "DEL", env, &c, held)),
+            Err(e) => {
+                txn::not_released(&e, env);
+                None
+            }
+        }
+    });
+    let evidence = match (&conf.prev_result, record) {
+        (Some(_), _) => Evidence::PrevResult { mac: prev_mac(conf, env) },
+        (None, Record::Unreadable { .. }) => Evidence::UnreadableJournal,
+        _ => Evidence::None,
+    };
+    let pci = conf.device.or_else(|| prev_pci(conf, env));
+    if let Some(pci) = pci {
+        if let Err(e) = bring_home(env, pci, &evidence) {
+            tracing::error!(pci = %pci, error = %e.chain(), "cannot bring the VF home; DEL goes on (best effort)");
+        }
+    }
+    match release?.wait() {
+        Ok(_) => None,
+        Err(e @ Error::IpamNotRun { .. }) => {
+            txn::not_released(&e, env);
+            None
+        }
+        Err(e) => Some(e),
+    }
 }
 
 /// Our interface in `prevResult` (1.1.0 results name the VF as `pciID`).

@@ -47,12 +47,14 @@ pub fn gc(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
         tracing::info!(container = %j.container_id, ifname = %j.ifname, "GC: removing a stale attachment");
         let r = (|| -> Result<()> {
             let _lock = match j.pci {
-                Some(pci) => Some(Lock::take(
-                    &conf.state_dir,
-                    &format!("vf-{pci}"),
-                    &format!("VF {pci}"),
-                    lock_wait(VF_LOCK_WAIT),
-                )?),
+                Some(pci) => Some(journal::ensure_node_dir(&env.node_dir).and_then(|()| {
+                    Lock::take(
+                        &env.node_dir,
+                        &format!("vf-{pci}"),
+                        &format!("VF {pci}"),
+                        lock_wait(VF_LOCK_WAIT),
+                    )
+                })?),
                 None => None,
             };
             // Re-read under the lock, as DEL does: the attachment's DEL may have

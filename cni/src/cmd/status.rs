@@ -11,6 +11,8 @@ use crate::{ipam, journal, rdma};
 pub fn status(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
     journal::ensure_dirs(&conf.state_dir)
         .map_err(|e| Error::Unavailable(format!("state directory unusable: {}", e.chain())))?;
+    journal::ensure_node_dir(&env.node_dir)
+        .map_err(|e| Error::Unavailable(format!("node directory unusable (VF locks): {}", e.chain())))?;
     let probe = conf.state_dir.join(format!(".status-{}", std::process::id()));
     std::fs::write(&probe, b"").and_then(|_| std::fs::remove_file(&probe)).map_err(|e| {
         Error::Unavailable(format!("state directory {} is not writable: {e}", conf.state_dir.display()))

@@ -241,6 +241,22 @@ impl Lab {
         )
     }
 
+    /// The node dir the plugin is given ([`node_dir_of`]).
+    pub fn node_dir(&self) -> PathBuf {
+        node_dir_of(&self.sim.roots().sysfs)
+    }
+
+    /// The VF's lock file, node-wide (`<node dir>/locks/vf-<pci>.lock`).
+    pub fn vf_lock(&self, pci: PciAddr) -> PathBuf {
+        self.node_dir().join(format!("locks/vf-{pci}.lock"))
+    }
+
+    /// Files in the node dir other than lock files (records of VFs given
+    /// out in userspace mode).
+    pub fn node_files(&self) -> BTreeSet<String> {
+        files(&self.node_dir()).into_iter().filter(|f| !f.starts_with("locks/")).collect()
+    }
+
     /// Allocation files host-local keeps (one per allocated IP).
     pub fn ipam_allocations(&self) -> BTreeSet<String> {
         files(self.ipam_dir.path())
@@ -259,6 +275,13 @@ impl Lab {
             .filter(|f| !f.starts_with("locks/") && f != "ipam-versions.json")
             .collect()
     }
+}
+
+/// The node dir (`KUBE_RDMA_CNI_NODE_DIR`: VF locks, userspace VF records)
+/// of the simulated node whose sysfs is at `sysfs`: beside it, so that each
+/// lab has its own, as each node has.
+pub fn node_dir_of(sysfs: &Path) -> PathBuf {
+    sysfs.parent().expect("the sim's sysfs has a parent").join("cni-node")
 }
 
 /// Runs the binary with `setns` into `host_ns` before exec.
@@ -333,6 +356,7 @@ pub fn spawn_plugin(
         .env("CNI_IFNAME", ifname)
         .env("CNI_PATH", CNI_PATH)
         .env("KUBE_RDMA_SYSFS_ROOT", sysfs)
+        .env("KUBE_RDMA_CNI_NODE_DIR", node_dir_of(sysfs))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

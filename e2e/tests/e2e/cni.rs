@@ -255,9 +255,28 @@ fn with_cleanup(f: impl FnOnce() -> Result<()>, cleanup: impl FnOnce() -> Result
     }
 }
 
+/// The pod's IPv4 routes as `(dst, gateway, dev)`, a multipath route once
+/// per nexthop: `ip -j route` in its netns, run from the node (busybox's
+/// `ip` has no JSON).
+fn pod_routes(ctx: &Ctx, pod: &str) -> Result<Vec<(String, String, String)>> {
+    let text = ip_in_pid(container_pid(ctx, pod)?, &["-j", "route", "show"])?;
+    let v: Value = serde_json::from_str(&text).with_context(|| format!("ip -j route: {text}"))?;
+    let s = |v: &Value| v.as_str().unwrap_or("").to_string();
+    let mut out = vec![];
+    for r in v.as_array().context("ip -j route")? {
+        match r["nexthops"].as_array() {
+            Some(hops) => out.extend(hops.iter().map(|h| (s(&r["dst"]), s(&h["gateway"]), s(&h["dev"])))),
+            None => out.push((s(&r["dst"]), s(&r["gateway"]), s(&r["dev"]))),
+        }
+    }
+    Ok(out)
+}
+
 /// Checks from inside pod `pod` that `net1`..`netN` are up with the
 /// addresses Multus reports for them (network-status), `mtu` if given, and
-/// the IPAM's routes.
+/// the IPAM's routes out of each: [`ROUTE`] and a default route through the
+/// range's gateway (host-local's default, the first address of the /24
+/// every case's range is), beside eth0's default route.
 fn check_interfaces(ctx: &Ctx, pod: &str, n: usize, mtu: Option<u64>) -> Result<Vec<String>> {
     let p = ctx.json(&["-n", NS, "get", "pod", pod])?;
     let status = p["metadata"]["annotations"]["k8s.v1.cni.cncf.io/network-status"]
@@ -266,7 +285,14 @@ fn check_interfaces(ctx: &Ctx, pod: &str, n: usize, mtu: Option<u64>) -> Result<
     let status: Vec<Value> = serde_json::from_str(status)?;
     let addrs = ctx.exec(NS, pod, &["ip", "-o", "-4", "addr", "show"])?;
     let links = ctx.exec(NS, pod, &["ip", "-o", "link", "show"])?;
-    let routes = ctx.exec(NS, pod, &["ip", "route", "show"])?;
+    let routes = pod_routes(ctx, pod)?;
+    let has = |dst: &str, gw: &str, dev: &str| {
+        routes.iter().any(|r| (r.0.as_str(), r.1.as_str(), r.2.as_str()) == (dst, gw, dev))
+    };
+    ensure!(
+        routes.iter().any(|r| r.0 == "default" && r.2 == "eth0" && !r.1.is_empty()),
+        "eth0's default route is gone: {routes:?}"
+    );
     let mut ips = vec![];
     for i in 1..=n {
         let ifn = format!("net{i}");
@@ -287,10 +313,13 @@ fn check_interfaces(ctx: &Ctx, pod: &str, n: usize, mtu: Option<u64>) -> Result<
         if let Some(m) = mtu {
             ensure!(link.contains(&format!("mtu {m} ")), "{ifn} has not MTU {m}: {link}");
         }
-        ensure!(routes.contains(&format!("dev {ifn}")), "no route via {ifn}:\n{routes}");
+        let a: std::net::Ipv4Addr = ip.parse().with_context(|| format!("{ifn}'s address {ip}"))?;
+        let gw = std::net::Ipv4Addr::from(u32::from(a) & 0xffff_ff00 | 1).to_string();
+        for dst in [ROUTE, "default"] {
+            ensure!(has(dst, &gw, &ifn), "no route {dst} via {gw} dev {ifn}: {routes:?}");
+        }
         ips.push(ip.to_string());
     }
-    ensure!(routes.contains(ROUTE) && routes.contains("default"), "the IPAM's routes are missing:\n{routes}");
     Ok(ips)
 }
 
@@ -557,10 +586,42 @@ fn vfs_removed_while_a_pod_runs_let_it_terminate_and_leave_nothing(ctx: &Ctx) ->
     }
 }
 
+/// kube-rdma-cni whose DELs wait (90 s at most) until a file says go: the
+/// old sandbox's teardown after the reboot comes late. Left to itself the
+/// kubelet stops the old sandbox (DEL) before the new pod's sandbox is made
+/// (ADD), and no late DEL meets a VF given to another attachment.
+fn late_del_plugin(go: &std::path::Path) -> String {
+    format!(
+        "#!/bin/sh\n# e2e: kube-rdma-cni, its DELs held until {go} exists.\n\
+         if [ \"$CNI_COMMAND\" = DEL ]; then\n  i=0\n  while [ ! -e {go} ] && [ $i -lt 900 ]; do sleep 0.1; i=$((i+1)); done\nfi\n\
+         exec /opt/cni/bin/kube-rdma-cni \"$@\"\n",
+        go = go.display()
+    )
+}
+
+/// The node "reboots" under a pod with 2 VFs; a new pod gets all 4 VFs of the
+/// pool before the old sandbox's DELs come (held until then by
+/// [`late_del_plugin`], the network's `type`). Those must leave the new
+/// pod's VFs alone, and say why in the CNI's log (`logFile` of the network,
+/// on the node): each old attachment's DEL found its VF given to another
+/// attachment since (journal ownership, cni/src/journal.rs `later_owner`).
+/// Without that rule nothing else here would show it (the VFs are out of the
+/// old DEL's sight in the new pod, and the node's PFs take no PF-side
+/// settings), so the log is what can fail.
 fn after_a_node_reboot_the_late_dels_leave_the_new_pods_vfs_alone(ctx: &Ctx) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
     let home = Home::now(ctx)?;
     let net = "e2e-reboot";
-    ctx.apply(&nad(net, "10.59.0.0/24", "host-local", json!({"mtu": 1400})))?;
+    let log = ctx.layout.logs().join("cni-e2e-reboot.log");
+    let _ = std::fs::remove_file(&log);
+    let (plugin, go) = ("e2e-late-del-kube-rdma-cni", "/opt/cni/bin/.e2e-late-del-go");
+    let wrapper = ctx.layout.root(&format!("/opt/cni/bin/{plugin}"));
+    let go_here = ctx.layout.root(go);
+    let _ = std::fs::remove_file(&go_here);
+    std::fs::write(&wrapper, late_del_plugin(std::path::Path::new(go)))?;
+    std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))?;
+    let extra = json!({"type": plugin, "mtu": 1400, "logFile": log});
+    ctx.apply(&nad(net, "10.59.0.0/24", "host-local", extra))?;
     let kubelet = cluster::state()?
         .created
         .daemons
@@ -640,7 +701,8 @@ fn after_a_node_reboot_the_late_dels_leave_the_new_pods_vfs_alone(ctx: &Ctx) -> 
             ctx.wait_running(NS, "after", Duration::from_secs(180))?;
             let ips = check_interfaces(ctx, "after", 4, Some(1400))?;
             // The old sandbox's DELs (containerd sends them with an empty
-            // CNI_NETNS now) finish and take exactly its own with them.
+            // CNI_NETNS now) go on, finish and take exactly its own with them.
+            std::fs::write(&go_here, "")?;
             eventually("the old attachments' DELs", Duration::from_secs(90), || {
                 let left: Vec<Value> = journals(ctx)?
                     .into_iter()
@@ -650,6 +712,9 @@ fn after_a_node_reboot_the_late_dels_leave_the_new_pods_vfs_alone(ctx: &Ctx) -> 
                 Ok((left.is_empty() && stale.is_empty()).then_some(()))
             })
             .with_context(|| format!("old leases were {old_leases:?}"))?;
+            let text =
+                std::fs::read_to_string(&log).with_context(|| format!("the CNI's log {}", log.display()))?;
+            late_dels_found_their_vfs_given(&text, &old)?;
             ensure!(journals(ctx)?.len() == 4, "the new pod's 4 journals: {:?}", state_files(ctx));
             ensure!(state_files(ctx).len() == 4, "only the new pod's journals: {:?}", state_files(ctx));
             let again = check_interfaces(ctx, "after", 4, Some(1400))?;
@@ -660,9 +725,55 @@ fn after_a_node_reboot_the_late_dels_leave_the_new_pods_vfs_alone(ctx: &Ctx) -> 
         },
         || {
             cont(kubelet);
+            std::fs::write(&go_here, "")?;
             ctx.delete(NS, "pod", "before")?;
             ctx.delete(NS, "pod", "after")?;
-            ctx.delete(NS, "network-attachment-definitions.k8s.cni.cncf.io", net)
+            ctx.delete(NS, "network-attachment-definitions.k8s.cni.cncf.io", net)?;
+            // Only after every teardown that may still run it.
+            home.wait_back(ctx)?;
+            wait_nothing_left(ctx, &[net])?;
+            std::fs::remove_file(&wrapper)?;
+            std::fs::remove_file(&go_here)?;
+            Ok(())
         },
     )
+}
+
+/// From the CNI's log of the reboot case: each old attachment (`old`, its
+/// journals) was torn down by a DEL that ran after the new pod's ADD of its
+/// VF (else the case did not set up what it tests), and that DEL found the
+/// VF given to another attachment and left it (journal ownership).
+fn late_dels_found_their_vfs_given(text: &str, old: &[Value]) -> Result<()> {
+    let lines: Vec<&str> = text.lines().collect();
+    let olds: Vec<&str> = old.iter().filter_map(|j| j["containerId"].as_str()).collect();
+    for j in old {
+        let (cid, ifn, pci) = (
+            j["containerId"].as_str().unwrap_or(""),
+            j["ifname"].as_str().unwrap_or(""),
+            j["pci"].as_str().unwrap_or(""),
+        );
+        let span = format!("command=\"DEL\" container={cid} ifname={ifn}}}");
+        let mine: Vec<usize> = (0..lines.len()).filter(|i| lines[*i].contains(&span)).collect();
+        let torn = mine
+            .iter()
+            .copied()
+            .find(|i| lines[*i].contains("detached") && lines[*i].contains("journal=true"))
+            .with_context(|| format!("no DEL of {cid}/{ifn} with its journal in the CNI's log"))?;
+        let given = lines.iter().position(|l| {
+            l.contains("command=\"ADD\"")
+                && l.contains(&format!("pci={pci} "))
+                && l.contains("attached")
+                && !olds.iter().any(|c| l.contains(&format!("container={c} ")))
+        });
+        ensure!(
+            given.is_some_and(|g| g < torn),
+            "the DEL of {cid}/{ifn} tore it down before the new pod's ADD of VF {pci} (at line {given:?}): journal ownership was not exercised"
+        );
+        ensure!(
+            mine.iter().any(|i| *i <= torn && lines[*i].contains("given to another attachment")),
+            "the late DEL of {cid}/{ifn} did not find VF {pci} given to the new pod; its lines:\n{}",
+            mine.iter().map(|i| lines[*i]).collect::<Vec<_>>().join("\n")
+        );
+    }
+    Ok(())
 }
