@@ -49,9 +49,11 @@ fn the_node_is_ready_and_runs_the_pinned_peers(ctx: &Ctx) -> Result<()> {
     ensure!(ready, "node not Ready: {}", n["status"]["conditions"]);
     let info = &n["status"]["nodeInfo"];
     ensure!(info["kubeletVersion"] == K8S_VERSION, "kubelet {}", info["kubeletVersion"]);
+    // The kubelet prints the runtime version parsed as a semantic version: without the "v".
+    let ctrd = kube_rdma_e2e::peers::pinned_version("containerd")?;
     ensure!(
-        info["containerRuntimeVersion"].as_str().is_some_and(|v| v.starts_with("containerd://2.")),
-        "runtime {}",
+        info["containerRuntimeVersion"] == format!("containerd://{}", ctrd.trim_start_matches('v')),
+        "runtime {}, e2e/peers/containerd/go.mod pins {ctrd}",
         info["containerRuntimeVersion"]
     );
     ensure!(
