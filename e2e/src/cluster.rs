@@ -10,8 +10,8 @@
 //! `<base>/state.json` first, so `down` removes exactly that, also after a
 //! failed `up`.
 //!
-//! Base directory: `$KUBE_RDMA_E2E_DIR`, default `/var/lib/kube-rdma-e2e` (`-N` for
-//! instance N, see [`node::instance`]).
+//! Base directory: `$KUBE_RDMA_E2E_DIR`, default `/var/lib/kube-rdma-e2e`, with `-N`
+//! appended for instance N > 0 ([`node::instance`], [`base_dir_for`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -47,14 +47,20 @@ const SCHEDULER: Client = Client { stem: "scheduler", user: "system:kube-schedul
 const PROXY: Client = Client { stem: "kube-proxy", user: "system:kube-proxy", group: None };
 const KUBELET: Client = Client { stem: "kubelet", user: "system:node:e2e-node", group: Some("system:nodes") };
 
-/// The base directory.
+/// The base directory of this instance.
 pub fn base_dir() -> PathBuf {
-    std::env::var_os("KUBE_RDMA_E2E_DIR").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
-        match node::instance() {
-            0 => "/var/lib/kube-rdma-e2e".into(),
-            n => format!("/var/lib/kube-rdma-e2e-{n}").into(),
-        }
-    })
+    base_dir_for(std::env::var_os("KUBE_RDMA_E2E_DIR").as_deref(), node::instance())
+}
+
+/// The base directory of instance `n` given `$KUBE_RDMA_E2E_DIR` (`dir`, empty or
+/// unset: `/var/lib/kube-rdma-e2e`): `dir` itself for instance 0, `dir-N` for
+/// instance N, so instances never share a state file, whichever base is chosen.
+pub fn base_dir_for(dir: Option<&std::ffi::OsStr>, n: u8) -> PathBuf {
+    let mut base = dir.filter(|v| !v.is_empty()).unwrap_or("/var/lib/kube-rdma-e2e".as_ref()).to_os_string();
+    if n > 0 {
+        base.push(format!("-{n}"));
+    }
+    PathBuf::from(base)
 }
 
 /// Paths under the base directory.
@@ -119,6 +125,9 @@ pub struct State {
     /// How each daemon was started (to restart it: [`restart_daemon`]).
     #[serde(default)]
     pub specs: std::collections::BTreeMap<String, Spec>,
+    /// Whether kube-rdma's chart is installed (`up` without `--no-chart`).
+    #[serde(default)]
+    pub chart: bool,
 }
 
 impl State {
@@ -132,12 +141,36 @@ impl State {
     }
 }
 
+/// What `up` is asked for beyond a running cluster.
 #[derive(Debug, Clone, Default)]
 pub struct UpOptions {
-    /// More chart values (YAML file), merged over the e2e's own.
+    /// More chart values (a YAML mapping), merged over the e2e's own ([`load_values`]).
     pub values: Option<PathBuf>,
     /// Skip the chart (a bare node).
     pub no_chart: bool,
+}
+
+/// A `--values` file: a YAML mapping (an empty file is an empty one), read before
+/// anything starts so a typo costs no cluster start.
+pub fn load_values(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let v: serde_json::Value =
+        serde_yaml::from_str(&text).with_context(|| format!("{} is not YAML", path.display()))?;
+    match v {
+        serde_json::Value::Null => Ok(json!({})),
+        v @ serde_json::Value::Object(_) => Ok(v),
+        other => bail!("{}: chart values must be a YAML mapping, not {other}", path.display()),
+    }
+}
+
+/// Refuses to go on without root, before anything (a lock, a directory) is touched.
+fn need_root() -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "the e2e cluster needs root: it makes network namespaces, cgroups, mounts and device nodes (run it as root, e.g. with sudo)"
+        );
+    }
+    Ok(())
 }
 
 /// Whether the cluster is up (its state exists and kube-apiserver answers).
@@ -168,31 +201,34 @@ impl Phases {
     }
 }
 
-/// Brings the cluster up (see the module docs). Idempotent: returns at once
-/// when it is up already.
+/// Brings the cluster up (see the module docs). Idempotent: on a running
+/// cluster it starts nothing; given `--values` there, it upgrades the chart to
+/// the e2e values plus those (as `helm upgrade -f FILE` would: the values of an
+/// earlier `--values` are not kept); `--no-chart` there is refused while the
+/// chart is installed (it would be ignored otherwise).
 pub fn up(opts: &UpOptions) -> Result<State> {
+    need_root()?;
+    let values = opts.values.as_deref().map(load_values).transpose()?;
     let _lock = lock()?;
     let l = Layout::new();
     if is_up() {
-        eprintln!("cluster: already up ({})", l.base.display());
-        return State::load(&l).context("reading state.json");
+        let mut st = State::load(&l).context("reading state.json")?;
+        reconfigure(&l, &mut st, opts, values)?;
+        return Ok(st);
     }
     if l.state().exists() {
         eprintln!("cluster: a previous cluster is not fully up; taking it down first");
         down_locked()?;
     }
-    nix::unistd::geteuid()
-        .is_root()
-        .then_some(())
-        .context("the e2e cluster needs root (it makes namespaces, cgroups and device nodes)")?;
     let mut ph = Phases::new();
     let imgs = build_with(&mut ph)?;
 
     let mut st = State { before: node::snapshot(&[]), image: imgs[2].name.clone(), ..State::default() };
+    st.created.boot_id = node::boot_id();
     std::fs::create_dir_all(&l.base)?;
     st.save(&l)?;
     hostdirs::join(&l.state())?;
-    let r = bring_up(&l, &mut st, &imgs, opts, &mut ph);
+    let r = bring_up(&l, &mut st, &imgs, opts, values, &mut ph);
     st.timings = ph.out.clone();
     st.save(&l)?;
     if let Err(e) = r {
@@ -205,9 +241,40 @@ pub fn up(opts: &UpOptions) -> Result<State> {
     Ok(st)
 }
 
+/// `up` on a running cluster: the options honoured or refused, never ignored.
+fn reconfigure(
+    l: &Layout,
+    st: &mut State,
+    opts: &UpOptions,
+    values: Option<serde_json::Value>,
+) -> Result<()> {
+    if opts.no_chart {
+        if st.chart {
+            bail!(
+                "the cluster in {} is up with kube-rdma installed; --no-chart only applies when `up` starts a cluster (scripts/cluster down first)",
+                l.base.display()
+            );
+        }
+        eprintln!("cluster: already up without the chart ({})", l.base.display());
+        return Ok(());
+    }
+    let Some(values) = values else {
+        eprintln!("cluster: already up ({})", l.base.display());
+        return Ok(());
+    };
+    let file = opts.values.as_deref().unwrap_or(Path::new("")).display();
+    eprintln!("cluster: already up; upgrading kube-rdma's chart to the e2e values plus {file}");
+    let t0 = Instant::now();
+    install_chart(l, &st.image, Some(values))?;
+    st.chart = true;
+    st.timings = vec![(format!("kube-rdma upgraded with {file} and running"), t0.elapsed().as_secs_f64())];
+    st.save(l)
+}
+
 /// Builds what `up` needs and starts nothing: the peers and the images (cached). Lets a
 /// caller (scripts/test-all) pay for the builds before the suite, not inside its clusters' `up`.
 pub fn build() -> Result<()> {
+    need_root()?;
     build_with(&mut Phases::new()).map(drop)
 }
 
@@ -231,6 +298,7 @@ fn bring_up(
     st: &mut State,
     imgs: &[images::Image],
     opts: &UpOptions,
+    values: Option<serde_json::Value>,
     ph: &mut Phases,
 ) -> Result<()> {
     let (holder, sim) = lay_out_node(l, st)?;
@@ -260,7 +328,9 @@ fn bring_up(
     ph.done("kubelet registered, node Ready");
 
     if !opts.no_chart {
-        install_chart(l, &st.image, opts.values.as_deref())?;
+        install_chart(l, &st.image, values)?;
+        st.chart = true;
+        st.save(l)?;
         ph.done("kube-rdma installed by its chart and running");
     }
     Ok(())
@@ -311,6 +381,7 @@ fn start_apiserver(l: &Layout, st: &mut State, holder: i32) -> Result<()> {
     })?;
     for (name, pid, spec) in api.detach() {
         st.created.daemons.push((name.clone(), pid));
+        st.created.note_pid(pid);
         st.specs.insert(name, spec);
     }
     st.save(l)?;
@@ -454,8 +525,11 @@ fn install_cni_plugins(l: &Layout) -> Result<()> {
 /// Notes a started daemon in the state (pid, and its spec for restarts).
 fn record(st: &mut State, spec: &Spec, d: Daemon) {
     let (name, pid) = d.detach();
+    let old: Vec<i32> = st.created.daemons.iter().filter(|(n, _)| *n == name).map(|(_, p)| *p).collect();
+    st.created.started.retain(|p, _| !old.contains(p));
     st.created.daemons.retain(|(n, _)| *n != name);
     st.created.daemons.push((name.clone(), pid));
+    st.created.note_pid(pid);
     st.specs.insert(name, spec.clone());
 }
 
@@ -715,10 +789,11 @@ pub fn e2e_values(image: &str) -> serde_json::Value {
     })
 }
 
-fn install_chart(l: &Layout, image: &str, extra: Option<&Path>) -> Result<()> {
+/// Installs or upgrades the chart with the e2e values plus `extra`; `<base>/values.yaml`
+/// keeps what was applied (the cases' way back to the cluster's values).
+fn install_chart(l: &Layout, image: &str, extra: Option<serde_json::Value>) -> Result<()> {
     let mut values = e2e_values(image);
-    if let Some(p) = extra {
-        let more: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(p)?)?;
+    if let Some(more) = extra {
         merge(&mut values, more);
     }
     let f = l.base.join("values.yaml");
@@ -775,6 +850,7 @@ pub fn kubectl(l: &Layout) -> Command {
 /// Stops everything `up` started and removes what it created; returns how
 /// the host now differs from before `up` (empty: as it was).
 pub fn down() -> Result<Vec<String>> {
+    need_root()?;
     let _lock = lock()?;
     down_locked()
 }
@@ -801,6 +877,8 @@ fn down_locked() -> Result<Vec<String>> {
         return Ok(vec![]);
     };
     let c = &st.created;
+    // Before the kill: the holder keeps the mount namespace that proves the inode ours.
+    let (node_ns, _) = c.confirmed_ns_inodes();
     node::kill_all(c);
     for ns in c.netns.iter().rev() {
         let _ = node::ip(&["netns", "del", ns]);
@@ -825,7 +903,7 @@ fn down_locked() -> Result<Vec<String>> {
     let _ = std::fs::remove_dir_all(&l.base);
     // After the state is gone, so that a concurrent `down` of another instance sees this one gone.
     let dirs = hostdirs::leave(&c.dirs)?;
-    let after = node::snapshot(&c.ns_inodes);
+    let after = node::snapshot(&node_ns);
     let diff = dirs.explain(node::diff(&st.before, &after));
     for d in &diff {
         eprintln!("cluster down: host differs: {d}");
@@ -837,11 +915,13 @@ fn down_locked() -> Result<Vec<String>> {
 /// Stops daemon `name` of the running cluster (kubelet, containerd,
 /// kube-apiserver, ...): SIGTERM, then SIGKILL after `grace`.
 pub fn stop_daemon(name: &str, grace: Duration) -> Result<()> {
+    need_root()?;
     let _lock = lock()?;
     let l = Layout::new();
     let st = State::load(&l).context("the cluster is not up")?;
     let (_, pid) =
         st.created.daemons.iter().find(|(n, _)| n == name).with_context(|| format!("no daemon {name}"))?;
+    st.created.check_pid(*pid).map_err(|why| anyhow::anyhow!("not stopping {name} (pid {pid}): {why}"))?;
     Daemon::from_pid(name, *pid, &l.logs()).stop(grace);
     Ok(())
 }
@@ -850,12 +930,17 @@ pub fn stop_daemon(name: &str, grace: Duration) -> Result<()> {
 /// first if it runs) and records its new pid; returns it. The new process
 /// joins the cluster's cgroups, so `down` still finds it.
 pub fn restart_daemon(name: &str, grace: Duration) -> Result<i32> {
+    need_root()?;
     let _lock = lock()?;
     let l = Layout::new();
     let mut st = State::load(&l).context("the cluster is not up")?;
     let spec = st.specs.get(name).cloned().with_context(|| format!("no daemon {name} to restart"))?;
     if let Some((_, pid)) = st.created.daemons.iter().find(|(n, _)| n == name) {
-        Daemon::from_pid(name, *pid, &spec.log).stop(grace);
+        match st.created.check_pid(*pid) {
+            Ok(()) => Daemon::from_pid(name, *pid, &spec.log).stop(grace),
+            Err(node::Skip::Gone) => {}
+            Err(why) => bail!("not stopping {name} (pid {pid}) to restart it: {why}"),
+        }
     }
     let d = daemon::spawn(&spec)?;
     node::join_cgroups(d.pid);
@@ -885,14 +970,34 @@ pub fn status() -> Result<String> {
     let st = State::load(&l).context("the cluster is not up (scripts/cluster up)")?;
     let mut out = String::new();
     for (name, pid) in &st.created.daemons {
-        out.push_str(&format!(
-            "{name:<24} pid {pid:<8} {}\n",
-            if daemon::alive(*pid) { "running" } else { "DEAD" }
-        ));
+        let how = match st.created.check_pid(*pid) {
+            Ok(()) => "running".to_string(),
+            Err(node::Skip::Gone) => "DEAD".to_string(),
+            Err(why) => format!("DEAD ({why})"),
+        };
+        out.push_str(&format!("{name:<24} pid {pid:<8} {how}\n"));
     }
     out.push_str(
         &run(kubectl(&l).args(["get", "nodes", "-o", "wide"])).unwrap_or_else(|e| format!("{e:#}\n")),
     );
     out.push_str(&pods_summary(&l));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn each_instance_has_its_own_base_dir_with_or_without_kube_rdma_e2e_dir() {
+        assert_eq!(base_dir_for(None, 0), PathBuf::from("/var/lib/kube-rdma-e2e"));
+        assert_eq!(base_dir_for(None, 3), PathBuf::from("/var/lib/kube-rdma-e2e-3"));
+        assert_eq!(base_dir_for(Some(OsStr::new("")), 2), PathBuf::from("/var/lib/kube-rdma-e2e-2"));
+        assert_eq!(base_dir_for(Some(OsStr::new("/srv/e2e")), 0), PathBuf::from("/srv/e2e"));
+        assert_eq!(base_dir_for(Some(OsStr::new("/srv/e2e")), 1), PathBuf::from("/srv/e2e-1"));
+        let all: std::collections::BTreeSet<PathBuf> =
+            (0..=9).map(|n| base_dir_for(Some(OsStr::new("/srv/e2e")), n)).collect();
+        assert_eq!(all.len(), 10, "two instances share a base dir: {all:?}");
+    }
 }
