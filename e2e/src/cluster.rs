@@ -18,6 +18,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -625,10 +626,33 @@ conntrack:
     )
 }
 
+/// The Multus ServiceAccount's token for the node's kubeconfig: a long-lived
+/// ServiceAccount token Secret, filled by kube-controller-manager's token
+/// controller, that does not expire. On a real node the Multus DaemonSet's
+/// entrypoint rewrites this kubeconfig from the pod's projected token as the
+/// kubelet rotates it; here the thin plugin runs from the node's files with no
+/// such pod, so a TokenRequest token (`kubectl create token`, at most its
+/// `--duration`) would leave a cluster kept up longer without Multus API access
+/// (no pod with a secondary network could start), and refreshing it on `up` or
+/// `status` would still fail a cluster nobody touches. The legacy-token cleaner
+/// (kube-controller-manager, 1 year unused) only removes the Secrets the old
+/// token controller generated itself, never one created like this (the
+/// Kubernetes docs' "Manually create a long-lived API token for a ServiceAccount").
+const MULTUS_TOKEN_SECRET: &str = "---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: multus-token
+  namespace: kube-system
+  annotations:
+    kubernetes.io/service-account.name: multus
+type: kubernetes.io/service-account-token
+";
+
 /// Multus as the node's CNI: its RBAC objects from its own deployment
 /// manifest (the module cache's copy; not the DaemonSet), a kubeconfig with
-/// its ServiceAccount's token, and the thin plugin's config delegating the
-/// primary network to bridge + host-local.
+/// its ServiceAccount's long-lived token ([`MULTUS_TOKEN_SECRET`]), and the thin
+/// plugin's config delegating the primary network to bridge + host-local.
 fn multus_setup(l: &Layout) -> Result<()> {
     let dir = multus_module_dir()?;
     let manifest = std::fs::read_to_string(dir.join("deployments/multus-daemonset.yml"))?;
@@ -644,12 +668,28 @@ fn multus_setup(l: &Layout) -> Result<()> {
             keep.push_str(&serde_yaml::to_string(&v)?);
         }
     }
+    keep.push_str(MULTUS_TOKEN_SECRET);
     let f = l.base.join("multus-rbac.yaml");
     std::fs::write(&f, keep)?;
     run(kubectl(l).args(["apply", "--server-side", "-f"]).arg(&f))?;
-    let token = daemon::wait_for("a token for kube-system/multus", Duration::from_secs(30), || {
-        run(kubectl(l).args(["-n", "kube-system", "create", "token", "multus", "--duration=48h"])).ok()
-    })?;
+    let token = daemon::wait_for(
+        "the token controller to fill kube-system/multus-token",
+        Duration::from_secs(60),
+        || {
+            let out = run(kubectl(l).args([
+                "-n",
+                "kube-system",
+                "get",
+                "secret",
+                "multus-token",
+                "-o",
+                "jsonpath={.data.token}",
+            ]))
+            .ok()?;
+            let token = base64::engine::general_purpose::STANDARD.decode(out.trim()).ok()?;
+            String::from_utf8(token).ok().filter(|t| !t.is_empty())
+        },
+    )?;
     let netd = l.root("/etc/cni/net.d");
     std::fs::create_dir_all(netd.join("multus.d"))?;
     let server = format!("https://{}:6443", node::node_ip());

@@ -33,6 +33,10 @@ pub fn cases() -> Vec<Case> {
             run: the_default_pool_is_allocatable_on_the_node,
         },
         Case {
+            name: "the_multus_kubeconfig_token_does_not_expire",
+            run: the_multus_kubeconfig_token_does_not_expire,
+        },
+        Case {
             name: "a_restarted_kubelet_comes_back_with_the_node_ready",
             run: a_restarted_kubelet_comes_back_with_the_node_ready,
         },
@@ -49,7 +53,8 @@ fn the_node_is_ready_and_runs_the_pinned_peers(ctx: &Ctx) -> Result<()> {
     ensure!(ready, "node not Ready: {}", n["status"]["conditions"]);
     let info = &n["status"]["nodeInfo"];
     ensure!(info["kubeletVersion"] == K8S_VERSION, "kubelet {}", info["kubeletVersion"]);
-    // The kubelet prints the runtime version parsed as a semantic version: without the "v".
+    // The kubelet prints the runtime version parsed as a semantic version, without the "v"
+    // (kuberuntime_manager.go `newRuntimeVersion`, nodestatus `ContainerRuntimeVersion`).
     let ctrd = kube_rdma_e2e::peers::pinned_version("containerd")?;
     ensure!(
         info["containerRuntimeVersion"] == format!("containerd://{}", ctrd.trim_start_matches('v')),
@@ -118,6 +123,34 @@ fn the_default_pool_is_allocatable_on_the_node(ctx: &Ctx) -> Result<()> {
         let n = ctx.json(&["get", "node", NODE_NAME])?;
         Ok((n["status"]["allocatable"]["kuberdma.io/rdma_vfs"] == "4").then_some(()))
     })
+}
+
+/// The node's Multus kubeconfig carries a ServiceAccount token that does not expire
+/// (`cluster.rs` MULTUS_TOKEN_SECRET): a legacy token Secret's JWT has no `exp`, and names its
+/// Secret; the API server takes it as Multus' ServiceAccount.
+fn the_multus_kubeconfig_token_does_not_expire(ctx: &Ctx) -> Result<()> {
+    let f = ctx.layout.root("/etc/cni/net.d").join("multus.d/multus.kubeconfig");
+    let kc: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(&f)?)?;
+    let token = kc["users"][0]["user"]["token"].as_str().context("no token in the Multus kubeconfig")?;
+    let payload = token.split('.').nth(1).context("the token is no JWT")?;
+    let claims: serde_json::Value = serde_json::from_slice(&base64::Engine::decode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        payload,
+    )?)?;
+    ensure!(claims.get("exp").is_none(), "the Multus token expires: {claims}");
+    ensure!(claims["kubernetes.io/serviceaccount/secret.name"] == "multus-token", "claims {claims}");
+    // The kubeconfig as Multus uses it (from the host, as the thin plugin does from the node).
+    let who = kube_rdma_e2e::daemon::run(kube_rdma_e2e::apiserver::kubectl(&f).args([
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]))?;
+    ensure!(
+        who.trim() == "system:serviceaccount:kube-system:multus",
+        "the API server takes the token as {who:?}"
+    );
+    Ok(())
 }
 
 fn a_restarted_kubelet_comes_back_with_the_node_ready(ctx: &Ctx) -> Result<()> {
