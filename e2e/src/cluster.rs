@@ -764,6 +764,15 @@ pub const RESOURCE_HEALTH_GATE: &str = "ResourceHealthStatus";
 /// machine: cgroupfs under our own cgroup root, swap allowed, low eviction
 /// thresholds, image GC off (offline images cannot be pulled again), and
 /// [`RESOURCE_HEALTH_GATE`] on.
+///
+/// The node status is computed every second (`nodeStatusUpdateFrequency`, default
+/// 10 s), so a change of allocatable (a device plugin's Unhealthy device) is on the
+/// Node within a second, as the device plugin's health cases assert. It costs no
+/// API writes: each round reads the Node from the kubelet's informer and patches it
+/// only when the status changed or `nodeStatusReportFrequency` passed
+/// (kubelet_node_status.go `tryUpdateNodeStatus`). That one is set to its default
+/// of 5 m explicitly: left out, it would default to the update frequency once that
+/// is set (v1beta1 defaults.go, "for backward compatibility"), a patch a second.
 fn kubelet_config(l: &Layout) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
@@ -796,6 +805,8 @@ serializeImagePulls: false
 shutdownGracePeriod: 0s
 shutdownGracePeriodCriticalPods: 0s
 resolvConf: /etc/resolv.conf
+nodeStatusUpdateFrequency: 1s
+nodeStatusReportFrequency: 5m
 featureGates:
   {RESOURCE_HEALTH_GATE}: true
 "#,
