@@ -75,7 +75,22 @@ pub fn watched_cases() -> Vec<Case> {
             name: "device_plugin_pf_link_down_makes_its_vfs_unhealthy_at_the_kubelet_within_5_s",
             run: pf_link_down_makes_its_vfs_unhealthy,
         },
+        Case {
+            name: "device_plugin_bench_vf_pod_start_against_a_plain_pod",
+            run: bench_vf_pod_start_against_a_plain_pod,
+        },
     ]
+}
+
+/// Issue 20's pod start benchmark, printed (`pod_start.rs`, the same measurement as `cargo
+/// bench -p kube-rdma-e2e --bench pod_start`): 10 VF + Multus pods and 10 plain ones, one at
+/// a time, so one VF at most is taken beside the restart case's.
+fn bench_vf_pod_start_against_a_plain_pod(ctx: &Ctx) -> Result<()> {
+    let lat = crate::pod_start::measure(ctx, crate::pod_start::STARTS)?;
+    for l in lat.summary().lines() {
+        println!("     {}", l.trim_start());
+    }
+    Ok(())
 }
 
 /// The watcher's end, 6 minutes after the restart.
