@@ -1,5 +1,5 @@
 //! DRA mode on the real node (issue 25): the chart switched to
-//! `dra.enabled: true` as a user of the local cluster does it (`scripts/cluster up
+//! `dra.enabled: true` as docs/dra.md's walk-through does it (`scripts/cluster up
 //! --values e2e/demo/dra-values.yaml`: a `helm upgrade`), the real scheduler
 //! allocating from our ResourceSlices, the real kubelet preparing claims through
 //! our driver, containerd injecting the CDI devices, Multus and kube-rdma-cni
@@ -16,7 +16,7 @@ use kube_rdma_e2e::cluster::{self, NAMESPACE, NODE_NAME};
 use kube_rdma_e2e::node;
 use serde_json::Value;
 
-use crate::ctx::{busybox_pod, eventually, Ctx};
+use crate::ctx::{busybox_pod, doc_block, eventually, run_doc_block, Ctx};
 use crate::device_plugin;
 use crate::Case;
 
@@ -91,6 +91,10 @@ pub fn cases() -> Vec<Case> {
             run: dra_bench_driver_start_to_1024_vf_slices_accepted,
         },
         Case {
+            name: "dra_the_local_cluster_walkthrough_of_docs_dra_md_runs",
+            run: dra_the_local_cluster_walkthrough_of_docs_dra_md_runs,
+        },
+        Case {
             name: "dra_switched_back_to_device_plugin_mode",
             run: dra_switched_back_to_device_plugin_mode,
         },
@@ -105,8 +109,8 @@ fn runs_dra(ctx: &Ctx) -> Result<bool> {
     Ok(ds["spec"]["template"]["spec"]["containers"][0]["args"][0] == "dra")
 }
 
-/// The chart values that switch the local cluster to DRA mode
-/// (`scripts/cluster up --values e2e/demo/dra-values.yaml`).
+/// The chart values that switch the local cluster to DRA mode, as docs/dra.md's
+/// walk-through does (`scripts/cluster up --values e2e/demo/dra-values.yaml`).
 const DRA_VALUES: &str = "e2e/demo/dra-values.yaml";
 /// And back to device plugin mode.
 const DEVICE_PLUGIN_VALUES: &str = "e2e/demo/device-plugin-values.yaml";
@@ -968,6 +972,47 @@ spec:
     })();
     ctx.delete(NS, "pod", "dra-numa")?;
     ctx.delete(NS, "resourceclaim", "dra-numa")?;
+    r
+}
+
+// ------------------------------------------------------------------ docs/dra.md
+
+/// docs/dra.md's "Try it on the local cluster" block, run as written on this lane's
+/// cluster ([`run_doc_block`]): it switches the chart to DRA mode, starts a claim pod, shows
+/// what it got, deletes it and switches back; what it prints is checked against what the
+/// docs say it shows.
+fn dra_the_local_cluster_walkthrough_of_docs_dra_md_runs(ctx: &Ctx) -> Result<()> {
+    let block = doc_block("docs/dra.md", "dra_the_local_cluster_walkthrough_of_docs_dra_md_runs")?;
+    for must in
+        [&format!("scripts/cluster up --values {DRA_VALUES}"), "kubectl apply -f e2e/demo/dra-pod.yaml"]
+    {
+        ensure!(block.contains(must), "the walk-through does not run `{must}`:\n{block}");
+    }
+    let r = run_doc_block(&block).and_then(|(stdout, stderr)| {
+        for want in [
+            // kubectl get resourceslices: our pool of the node.
+            DRIVER,
+            NODE_NAME,
+            // kubectl get resourceclaims: the pod's claim, allocated and reserved for it.
+            "dra-demo-rdma-",
+            "allocated,reserved",
+            // kubectl exec: the prepared VF's devices and variables, and its netdev as net1.
+            "rdma_cm",
+            "uverbs",
+            "KUBERDMA_VF_PCI_ADDRESSES=",
+            "NCCL_IB_TC=106",
+            "net1",
+            "inet 192.168.150.",
+        ] {
+            ensure!(stdout.contains(want), "the walk-through printed no {want:?}:\n{stdout}\n{stderr}");
+        }
+        ensure!(!runs_dra(ctx)?, "the walk-through's last command left the chart in DRA mode");
+        Ok(())
+    });
+    if r.is_err() {
+        let pod = kube_rdma_e2e::peers::repo_root().join("e2e/demo/dra-pod.yaml");
+        ctx.kubectl(&["delete", "-f", &pod.display().to_string(), "--ignore-not-found", "--wait=true"])?;
+    }
     r
 }
 
