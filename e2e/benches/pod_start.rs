@@ -7,28 +7,22 @@
 //! Brings the cluster up if it is not (as `scripts/cluster up`) and installs the
 //! device plugin cases' pools; leaves the cluster up. Performance is printed, never
 //! asserted (CONTRIBUTING.md, Benchmarks): the last line says whether the target is met.
+//! `scripts/test-e2e` runs the same measurement as a case (`tests/e2e/pod_start.rs`).
 
 #[path = "../tests/e2e/ctx.rs"]
 #[allow(dead_code)]
 mod ctx;
-#[path = "pod_start/measure.rs"]
+#[path = "../tests/e2e/pod_start.rs"]
 mod podstart;
 #[path = "../tests/e2e/pools.rs"]
 #[allow(dead_code)]
 mod pools;
 
-/// The target ratio (VF pod / plain pod).
-const TARGET: f64 = 1.25;
-
 fn main() {
-    let n = std::env::args().skip(1).find_map(|a| a.parse::<usize>().ok()).unwrap_or(10);
+    let n = std::env::args().skip(1).find_map(|a| a.parse::<usize>().ok()).unwrap_or(podstart::STARTS);
     let r = ctx::Ctx::up().and_then(|ctx| podstart::measure(&ctx, n));
     match r {
-        Ok(lat) => {
-            println!("{}", lat.report());
-            let ok = lat.ratio() <= TARGET;
-            println!("target <= {TARGET:.2}x: {}", if ok { "met" } else { "MISSED" });
-        }
+        Ok(lat) => println!("{}", lat.summary()),
         Err(e) => {
             eprintln!("pod_start: {e:#}");
             std::process::exit(2);

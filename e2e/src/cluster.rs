@@ -10,14 +10,15 @@
 //! `<base>/state.json` first, so `down` removes exactly that, also after a
 //! failed `up`.
 //!
-//! Base directory: `$KUBE_RDMA_E2E_DIR`, default `/var/lib/kube-rdma-e2e` (`-N` for
-//! instance N, see [`node::instance`]).
+//! Base directory: `$KUBE_RDMA_E2E_DIR`, default `/var/lib/kube-rdma-e2e`, with `-N`
+//! appended for instance N > 0 ([`node::instance`], [`base_dir_for`]).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
+use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -47,14 +48,20 @@ const SCHEDULER: Client = Client { stem: "scheduler", user: "system:kube-schedul
 const PROXY: Client = Client { stem: "kube-proxy", user: "system:kube-proxy", group: None };
 const KUBELET: Client = Client { stem: "kubelet", user: "system:node:e2e-node", group: Some("system:nodes") };
 
-/// The base directory.
+/// The base directory of this instance.
 pub fn base_dir() -> PathBuf {
-    std::env::var_os("KUBE_RDMA_E2E_DIR").filter(|v| !v.is_empty()).map(PathBuf::from).unwrap_or_else(|| {
-        match node::instance() {
-            0 => "/var/lib/kube-rdma-e2e".into(),
-            n => format!("/var/lib/kube-rdma-e2e-{n}").into(),
-        }
-    })
+    base_dir_for(std::env::var_os("KUBE_RDMA_E2E_DIR").as_deref(), node::instance())
+}
+
+/// The base directory of instance `n` given `$KUBE_RDMA_E2E_DIR` (`dir`, empty or
+/// unset: `/var/lib/kube-rdma-e2e`): `dir` itself for instance 0, `dir-N` for
+/// instance N, so instances never share a state file, whichever base is chosen.
+pub fn base_dir_for(dir: Option<&std::ffi::OsStr>, n: u8) -> PathBuf {
+    let mut base = dir.filter(|v| !v.is_empty()).unwrap_or("/var/lib/kube-rdma-e2e".as_ref()).to_os_string();
+    if n > 0 {
+        base.push(format!("-{n}"));
+    }
+    PathBuf::from(base)
 }
 
 /// Paths under the base directory.
@@ -119,6 +126,9 @@ pub struct State {
     /// How each daemon was started (to restart it: [`restart_daemon`]).
     #[serde(default)]
     pub specs: std::collections::BTreeMap<String, Spec>,
+    /// Whether kube-rdma's chart is installed (`up` without `--no-chart`).
+    #[serde(default)]
+    pub chart: bool,
 }
 
 impl State {
@@ -132,12 +142,36 @@ impl State {
     }
 }
 
+/// What `up` is asked for beyond a running cluster.
 #[derive(Debug, Clone, Default)]
 pub struct UpOptions {
-    /// More chart values (YAML file), merged over the e2e's own.
+    /// More chart values (a YAML mapping), merged over the e2e's own ([`load_values`]).
     pub values: Option<PathBuf>,
     /// Skip the chart (a bare node).
     pub no_chart: bool,
+}
+
+/// A `--values` file: a YAML mapping (an empty file is an empty one), read before
+/// anything starts so a typo costs no cluster start.
+pub fn load_values(path: &Path) -> Result<serde_json::Value> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let v: serde_json::Value =
+        serde_yaml::from_str(&text).with_context(|| format!("{} is not YAML", path.display()))?;
+    match v {
+        serde_json::Value::Null => Ok(json!({})),
+        v @ serde_json::Value::Object(_) => Ok(v),
+        other => bail!("{}: chart values must be a YAML mapping, not {other}", path.display()),
+    }
+}
+
+/// Refuses to go on without root, before anything (a lock, a directory) is touched.
+fn need_root() -> Result<()> {
+    if !nix::unistd::geteuid().is_root() {
+        bail!(
+            "the e2e cluster needs root: it makes network namespaces, cgroups, mounts and device nodes (run it as root, e.g. with sudo)"
+        );
+    }
+    Ok(())
 }
 
 /// Whether the cluster is up (its state exists and kube-apiserver answers).
@@ -168,31 +202,34 @@ impl Phases {
     }
 }
 
-/// Brings the cluster up (see the module docs). Idempotent: returns at once
-/// when it is up already.
+/// Brings the cluster up (see the module docs). Idempotent: on a running
+/// cluster it starts nothing; given `--values` there, it upgrades the chart to
+/// the e2e values plus those (as `helm upgrade -f FILE` would: the values of an
+/// earlier `--values` are not kept); `--no-chart` there is refused while the
+/// chart is installed (it would be ignored otherwise).
 pub fn up(opts: &UpOptions) -> Result<State> {
+    need_root()?;
+    let values = opts.values.as_deref().map(load_values).transpose()?;
     let _lock = lock()?;
     let l = Layout::new();
     if is_up() {
-        eprintln!("cluster: already up ({})", l.base.display());
-        return State::load(&l).context("reading state.json");
+        let mut st = State::load(&l).context("reading state.json")?;
+        reconfigure(&l, &mut st, opts, values)?;
+        return Ok(st);
     }
     if l.state().exists() {
         eprintln!("cluster: a previous cluster is not fully up; taking it down first");
         down_locked()?;
     }
-    nix::unistd::geteuid()
-        .is_root()
-        .then_some(())
-        .context("the e2e cluster needs root (it makes namespaces, cgroups and device nodes)")?;
     let mut ph = Phases::new();
     let imgs = build_with(&mut ph)?;
 
     let mut st = State { before: node::snapshot(&[]), image: imgs[2].name.clone(), ..State::default() };
+    st.created.boot_id = node::boot_id();
     std::fs::create_dir_all(&l.base)?;
     st.save(&l)?;
     hostdirs::join(&l.state())?;
-    let r = bring_up(&l, &mut st, &imgs, opts, &mut ph);
+    let r = bring_up(&l, &mut st, &imgs, opts, values, &mut ph);
     st.timings = ph.out.clone();
     st.save(&l)?;
     if let Err(e) = r {
@@ -205,9 +242,40 @@ pub fn up(opts: &UpOptions) -> Result<State> {
     Ok(st)
 }
 
+/// `up` on a running cluster: the options honoured or refused, never ignored.
+fn reconfigure(
+    l: &Layout,
+    st: &mut State,
+    opts: &UpOptions,
+    values: Option<serde_json::Value>,
+) -> Result<()> {
+    if opts.no_chart {
+        if st.chart {
+            bail!(
+                "the cluster in {} is up with kube-rdma installed; --no-chart only applies when `up` starts a cluster (scripts/cluster down first)",
+                l.base.display()
+            );
+        }
+        eprintln!("cluster: already up without the chart ({})", l.base.display());
+        return Ok(());
+    }
+    let Some(values) = values else {
+        eprintln!("cluster: already up ({})", l.base.display());
+        return Ok(());
+    };
+    let file = opts.values.as_deref().unwrap_or(Path::new("")).display();
+    eprintln!("cluster: already up; upgrading kube-rdma's chart to the e2e values plus {file}");
+    let t0 = Instant::now();
+    install_chart(l, &st.image, Some(values))?;
+    st.chart = true;
+    st.timings = vec![(format!("kube-rdma upgraded with {file} and running"), t0.elapsed().as_secs_f64())];
+    st.save(l)
+}
+
 /// Builds what `up` needs and starts nothing: the peers and the images (cached). Lets a
 /// caller (scripts/test-all) pay for the builds before the suite, not inside its clusters' `up`.
 pub fn build() -> Result<()> {
+    need_root()?;
     build_with(&mut Phases::new()).map(drop)
 }
 
@@ -231,6 +299,7 @@ fn bring_up(
     st: &mut State,
     imgs: &[images::Image],
     opts: &UpOptions,
+    values: Option<serde_json::Value>,
     ph: &mut Phases,
 ) -> Result<()> {
     let (holder, sim) = lay_out_node(l, st)?;
@@ -260,7 +329,9 @@ fn bring_up(
     ph.done("kubelet registered, node Ready");
 
     if !opts.no_chart {
-        install_chart(l, &st.image, opts.values.as_deref())?;
+        install_chart(l, &st.image, values)?;
+        st.chart = true;
+        st.save(l)?;
         ph.done("kube-rdma installed by its chart and running");
     }
     Ok(())
@@ -311,6 +382,7 @@ fn start_apiserver(l: &Layout, st: &mut State, holder: i32) -> Result<()> {
     })?;
     for (name, pid, spec) in api.detach() {
         st.created.daemons.push((name.clone(), pid));
+        st.created.note_pid(pid);
         st.specs.insert(name, spec);
     }
     st.save(l)?;
@@ -454,8 +526,11 @@ fn install_cni_plugins(l: &Layout) -> Result<()> {
 /// Notes a started daemon in the state (pid, and its spec for restarts).
 fn record(st: &mut State, spec: &Spec, d: Daemon) {
     let (name, pid) = d.detach();
+    let old: Vec<i32> = st.created.daemons.iter().filter(|(n, _)| *n == name).map(|(_, p)| *p).collect();
+    st.created.started.retain(|p, _| !old.contains(p));
     st.created.daemons.retain(|(n, _)| *n != name);
     st.created.daemons.push((name.clone(), pid));
+    st.created.note_pid(pid);
     st.specs.insert(name, spec.clone());
 }
 
@@ -551,10 +626,33 @@ conntrack:
     )
 }
 
+/// The Multus ServiceAccount's token for the node's kubeconfig: a long-lived
+/// ServiceAccount token Secret, filled by kube-controller-manager's token
+/// controller, that does not expire. On a real node the Multus DaemonSet's
+/// entrypoint rewrites this kubeconfig from the pod's projected token as the
+/// kubelet rotates it; here the thin plugin runs from the node's files with no
+/// such pod, so a TokenRequest token (`kubectl create token`, at most its
+/// `--duration`) would leave a cluster kept up longer without Multus API access
+/// (no pod with a secondary network could start), and refreshing it on `up` or
+/// `status` would still fail a cluster nobody touches. The legacy-token cleaner
+/// (kube-controller-manager, 1 year unused) only removes the Secrets the old
+/// token controller generated itself, never one created like this (the
+/// Kubernetes docs' "Manually create a long-lived API token for a ServiceAccount").
+const MULTUS_TOKEN_SECRET: &str = "---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: multus-token
+  namespace: kube-system
+  annotations:
+    kubernetes.io/service-account.name: multus
+type: kubernetes.io/service-account-token
+";
+
 /// Multus as the node's CNI: its RBAC objects from its own deployment
 /// manifest (the module cache's copy; not the DaemonSet), a kubeconfig with
-/// its ServiceAccount's token, and the thin plugin's config delegating the
-/// primary network to bridge + host-local.
+/// its ServiceAccount's long-lived token ([`MULTUS_TOKEN_SECRET`]), and the thin
+/// plugin's config delegating the primary network to bridge + host-local.
 fn multus_setup(l: &Layout) -> Result<()> {
     let dir = multus_module_dir()?;
     let manifest = std::fs::read_to_string(dir.join("deployments/multus-daemonset.yml"))?;
@@ -570,12 +668,28 @@ fn multus_setup(l: &Layout) -> Result<()> {
             keep.push_str(&serde_yaml::to_string(&v)?);
         }
     }
+    keep.push_str(MULTUS_TOKEN_SECRET);
     let f = l.base.join("multus-rbac.yaml");
     std::fs::write(&f, keep)?;
     run(kubectl(l).args(["apply", "--server-side", "-f"]).arg(&f))?;
-    let token = daemon::wait_for("a token for kube-system/multus", Duration::from_secs(30), || {
-        run(kubectl(l).args(["-n", "kube-system", "create", "token", "multus", "--duration=48h"])).ok()
-    })?;
+    let token = daemon::wait_for(
+        "the token controller to fill kube-system/multus-token",
+        Duration::from_secs(60),
+        || {
+            let out = run(kubectl(l).args([
+                "-n",
+                "kube-system",
+                "get",
+                "secret",
+                "multus-token",
+                "-o",
+                "jsonpath={.data.token}",
+            ]))
+            .ok()?;
+            let token = base64::engine::general_purpose::STANDARD.decode(out.trim()).ok()?;
+            String::from_utf8(token).ok().filter(|t| !t.is_empty())
+        },
+    )?;
     let netd = l.root("/etc/cni/net.d");
     std::fs::create_dir_all(netd.join("multus.d"))?;
     let server = format!("https://{}:6443", node::node_ip());
@@ -650,6 +764,15 @@ pub const RESOURCE_HEALTH_GATE: &str = "ResourceHealthStatus";
 /// machine: cgroupfs under our own cgroup root, swap allowed, low eviction
 /// thresholds, image GC off (offline images cannot be pulled again), and
 /// [`RESOURCE_HEALTH_GATE`] on.
+///
+/// The node status is computed every second (`nodeStatusUpdateFrequency`, default
+/// 10 s), so a change of allocatable (a device plugin's Unhealthy device) is on the
+/// Node within a second, as the device plugin's health cases assert. It costs no
+/// API writes: each round reads the Node from the kubelet's informer and patches it
+/// only when the status changed or `nodeStatusReportFrequency` passed
+/// (kubelet_node_status.go `tryUpdateNodeStatus`). That one is set to its default
+/// of 5 m explicitly: left out, it would default to the update frequency once that
+/// is set (v1beta1 defaults.go, "for backward compatibility"), a patch a second.
 fn kubelet_config(l: &Layout) -> String {
     format!(
         r#"apiVersion: kubelet.config.k8s.io/v1beta1
@@ -682,6 +805,8 @@ serializeImagePulls: false
 shutdownGracePeriod: 0s
 shutdownGracePeriodCriticalPods: 0s
 resolvConf: /etc/resolv.conf
+nodeStatusUpdateFrequency: 1s
+nodeStatusReportFrequency: 5m
 featureGates:
   {RESOURCE_HEALTH_GATE}: true
 "#,
@@ -715,10 +840,11 @@ pub fn e2e_values(image: &str) -> serde_json::Value {
     })
 }
 
-fn install_chart(l: &Layout, image: &str, extra: Option<&Path>) -> Result<()> {
+/// Installs or upgrades the chart with the e2e values plus `extra`; `<base>/values.yaml`
+/// keeps what was applied (the cases' way back to the cluster's values).
+fn install_chart(l: &Layout, image: &str, extra: Option<serde_json::Value>) -> Result<()> {
     let mut values = e2e_values(image);
-    if let Some(p) = extra {
-        let more: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(p)?)?;
+    if let Some(more) = extra {
         merge(&mut values, more);
     }
     let f = l.base.join("values.yaml");
@@ -775,6 +901,7 @@ pub fn kubectl(l: &Layout) -> Command {
 /// Stops everything `up` started and removes what it created; returns how
 /// the host now differs from before `up` (empty: as it was).
 pub fn down() -> Result<Vec<String>> {
+    need_root()?;
     let _lock = lock()?;
     down_locked()
 }
@@ -801,6 +928,8 @@ fn down_locked() -> Result<Vec<String>> {
         return Ok(vec![]);
     };
     let c = &st.created;
+    // Before the kill: the holder keeps the mount namespace that proves the inode ours.
+    let (node_ns, _) = c.confirmed_ns_inodes();
     node::kill_all(c);
     for ns in c.netns.iter().rev() {
         let _ = node::ip(&["netns", "del", ns]);
@@ -825,7 +954,7 @@ fn down_locked() -> Result<Vec<String>> {
     let _ = std::fs::remove_dir_all(&l.base);
     // After the state is gone, so that a concurrent `down` of another instance sees this one gone.
     let dirs = hostdirs::leave(&c.dirs)?;
-    let after = node::snapshot(&c.ns_inodes);
+    let after = node::snapshot(&node_ns);
     let diff = dirs.explain(node::diff(&st.before, &after));
     for d in &diff {
         eprintln!("cluster down: host differs: {d}");
@@ -837,11 +966,13 @@ fn down_locked() -> Result<Vec<String>> {
 /// Stops daemon `name` of the running cluster (kubelet, containerd,
 /// kube-apiserver, ...): SIGTERM, then SIGKILL after `grace`.
 pub fn stop_daemon(name: &str, grace: Duration) -> Result<()> {
+    need_root()?;
     let _lock = lock()?;
     let l = Layout::new();
     let st = State::load(&l).context("the cluster is not up")?;
     let (_, pid) =
         st.created.daemons.iter().find(|(n, _)| n == name).with_context(|| format!("no daemon {name}"))?;
+    st.created.check_pid(*pid).map_err(|why| anyhow::anyhow!("not stopping {name} (pid {pid}): {why}"))?;
     Daemon::from_pid(name, *pid, &l.logs()).stop(grace);
     Ok(())
 }
@@ -850,12 +981,17 @@ pub fn stop_daemon(name: &str, grace: Duration) -> Result<()> {
 /// first if it runs) and records its new pid; returns it. The new process
 /// joins the cluster's cgroups, so `down` still finds it.
 pub fn restart_daemon(name: &str, grace: Duration) -> Result<i32> {
+    need_root()?;
     let _lock = lock()?;
     let l = Layout::new();
     let mut st = State::load(&l).context("the cluster is not up")?;
     let spec = st.specs.get(name).cloned().with_context(|| format!("no daemon {name} to restart"))?;
     if let Some((_, pid)) = st.created.daemons.iter().find(|(n, _)| n == name) {
-        Daemon::from_pid(name, *pid, &spec.log).stop(grace);
+        match st.created.check_pid(*pid) {
+            Ok(()) => Daemon::from_pid(name, *pid, &spec.log).stop(grace),
+            Err(node::Skip::Gone) => {}
+            Err(why) => bail!("not stopping {name} (pid {pid}) to restart it: {why}"),
+        }
     }
     let d = daemon::spawn(&spec)?;
     node::join_cgroups(d.pid);
@@ -885,14 +1021,34 @@ pub fn status() -> Result<String> {
     let st = State::load(&l).context("the cluster is not up (scripts/cluster up)")?;
     let mut out = String::new();
     for (name, pid) in &st.created.daemons {
-        out.push_str(&format!(
-            "{name:<24} pid {pid:<8} {}\n",
-            if daemon::alive(*pid) { "running" } else { "DEAD" }
-        ));
+        let how = match st.created.check_pid(*pid) {
+            Ok(()) => "running".to_string(),
+            Err(node::Skip::Gone) => "DEAD".to_string(),
+            Err(why) => format!("DEAD ({why})"),
+        };
+        out.push_str(&format!("{name:<24} pid {pid:<8} {how}\n"));
     }
     out.push_str(
         &run(kubectl(&l).args(["get", "nodes", "-o", "wide"])).unwrap_or_else(|e| format!("{e:#}\n")),
     );
     out.push_str(&pods_summary(&l));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+
+    #[test]
+    fn each_instance_has_its_own_base_dir_with_or_without_kube_rdma_e2e_dir() {
+        assert_eq!(base_dir_for(None, 0), PathBuf::from("/var/lib/kube-rdma-e2e"));
+        assert_eq!(base_dir_for(None, 3), PathBuf::from("/var/lib/kube-rdma-e2e-3"));
+        assert_eq!(base_dir_for(Some(OsStr::new("")), 2), PathBuf::from("/var/lib/kube-rdma-e2e-2"));
+        assert_eq!(base_dir_for(Some(OsStr::new("/srv/e2e")), 0), PathBuf::from("/srv/e2e"));
+        assert_eq!(base_dir_for(Some(OsStr::new("/srv/e2e")), 1), PathBuf::from("/srv/e2e-1"));
+        let all: std::collections::BTreeSet<PathBuf> =
+            (0..=9).map(|n| base_dir_for(Some(OsStr::new("/srv/e2e")), n)).collect();
+        assert_eq!(all.len(), 10, "two instances share a base dir: {all:?}");
+    }
 }

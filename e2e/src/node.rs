@@ -19,7 +19,7 @@
 //! - **cgroups** `kube-rdma-e2e` in every v1 hierarchy: the kubelet's
 //!   `cgroupRoot` and the daemons' own; `down` kills every process in them.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
@@ -124,9 +124,157 @@ pub struct Created {
     pub holder: Option<i32>,
     /// Daemons: (name, pid).
     pub daemons: Vec<(String, i32)>,
-    /// Inodes of the node's network and mount namespaces (the holder's).
+    /// Inodes of the node's network and mount namespaces (the holder's), in that order.
     #[serde(default)]
     pub ns_inodes: Vec<u64>,
+    /// The kernel's boot ID when `up` ran ([`boot_id`]): pids and namespace inodes
+    /// mean nothing in another boot (the state file is on persistent storage).
+    #[serde(default)]
+    pub boot_id: Option<String>,
+    /// Start time ([`start_time`]) of each recorded pid (holder and daemons): a pid
+    /// whose process started at another time is someone else's now.
+    #[serde(default)]
+    pub started: BTreeMap<i32, u64>,
+}
+
+impl Created {
+    /// Notes `pid` (a process `up` started) with its start time.
+    pub fn note_pid(&mut self, pid: i32) {
+        if let Some(t) = start_time(pid) {
+            self.started.insert(pid, t);
+        }
+    }
+
+    /// The recorded pids (holder and daemons) it is safe to kill now: same boot,
+    /// same start time, still alive. The others, with why, in the second list.
+    pub fn killable_pids(&self) -> (Vec<i32>, Vec<(i32, Skip)>) {
+        let mut kill = vec![];
+        let mut skip = vec![];
+        for pid in self.daemons.iter().map(|(_, p)| *p).chain(self.holder) {
+            match self.check_pid(pid) {
+                Ok(()) => kill.push(pid),
+                Err(Skip::Gone) => {}
+                Err(why) => skip.push((pid, why)),
+            }
+        }
+        (kill, skip)
+    }
+
+    /// Whether recorded `pid` is still the process `up` started ([`may_kill`]).
+    pub fn check_pid(&self, pid: i32) -> Result<(), Skip> {
+        may_kill(
+            self.boot_id.as_deref(),
+            boot_id().as_deref(),
+            self.started.get(&pid).copied(),
+            start_time(pid),
+        )
+    }
+
+    /// The recorded namespace inodes that still name the node's namespaces: none in
+    /// another boot; the network namespace's only while `/run/netns/<node netns>` is
+    /// that inode, the mount namespace's only while the holder (same start time) is in
+    /// it. An inode number is reused once its namespace is gone, so a bare match of a
+    /// number could name anyone's namespace.
+    pub fn confirmed_ns_inodes(&self) -> (Vec<u64>, Vec<String>) {
+        use std::os::unix::fs::MetadataExt;
+        let ino = |p: &str| std::fs::metadata(p).map(|m| m.ino()).ok();
+        let mut ok = vec![];
+        let mut skipped = vec![];
+        let same_boot = self.boot_id.is_some() && self.boot_id == boot_id();
+        let holder_ok = self.holder.is_some_and(|h| self.killable_pids().0.contains(&h));
+        for (i, recorded) in self.ns_inodes.iter().enumerate() {
+            let (kind, now) = match i {
+                0 => ("network", self.netns.first().and_then(|n| ino(&format!("/run/netns/{n}")))),
+                _ => (
+                    "mount",
+                    self.holder.filter(|_| holder_ok).and_then(|h| ino(&format!("/proc/{h}/ns/mnt"))),
+                ),
+            };
+            if !same_boot {
+                skipped.push(format!(
+                    "{kind} namespace inode {recorded}: recorded in boot {}, this is boot {}",
+                    self.boot_id.as_deref().unwrap_or("(not recorded)"),
+                    boot_id().as_deref().unwrap_or("(unknown)")
+                ));
+            } else if now == Some(*recorded) {
+                ok.push(*recorded);
+            } else {
+                skipped.push(format!("{kind} namespace inode {recorded}: no longer the node's"));
+            }
+        }
+        (ok, skipped)
+    }
+}
+
+/// Why a recorded pid is not killed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skip {
+    /// The state was written in another boot (or records none): every pid is another process now.
+    OtherBoot { recorded: Option<String>, now: Option<String> },
+    /// The pid's process started at another time than the one `up` started (or none was recorded).
+    Reused { recorded: Option<u64>, now: u64 },
+    /// No such process.
+    Gone,
+}
+
+impl std::fmt::Display for Skip {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let or = |s: &Option<String>| s.clone().unwrap_or_else(|| "(not recorded)".into());
+        match self {
+            Skip::OtherBoot { recorded, now } => {
+                write!(f, "the state is of boot {}, this is boot {}", or(recorded), or(now))
+            }
+            Skip::Reused { recorded: Some(r), now } => {
+                write!(f, "started at tick {now}, not at {r} as the recorded process did: another process")
+            }
+            Skip::Reused { recorded: None, now } => {
+                write!(f, "no start time recorded for it (it started at tick {now}): not known to be ours")
+            }
+            Skip::Gone => write!(f, "not running"),
+        }
+    }
+}
+
+/// Whether a pid from the state file may be killed: only in the boot that wrote
+/// the state and only while its process is the one that was recorded (same start
+/// time). Anything unknown is a no.
+pub fn may_kill(
+    recorded_boot: Option<&str>,
+    boot_now: Option<&str>,
+    recorded_start: Option<u64>,
+    start_now: Option<u64>,
+) -> Result<(), Skip> {
+    if recorded_boot.is_none() || recorded_boot != boot_now {
+        return Err(Skip::OtherBoot {
+            recorded: recorded_boot.map(String::from),
+            now: boot_now.map(String::from),
+        });
+    }
+    let Some(now) = start_now else { return Err(Skip::Gone) };
+    if recorded_start != Some(now) {
+        return Err(Skip::Reused { recorded: recorded_start, now });
+    }
+    Ok(())
+}
+
+/// `/proc/sys/kernel/random/boot_id`: changes at every boot.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok().map(|s| s.trim().to_string())
+}
+
+/// When `pid` started, in clock ticks after boot (`/proc/PID/stat` field 22,
+/// `starttime`, proc(5)); `None` when there is no such live process.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat_start_time(&stat)
+}
+
+/// Field 22 of a `/proc/PID/stat` line. The command (field 2) is in parentheses and
+/// may hold spaces and parentheses itself, so fields are counted after the last `)`.
+fn stat_start_time(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    // rest starts with field 3 (state): field 22 is the 20th of rest.
+    rest.split_whitespace().nth(19)?.parse().ok()
 }
 
 /// `ip` in the host namespace.
@@ -191,6 +339,7 @@ pub fn start_holder(c: &mut Created, log: &Path) -> Result<i32> {
     let d = daemon::spawn(&spec)?;
     let (_, pid) = d.detach();
     c.holder = Some(pid);
+    c.note_pid(pid);
     // unshare and nsenter exec in turn; the holder is ready once sleep runs.
     daemon::wait_for("the mount-namespace holder", Duration::from_secs(10), || {
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).ok()?;
@@ -325,7 +474,10 @@ pub fn pids_in_namespaces(ns_inodes: &[u64]) -> Vec<(i32, &'static str)> {
 
 /// Kills every process in our cgroups (frozen first, so none forks meanwhile),
 /// the recorded pids and whatever else is in the node's namespaces; waits
-/// until they are gone.
+/// until they are gone. A recorded pid or namespace is only killed while it is
+/// provably the one `up` made ([`Created::killable_pids`],
+/// [`Created::confirmed_ns_inodes`]): after a reboot the state file outlives
+/// them and their numbers are reused. What is left alone is said on stderr.
 pub fn kill_all(c: &Created) {
     let freezer =
         cgroup_hierarchies().into_iter().find(|h| h.join("freezer.state").exists() || h.ends_with("freezer"));
@@ -334,12 +486,20 @@ pub fn kill_all(c: &Created) {
         use std::os::unix::fs::MetadataExt;
         std::fs::metadata(format!("/proc/self/ns/{ns}")).map(|m| m.ino()).unwrap_or(0)
     };
+    let (_, skipped) = c.killable_pids();
+    for (pid, why) in &skipped {
+        eprintln!("cluster down: not killing recorded pid {pid}: {why}");
+    }
+    let (confirmed, not_ours) = c.confirmed_ns_inodes();
+    for why in &not_ours {
+        eprintln!("cluster down: not killing the processes in {why}");
+    }
     let node_only: Vec<u64> =
-        c.ns_inodes.iter().copied().filter(|i| *i != own("net") && *i != own("mnt")).collect();
+        confirmed.into_iter().filter(|i| *i != own("net") && *i != own("mnt")).collect();
     for round in 0..50 {
         let mut pids = cgroup_pids();
-        pids.extend(c.daemons.iter().map(|(_, p)| *p));
-        pids.extend(c.holder);
+        // Checked again every round: a pid killed meanwhile may be reused at once.
+        pids.extend(c.killable_pids().0);
         // Outside our cgroups yet in the node's namespaces: children of a daemon
         // killed above (simsync's `ip`), a test's `ip netns exec`. Never the
         // host's own namespaces, whatever a state file says.
@@ -396,7 +556,8 @@ pub struct Snapshot {
     pub devices: BTreeSet<String>,
     /// Our cgroup directories.
     pub cgroups: BTreeSet<String>,
-    /// Processes in our cgroups or running our peers' binaries.
+    /// Processes in our cgroups, and those in the node's network or mount namespace
+    /// (whatever their cgroup; named by command and command line).
     pub processes: BTreeSet<String>,
     /// Host paths the node shadows (which exist).
     pub paths: BTreeSet<String>,
@@ -528,5 +689,86 @@ mod tests {
             diff(&a, &b),
             vec![format!("netns added: {}", netns()), format!("mount added: /run/netns/{}", wire_netns())]
         );
+    }
+
+    #[test]
+    fn a_recorded_pid_is_killed_only_in_its_boot_and_with_its_start_time() {
+        let b = Some("b1");
+        assert_eq!(may_kill(b, b, Some(7), Some(7)), Ok(()));
+        // After a reboot every number in the state file is someone else's.
+        assert_eq!(
+            may_kill(b, Some("b2"), Some(7), Some(7)),
+            Err(Skip::OtherBoot { recorded: Some("b1".into()), now: Some("b2".into()) })
+        );
+        // A state file from before boot IDs were recorded: not known, not killed.
+        assert!(matches!(may_kill(None, b, Some(7), Some(7)), Err(Skip::OtherBoot { .. })));
+        assert!(matches!(may_kill(b, None, Some(7), Some(7)), Err(Skip::OtherBoot { .. })));
+        // Same boot, the pid reused by a process started later.
+        assert_eq!(may_kill(b, b, Some(7), Some(9)), Err(Skip::Reused { recorded: Some(7), now: 9 }));
+        assert_eq!(may_kill(b, b, None, Some(9)), Err(Skip::Reused { recorded: None, now: 9 }));
+        assert_eq!(may_kill(b, b, Some(7), None), Err(Skip::Gone));
+        assert!(Skip::Reused { recorded: Some(7), now: 9 }.to_string().contains("another process"));
+    }
+
+    #[test]
+    fn the_start_time_is_field_22_of_proc_stat_whatever_the_command_name() {
+        // proc(5): pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt
+        // cmajflt utime stime cutime cstime priority nice num_threads itrealvalue starttime ...
+        let line = "42 (a) b (c)) S 1 42 42 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 123456 1000 10";
+        assert_eq!(stat_start_time(line), Some(123456));
+        assert_eq!(stat_start_time("42 (x) S 1"), None);
+        let me = std::process::id() as i32;
+        assert!(start_time(me).is_some_and(|t| t > 0));
+        assert_eq!(start_time(me), start_time(me));
+    }
+
+    #[test]
+    fn only_the_recorded_processes_of_this_boot_are_killable() {
+        let mut child = std::process::Command::new("sleep").arg("60").spawn().expect("sleep");
+        let pid = child.id() as i32;
+        let mut c =
+            Created { boot_id: boot_id(), daemons: vec![("sleep".into(), pid)], ..Created::default() };
+        c.note_pid(pid);
+        assert_eq!(c.killable_pids().0, vec![pid]);
+        // Recorded in another boot.
+        let other_boot = Created { boot_id: Some("0-other-boot".into()), ..c.clone() };
+        let (kill, skip) = other_boot.killable_pids();
+        assert!(kill.is_empty() && matches!(skip[..], [(p, Skip::OtherBoot { .. })] if p == pid), "{skip:?}");
+        // The same number, a process that started at another time.
+        let mut reused = c.clone();
+        reused.started.insert(pid, start_time(pid).unwrap() + 1);
+        let (kill, skip) = reused.killable_pids();
+        assert!(kill.is_empty() && matches!(skip[..], [(p, Skip::Reused { .. })] if p == pid), "{skip:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // Gone: nothing to kill, nothing to say.
+        assert_eq!(c.killable_pids(), (vec![], vec![]));
+    }
+
+    #[test]
+    fn namespace_inodes_of_another_boot_or_gone_namespaces_are_not_swept() {
+        use std::os::unix::fs::MetadataExt;
+        let mut child = std::process::Command::new("sleep").arg("60").spawn().expect("sleep");
+        let pid = child.id() as i32;
+        let mnt = std::fs::metadata(format!("/proc/{pid}/ns/mnt")).unwrap().ino();
+        // No netns of that name: its recorded inode is not the node's any more.
+        let mut c = Created {
+            boot_id: boot_id(),
+            netns: vec!["kube-rdma-e2e-no-such-netns".into()],
+            holder: Some(pid),
+            ns_inodes: vec![4026531840, mnt],
+            ..Created::default()
+        };
+        c.note_pid(pid);
+        let (ok, skipped) = c.confirmed_ns_inodes();
+        assert_eq!(ok, vec![mnt], "{skipped:?}");
+        assert!(skipped[0].contains("network namespace inode 4026531840"), "{skipped:?}");
+        let other_boot = Created { boot_id: Some("0-other-boot".into()), ..c.clone() };
+        let (ok, skipped) = other_boot.confirmed_ns_inodes();
+        assert!(ok.is_empty() && skipped.len() == 2, "{ok:?} {skipped:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        // The holder gone: its mount namespace's number may be anyone's next.
+        assert!(c.confirmed_ns_inodes().0.is_empty());
     }
 }

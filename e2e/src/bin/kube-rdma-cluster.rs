@@ -1,15 +1,18 @@
 //! `kube-rdma-cluster up|build|down|env|status`: the local single-node cluster
 //! (`scripts/cluster` runs this). See `kube_rdma_e2e::cluster`. Output and
-//! exit status as every kube-rdma binary ([`plumbing::cli`]): `env | head`
-//! does not panic; a failure is one line on stderr and exit 2 (an environment
-//! error: there are no checks here to fail).
+//! exit status as every kube-rdma binary ([`plumbing::cli`]): `--help` and
+//! `--version` on stdout, a usage error exit 2; `env | head` does not panic; a
+//! failure is one line on stderr and exit 2 (an environment error: there are no
+//! checks here to fail).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use kube_rdma_e2e::cluster;
-use plumbing::cli::{emit, error_line, EXIT_ERROR};
+use plumbing::cli::emit;
+
+const PROGRAM: &str = "kube-rdma-cluster";
 
 #[derive(Parser)]
 #[command(
@@ -23,12 +26,14 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Build what is missing (cached), start the cluster, install kube-rdma.
+    /// Build what is missing (cached), start the cluster, install kube-rdma. On a running
+    /// cluster: nothing, or with --values an upgrade of the chart.
     Up {
-        /// More chart values (YAML), merged over the e2e defaults.
-        #[arg(long)]
+        /// More chart values (a YAML mapping), merged over the e2e defaults. On a running
+        /// cluster, upgrades the chart to the e2e defaults plus these (as `helm upgrade -f`).
+        #[arg(long, value_name = "FILE", conflicts_with = "no_chart")]
         values: Option<PathBuf>,
-        /// Leave kube-rdma out (a bare node).
+        /// Leave kube-rdma out (a bare node). Refused on a running cluster with the chart.
         #[arg(long)]
         no_chart: bool,
     },
@@ -49,8 +54,15 @@ enum Cmd {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let r = match cli.cmd {
+    let cli = match plumbing::cli::parse::<Cli>(PROGRAM) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    plumbing::cli::finish(PROGRAM, run(cli).map(|()| ExitCode::SUCCESS))
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.cmd {
         Cmd::Up { values, no_chart } => cluster::up(&cluster::UpOptions { values, no_chart }).map(|st| {
             let l = cluster::Layout::new();
             for (what, s) in &st.timings {
@@ -78,12 +90,5 @@ fn main() -> ExitCode {
         Cmd::Env => cluster::env().and_then(|s| Ok(emit(&format!("{s}\n"))?)),
         Cmd::Status => cluster::status().and_then(|s| Ok(emit(&s)?)),
         Cmd::Simsync { dir } => kube_rdma_e2e::simsync::run(&dir),
-    };
-    match r {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            error_line(&format!("kube-rdma-cluster: {e:#}"));
-            ExitCode::from(EXIT_ERROR)
-        }
     }
 }

@@ -4,7 +4,7 @@ use std::io::Write;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, ensure, Context, Result};
 use kube_rdma_e2e::cluster::{self, Layout};
 use serde_json::Value;
 
@@ -169,4 +169,48 @@ pub fn merge(a: &mut Value, b: Value) {
         }
         (a, b) => *a = b,
     }
+}
+
+/// The shell block of `doc` (a Markdown file of the repo) whose info string names `case`:
+/// a walk-through the docs show and the suite runs (its `no-test` reason says so).
+pub fn doc_block(doc: &str, case: &str) -> Result<String> {
+    let path = kube_rdma_e2e::peers::repo_root().join(doc);
+    let md = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    let mut lines = md.lines();
+    while let Some(l) = lines.next() {
+        if l.trim_start().starts_with("```sh") && l.contains(case) {
+            let body: Vec<&str> = lines.by_ref().take_while(|l| !l.trim_start().starts_with("```")).collect();
+            return Ok(body.join("\n") + "\n");
+        }
+    }
+    bail!("{doc} has no sh block naming {case}")
+}
+
+/// Runs `block` as the docs test runs a block (from the repo root, `bash -euo
+/// pipefail`), on this lane's cluster: `scripts/cluster` is the binary that script
+/// runs (this lane's instance), `kubectl` the pinned one. Returns (stdout, stderr);
+/// an exit status other than 0 is an error with both.
+pub fn run_doc_block(block: &str) -> Result<(String, String)> {
+    let script = block.replace("scripts/cluster ", &format!("{} ", env!("CARGO_BIN_EXE_kube-rdma-cluster")));
+    let path = format!(
+        "{}:{}",
+        kube_rdma_e2e::peers::cache_dir().join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .current_dir(kube_rdma_e2e::peers::repo_root())
+        .env("PATH", path)
+        .env_remove("KUBECONFIG")
+        .output()?;
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    );
+    ensure!(
+        out.status.success(),
+        "the block failed ({}):\n{block}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
+    Ok((stdout, stderr))
 }

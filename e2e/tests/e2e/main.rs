@@ -17,6 +17,7 @@ mod device_plugin;
 mod dra;
 mod links;
 mod operator;
+mod pod_start;
 mod pools;
 mod smoke;
 

@@ -7,7 +7,7 @@ use anyhow::{ensure, Context, Result};
 use kube_rdma_e2e::cluster::{NAMESPACE, NODE_NAME};
 use kube_rdma_e2e::peers::K8S_VERSION;
 
-use crate::ctx::{busybox_pod, eventually, Ctx};
+use crate::ctx::{busybox_pod, doc_block, eventually, run_doc_block, Ctx};
 use crate::Case;
 
 pub fn cases() -> Vec<Case> {
@@ -33,6 +33,18 @@ pub fn cases() -> Vec<Case> {
             run: the_default_pool_is_allocatable_on_the_node,
         },
         Case {
+            name: "cluster_env_prints_one_export_line_and_nothing_else",
+            run: cluster_env_prints_one_export_line,
+        },
+        Case {
+            name: "the_readmes_local_cluster_walkthrough_runs",
+            run: the_readmes_local_cluster_walkthrough_runs,
+        },
+        Case {
+            name: "the_multus_kubeconfig_token_does_not_expire",
+            run: the_multus_kubeconfig_token_does_not_expire,
+        },
+        Case {
             name: "a_restarted_kubelet_comes_back_with_the_node_ready",
             run: a_restarted_kubelet_comes_back_with_the_node_ready,
         },
@@ -49,9 +61,12 @@ fn the_node_is_ready_and_runs_the_pinned_peers(ctx: &Ctx) -> Result<()> {
     ensure!(ready, "node not Ready: {}", n["status"]["conditions"]);
     let info = &n["status"]["nodeInfo"];
     ensure!(info["kubeletVersion"] == K8S_VERSION, "kubelet {}", info["kubeletVersion"]);
+    // The kubelet prints the runtime version parsed as a semantic version, without the "v"
+    // (kuberuntime_manager.go `newRuntimeVersion`, nodestatus `ContainerRuntimeVersion`).
+    let ctrd = kube_rdma_e2e::peers::pinned_version("containerd")?;
     ensure!(
-        info["containerRuntimeVersion"].as_str().is_some_and(|v| v.starts_with("containerd://2.")),
-        "runtime {}",
+        info["containerRuntimeVersion"] == format!("containerd://{}", ctrd.trim_start_matches('v')),
+        "runtime {}, e2e/peers/containerd/go.mod pins {ctrd}",
         info["containerRuntimeVersion"]
     );
     ensure!(
@@ -116,6 +131,92 @@ fn the_default_pool_is_allocatable_on_the_node(ctx: &Ctx) -> Result<()> {
         let n = ctx.json(&["get", "node", NODE_NAME])?;
         Ok((n["status"]["allocatable"]["kuberdma.io/rdma_vfs"] == "4").then_some(()))
     })
+}
+
+/// `scripts/cluster env` (issue 19: `export KUBECONFIG=...` and nothing else on stdout), and
+/// the shell that evals it reaches the cluster.
+fn cluster_env_prints_one_export_line(ctx: &Ctx) -> Result<()> {
+    let bin = env!("CARGO_BIN_EXE_kube-rdma-cluster");
+    let out = std::process::Command::new(bin).arg("env").output()?;
+    ensure!(out.status.success(), "kube-rdma-cluster env: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout)?;
+    let want = format!("export KUBECONFIG={}\n", ctx.layout.kubeconfig().display());
+    ensure!(stdout == want, "stdout {stdout:?}, want exactly {want:?}");
+    let kubectl = kube_rdma_e2e::peers::bin("kubectl");
+    let script = format!("eval \"$({bin} env)\" && {} get node {NODE_NAME} -o name", kubectl.display());
+    let out = std::process::Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &script])
+        .env_remove("KUBECONFIG")
+        .output()?;
+    let printed = String::from_utf8_lossy(&out.stdout);
+    ensure!(
+        out.status.success() && printed.trim() == format!("node/{NODE_NAME}"),
+        "kubectl after eval \"$(env)\": {printed} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(())
+}
+
+/// The README's "Try it on a local cluster" block, run as written on this cluster
+/// (`up` on a running cluster starts nothing): what it prints is what the README says.
+fn the_readmes_local_cluster_walkthrough_runs(ctx: &Ctx) -> Result<()> {
+    let block = doc_block("README.md", "the_readmes_local_cluster_walkthrough_runs")?;
+    let r = run_doc_block(&block).and_then(|(stdout, stderr)| {
+        ensure!(
+            stderr.contains("cluster: already up"),
+            "`scripts/cluster up` did not find the cluster up:\n{stderr}"
+        );
+        // Runs of spaces count as one, as in the docs test's quoted output.
+        let squeezed = stdout.split_whitespace().collect::<Vec<_>>().join(" ");
+        for want in [
+            &format!("node/{NODE_NAME} Ready"),
+            "kube-rdma-device-plugin-",
+            "kube-rdma-agent-",
+            "kube-rdma-controller-",
+            "kuberdma.io/rdma_vfs: 4",
+            "pod/vf-demo created",
+            "rdma_cm",
+            "uverbs",
+            "PCIDEVICE_KUBERDMA_IO_RDMA_VFS=0000:",
+            "kube-apiserver",
+        ] {
+            ensure!(
+                squeezed.contains(want),
+                "the README's walk-through printed no {want:?}:\n{stdout}\n{stderr}"
+            );
+        }
+        Ok(())
+    });
+    ctx.delete("default", "pod", "vf-demo")?;
+    r
+}
+
+/// The node's Multus kubeconfig carries a ServiceAccount token that does not expire
+/// (`cluster.rs` MULTUS_TOKEN_SECRET): a legacy token Secret's JWT has no `exp`, and names its
+/// Secret; the API server takes it as Multus' ServiceAccount.
+fn the_multus_kubeconfig_token_does_not_expire(ctx: &Ctx) -> Result<()> {
+    let f = ctx.layout.root("/etc/cni/net.d").join("multus.d/multus.kubeconfig");
+    let kc: serde_json::Value = serde_yaml::from_str(&std::fs::read_to_string(&f)?)?;
+    let token = kc["users"][0]["user"]["token"].as_str().context("no token in the Multus kubeconfig")?;
+    let payload = token.split('.').nth(1).context("the token is no JWT")?;
+    let claims: serde_json::Value = serde_json::from_slice(&base64::Engine::decode(
+        &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+        payload,
+    )?)?;
+    ensure!(claims.get("exp").is_none(), "the Multus token expires: {claims}");
+    ensure!(claims["kubernetes.io/serviceaccount/secret.name"] == "multus-token", "claims {claims}");
+    // The kubeconfig as Multus uses it (from the host, as the thin plugin does from the node).
+    let who = kube_rdma_e2e::daemon::run(kube_rdma_e2e::apiserver::kubectl(&f).args([
+        "auth",
+        "whoami",
+        "-o",
+        "jsonpath={.status.userInfo.username}",
+    ]))?;
+    ensure!(
+        who.trim() == "system:serviceaccount:kube-system:multus",
+        "the API server takes the token as {who:?}"
+    );
+    Ok(())
 }
 
 fn a_restarted_kubelet_comes_back_with_the_node_ready(ctx: &Ctx) -> Result<()> {
