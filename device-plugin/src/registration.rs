@@ -19,7 +19,9 @@
 //! So each pool server registers once per kubelet instance, told apart by
 //! `kubelet.sock`'s device, inode and change time ([`Instance`]); after each
 //! Register the kubelet must open a ListAndWatch within [`Timing::verify`],
-//! else the pool registers again; a watch that ends while the same kubelet
+//! else the pool registers again, after waiting at least as long once more
+//! (a watch opened meanwhile is that Register's: a loaded kubelet can be late,
+//! and a second Register would leave it two clients); a watch that ends while the same kubelet
 //! runs means the kubelet dropped the pool, and it registers again too.
 //! Failures back off exponentially up to [`Timing::backoff_max`] and never
 //! give up; a new kubelet instance is tried at once. Each pool's [`State`] is
@@ -168,6 +170,9 @@ pub async fn run(r: Registrar) {
     let mut failing_with: Option<Instance> = None;
     let mut failures: u32 = 0;
     let mut error = String::new();
+    // After an accepted Register whose ListAndWatch has not come yet: the stream
+    // count before it.
+    let mut unwatched_since: Option<u64> = None;
     loop {
         // The channel only says when to look: what counts is the socket now,
         // so a Register never goes to a kubelet other than the one recorded.
@@ -184,6 +189,7 @@ pub async fn run(r: Registrar) {
             // Another kubelet: what failed before was the old one's doing.
             failing_with = Some(kubelet);
             failures = 0;
+            unwatched_since = None;
         }
         if watched_by == Some(kubelet) {
             set(State::Registered);
@@ -222,10 +228,33 @@ pub async fn run(r: Registrar) {
             continue;
         }
         if failures > 0 {
-            let retry_in = timing.backoff(failures);
+            // After a Register the kubelet accepted, its ListAndWatch may still come (a
+            // loaded node can delay the kubelet's goroutine past `verify`). Another
+            // Register would leave it two clients, and the end of the older one's stream
+            // drops the newer (see the module docs): so wait at least `verify` again, and
+            // take a watch that opens meanwhile as that registration's.
+            let retry_in = match unwatched_since {
+                Some(_) => timing.backoff(failures).max(timing.verify),
+                None => timing.backoff(failures),
+            };
             set(State::Retrying { failures, retry_in, error: error.clone() });
+            let late_watch = async {
+                match unwatched_since {
+                    Some(before) => streams.wait_for(|s| s.opened > before && s.open > 0).await.map(|_| ()),
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
                 _ = tokio::time::sleep(retry_in) => {}
+                w = late_watch => {
+                    if w.is_err() {
+                        return;
+                    }
+                    tracing::info!(pool = %resource, "the kubelet opened ListAndWatch late: registered, not registering again");
+                    unwatched_since = None;
+                    watched_by = Some(kubelet);
+                    continue;
+                }
                 c = current.changed() => {
                     if c.is_err() {
                         return;
@@ -234,6 +263,7 @@ pub async fn run(r: Registrar) {
                 }
             }
         }
+        unwatched_since = None;
         set(State::Registering);
         let before = streams.borrow().opened;
         match kubelet::register(&kubelet_dir, &endpoint, &resource).await {
@@ -263,6 +293,7 @@ pub async fn run(r: Registrar) {
                     Ok(Err(_)) => return,
                     Err(_) => {
                         failures += 1;
+                        unwatched_since = Some(before);
                         error = format!(
                             "the kubelet accepted Register but opened no ListAndWatch within {:?}",
                             timing.verify

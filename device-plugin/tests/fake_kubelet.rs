@@ -491,7 +491,8 @@ async fn metrics_and_healthz_are_served() {
     let dirs = Dirs::new();
     // A kubelet that accepts Register and never watches first: the plugin is
     // not ready, and says why.
-    let mut k = FakeKubelet::start_with(&dirs.kubelet, Behaviour { list_and_watch: false, refuse_first: 0 });
+    let mut k =
+        FakeKubelet::start_with(&dirs.kubelet, Behaviour { list_and_watch: false, ..Behaviour::default() });
     // Pick a free port, then hand it to the daemon.
     let port = kube_rdma_e2e::daemon::free_loopback_addr().unwrap();
     let mut opts = dirs.options(sim.roots(), None, Duration::from_secs(3600));

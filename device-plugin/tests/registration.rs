@@ -117,7 +117,8 @@ async fn a_restarting_kubelet_gets_one_registration_per_pool_and_keeps_allocatab
 async fn a_kubelet_that_never_opens_list_and_watch_is_registered_again_with_backoff() {
     let node = sim("cx6dx-dual.yaml");
     let dirs = Dirs::new();
-    let k = FakeKubelet::start_with(&dirs.kubelet, Behaviour { list_and_watch: false, refuse_first: 0 });
+    let k =
+        FakeKubelet::start_with(&dirs.kubelet, Behaviour { list_and_watch: false, ..Behaviour::default() });
     let port = kube_rdma_e2e::daemon::free_loopback_addr().unwrap();
     let mut opts = dirs.options(node.roots(), None, Duration::from_secs(3600));
     opts.metrics_addr = Some(port);
@@ -135,8 +136,9 @@ async fn a_kubelet_that_never_opens_list_and_watch_is_registered_again_with_back
     }
     let gaps: Vec<Duration> = at.windows(2).map(|w| w[1] - w[0]).collect();
     for (i, g) in gaps.iter().enumerate() {
-        // Each gap: the check window, then the backoff after i + 1 failures.
-        let least = timing.verify + timing.backoff(i as u32 + 1);
+        // Each gap: the check window, then the backoff after i + 1 failures but
+        // never less than the check window again (a late watch may still come).
+        let least = timing.verify + timing.backoff(i as u32 + 1).max(timing.verify);
         assert!(*g + Duration::from_millis(30) >= least, "gap {i}: {g:?} < {least:?} ({gaps:?})");
     }
     // Capped: the fourth wait is no longer than the third by a doubling.
@@ -158,6 +160,41 @@ async fn a_kubelet_that_never_opens_list_and_watch_is_registered_again_with_back
     d.stop().await;
 }
 
+/// A loaded kubelet opens ListAndWatch late, after the plugin's check window:
+/// the watch counts for the Register it follows, and the pool is not
+/// registered a second time (which would leave the kubelet two clients for
+/// the resource, the older of which drops the newer when its stream ends;
+/// the real-cluster tier saw a second registration under load).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kubelet_that_opens_list_and_watch_late_is_registered_once() {
+    let node = sim("cx6dx-dual.yaml");
+    let dirs = Dirs::new();
+    let late = Duration::from_millis(700);
+    let k = FakeKubelet::start_with(&dirs.kubelet, Behaviour { watch_after: late, ..Behaviour::default() });
+    let port = kube_rdma_e2e::daemon::free_loopback_addr().unwrap();
+    let mut opts = dirs.options(node.roots(), None, Duration::from_secs(3600));
+    opts.metrics_addr = Some(port);
+    // The check window ends before the watch comes; a plain backoff would have
+    // registered again at 300 + 50 ms.
+    opts.registration = Timing {
+        verify: Duration::from_millis(500),
+        backoff_first: Duration::from_millis(50),
+        backoff_max: Duration::from_millis(400),
+    };
+    let d = InProc::spawn(opts);
+    k.next_registration(T).await;
+    let h = healthz_says(port, &["kuberdma.io/rdma_vfs: ok served=true registered=true streams=1"], T).await;
+    assert!(h.starts_with("HTTP/1.1 200"), "{h}");
+    // Well past the window and its backoff: still the one Register.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(k.attempts.load(std::sync::atomic::Ordering::SeqCst), 1, "registered again");
+    let m = get(port, "/metrics").await;
+    assert_eq!(sample(&m, "kuberdma_pool_registered", "kuberdma.io/rdma_vfs"), 1);
+    let e = k.endpoint("kuberdma.io/rdma_vfs").unwrap();
+    assert!(!e.stopped && e.allocatable() == 16, "{e:?}");
+    d.stop().await;
+}
+
 /// Regression (issue 20, defect 3): registration gave up after 5 tries and
 /// waited for a directory event that might never come. A kubelet that refuses
 /// 8 times in a row is retried, with backoff, until it accepts; meanwhile
@@ -166,7 +203,7 @@ async fn a_kubelet_that_never_opens_list_and_watch_is_registered_again_with_back
 async fn a_kubelet_that_refuses_for_a_while_is_retried_until_it_accepts() {
     let node = sim("cx6dx-dual.yaml");
     let dirs = Dirs::new();
-    let k = FakeKubelet::start_with(&dirs.kubelet, Behaviour { list_and_watch: true, refuse_first: 8 });
+    let k = FakeKubelet::start_with(&dirs.kubelet, Behaviour { refuse_first: 8, ..Behaviour::default() });
     let port = kube_rdma_e2e::daemon::free_loopback_addr().unwrap();
     let mut opts = dirs.options(node.roots(), None, Duration::from_secs(3600));
     opts.metrics_addr = Some(port);

@@ -41,7 +41,13 @@ pub struct Lab {
 
 pub fn ip(ns: &str, args: &[&str]) -> String {
     let out = Command::new("ip").arg("-n").arg(ns).args(args).output().expect("run ip");
-    assert!(out.status.success(), "ip -n {ns} {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    // The status too: a CI run once saw this fail with nothing on stderr (a signal?).
+    assert!(
+        out.status.success(),
+        "ip -n {ns} {args:?}: {}: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 

@@ -36,11 +36,14 @@ pub struct Behaviour {
     /// Refuse the first this many Register calls (the kubelet answers a plain
     /// Go error: gRPC `Unknown`).
     pub refuse_first: usize,
+    /// How long after answering Register its ListAndWatch goroutine gets to
+    /// run: zero, or seconds on a loaded node.
+    pub watch_after: Duration,
 }
 
 impl Default for Behaviour {
     fn default() -> Self {
-        Behaviour { list_and_watch: true, refuse_first: 0 }
+        Behaviour { list_and_watch: true, refuse_first: 0, watch_after: Duration::ZERO }
     }
 }
 
@@ -147,7 +150,9 @@ impl Registration for Reg {
         let task = self.behaviour.list_and_watch.then(|| {
             let state = self.state.clone();
             let resource = resource.clone();
+            let late = self.behaviour.watch_after;
             tokio::spawn(async move {
+                tokio::time::sleep(late).await;
                 if let Ok(s) = c.list_and_watch(Empty {}).await {
                     let mut s = s.into_inner();
                     while let Ok(Some(m)) = s.message().await {

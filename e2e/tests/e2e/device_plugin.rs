@@ -509,9 +509,32 @@ fn registered_once_since(ctx: &Ctx, from: u64) -> Result<()> {
     std::thread::sleep(Duration::from_secs(8));
     for r in pools::base_counts().keys() {
         let n = registrations(ctx, from, r)?;
-        ensure!(n == 1, "{r} registered {n} times with the kubelet (want once)");
+        ensure!(n == 1, "{r} registered {n} times with the kubelet (want once); {}", why_registered(ctx, r));
     }
     Ok(())
+}
+
+/// What the device plugin and the kubelet logged about `resource`'s registrations, for a
+/// failure message (the logs are gone once the cluster is down).
+fn why_registered(ctx: &Ctx, resource: &str) -> String {
+    let plugin = plugin_pod(ctx)
+        .and_then(|p| ctx.kubectl(&["-n", NAMESPACE, "logs", &p, "-c", "device-plugin"]))
+        .map(|l| {
+            let lines: Vec<&str> =
+                l.lines().filter(|l| l.contains(resource) && l.contains("regist")).collect();
+            lines[lines.len().saturating_sub(12)..].join("\n  ")
+        })
+        .unwrap_or_else(|e| format!("(no plugin log: {e:#})"));
+    let kubelet = log_since(ctx, 0)
+        .map(|l| {
+            let lines: Vec<&str> = l
+                .lines()
+                .filter(|l| l.contains(resource) && (l.contains("egist") || l.contains("ListAndWatch")))
+                .collect();
+            lines[lines.len().saturating_sub(12)..].join("\n  ")
+        })
+        .unwrap_or_else(|e| format!("(no kubelet log: {e:#})"));
+    format!("the plugin logged:\n  {plugin}\nthe kubelet logged:\n  {kubelet}")
 }
 
 /// containerd's task pid of the pod's first container.
@@ -848,7 +871,11 @@ fn kubelet_restart_allocatable_still_right_6_minutes_later(ctx: &Ctx) -> Result<
             alloc.get(&r)
         );
         let regs = registrations(ctx, w.log_from, &r)?;
-        ensure!(regs == 1, "{r} registered {regs} times since the kubelet restart (want once)");
+        ensure!(
+            regs == 1,
+            "{r} registered {regs} times since the kubelet restart (want once); {}",
+            why_registered(ctx, &r)
+        );
     }
     let p = ctx.json(&["-n", "default", "get", "pod", "dp-keep"])?;
     ensure!(p["status"]["phase"] == "Running", "dp-keep: {}", p["status"]["phase"]);
