@@ -81,6 +81,9 @@ pub struct Options {
     pub ns_of: Option<i32>,
     /// How long to wait for `/readyz`.
     pub ready_timeout: Duration,
+    /// A kube-apiserver binary of its own (`peers::bin("kube-apiserver-1.36")`) instead of
+    /// the pinned `kube apiserver`; etcd and kubectl stay the pinned ones.
+    pub apiserver_bin: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -96,6 +99,7 @@ impl Default for Options {
             extra_args: vec![],
             ns_of: None,
             ready_timeout: Duration::from_secs(120),
+            apiserver_bin: None,
         }
     }
 }
@@ -436,10 +440,13 @@ fn apiserver_spec(dir: &Path, opts: &Options, etcd_url: &str) -> Spec {
         "--v=1".to_string(),
     ];
     args.extend(opts.extra_args.iter().cloned());
-    Spec::new("kube-apiserver", peers::bin("kube"), dir.join("logs/kube-apiserver.log"))
-        .args(["apiserver".to_string()])
-        .args(args)
-        .in_ns_of(opts.ns_of)
+    let log = dir.join("logs/kube-apiserver.log");
+    match &opts.apiserver_bin {
+        Some(bin) => Spec::new("kube-apiserver", bin.clone(), log),
+        None => Spec::new("kube-apiserver", peers::bin("kube"), log).args(["apiserver".to_string()]),
+    }
+    .args(args)
+    .in_ns_of(opts.ns_of)
 }
 
 /// A minimal HTTP/1.1 POST (etcd's JSON gateway); returns the body of a 200.

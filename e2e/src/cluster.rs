@@ -379,6 +379,7 @@ fn start_apiserver(l: &Layout, st: &mut State, holder: i32) -> Result<()> {
         extra_args: vec![format!("--feature-gates={RESOURCE_HEALTH_GATE}=true")],
         ns_of: Some(holder),
         ready_timeout: Duration::from_secs(180),
+        apiserver_bin: None,
     })?;
     for (name, pid, spec) in api.detach() {
         st.created.daemons.push((name.clone(), pid));

@@ -18,6 +18,8 @@ pub const PINNED: &[(&str, &str, &str)] = &[
     ("containerd", "containerd", "github.com/containerd/containerd/v2"),
     ("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
     ("Multus", "multus", "gopkg.in/k8snetworkplumbingwg/multus-cni.v4"),
+    // Kubernetes 1.36's API server alone (e2e/peers/apiserver-1.36/main.go says why).
+    ("kube-apiserver-1.36", "apiserver-1.36", "k8s.io/kubernetes"),
 ];
 
 /// The version of `module` that wrapper module `wrapper` (`e2e/peers/<wrapper>/go.mod`) pins.
@@ -83,7 +85,8 @@ pub fn cache_dir() -> PathBuf {
         .unwrap_or_else(|| "/var/cache/kube-rdma-e2e".into())
 }
 
-/// Path of the peer binary `name` (kube, etcd, containerd, ctr, containerd-shim-runc-v2, multus, pause).
+/// Path of the peer binary `name` (kube, etcd, containerd, ctr, containerd-shim-runc-v2, multus,
+/// pause, kube-apiserver-1.36).
 pub fn bin(name: &str) -> PathBuf {
     cache_dir().join("bin").join(name)
 }

@@ -1,5 +1,5 @@
-//! DRA test fixtures: a real etcd + kube-apiserver v1.34.4
-//! ([`kube_rdma_e2e::ApiServer`], resource.k8s.io/v1 served as GA) with the
+//! DRA test fixtures: a real etcd + kube-apiserver v1.34.4 (or 1.36's,
+//! [`Plane`]; [`kube_rdma_e2e::ApiServer`], resource.k8s.io/v1 served as GA) with the
 //! chart's ServiceAccount and RBAC for the driver, the real
 //! `kube-rdma-device-plugin dra` binary run with that account's token, and a
 //! fake kubelet that does what the kubelet's plugin watcher and DRA manager
@@ -64,32 +64,54 @@ pub fn example(name: &str) -> PathBuf {
 /// scripts/delivery/chart.py; `scripts/setup-deps` installs it).
 pub fn chart_rbac() -> &'static [Value] {
     static RBAC: OnceLock<Vec<Value>> = OnceLock::new();
-    RBAC.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/delivery");
-        let py = format!(
-            "import json, sys; sys.path.insert(0, {d:?}); import chart\n\
-             v = chart.load_values(chart.CHART_DIR / 'values.yaml'); v['dra']['enabled'] = True\n\
-             print(json.dumps(chart.objects(chart.render(v, kube_version='1.34.0'))))",
-            d = dir.display().to_string(),
-        );
-        let o = std::process::Command::new("python3").args(["-c", &py]).output().expect("run python3");
-        assert!(
-            o.status.success(),
-            "rendering the chart (scripts/setup-deps installs Helm's engine): {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-        let objs: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
-        let rbac: Vec<Value> = objs
-            .into_iter()
-            .filter(|o| {
-                matches!(o["kind"].as_str(), Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding"))
-                    && o["metadata"]["labels"]["app.kubernetes.io/component"] == "device-plugin"
-            })
-            .collect();
-        let kinds: Vec<&str> = rbac.iter().filter_map(|o| o["kind"].as_str()).collect();
-        assert_eq!(kinds.len(), 3, "the driver's ServiceAccount, ClusterRole and binding: {kinds:?}");
-        rbac
-    })
+    RBAC.get_or_init(|| chart_rbac_for("1.34.0"))
+}
+
+/// As [`chart_rbac`], rendered for the cluster version `kube_version` (the
+/// chart grants by `.Capabilities.KubeVersion`).
+pub fn chart_rbac_for(kube_version: &str) -> Vec<Value> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/delivery");
+    let py = format!(
+        "import json, sys; sys.path.insert(0, {d:?}); import chart\n\
+         v = chart.load_values(chart.CHART_DIR / 'values.yaml'); v['dra']['enabled'] = True\n\
+         print(json.dumps(chart.objects(chart.render(v, kube_version={kube_version:?}))))",
+        d = dir.display().to_string(),
+    );
+    let o = std::process::Command::new("python3").args(["-c", &py]).output().expect("run python3");
+    assert!(
+        o.status.success(),
+        "rendering the chart (scripts/setup-deps installs Helm's engine): {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let objs: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
+    let rbac: Vec<Value> = objs
+        .into_iter()
+        .filter(|o| {
+            matches!(o["kind"].as_str(), Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding"))
+                && o["metadata"]["labels"]["app.kubernetes.io/component"] == "device-plugin"
+        })
+        .collect();
+    let kinds: Vec<&str> = rbac.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert_eq!(kinds.len(), 3, "the driver's ServiceAccount, ClusterRole and binding: {kinds:?}");
+    rbac
+}
+
+/// Which control plane an [`Env`] runs, and the driver's RBAC and token on it.
+pub struct Plane {
+    /// A kube-apiserver of another version (`peers::bin("kube-apiserver-1.36")`);
+    /// `None`: the pinned one.
+    pub apiserver_bin: Option<PathBuf>,
+    /// The driver's RBAC, as the chart renders it for this cluster version.
+    pub rbac: Vec<Value>,
+    /// The driver's token bound to a Pod on the node, as the DaemonSet's projected
+    /// token is (the API server then knows the token's node); else a plain one.
+    pub token_of_a_pod_on_the_node: bool,
+}
+
+impl Default for Plane {
+    fn default() -> Self {
+        Plane { apiserver_bin: None, rbac: chart_rbac().to_vec(), token_of_a_pod_on_the_node: false }
+    }
 }
 
 /// The API resource behind a short name the tests use.
@@ -161,6 +183,11 @@ impl Env {
 
     /// As [`Env::new`], kube-apiserver started with `args` too.
     pub async fn with_args(node: &str, roots: nic::Roots, args: &[&str]) -> Self {
+        Self::with_plane(node, roots, args, Plane::default()).await
+    }
+
+    /// As [`Env::with_args`], on the control plane `plane` says.
+    pub async fn with_plane(node: &str, roots: nic::Roots, args: &[&str], plane: Plane) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let policy = tmp.path().join("audit-policy.yaml");
         std::fs::write(&policy, AUDIT_POLICY).unwrap();
@@ -170,17 +197,26 @@ impl Env {
             format!("--audit-log-path={}", audit_log.display()),
         ];
         extra.extend(args.iter().map(|a| a.to_string()));
-        let rbac = chart_rbac();
         let (slot, api, token) = tokio::task::block_in_place(|| {
             let slot = PlaneSlot::take();
-            let api = ApiServer::start_with(Options { extra_args: extra, ..Options::default() })
-                .unwrap_or_else(|e| panic!("control plane: {e:#}"));
+            let opts =
+                Options { extra_args: extra, apiserver_bin: plane.apiserver_bin, ..Options::default() };
+            let api = ApiServer::start_with(opts).unwrap_or_else(|e| panic!("control plane: {e:#}"));
             let mut objs =
                 vec![json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}})];
-            objs.extend(rbac.iter().cloned());
+            objs.extend(plane.rbac.iter().cloned());
+            let pod = format!("driver-on-{node}");
+            if plane.token_of_a_pod_on_the_node {
+                // The DaemonSet's pod, as far as the token needs it: bound to the node.
+                objs.push(json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": pod, "namespace": NAMESPACE},
+                    "spec": {"nodeName": node, "serviceAccountName": SERVICE_ACCOUNT,
+                             "containers": [{"name": "driver", "image": "kube-rdma:test"}]}}));
+            }
             kubectl_apply(&api, tmp.path(), &objs);
+            let bound = plane.token_of_a_pod_on_the_node.then_some(("Pod", pod.as_str()));
             let token = api
-                .service_account_token(NAMESPACE, SERVICE_ACCOUNT, None)
+                .service_account_token(NAMESPACE, SERVICE_ACCOUNT, bound)
                 .unwrap_or_else(|e| panic!("the driver's token: {e:#}"));
             (slot, api, token)
         });
@@ -445,7 +481,11 @@ impl Env {
             Some("default"),
             name,
             json!({
-                "allocation": {"devices": {"results": results, "config": config}},
+                // The scheduler's node selector for devices of a node-local pool
+                // (kube-apiserver >= 1.36 reads the claim's node from it).
+                "allocation": {"devices": {"results": results, "config": config},
+                               "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                                   {"key": "metadata.name", "operator": "In", "values": [self.node]}]}]}},
                 "reservedFor": [{"resource": "pods", "name": format!("pod-{pod_uid}"), "uid": pod_uid}],
             }),
         )
