@@ -1306,36 +1306,19 @@ fn leftover_temp_and_corrupt_journal_files_are_removed_by_del_and_gc() {
 /// the rename.
 #[test]
 fn the_journal_and_its_directory_are_flushed_before_add_returns() {
-    assert!(
-        std::process::Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success()),
-        "this test needs strace (Debian package strace)"
-    );
     let lab = Lab::new("e810-xxv", 1, "");
     let (pci, _) = lab.vfs[0];
     let pod = lab.pod(0);
     let conf = lab.conf("1.1.0", pci, "10.235.0.0/24");
-    let trace = lab.state.path().join("strace.out");
-    let wrap: Vec<String> =
-        ["strace", "-f", "-y", "-e", "trace=openat,fsync,fdatasync,rename,renameat,renameat2,write", "-o"]
-            .iter()
-            .map(|s| s.to_string())
-            .chain([trace.display().to_string()])
-            .collect();
-    let stdin = serde_json::to_vec(&conf).unwrap();
-    let child = spawn_plugin(
-        lab.host.path(),
-        &lab.sim.roots().sysfs,
+    let trace = strace_plugin(
+        &lab,
         "ADD",
         "fs1",
         pod.path(),
-        "net1",
-        &stdin,
-        &[],
-        &wrap,
+        &conf,
+        "openat,fsync,fdatasync,rename,renameat,renameat2,write",
     );
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-    let calls: Vec<String> = lines(&trace)
+    let calls: Vec<String> = trace
         .into_iter()
         .filter(|l| (l.contains("attachments") || l.contains("write(1<")) && !l.contains("ENOENT"))
         .map(|l| l.split_once(' ').map_or(l.clone(), |(_, c)| c.trim().to_string()))
@@ -1755,27 +1738,7 @@ fn the_removal_of_a_journal_is_flushed_before_del_returns() {
     let conf = lab.conf("1.1.0", pci, "10.238.0.0/24");
     let (code, out) = lab.cni("ADD", "fs2", pod.path(), "net1", &conf);
     assert_eq!(code, 0, "{out}");
-    let trace = lab.state.path().join("strace.out");
-    let wrap: Vec<String> = ["strace", "-f", "-y", "-e", "trace=unlink,unlinkat,fsync,exit_group", "-o"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain([trace.display().to_string()])
-        .collect();
-    let stdin = serde_json::to_vec(&conf).unwrap();
-    let child = spawn_plugin(
-        lab.host.path(),
-        &lab.sim.roots().sysfs,
-        "DEL",
-        "fs2",
-        pod.path(),
-        "net1",
-        &stdin,
-        &[],
-        &wrap,
-    );
-    let out = child.wait_with_output().unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stdout));
-    let trace = lines(&trace);
+    let trace = strace_plugin(&lab, "DEL", "fs2", pod.path(), &conf, "unlink,unlinkat,fsync,exit_group");
     // The plugin's main thread removes the journal (its IPAM plugin's lines have other pids).
     let main = trace
         .iter()

@@ -147,22 +147,6 @@ async fn cdi_specs_outlive_the_daemon_and_leave_with_their_devices() {
     assert_eq!(tokio::time::timeout(T, child.wait()).await.unwrap().unwrap().code(), Some(0));
 }
 
-/// A driver layout where nothing of a VF's RDMA device is left on the host
-/// once it is in a pod: no `infiniband_verbs`/`infiniband_mad` sibling (and no
-/// class to look it up in).
-fn hide_rdma_trace(node: &nic::sim::Sim, vf: &str) {
-    let roots = node.roots();
-    let aux = std::fs::read_dir(roots.sys(format!("bus/pci/devices/{vf}")))
-        .unwrap()
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().starts_with("mlx5_core.rdma."))
-        .unwrap()
-        .path();
-    std::fs::remove_dir_all(aux.join("infiniband_verbs")).unwrap();
-    std::fs::remove_dir_all(aux.join("infiniband_mad")).unwrap();
-    let _ = std::fs::remove_dir_all(roots.sys("class/infiniband_verbs"));
-}
-
 /// The CDI device `name` of the spec at `path`.
 fn cdi_device(path: &Path, name: &str) -> Option<serde_json::Value> {
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).ok()?).unwrap();
@@ -225,7 +209,7 @@ async fn a_vf_in_a_pod_the_host_cannot_see_keeps_its_cdi_device_across_restarts(
     pr.assign("trainer-0", "kuberdma.io/rdma_vfs", &[VF]);
     rescans_ran(&mut node, &k, "ens1f0np0", 16).await;
     node.move_vf_into_pod(pci(VF)).unwrap();
-    hide_rdma_trace(&node, VF);
+    node.hide_rdma_trace(pci(VF)).unwrap();
     rescans_ran(&mut node, &k, "ens1f0np0", 16).await;
     assert_eq!(cdi_device(&spec, VF).as_ref(), Some(&entry), "dropped while the VF moved");
 

@@ -40,22 +40,6 @@ fn pci(s: &str) -> nic::PciAddr {
     s.parse().unwrap()
 }
 
-/// A driver layout where nothing of the VF's RDMA device is left on the host
-/// once it is in a pod: no `infiniband_verbs`/`infiniband_mad` sibling (and no
-/// class to look it up in).
-fn hide_rdma_trace(sim: &nic::sim::Sim, vf: &str) {
-    let roots = sim.roots();
-    let aux = std::fs::read_dir(roots.sys(format!("bus/pci/devices/{vf}")))
-        .unwrap()
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().starts_with("mlx5_core.rdma."))
-        .unwrap()
-        .path();
-    std::fs::remove_dir_all(aux.join("infiniband_verbs")).unwrap();
-    std::fs::remove_dir_all(aux.join("infiniband_mad")).unwrap();
-    let _ = std::fs::remove_dir_all(roots.sys("class/infiniband_verbs"));
-}
-
 fn attrs<'a>(slices: &'a [Value], device: &str) -> &'a Value {
     slices
         .iter()
@@ -692,8 +676,8 @@ async fn a_prepared_vf_the_host_cannot_see_in_its_pod_stays_healthy_with_its_att
     for vf in ["0000:af:00.2", "0000:af:00.3"] {
         sim.move_vf_into_pod(pci(vf)).unwrap();
     }
-    hide_rdma_trace(&sim, "0000:af:00.2");
-    hide_rdma_trace(&sim, "0000:af:00.3");
+    sim.hide_rdma_trace(pci("0000:af:00.2")).unwrap();
+    sim.hide_rdma_trace(pci("0000:af:00.3")).unwrap();
     let slices = env
         .wait_slices("the unprepared VF unhealthy", |s| {
             attrs(s, "pci-0000-af-00-3")["kuberdma.io/healthy"] == json!({"bool": false})
@@ -879,6 +863,25 @@ async fn roce_ready_follows_the_nodes_rdmanodestate() {
     driver.stop().await;
 }
 
+/// What kube-rdma-cni writes after it moved the VF of claim `uid` (device
+/// `pci-0000-3d-00-1`, pod `pod-a`) into the pod as `net1`.
+fn cni_attached(env: &Env, uid: &str) {
+    nic::prepared::write_attachment(
+        &env.prepared,
+        &nic::prepared::Attachment {
+            version: nic::prepared::VERSION,
+            claim_uid: uid.to_string(),
+            device: "pci-0000-3d-00-1".into(),
+            pod_uid: "pod-a".into(),
+            container_id: "sandbox-1".into(),
+            ifname: "net1".into(),
+            mac: Some("02:00:00:3d:00:01".into()),
+            ips: vec!["192.168.1.2/24".into()],
+        },
+    )
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn network_data_the_cni_recorded_reaches_the_claim_status() {
     let sim = sim();
@@ -889,21 +892,7 @@ async fn network_data_the_cni_recorded_reaches_the_claim_status() {
     let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-a").await;
     assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
 
-    // What kube-rdma-cni writes after it moved the VF into the pod.
-    nic::prepared::write_attachment(
-        &env.prepared,
-        &nic::prepared::Attachment {
-            version: nic::prepared::VERSION,
-            claim_uid: a.clone(),
-            device: "pci-0000-3d-00-1".into(),
-            pod_uid: "pod-a".into(),
-            container_id: "sandbox-1".into(),
-            ifname: "net1".into(),
-            mac: Some("02:00:00:3d:00:01".into()),
-            ips: vec!["192.168.1.2/24".into()],
-        },
-    )
-    .unwrap();
+    cni_attached(&env, &a);
     let claim = env
         .wait_for("resourceclaims", Some("default"), "a", "the claim's device status", |c| {
             c.is_some_and(|c| c["status"]["devices"].is_array())
@@ -959,20 +948,7 @@ async fn on_kubernetes_1_36_network_data_needs_the_charts_driver_rule_and_it_is_
     env.wait_slices("published", |s| device_count(s) == 16).await;
     let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-3d-00-1")], json!([]), "pod-a").await;
     assert_eq!(p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error, "");
-    nic::prepared::write_attachment(
-        &env.prepared,
-        &nic::prepared::Attachment {
-            version: nic::prepared::VERSION,
-            claim_uid: a.clone(),
-            device: "pci-0000-3d-00-1".into(),
-            pod_uid: "pod-a".into(),
-            container_id: "sandbox-1".into(),
-            ifname: "net1".into(),
-            mac: Some("02:00:00:3d:00:01".into()),
-            ips: vec!["192.168.1.2/24".into()],
-        },
-    )
-    .unwrap();
+    cni_attached(&env, &a);
 
     // The chart for 1.35 has no resourceclaims/driver rule: refused, by name.
     driver.wait_log_within("cannot write claim status", WAIT).await;

@@ -78,16 +78,8 @@ fn the_kubelet_is_a_second_witness_of_use() {
     let mut sim = exclusive();
     sim.move_vf_into_pod(pci("0000:af:00.2")).unwrap();
     // A driver layout where discovery finds no RDMA trace of the VF in the pod.
+    sim.hide_rdma_trace(pci("0000:af:00.2")).unwrap();
     let roots = sim.roots();
-    let aux = std::fs::read_dir(roots.sys("bus/pci/devices/0000:af:00.2"))
-        .unwrap()
-        .flatten()
-        .find(|e| e.file_name().to_string_lossy().starts_with("mlx5_core.rdma."))
-        .unwrap()
-        .path();
-    std::fs::remove_dir_all(aux.join("infiniband_verbs")).unwrap();
-    std::fs::remove_dir_all(aux.join("infiniband_mad")).unwrap();
-    std::fs::remove_dir_all(roots.sys("class/infiniband_verbs")).unwrap();
     let inv = nic::discover(&roots);
     let cfg = Config::default_pools();
     let alone = pools::plan(&inv, &cfg).pools.remove(0);

@@ -428,6 +428,36 @@ pub fn lines(p: &Path) -> Vec<String> {
     std::fs::read_to_string(p).unwrap_or_default().lines().map(str::to_string).collect()
 }
 
+/// Runs `cmd` of the real plugin for `cid` under `strace -f -y -e trace=SYSCALLS`
+/// (every thread and child, descriptors named by path); the trace's lines.
+pub fn strace_plugin(
+    lab: &Lab,
+    cmd: &str,
+    cid: &str,
+    pod: &Path,
+    conf: &Value,
+    syscalls: &str,
+) -> Vec<String> {
+    assert!(
+        Command::new("strace").arg("-V").output().is_ok_and(|o| o.status.success()),
+        "this test needs strace (Debian package strace)"
+    );
+    let trace = lab.state.path().join(format!("strace-{cmd}-{cid}.out"));
+    let wrap: Vec<String> = ["strace", "-f", "-y", "-e", &format!("trace={syscalls}"), "-o"]
+        .iter()
+        .map(|s| s.to_string())
+        .chain([trace.display().to_string()])
+        .collect();
+    let stdin = serde_json::to_vec(conf).unwrap();
+    let child =
+        spawn_plugin(lab.host.path(), &lab.sim.roots().sysfs, cmd, cid, pod, "net1", &stdin, &[], &wrap);
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stdout));
+    let l = lines(&trace);
+    let _ = std::fs::remove_file(&trace);
+    l
+}
+
 /// Writes `data` to a child's stdin and closes it; a child that exited without
 /// reading all of it (broken pipe) is fine: its exit status and stdout say why.
 pub fn feed(mut stdin: std::process::ChildStdin, data: &[u8]) {

@@ -188,6 +188,33 @@ impl Sim {
         w.write_ib_dev(&f)
     }
 
+    /// Makes VF `bdf`'s RDMA device leave no trace on the host once the device
+    /// is in a pod, as some driver layouts do: its auxiliary device loses the
+    /// `infiniband_verbs`/`infiniband_mad` siblings (which stay on a default
+    /// mlx5 layout, [`Sim::move_vf_into_pod`]), and the `infiniband_verbs` class
+    /// goes. Discovery then cannot tell the VF has an RDMA device at all.
+    pub fn hide_rdma_trace(&mut self, bdf: PciAddr) -> Result<(), SimError> {
+        let roots = self.roots();
+        let dir = roots.sys(format!("bus/pci/devices/{bdf}"));
+        let aux = std::fs::read_dir(&dir)
+            .map_err(io_err(&dir))?
+            .flatten()
+            .find(|e| e.file_name().to_string_lossy().contains(".rdma."))
+            .ok_or_else(|| SimError::Refused(format!("VF {bdf} has no RDMA auxiliary device")))?
+            .path();
+        for sub in ["infiniband_verbs", "infiniband_mad"] {
+            let p = aux.join(sub);
+            if p.exists() {
+                std::fs::remove_dir_all(&p).map_err(io_err(&p))?;
+            }
+        }
+        let class = roots.sys("class/infiniband_verbs");
+        match std::fs::remove_dir_all(&class) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(io_err(&class)(e)),
+            _ => Ok(()),
+        }
+    }
+
     fn vf_mut(&mut self, bdf: PciAddr) -> Result<&mut Func, SimError> {
         match self.funcs.get_mut(&bdf) {
             Some(f) if matches!(f.role, Role::Vf { .. }) => Ok(f),
