@@ -267,6 +267,7 @@ pub async fn run(
         d.start_or_keep(pool);
     }
     d.sync_retired();
+    give_back_freed_memory();
 
     tokio::pin!(shutdown);
     loop {
@@ -629,6 +630,7 @@ impl Daemon {
     }
 
     async fn rescan(&mut self, scan: Scan, why: &str) {
+        let whole_node = matches!(scan, Scan::Node);
         match scan {
             Scan::Node => {
                 self.inv = discover(&self.opts.roots, &mut self.memory).await;
@@ -654,6 +656,9 @@ impl Daemon {
         self.retry_unserved();
         // The safety net for a kubelet.sock change inotify did not report.
         self.look_at_kubelet();
+        if whole_node {
+            give_back_freed_memory();
+        }
     }
 
     /// Plans the pools from the current inventory and allocations and hands
@@ -734,6 +739,23 @@ impl Daemon {
         self.update_pools("config reload");
         true
     }
+}
+
+/// Returns the memory a walk of the node and a rewrite of its CDI specs freed
+/// to the system, a moment later and off the daemon's task. Those are bursts
+/// of many small allocations (a JSON value per device); glibc keeps freed
+/// pages resident wherever a longer-lived allocation sits between them, which
+/// left 4.6 MiB of a 1024-VF daemon's 13.2 MiB of anonymous memory free but
+/// resident (bench `daemon`, VmRSS target 20 MiB). Done at once, the trim
+/// delayed the first ListAndWatch by 30 ms. Other C libraries have no such
+/// call and need none.
+fn give_back_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    tokio::spawn(async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        // SAFETY: malloc_trim only releases free heap pages; no Rust object is touched.
+        let _ = tokio::task::spawn_blocking(|| unsafe { libc::malloc_trim(0) }).await;
+    });
 }
 
 /// What a CDI spec sync did, logged; returns what is on disk now.

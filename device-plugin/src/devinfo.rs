@@ -151,18 +151,34 @@ impl CdiSpec {
     /// The spec document, in the lowest `cdiVersion` it needs; `None` without
     /// devices (the CDI library refuses such a spec).
     pub fn to_value(&self) -> Option<Value> {
+        self.document().map(|d| serde_json::to_value(d).unwrap_or_default())
+    }
+
+    /// The file's bytes; `None`: no file. Serialised from the devices as they
+    /// are, without a second copy of them as one JSON value: a spec of a
+    /// thousand devices is megabytes of small allocations, which stay in the
+    /// daemon's RSS once made.
+    pub fn file(&self) -> Option<Vec<u8>> {
+        self.document().map(|d| serde_json::to_vec_pretty(&d).unwrap_or_default())
+    }
+
+    fn document(&self) -> Option<Document<'_>> {
         if self.devices.is_empty() {
             return None;
         }
         let version = cdi_version(&self.kind, self.devices.keys().map(String::as_str));
-        let devices: Vec<&Value> = self.devices.values().collect();
-        Some(json!({ "cdiVersion": version, "kind": self.kind, "devices": devices }))
+        Some(Document { cdi_version: version, kind: &self.kind, devices: self.devices.values().collect() })
     }
+}
 
-    /// The file's bytes; `None`: no file.
-    pub fn file(&self) -> Option<Vec<u8>> {
-        self.to_value().map(|v| cdi_file(&v))
-    }
+/// A spec document borrowing its devices, its keys in the order [`cdi_file`]
+/// writes a [`Value`]'s (sorted), so the bytes are the same either way.
+#[derive(serde::Serialize)]
+struct Document<'a> {
+    #[serde(rename = "cdiVersion")]
+    cdi_version: &'static str,
+    devices: Vec<&'a Value>,
+    kind: &'a str,
 }
 
 /// The hardware a CDI device of ours stands for, read back from what we
@@ -268,13 +284,16 @@ pub enum OnDisk {
 }
 
 impl OnDisk {
-    /// `spec` read back from a file of `bytes`: each of its devices is kept
-    /// until something computes it.
+    /// `spec` read back from a file of `bytes`: each of its devices stays until
+    /// something computes it. Their entries stay in the file, not here: at a
+    /// start nearly every one is computed again, and holding a thousand as
+    /// JSON values cost the daemon 14 MiB of RSS (bench `daemon`); the next
+    /// sync reads back the few it cannot compute ([`before`]).
     pub fn read(spec: CdiSpec, bytes: &[u8]) -> Self {
         OnDisk::Ours {
             hash: spec_hash(bytes),
-            names: spec.devices.keys().cloned().collect(),
-            kept: spec.devices,
+            names: spec.devices.into_keys().collect(),
+            kept: BTreeMap::new(),
         }
     }
 
@@ -340,12 +359,12 @@ fn before(
 ) -> Option<CdiSpec> {
     let OnDisk::Ours { hash, names, kept } = last else { return None };
     let kept_only = || Some(CdiSpec { kind: kind.to_string(), devices: kept.clone() });
-    let may_stay = |n: &&String| {
-        !fresh.contains_key(*n)
-            && !kept.contains_key(*n)
+    let may_stay = |n: &str| {
+        !fresh.contains_key(n)
+            && !kept.contains_key(n)
             && Hardware::of(n, &Value::Null).pci.is_none_or(|p| node.has_function(p))
     };
-    if !names.iter().any(|n| may_stay(&n)) {
+    if !names.iter().map(String::as_str).any(may_stay) {
         return kept_only();
     }
     match std::fs::read(path) {
@@ -364,16 +383,19 @@ fn before(
 /// one the CDI library would refuse, is never taken for ours. `Ok(None)`: a
 /// spec of another kind (someone else's, nothing wrong with it).
 pub fn parse_ours(bytes: &[u8], kind: &str) -> Result<Option<CdiSpec>, String> {
-    let v: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    let mut v: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
     if v.get("kind").and_then(Value::as_str) != Some(kind) {
         return Ok(None);
     }
     only(&v, "the spec", &["cdiVersion", "kind", "devices"])?;
-    let list = v.get("devices").and_then(Value::as_array).filter(|l| !l.is_empty());
-    let list = list.ok_or("no devices")?;
+    // Taken out of the document rather than copied: a thousand devices are megabytes.
+    let list = match v.get_mut("devices").map(Value::take) {
+        Some(Value::Array(l)) if !l.is_empty() => l,
+        _ => return Err("no devices".into()),
+    };
     let mut devices = BTreeMap::new();
     for d in list {
-        let o = only(d, "a device", &["name", "containerEdits"])?;
+        let o = only(&d, "a device", &["name", "containerEdits"])?;
         let name = o.get("name").and_then(Value::as_str).filter(|n| names::is_cdi_device(n));
         let name = name.ok_or_else(|| format!("device name {}", o.get("name").unwrap_or(&Value::Null)))?;
         let at = format!("device {name}");
@@ -395,7 +417,8 @@ pub fn parse_ours(bytes: &[u8], kind: &str) -> Result<Option<CdiSpec>, String> {
         if n == 0 {
             return Err(format!("{at}: no edits"));
         }
-        if devices.insert(name.to_string(), d.clone()).is_some() {
+        let name = name.to_string();
+        if devices.insert(name, d).is_some() {
             return Err(format!("{at} defined twice"));
         }
     }
