@@ -160,148 +160,210 @@ pub struct Registrar {
 /// drops the instance channel or the pool's server goes (or the task is
 /// aborted, as the daemon does when it stops or re-serves the pool).
 pub async fn run(r: Registrar) {
-    let Registrar { kubelet_dir, endpoint, resource, mut streams, kubelet: mut current, timing, metrics } = r;
-    // A handle on the server's streams names this server to the metrics.
-    let server = streams.clone();
-    let set = |s: State| metrics.set_registration(&resource, &server, s);
-    // The instance this server is registered with and watched by.
-    let mut watched_by: Option<Instance> = None;
-    // Failures in a row with `failing_with`, and the last one.
-    let mut failing_with: Option<Instance> = None;
-    let mut failures: u32 = 0;
-    let mut error = String::new();
-    // After an accepted Register whose ListAndWatch has not come yet: the stream
-    // count before it.
-    let mut unwatched_since: Option<u64> = None;
+    let mut task = Task {
+        server: r.streams.clone(),
+        r,
+        watched_by: None,
+        failing_with: None,
+        failures: 0,
+        error: String::new(),
+        unwatched_since: None,
+    };
     loop {
         // The channel only says when to look: what counts is the socket now,
         // so a Register never goes to a kubelet other than the one recorded.
-        current.borrow_and_update();
-        let Some(kubelet) = instance(&kubelet_dir) else {
-            watched_by = None;
-            set(State::NoKubelet);
-            if current.changed().await.is_err() {
+        task.r.kubelet.borrow_and_update();
+        let Some(kubelet) = instance(&task.r.kubelet_dir) else {
+            task.watched_by = None;
+            task.set(State::NoKubelet);
+            if task.r.kubelet.changed().await.is_err() {
                 return;
             }
             continue;
         };
-        if failing_with != Some(kubelet) {
+        if task.failing_with != Some(kubelet) {
             // Another kubelet: what failed before was the old one's doing.
-            failing_with = Some(kubelet);
-            failures = 0;
-            unwatched_since = None;
+            task.failing_with = Some(kubelet);
+            task.failures = 0;
+            task.unwatched_since = None;
         }
-        if watched_by == Some(kubelet) {
-            set(State::Registered);
-            let settled = async {
-                if failures == 0 {
-                    std::future::pending::<()>().await;
-                }
-                tokio::time::sleep(timing.backoff_max).await;
-            };
-            tokio::select! {
-                c = current.changed() => if c.is_err() { return },
-                lost = async { streams.wait_for(|s| s.open == 0).await.map(|_| ()) } => {
-                    if lost.is_err() {
-                        return;
-                    }
-                    watched_by = None;
-                    // A kubelet on its way out ends its streams before its
-                    // socket goes; give it a moment to show which it is.
-                    tokio::select! {
-                        _ = tokio::time::sleep(timing.backoff_first) => {}
-                        c = current.changed() => if c.is_err() { return },
-                    }
-                    if instance(&kubelet_dir) == Some(kubelet) {
-                        failures += 1;
-                        error = "the kubelet ended the pool's ListAndWatch while it runs \
-                                 (it dropped the pool's client)"
-                            .into();
-                        metrics.registration_failed(&resource, &server);
-                        tracing::warn!(pool = %resource, "the kubelet stopped watching the pool: registering again");
-                    } else {
-                        tracing::info!(pool = %resource, "ListAndWatch ended with its kubelet: registering with the next one");
-                    }
-                }
-                _ = settled => failures = 0,
-            }
-            continue;
-        }
-        if failures > 0 {
-            // After a Register the kubelet accepted, its ListAndWatch may still come (a
-            // loaded node can delay the kubelet's goroutine past `verify`). Another
-            // Register would leave it two clients, and the end of the older one's stream
-            // drops the newer (see the module docs): so wait at least `verify` again, and
-            // take a watch that opens meanwhile as that registration's.
-            let retry_in = match unwatched_since {
-                Some(_) => timing.backoff(failures).max(timing.verify),
-                None => timing.backoff(failures),
-            };
-            set(State::Retrying { failures, retry_in, error: error.clone() });
-            let late_watch = async {
-                match unwatched_since {
-                    Some(before) => streams.wait_for(|s| s.opened > before && s.open > 0).await.map(|_| ()),
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::select! {
-                _ = tokio::time::sleep(retry_in) => {}
-                w = late_watch => {
-                    if w.is_err() {
-                        return;
-                    }
-                    tracing::info!(pool = %resource, "the kubelet opened ListAndWatch late: registered, not registering again");
-                    unwatched_since = None;
-                    watched_by = Some(kubelet);
-                    continue;
-                }
-                c = current.changed() => {
-                    if c.is_err() {
-                        return;
-                    }
-                    continue;
+        let step = if task.watched_by == Some(kubelet) {
+            task.stay_registered(kubelet).await
+        } else if task.failures > 0 {
+            task.wait_to_retry(kubelet).await
+        } else {
+            Step::Register
+        };
+        match step {
+            Step::Stop => return,
+            Step::Look => continue,
+            Step::Register => {
+                if task.register(kubelet).await == Step::Stop {
+                    return;
                 }
             }
         }
-        unwatched_since = None;
-        set(State::Registering);
-        let before = streams.borrow().opened;
-        match kubelet::register(&kubelet_dir, &endpoint, &resource).await {
-            Err(e) => {
-                let msg = nic::error_chain(&e);
-                failures += 1;
-                metrics.registration_failed(&resource, &server);
-                if failures == 1 || msg != error {
-                    tracing::warn!(pool = %resource, error = %msg, failures, "register failed; retrying with backoff");
-                } else {
-                    tracing::debug!(pool = %resource, error = %msg, failures, "register failed again");
-                }
-                error = msg;
+    }
+}
+
+/// What the registration loop does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    /// The daemon or the pool's server is gone.
+    Stop,
+    /// Look at the kubelet socket again.
+    Look,
+    /// Send a Register now.
+    Register,
+}
+
+/// One pool's registration state between steps.
+struct Task {
+    r: Registrar,
+    /// A handle on the server's streams: names this server to the metrics.
+    server: watch::Receiver<Streams>,
+    /// The instance this server is registered with and watched by.
+    watched_by: Option<Instance>,
+    /// The kubelet the failures in a row (`failures`, last `error`) are with.
+    failing_with: Option<Instance>,
+    failures: u32,
+    error: String,
+    /// After an accepted Register whose ListAndWatch has not come yet: the
+    /// stream count before it.
+    unwatched_since: Option<u64>,
+}
+
+impl Task {
+    fn set(&self, s: State) {
+        self.r.metrics.set_registration(&self.r.resource, &self.server, s);
+    }
+
+    fn failed(&mut self, error: String) {
+        self.failures += 1;
+        self.error = error;
+        self.r.metrics.registration_failed(&self.r.resource, &self.server);
+    }
+
+    /// Registered and watched: wait for the socket to change or the watch to end.
+    async fn stay_registered(&mut self, kubelet: Instance) -> Step {
+        self.set(State::Registered);
+        let (backoff_max, backoff_first) = (self.r.timing.backoff_max, self.r.timing.backoff_first);
+        let failing = self.failures > 0;
+        let settled = async {
+            if !failing {
+                std::future::pending::<()>().await;
             }
-            Ok(()) => {
-                metrics.registration_accepted(&resource, &server);
-                set(State::Verifying);
-                let watched = tokio::time::timeout(timing.verify, async {
-                    streams.wait_for(|s| s.opened > before && s.open > 0).await.map(|_| ())
-                })
-                .await;
-                match watched {
-                    Ok(Ok(())) => {
-                        tracing::info!(pool = %resource, endpoint, "registered with the kubelet, which watches the pool");
-                        watched_by = Some(kubelet);
-                    }
-                    Ok(Err(_)) => return,
-                    Err(_) => {
-                        failures += 1;
-                        unwatched_since = Some(before);
-                        error = format!(
-                            "the kubelet accepted Register but opened no ListAndWatch within {:?}",
-                            timing.verify
-                        );
-                        metrics.registration_failed(&resource, &server);
-                        tracing::warn!(pool = %resource, error = %error, failures, "registering again with backoff");
-                    }
+            tokio::time::sleep(backoff_max).await;
+        };
+        let streams = &mut self.r.streams;
+        let current = &mut self.r.kubelet;
+        let lost = tokio::select! {
+            c = current.changed() => return if c.is_err() { Step::Stop } else { Step::Look },
+            lost = async { streams.wait_for(|s| s.open == 0).await.map(|_| ()) } => lost,
+            _ = settled => {
+                self.failures = 0;
+                return Step::Look;
+            }
+        };
+        if lost.is_err() {
+            return Step::Stop;
+        }
+        self.watched_by = None;
+        // A kubelet on its way out ends its streams before its socket goes;
+        // give it a moment to show which it is.
+        tokio::select! {
+            _ = tokio::time::sleep(backoff_first) => {}
+            c = self.r.kubelet.changed() => if c.is_err() { return Step::Stop },
+        }
+        let resource = &self.r.resource;
+        if instance(&self.r.kubelet_dir) == Some(kubelet) {
+            tracing::warn!(pool = %resource, "the kubelet stopped watching the pool: registering again");
+            self.failed(
+                "the kubelet ended the pool's ListAndWatch while it runs (it dropped the pool's client)"
+                    .into(),
+            );
+        } else {
+            tracing::info!(pool = %resource, "ListAndWatch ended with its kubelet: registering with the next one");
+        }
+        Step::Look
+    }
+
+    /// After failures: wait out the backoff, unless the socket changes or a
+    /// late ListAndWatch shows the last accepted Register worked after all.
+    async fn wait_to_retry(&mut self, kubelet: Instance) -> Step {
+        // After a Register the kubelet accepted, its ListAndWatch may still come (a
+        // loaded node can delay the kubelet's goroutine past `verify`). Another
+        // Register would leave it two clients, and the end of the older one's stream
+        // drops the newer (see the module docs): so wait at least `verify` again, and
+        // take a watch that opens meanwhile as that registration's.
+        let timing = self.r.timing;
+        let retry_in = match self.unwatched_since {
+            Some(_) => timing.backoff(self.failures).max(timing.verify),
+            None => timing.backoff(self.failures),
+        };
+        self.set(State::Retrying { failures: self.failures, retry_in, error: self.error.clone() });
+        let unwatched_since = self.unwatched_since;
+        let streams = &mut self.r.streams;
+        let late_watch = async {
+            match unwatched_since {
+                Some(before) => streams.wait_for(|s| s.opened > before && s.open > 0).await.map(|_| ()),
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(retry_in) => Step::Register,
+            w = late_watch => {
+                if w.is_err() {
+                    return Step::Stop;
                 }
+                tracing::info!(pool = %self.r.resource, "the kubelet opened ListAndWatch late: registered, not registering again");
+                self.unwatched_since = None;
+                self.watched_by = Some(kubelet);
+                Step::Look
+            }
+            c = self.r.kubelet.changed() => if c.is_err() { Step::Stop } else { Step::Look },
+        }
+    }
+
+    /// One Register, then wait up to `verify` for the kubelet's ListAndWatch.
+    async fn register(&mut self, kubelet: Instance) -> Step {
+        self.unwatched_since = None;
+        self.set(State::Registering);
+        let before = self.r.streams.borrow().opened;
+        let (resource, endpoint) = (&self.r.resource, &self.r.endpoint);
+        if let Err(e) = kubelet::register(&self.r.kubelet_dir, endpoint, resource).await {
+            let msg = nic::error_chain(&e);
+            if self.failures == 0 || msg != self.error {
+                tracing::warn!(pool = %resource, error = %msg, failures = self.failures + 1, "register failed; retrying with backoff");
+            } else {
+                tracing::debug!(pool = %resource, error = %msg, failures = self.failures + 1, "register failed again");
+            }
+            self.failed(msg);
+            return Step::Look;
+        }
+        self.r.metrics.registration_accepted(resource, &self.server);
+        self.set(State::Verifying);
+        let streams = &mut self.r.streams;
+        let watched = tokio::time::timeout(self.r.timing.verify, async {
+            streams.wait_for(|s| s.opened > before && s.open > 0).await.map(|_| ())
+        })
+        .await;
+        match watched {
+            Ok(Ok(())) => {
+                tracing::info!(pool = %self.r.resource, endpoint = %self.r.endpoint, "registered with the kubelet, which watches the pool");
+                self.watched_by = Some(kubelet);
+                Step::Look
+            }
+            Ok(Err(_)) => Step::Stop,
+            Err(_) => {
+                self.unwatched_since = Some(before);
+                let error = format!(
+                    "the kubelet accepted Register but opened no ListAndWatch within {:?}",
+                    self.r.timing.verify
+                );
+                tracing::warn!(pool = %self.r.resource, error = %error, failures = self.failures + 1, "registering again with backoff");
+                self.failed(error);
+                Step::Look
             }
         }
     }
