@@ -1299,6 +1299,28 @@ fn leftover_temp_and_corrupt_journal_files_are_removed_by_del_and_gc() {
     assert_eq!(lab.state_files(), ["attachments/.new:net1.json.tmp".to_string()].into());
 }
 
+/// The flushes run on two threads, so strace cuts one call in two when the
+/// other's comes between; the trace helper puts it back together where it returned.
+#[test]
+fn a_call_strace_cut_in_two_is_read_as_one_where_it_returned() {
+    let raw = [
+        "7 fdatasync(11</s/attachments/a.json> <unfinished ...>",
+        "8 fsync(19</s/attachments> <unfinished ...>",
+        "7 <... fdatasync resumed>) = 0",
+        "8 <... fsync resumed>) = 0",
+        "7 write(1<pipe:[1]>, \"{}\", 2) = 2",
+    ];
+    let joined = common::joined_calls(raw.iter().map(|l| l.to_string()).collect());
+    assert_eq!(
+        joined,
+        [
+            "7 fdatasync(11</s/attachments/a.json>) = 0",
+            "8 fsync(19</s/attachments>) = 0",
+            "7 write(1<pipe:[1]>, \"{}\", 2) = 2",
+        ]
+    );
+}
+
 /// Issue 22, defect 5: a journal is flushed to disk, file and directory (the
 /// rename), before ADD returns (else a power loss could leave an empty
 /// journal of an attachment the runtime knows of). Seen from the system calls

@@ -441,11 +441,10 @@ impl Daemon {
         }
         for f in found {
             if !self.cfg.pools.iter().any(|p| p.resource_name() == f.resource) {
-                tracing::info!(pool = %f.resource, path = %f.path.display(), devices = f.spec.devices.len(), "CDI spec of a pool no longer configured: kept while its devices are on the node");
+                tracing::info!(pool = %f.resource, path = %f.path.display(), devices = f.names.len(), "CDI spec of a pool no longer configured: kept while its devices are on the node");
             }
-            let kind = f.spec.kind.clone();
-            let disk = OnDisk::read(f.spec, &f.bytes);
-            self.retired.insert(f.resource, Retired { path: f.path, kind, disk });
+            let disk = OnDisk::read(f.names, &f.bytes);
+            self.retired.insert(f.resource, Retired { path: f.path, kind: f.kind, disk });
         }
     }
 

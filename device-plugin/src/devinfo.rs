@@ -28,6 +28,7 @@ use std::path::{Path, PathBuf};
 
 use nic::PciAddr;
 use plumbing::atomic_file::{write_unsynced, FileError};
+use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
 use crate::allocate::{cdi_named, hands_out_rdma, node_paths};
@@ -289,12 +290,8 @@ impl OnDisk {
     /// start nearly every one is computed again, and holding a thousand as
     /// JSON values cost the daemon 14 MiB of RSS (bench `daemon`); the next
     /// sync reads back the few it cannot compute ([`before`]).
-    pub fn read(spec: CdiSpec, bytes: &[u8]) -> Self {
-        OnDisk::Ours {
-            hash: spec_hash(bytes),
-            names: spec.devices.into_keys().collect(),
-            kept: BTreeMap::new(),
-        }
+    pub fn read(names: BTreeSet<String>, bytes: &[u8]) -> Self {
+        OnDisk::Ours { hash: spec_hash(bytes), names, kept: BTreeMap::new() }
     }
 
     /// Whether it has devices not computed from the node.
@@ -383,59 +380,101 @@ fn before(
 /// one the CDI library would refuse, is never taken for ours. `Ok(None)`: a
 /// spec of another kind (someone else's, nothing wrong with it).
 pub fn parse_ours(bytes: &[u8], kind: &str) -> Result<Option<CdiSpec>, String> {
-    let mut v: Value = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
-    if v.get("kind").and_then(Value::as_str) != Some(kind) {
-        return Ok(None);
-    }
-    only(&v, "the spec", &["cdiVersion", "kind", "devices"])?;
-    // Taken out of the document rather than copied: a thousand devices are megabytes.
-    let list = match v.get_mut("devices").map(Value::take) {
-        Some(Value::Array(l)) if !l.is_empty() => l,
-        _ => return Err("no devices".into()),
-    };
-    let mut devices = BTreeMap::new();
-    for d in list {
-        let o = only(&d, "a device", &["name", "containerEdits"])?;
-        let name = o.get("name").and_then(Value::as_str).filter(|n| names::is_cdi_device(n));
-        let name = name.ok_or_else(|| format!("device name {}", o.get("name").unwrap_or(&Value::Null)))?;
-        let at = format!("device {name}");
-        let edits = only(o.get("containerEdits").unwrap_or(&Value::Null), &at, &["deviceNodes", "env"])?;
-        let mut n = 0;
-        for node in edits.get("deviceNodes").map(|l| items(l, &at)).transpose()?.into_iter().flatten() {
-            let path = only(node, &at, &["path"])?.get("path").and_then(Value::as_str);
-            path.filter(|p| p.starts_with("/dev/")).ok_or_else(|| format!("{at}: device node {node}"))?;
-            n += 1;
-        }
-        for e in edits.get("env").map(|l| items(l, &at)).transpose()?.into_iter().flatten() {
-            let ok =
-                e.as_str().and_then(|e| e.strip_prefix(RDMA_DEVICE_ENV)).is_some_and(|e| e.contains('='));
-            if !ok {
-                return Err(format!("{at}: variable {e}"));
-            }
-            n += 1;
-        }
-        if n == 0 {
-            return Err(format!("{at}: no edits"));
-        }
-        let name = name.to_string();
-        if devices.insert(name, d).is_some() {
-            return Err(format!("{at} defined twice"));
-        }
-    }
+    let Some(list) = parse_devices(bytes, kind)? else { return Ok(None) };
+    let devices = list
+        .into_iter()
+        .map(|d| {
+            let v = serde_json::to_value(&d).unwrap_or_default();
+            (d.name, v)
+        })
+        .collect();
     Ok(Some(CdiSpec { kind: kind.to_string(), devices }))
 }
 
-/// `v` as an object with no key besides `keys`.
-fn only<'a>(v: &'a Value, at: &str, keys: &[&str]) -> Result<&'a serde_json::Map<String, Value>, String> {
-    let o = v.as_object().ok_or_else(|| format!("{at} is not an object"))?;
-    match o.keys().find(|k| !keys.contains(&k.as_str())) {
-        Some(k) => Err(format!("{at} has {k:?}")),
-        None => Ok(o),
-    }
+/// The names of the devices of `bytes` as [`parse_ours`] reads it, without
+/// a JSON value of each: at a start the spec of a thousand devices is read
+/// for their names only, and a tree of values would grow the daemon's heap
+/// by megabytes for a moment (bench `daemon`, VmRSS after start).
+pub fn parse_names(bytes: &[u8], kind: &str) -> Result<Option<BTreeSet<String>>, String> {
+    Ok(parse_devices(bytes, kind)?.map(|l| l.into_iter().map(|d| d.name).collect()))
 }
 
-fn items<'a>(v: &'a Value, at: &str) -> Result<&'a Vec<Value>, String> {
-    v.as_array().ok_or_else(|| format!("{at}: {v} is not a list"))
+/// A spec file's `kind`, the rest skipped unread.
+#[derive(Deserialize)]
+struct KindOf {
+    kind: Option<String>,
+}
+
+/// A spec file in the shape we write: any other key is refused.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpecIn {
+    #[serde(rename = "cdiVersion")]
+    _version: Option<serde::de::IgnoredAny>,
+    #[serde(rename = "kind")]
+    _kind: String,
+    #[serde(default)]
+    devices: Vec<DeviceIn>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct DeviceIn {
+    name: String,
+    #[serde(default)]
+    container_edits: EditsIn,
+}
+
+#[derive(Deserialize, Serialize, Default)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct EditsIn {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    device_nodes: Option<Vec<NodeIn>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    env: Option<Vec<String>>,
+}
+
+#[derive(Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+struct NodeIn {
+    path: String,
+}
+
+/// The devices of `bytes` if it is a spec of `kind` in our shape ([`parse_ours`]).
+fn parse_devices(bytes: &[u8], kind: &str) -> Result<Option<Vec<DeviceIn>>, String> {
+    let of: KindOf = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    if of.kind.as_deref() != Some(kind) {
+        return Ok(None);
+    }
+    let spec: SpecIn = serde_json::from_slice(bytes).map_err(|e| format!("the spec: {e}"))?;
+    if spec.devices.is_empty() {
+        return Err("no devices".into());
+    }
+    let mut seen = BTreeSet::new();
+    for d in &spec.devices {
+        if !names::is_cdi_device(&d.name) {
+            return Err(format!("device name {:?}", d.name));
+        }
+        let at = format!("device {}", d.name);
+        let edits = &d.container_edits;
+        let nodes = edits.device_nodes.iter().flatten();
+        if let Some(n) = nodes.clone().find(|n| !n.path.starts_with("/dev/")) {
+            return Err(format!("{at}: device node {:?}", n.path));
+        }
+        let env = edits.env.iter().flatten();
+        if let Some(e) =
+            env.clone().find(|e| !e.strip_prefix(RDMA_DEVICE_ENV).is_some_and(|e| e.contains('=')))
+        {
+            return Err(format!("{at}: variable {e:?}"));
+        }
+        if nodes.count() + env.count() == 0 {
+            return Err(format!("{at}: no edits"));
+        }
+        if !seen.insert(d.name.as_str()) {
+            return Err(format!("{at} defined twice"));
+        }
+    }
+    Ok(Some(spec.devices))
 }
 
 /// A CDI spec of ours found in the CDI dir.
@@ -445,8 +484,10 @@ pub struct Found {
     pub resource: String,
     /// The file.
     pub path: PathBuf,
-    /// What it defines.
-    pub spec: CdiSpec,
+    /// Its kind (`vendor/class`).
+    pub kind: String,
+    /// Its devices' names.
+    pub names: BTreeSet<String>,
     /// The file's bytes.
     pub bytes: Vec<u8>,
 }
@@ -487,8 +528,9 @@ pub fn read_ours(dir: &Path, prefixes: &BTreeSet<String>) -> (Vec<Found>, Vec<St
         };
         let mut why = Vec::new();
         let ours = named.into_iter().find_map(|(prefix, name)| {
-            match parse_ours(&bytes, &names::cdi_kind(prefix, name)) {
-                Ok(spec) => spec.map(|s| (format!("{prefix}/{name}"), s)),
+            let kind = names::cdi_kind(prefix, name);
+            match parse_names(&bytes, &kind) {
+                Ok(found) => found.map(|n| (format!("{prefix}/{name}"), kind, n)),
                 Err(e) => {
                     why.push(e);
                     None
@@ -496,7 +538,7 @@ pub fn read_ours(dir: &Path, prefixes: &BTreeSet<String>) -> (Vec<Found>, Vec<St
             }
         });
         match ours {
-            Some((resource, spec)) => found.push(Found { resource, path, spec, bytes }),
+            Some((resource, kind, names)) => found.push(Found { resource, path, kind, names, bytes }),
             None if why.is_empty() => {}
             None => warnings.push(format!(
                 "{}: not read as a CDI spec of this plugin ({})",
@@ -618,11 +660,19 @@ mod tests {
         let read = |v: Value| parse_ours(v.to_string().as_bytes(), kind);
         let good = spec(json!([dev("0000:3d:00.2", uverbs(3))]));
         assert_eq!(read(good.clone()).unwrap().unwrap().devices.len(), 1);
+        // What a start reads (names only) is the same read.
+        let names = parse_names(good.to_string().as_bytes(), kind).unwrap().unwrap();
+        assert!(names.iter().eq(["0000:3d:00.2"]));
+        assert_eq!(
+            read(good.clone()).unwrap().unwrap().to_value(),
+            Some(good.clone()),
+            "read back as written"
+        );
         assert_eq!(read(json!({"kind": "nvidia.com/gpu", "devices": []})), Ok(None), "someone else's");
         let mut hook = good.clone();
         hook["containerEdits"] = json!({"hooks": []});
         for (bad, why) in [
-            (hook, "\"containerEdits\""),
+            (hook, "unknown field `containerEdits`"),
             (spec(json!([])), "no devices"),
             (spec(json!([dev("0000:3d:00.2", json!({}))])), "no edits"),
             (spec(json!([dev("0000:3d:00.2", json!({"deviceNodes": []}))])), "no edits"),
@@ -631,7 +681,7 @@ mod tests {
                 spec(json!([dev("0000:3d:00.2", json!({"deviceNodes": [{"path": "/etc/shadow"}]}))])),
                 "device node",
             ),
-            (spec(json!([dev("0000:3d:00.2", json!({"mounts": []}))])), "\"mounts\""),
+            (spec(json!([dev("0000:3d:00.2", json!({"mounts": []}))])), "unknown field `mounts`"),
             (spec(json!([dev("-x", uverbs(3))])), "device name"),
             (spec(json!([dev("0000:3d:00.2", uverbs(3)), dev("0000:3d:00.2", uverbs(4))])), "twice"),
         ] {

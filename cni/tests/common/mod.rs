@@ -455,7 +455,32 @@ pub fn strace_plugin(
     assert!(out.status.success(), "{cmd}: {}", String::from_utf8_lossy(&out.stdout));
     let l = lines(&trace);
     let _ = std::fs::remove_file(&trace);
-    l
+    joined_calls(l)
+}
+
+/// strace's lines with each call interrupted by another task's
+/// (`PID call(args <unfinished ...>` ... `PID <... call resumed>rest`) made
+/// one line again, placed where the call returned.
+pub fn joined_calls(lines: Vec<String>) -> Vec<String> {
+    let mut open: std::collections::HashMap<String, String> = Default::default();
+    let mut out = Vec::new();
+    for l in lines {
+        let (pid, rest) = l.split_once(' ').unwrap_or(("", &l));
+        if let Some(start) = rest.strip_suffix(" <unfinished ...>") {
+            open.insert(pid.to_string(), start.to_string());
+        } else if let Some((_, tail)) =
+            rest.trim_start().strip_prefix("<... ").and_then(|r| r.split_once(" resumed>"))
+        {
+            match open.remove(pid) {
+                Some(start) => out.push(format!("{pid} {start}{tail}")),
+                None => out.push(l.clone()),
+            }
+        } else {
+            out.push(l);
+        }
+    }
+    out.extend(open.into_iter().map(|(pid, start)| format!("{pid} {start} <unfinished ...>")));
+    out
 }
 
 /// Writes `data` to a child's stdin and closes it; a child that exited without
