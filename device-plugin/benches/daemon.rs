@@ -1,9 +1,11 @@
 //! Daemon benchmark on a simulated 1024-VF node (8 PF × 128 VF), run against
 //! the real binary (the daemon is its own process, as in production):
 //! - start → first ListAndWatch response (process spawn, discovery, pools,
-//!   socket served, first list received by a client);
+//!   socket served, first list received by a client), with and without the
+//!   previous run's CDI spec on disk;
 //! - Allocate latency p50/p99 over 10 000 calls on one connection;
-//! - resident memory (VmRSS) of the daemon after start and after the calls;
+//! - resident memory (VmRSS) of the daemon after start, once the start's freed
+//!   heap is returned, after the calls, and its peak (VmHWM);
 //! - SIGTERM → exit with 1, 4 and 16 pools, each with an open ListAndWatch
 //!   stream (as the kubelet keeps one), against the 1-pool stop of the same run;
 //! - the rescan a link event on one PF triggers (walk of that PF, merge, memory,
@@ -28,10 +30,15 @@ use kube_rdma_device_plugin::api::device_plugin_client::DevicePluginClient;
 use kube_rdma_device_plugin::api::{AllocateRequest, ContainerAllocateRequest, Empty};
 use kube_rdma_device_plugin::kubelet;
 
-fn vm_rss_kib(pid: u32) -> u64 {
+/// Starts timed per build: a start is ~50 ms and its spread a few ms, so a
+/// median of 5 moved by 25% between idle runs.
+const STARTS: usize = 21;
+
+/// `field` (`VmRSS`, `VmHWM`) of `/proc/<pid>/status`, KiB.
+fn status_kib(pid: u32, field: &str) -> u64 {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     s.lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
@@ -80,12 +87,18 @@ fn main() {
 
 /// What the daemon process costs, measured from outside as the kubelet sees it.
 struct Measured {
+    /// Starts that found the previous run's CDI spec on disk.
     starts: Vec<Duration>,
+    /// Starts that found none.
+    starts_no_spec: Vec<Duration>,
     start_cpu: Vec<Duration>,
     allocate: Vec<Duration>,
     cpu_per_call: Duration,
     rss_start_kib: u64,
+    rss_settled_kib: u64,
     rss_after_kib: u64,
+    /// VmHWM at the end: the most ever resident.
+    rss_peak_kib: u64,
     stops: Vec<(usize, Duration)>,
 }
 
@@ -99,12 +112,19 @@ impl Measured {
     fn print(&self, what: &str) {
         let (starts, lat) = (&self.starts, &self.allocate);
         println!("{what}:");
+        for (set, with) in
+            [(starts, "the previous run's CDI spec on disk"), (&self.starts_no_spec, "no spec on disk")]
+        {
+            println!(
+                "  start -> first ListAndWatch (1024 devices), {with}: median {:.1} ms, min {:.1} ms, max {:.1} ms over {} starts (target < 100 ms)",
+                ms(pct(set, 0.5)),
+                ms(set[0]),
+                ms(set[set.len() - 1]),
+                set.len(),
+            );
+        }
         println!(
-            "  start -> first ListAndWatch (1024 devices): median {:.1} ms, min {:.1} ms, max {:.1} ms over {} starts (target < 100 ms); daemon CPU to it (/proc stat, all threads): median {:.1} ms",
-            ms(pct(starts, 0.5)),
-            ms(starts[0]),
-            ms(starts[starts.len() - 1]),
-            starts.len(),
+            "  daemon CPU to the first list (/proc stat, all threads): median {:.1} ms",
             ms(pct(&self.start_cpu, 0.5))
         );
         println!(
@@ -116,9 +136,11 @@ impl Measured {
             us(self.cpu_per_call)
         );
         println!(
-            "  VmRSS: {:.1} MiB after start, {:.1} MiB after the Allocate calls (target < 20 MiB)",
+            "  VmRSS: {:.1} MiB 0.2 s after start, {:.1} MiB 1.5 s after (the daemon returns the start's freed heap after 1 s), {:.1} MiB after the Allocate calls (target < 20 MiB); peak (VmHWM) {:.1} MiB",
             self.rss_start_kib as f64 / 1024.0,
-            self.rss_after_kib as f64 / 1024.0
+            self.rss_settled_kib as f64 / 1024.0,
+            self.rss_after_kib as f64 / 1024.0,
+            self.rss_peak_kib as f64 / 1024.0
         );
         let base = self.stops[0].1.as_secs_f64();
         for (n, t) in &self.stops {
@@ -135,13 +157,15 @@ impl Measured {
         let r = |a: Duration, b: Duration| a.as_secs_f64() / b.as_secs_f64().max(1e-9);
         println!("this build / baseline (same run):");
         println!(
-            "  start median {:.2}x, start CPU {:.2}x, Allocate p50 {:.2}x, p99 {:.2}x, CPU per Allocate {:.2}x, VmRSS after the calls {:.2}x",
+            "  start median {:.2}x (no spec on disk: {:.2}x; an older build may remove its spec at SIGTERM), start CPU {:.2}x, Allocate p50 {:.2}x, p99 {:.2}x, CPU per Allocate {:.2}x, VmRSS after the calls {:.2}x, peak {:.2}x",
             r(pct(&self.starts, 0.5), pct(&before.starts, 0.5)),
+            r(pct(&self.starts_no_spec, 0.5), pct(&before.starts_no_spec, 0.5)),
             r(pct(&self.start_cpu, 0.5), pct(&before.start_cpu, 0.5)),
             r(pct(&self.allocate, 0.5), pct(&before.allocate, 0.5)),
             r(pct(&self.allocate, 0.99), pct(&before.allocate, 0.99)),
             r(self.cpu_per_call, before.cpu_per_call),
-            self.rss_after_kib as f64 / before.rss_after_kib.max(1) as f64
+            self.rss_after_kib as f64 / before.rss_after_kib.max(1) as f64,
+            self.rss_peak_kib as f64 / before.rss_peak_kib.max(1) as f64
         );
         for ((n, a), (_, b)) in self.stops.iter().zip(&before.stops) {
             println!("  SIGTERM -> exit with {n:>2} pools {:.2}x", r(*a, *b));
@@ -296,16 +320,24 @@ fn one_pf_rescan(sim: &nic::sim::Sim) {
     );
 }
 
-/// Five starts to the first full list, then 10 000 Allocate calls on the last one.
+/// Starts to the first full list ([`STARTS`]), then 10 000 Allocate calls on the last one.
 async fn start_and_allocate(sim: &nic::sim::Sim, exe: &Path) -> Measured {
     let roots = sim.roots();
     let dirs = Dirs::new();
     let k = FakeKubelet::start(&dirs.kubelet);
     let sock = dirs.kubelet.join(SOCK);
     let mut starts = Vec::new();
+    let mut starts_no_spec = Vec::new();
     let mut start_cpu = Vec::new();
     let mut last_child = None;
-    for round in 0..5 {
+    for round in 0..STARTS {
+        // Every other start finds no CDI spec of a previous run (a first start, or
+        // an older build, which removed its spec at SIGTERM); the others find the
+        // one the last run kept, as a restart on a node does.
+        let no_spec = round % 2 == 0;
+        if no_spec {
+            let _ = std::fs::remove_dir_all(&dirs.cdi);
+        }
         let t0 = Instant::now();
         let mut child = dirs
             .daemon_command_of(exe)
@@ -332,9 +364,9 @@ async fn start_and_allocate(sim: &nic::sim::Sim, exe: &Path) -> Measured {
         let took = t0.elapsed();
         start_cpu.push(Duration::from_nanos(cpu_ns(child.id().unwrap())));
         assert_eq!(first.devices.len(), 1024);
-        starts.push(took);
+        if no_spec { &mut starts_no_spec } else { &mut starts }.push(took);
         let _ = k.next_registration(Duration::from_secs(5)).await;
-        if round < 4 {
+        if round + 1 < STARTS {
             nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(child.id().unwrap() as i32),
                 nix::sys::signal::Signal::SIGTERM,
@@ -353,7 +385,9 @@ async fn start_and_allocate(sim: &nic::sim::Sim, exe: &Path) -> Measured {
     let (mut child, mut c, first) = last_child.unwrap();
     let pid = child.id().unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let rss_start_kib = vm_rss_kib(pid);
+    let rss_start_kib = status_kib(pid, "VmRSS");
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let rss_settled_kib = status_kib(pid, "VmRSS");
 
     let ids: Vec<String> = first.devices.iter().map(|d| d.id.clone()).collect();
     // Warm-up, then 10 000 measured calls.
@@ -380,13 +414,26 @@ async fn start_and_allocate(sim: &nic::sim::Sim, exe: &Path) -> Measured {
     }
     let cpu_per_call = Duration::from_nanos((cpu_ns(pid) - cpu_before) / 10_000);
     allocate.sort();
-    let rss_after_kib = vm_rss_kib(pid);
+    let rss_after_kib = status_kib(pid, "VmRSS");
+    let rss_peak_kib = status_kib(pid, "VmHWM");
     starts.sort();
+    starts_no_spec.sort();
     start_cpu.sort();
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGTERM)
         .unwrap();
     let _ = child.wait().await;
-    Measured { starts, start_cpu, allocate, cpu_per_call, rss_start_kib, rss_after_kib, stops: vec![] }
+    Measured {
+        starts,
+        starts_no_spec,
+        start_cpu,
+        allocate,
+        cpu_per_call,
+        rss_start_kib,
+        rss_settled_kib,
+        rss_after_kib,
+        rss_peak_kib,
+        stops: vec![],
+    }
 }
 
 /// The daemon's work in this process, to separate CPU cost from scheduling on a busy machine.
