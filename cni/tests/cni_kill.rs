@@ -78,6 +78,16 @@ fn kill_after(
     }
 }
 
+/// The random seed of a run: `KILL_TEST_SEED` to repeat one, else the clock;
+/// printed so a failure can be replayed.
+fn seed() -> u64 {
+    let seed = std::env::var("KILL_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
+        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
+    }) | 1;
+    eprintln!("KILL_TEST_SEED={seed}");
+    seed
+}
+
 #[test]
 fn sigkills_at_random_points_of_add_and_del_then_the_runtimes_del_leak_nothing() {
     let t0 = Instant::now();
@@ -91,10 +101,7 @@ fn sigkills_at_random_points_of_add_and_del_then_the_runtimes_del_leak_nothing()
         c["mtu"] = json!(1400);
         c
     };
-    let seed = std::env::var("KILL_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    }) | 1;
-    eprintln!("KILL_TEST_SEED={seed}");
+    let seed = seed();
     let tallies: Vec<(usize, usize, usize, [usize; 2])> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..WORKERS)
             .map(|w| {
@@ -326,10 +333,7 @@ fn orphaned_adds_with_the_runtimes_del_beside_them_leak_nothing() {
         c["mtu"] = json!(1400);
         c
     };
-    let seed = std::env::var("KILL_TEST_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| {
-        std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64
-    }) | 1;
-    eprintln!("KILL_TEST_SEED={seed}");
+    let seed = seed();
     let outcomes: Vec<Orphan> = std::thread::scope(|s| {
         let workers: Vec<_> = (0..WORKERS)
             .map(|w| {

@@ -12,6 +12,7 @@
 
 mod common;
 
+use std::ffi::OsStr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -56,26 +57,27 @@ fn sigterm(child: &tokio::process::Child) {
     .unwrap();
 }
 
+/// The daemon on the simulated node at `roots`, rescanning every 0.1 s with no
+/// link events (the tests change the node and wait for a rescan), plus `args`.
+fn daemon(dirs: &Dirs, roots: &nic::Roots, args: &[&OsStr]) -> tokio::process::Child {
+    dirs.daemon_command()
+        .arg("--sysfs-root")
+        .arg(&roots.sysfs)
+        .arg("--dev-root")
+        .arg(&roots.dev)
+        .args(["--rescan-interval", "0.1", "--no-link-events"])
+        .args(args)
+        .spawn()
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cdi_specs_outlive_the_daemon_and_leave_with_their_devices() {
     let mut node = sim("cx6dx-dual.yaml");
     let roots = node.roots();
     let dirs = Dirs::new();
     let cfg = dirs.write_config(TWO_POOLS);
-    let spawn = || {
-        dirs.daemon_command()
-            .arg("--sysfs-root")
-            .arg(&roots.sysfs)
-            .arg("--dev-root")
-            .arg(&roots.dev)
-            .arg("--config")
-            .arg(&cfg)
-            .arg("--rescan-interval")
-            .arg("0.1")
-            .arg("--no-link-events")
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || daemon(&dirs, &roots, &["--config".as_ref(), cfg.as_os_str()]);
     let (spec_a, spec_b) = (dirs.cdi.join("kuberdma.io-a.json"), dirs.cdi.join("kuberdma.io-b.json"));
     let mut k = FakeKubelet::start(&dirs.kubelet);
     let child = spawn();
@@ -175,16 +177,7 @@ async fn a_vf_in_a_pod_the_host_cannot_see_keeps_its_cdi_device_across_restarts(
     let roots = node.roots();
     let dirs = Dirs::new();
     let pr = FakePodResources::start(&dirs.tmp.path().join("pod-resources/kubelet.sock"));
-    let spawn = || {
-        dirs.daemon_command()
-            .arg("--sysfs-root")
-            .arg(&roots.sysfs)
-            .arg("--dev-root")
-            .arg(&roots.dev)
-            .args(["--rescan-interval", "0.1", "--pod-resources-interval", "0.1", "--no-link-events"])
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || daemon(&dirs, &roots, &["--pod-resources-interval".as_ref(), "0.1".as_ref()]);
     let spec = dirs.cdi.join("kuberdma.io-rdma_vfs.json");
     const VF: &str = "0000:af:00.2";
     let mut k = FakeKubelet::start(&dirs.kubelet);
@@ -248,18 +241,7 @@ async fn specs_of_pools_removed_while_the_daemon_was_down_follow_the_node() {
     let roots = node.roots();
     let dirs = Dirs::new();
     let cfg = dirs.write_config(TWO_POOLS);
-    let spawn = || {
-        dirs.daemon_command()
-            .arg("--sysfs-root")
-            .arg(&roots.sysfs)
-            .arg("--dev-root")
-            .arg(&roots.dev)
-            .arg("--config")
-            .arg(&cfg)
-            .args(["--rescan-interval", "0.1", "--no-link-events"])
-            .spawn()
-            .unwrap()
-    };
+    let spawn = || daemon(&dirs, &roots, &["--config".as_ref(), cfg.as_os_str()]);
     let (spec_a, spec_b) = (dirs.cdi.join("kuberdma.io-a.json"), dirs.cdi.join("kuberdma.io-b.json"));
     let mut k = FakeKubelet::start(&dirs.kubelet);
     let child = spawn();
