@@ -442,7 +442,15 @@ struct NodeIn {
 
 /// The devices of `bytes` if it is a spec of `kind` in our shape ([`parse_ours`]).
 fn parse_devices(bytes: &[u8], kind: &str) -> Result<Option<Vec<DeviceIn>>, String> {
-    let of: KindOf = serde_json::from_slice(bytes).map_err(|e| format!("not JSON: {e}"))?;
+    // serde reads a struct from a JSON array too: a spec is an object.
+    let object = bytes.trim_ascii_start().first() == Some(&b'{');
+    let of: KindOf = match serde_json::from_slice(bytes) {
+        Ok(of) if object => of,
+        // JSON, but not an object with a string `kind`: no spec of ours.
+        Ok(_) => return Ok(None),
+        Err(e) if e.is_data() => return Ok(None),
+        Err(e) => return Err(format!("not JSON: {e}")),
+    };
     if of.kind.as_deref() != Some(kind) {
         return Ok(None);
     }
@@ -669,6 +677,8 @@ mod tests {
             "read back as written"
         );
         assert_eq!(read(json!({"kind": "nvidia.com/gpu", "devices": []})), Ok(None), "someone else's");
+        assert_eq!(read(json!([kind])), Ok(None), "JSON, not a spec");
+        assert_eq!(read(json!({"kind": 7})), Ok(None), "JSON, not a spec");
         let mut hook = good.clone();
         hook["containerEdits"] = json!({"hooks": []});
         for (bad, why) in [
