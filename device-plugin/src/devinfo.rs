@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use nic::PciAddr;
 use plumbing::atomic_file::{write_unsynced, FileError};
 use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::allocate::{cdi_named, hands_out_rdma, node_paths};
 use crate::names;
@@ -107,31 +107,60 @@ pub fn cdi_spec_of(pool: &Pool, keep: impl Fn(&Device) -> bool) -> Option<Value>
 
 /// The CDI devices of the devices of `pool` that `keep` keeps and that have
 /// container edits, by name (the device ID).
-pub fn cdi_devices(pool: &Pool, keep: impl Fn(&Device) -> bool) -> BTreeMap<String, Value> {
+pub fn cdi_devices(pool: &Pool, keep: impl Fn(&Device) -> bool) -> BTreeMap<String, CdiDevice> {
     pool.devices
         .iter()
         .filter(|d| keep(d) && cdi_named(pool, d))
         .map(|d| {
-            let mut nodes: Vec<Value> =
-                node_paths(pool, d).into_iter().map(|p| json!({ "path": p })).collect();
+            let mut nodes: Vec<DeviceNode> =
+                node_paths(pool, d).into_iter().map(|path| DeviceNode { path }).collect();
             if pool.rdma_cm && hands_out_rdma(pool, d) {
-                nodes.push(json!({ "path": RDMA_CM }));
+                nodes.push(DeviceNode { path: RDMA_CM.into() });
             }
-            let mut edits = serde_json::Map::new();
-            if !nodes.is_empty() {
-                edits.insert("deviceNodes".into(), nodes.into());
-            }
-            if hands_out_rdma(pool, d) {
-                let env: Vec<String> = d
-                    .rdma
+            let env = hands_out_rdma(pool, d).then(|| {
+                d.rdma
                     .iter()
                     .map(|r| format!("{RDMA_DEVICE_ENV}{}={}", names::env_part(&d.id), r.name))
-                    .collect();
-                edits.insert("env".into(), env.into());
-            }
-            (d.id.clone(), json!({ "name": d.id, "containerEdits": edits }))
+                    .collect()
+            });
+            let container_edits = Edits { device_nodes: (!nodes.is_empty()).then_some(nodes), env };
+            (d.id.clone(), CdiDevice { container_edits, name: d.id.clone() })
         })
         .collect()
+}
+
+/// A CDI device of ours, as written and as read back: only what we write, so
+/// that reading refuses any other key (`deny_unknown_fields`). Fields in
+/// sorted order: the file's bytes are those of the same device as a
+/// [`Value`] (sorted keys), as earlier versions wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct CdiDevice {
+    /// Its edits: device nodes and variables.
+    #[serde(default)]
+    pub container_edits: Edits,
+    /// The device ID.
+    pub name: String,
+}
+
+/// A CDI device's `containerEdits` as we write them.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+pub struct Edits {
+    /// `deviceNodes`; absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device_nodes: Option<Vec<DeviceNode>>,
+    /// `env` (`KUBERDMA_RDMA_DEVICE_*`); absent when the device hands out no RDMA device.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<String>>,
+}
+
+/// A `deviceNodes` entry: the path alone (the runtime reads type and numbers from it).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceNode {
+    /// Under `/dev/`.
+    pub path: String,
 }
 
 /// Stem of the variable a CDI device sets to its RDMA device
@@ -145,7 +174,7 @@ pub struct CdiSpec {
     /// `vendor/class` ([`names::cdi_kind`]).
     pub kind: String,
     /// Devices by name.
-    pub devices: BTreeMap<String, Value>,
+    pub devices: BTreeMap<String, CdiDevice>,
 }
 
 impl CdiSpec {
@@ -178,7 +207,7 @@ impl CdiSpec {
 struct Document<'a> {
     #[serde(rename = "cdiVersion")]
     cdi_version: &'static str,
-    devices: Vec<&'a Value>,
+    devices: Vec<&'a CdiDevice>,
     kind: &'a str,
 }
 
@@ -196,17 +225,18 @@ pub struct Hardware {
 }
 
 impl Hardware {
-    /// Of the CDI device `device` called `name`.
-    pub fn of(name: &str, device: &Value) -> Self {
-        let pci = name.parse().ok().or_else(|| name.rsplit_once('-').and_then(|(f, _)| f.parse().ok()));
-        let rdma = device["containerEdits"]["env"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|e| e.as_str()?.strip_prefix(RDMA_DEVICE_ENV)?.split_once('='))
+    /// Of the CDI device `device`.
+    pub fn of(device: &CdiDevice) -> Self {
+        let rdma = (device.container_edits.env.iter().flatten())
+            .filter_map(|e| e.strip_prefix(RDMA_DEVICE_ENV)?.split_once('='))
             .map(|(_, r)| r.to_string())
             .collect();
-        Hardware { pci, rdma }
+        Hardware { pci: Self::function(&device.name), rdma }
+    }
+
+    /// The PCI function the CDI device called `name` stands for, if any.
+    pub fn function(name: &str) -> Option<PciAddr> {
+        name.parse().ok().or_else(|| name.rsplit_once('-').and_then(|(f, _)| f.parse().ok()))
     }
 
     /// Whether it is still on the node: its PCI function (a VF in a pod
@@ -231,13 +261,13 @@ impl Hardware {
 /// `before`.
 pub fn kept(
     kind: String,
-    mut fresh: BTreeMap<String, Value>,
+    mut fresh: BTreeMap<String, CdiDevice>,
     before: Option<&CdiSpec>,
     on_node: impl Fn(&Hardware) -> bool,
-) -> (CdiSpec, BTreeMap<String, Value>) {
+) -> (CdiSpec, BTreeMap<String, CdiDevice>) {
     let mut carried = BTreeMap::new();
     for (name, dev) in before.filter(|b| b.kind == kind).map(|b| &b.devices).into_iter().flatten() {
-        if !fresh.contains_key(name) && on_node(&Hardware::of(name, dev)) {
+        if !fresh.contains_key(name) && on_node(&Hardware::of(dev)) {
             carried.insert(name.clone(), dev.clone());
         }
     }
@@ -277,7 +307,7 @@ pub enum OnDisk {
         /// written but kept from before ([`kept`]), as they are in it: few (VFs
         /// in pods the host cannot see; every device of a spec no pool
         /// computes). A spec with any follows the node on every rescan.
-        kept: BTreeMap<String, Value>,
+        kept: BTreeMap<String, CdiDevice>,
     },
     /// A file at the path that is not ours as it is (from an older version,
     /// say): written over, or removed, at the next sync.
@@ -285,7 +315,7 @@ pub enum OnDisk {
 }
 
 impl OnDisk {
-    /// `spec` read back from a file of `bytes`: each of its devices stays until
+    /// The devices `names` of a spec read back from a file of `bytes`: each stays until
     /// something computes it. Their entries stay in the file, not here: at a
     /// start nearly every one is computed again, and holding a thousand as
     /// JSON values cost the daemon 14 MiB of RSS (bench `daemon`); the next
@@ -320,7 +350,7 @@ pub enum Synced {
 pub fn sync(
     path: &Path,
     kind: String,
-    fresh: BTreeMap<String, Value>,
+    fresh: BTreeMap<String, CdiDevice>,
     last: OnDisk,
     node: &OnNode,
 ) -> (OnDisk, Synced) {
@@ -350,7 +380,7 @@ pub fn sync(
 fn before(
     path: &Path,
     kind: &str,
-    fresh: &BTreeMap<String, Value>,
+    fresh: &BTreeMap<String, CdiDevice>,
     last: &OnDisk,
     node: &OnNode,
 ) -> Option<CdiSpec> {
@@ -359,7 +389,7 @@ fn before(
     let may_stay = |n: &str| {
         !fresh.contains_key(n)
             && !kept.contains_key(n)
-            && Hardware::of(n, &Value::Null).pci.is_none_or(|p| node.has_function(p))
+            && Hardware::function(n).is_none_or(|p| node.has_function(p))
     };
     if !names.iter().map(String::as_str).any(may_stay) {
         return kept_only();
@@ -381,13 +411,7 @@ fn before(
 /// spec of another kind (someone else's, nothing wrong with it).
 pub fn parse_ours(bytes: &[u8], kind: &str) -> Result<Option<CdiSpec>, String> {
     let Some(list) = parse_devices(bytes, kind)? else { return Ok(None) };
-    let devices = list
-        .into_iter()
-        .map(|d| {
-            let v = serde_json::to_value(&d).unwrap_or_default();
-            (d.name, v)
-        })
-        .collect();
+    let devices = list.into_iter().map(|d| (d.name.clone(), d)).collect();
     Ok(Some(CdiSpec { kind: kind.to_string(), devices }))
 }
 
@@ -414,34 +438,11 @@ struct SpecIn {
     #[serde(rename = "kind")]
     _kind: String,
     #[serde(default)]
-    devices: Vec<DeviceIn>,
-}
-
-#[derive(Deserialize, Serialize)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct DeviceIn {
-    name: String,
-    #[serde(default)]
-    container_edits: EditsIn,
-}
-
-#[derive(Deserialize, Serialize, Default)]
-#[serde(deny_unknown_fields, rename_all = "camelCase")]
-struct EditsIn {
-    #[serde(skip_serializing_if = "Option::is_none")]
-    device_nodes: Option<Vec<NodeIn>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    env: Option<Vec<String>>,
-}
-
-#[derive(Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-struct NodeIn {
-    path: String,
+    devices: Vec<CdiDevice>,
 }
 
 /// The devices of `bytes` if it is a spec of `kind` in our shape ([`parse_ours`]).
-fn parse_devices(bytes: &[u8], kind: &str) -> Result<Option<Vec<DeviceIn>>, String> {
+fn parse_devices(bytes: &[u8], kind: &str) -> Result<Option<Vec<CdiDevice>>, String> {
     // serde reads a struct from a JSON array too: a spec is an object.
     let object = bytes.trim_ascii_start().first() == Some(&b'{');
     let of: KindOf = match serde_json::from_slice(bytes) {
@@ -574,6 +575,8 @@ pub fn put_cdi(path: &Path, file: Option<&[u8]>) -> Result<(), FileError> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
 
     fn dev(name: &str, edits: Value) -> Value {
@@ -584,20 +587,40 @@ mod tests {
         json!({ "deviceNodes": [{ "path": format!("/dev/infiniband/uverbs{n}") }] })
     }
 
+    /// [`dev`] as the typed device.
+    fn device(name: &str, edits: Value) -> CdiDevice {
+        serde_json::from_value(dev(name, edits)).unwrap()
+    }
+
     #[test]
     fn the_hardware_of_a_cdi_device_comes_from_its_name_and_variables() {
         let pci = |s: &str| Some(s.parse::<PciAddr>().unwrap());
-        let h = Hardware::of("0000:3d:00.2", &dev("0000:3d:00.2", uverbs(3)));
+        let h = Hardware::of(&device("0000:3d:00.2", uverbs(3)));
         assert_eq!(h, Hardware { pci: pci("0000:3d:00.2"), rdma: vec![] });
         let shared =
-            dev("0000:3d:00.0-0002", json!({"env": ["KUBERDMA_RDMA_DEVICE_0000_3D_00_0_0002=mlx5_0"]}));
-        let h = Hardware::of("0000:3d:00.0-0002", &shared);
+            device("0000:3d:00.0-0002", json!({"env": ["KUBERDMA_RDMA_DEVICE_0000_3D_00_0_0002=mlx5_0"]}));
+        let h = Hardware::of(&shared);
         assert_eq!(h, Hardware { pci: pci("0000:3d:00.0"), rdma: vec!["mlx5_0".into()] });
-        let rxe = dev("rxe0-0001", json!({"env": ["KUBERDMA_RDMA_DEVICE_RXE0_0001=rxe0"]}));
-        assert_eq!(Hardware::of("rxe0-0001", &rxe), Hardware { pci: None, rdma: vec!["rxe0".into()] });
+        let rxe = device("rxe0-0001", json!({"env": ["KUBERDMA_RDMA_DEVICE_RXE0_0001=rxe0"]}));
+        assert_eq!(Hardware::of(&rxe), Hardware { pci: None, rdma: vec!["rxe0".into()] });
         let rsdp =
-            dev("1", json!({"env": ["KUBERDMA_RDMA_DEVICE_1=mlx5_0", "KUBERDMA_RDMA_DEVICE_1=mlx5_1"]}));
-        assert_eq!(Hardware::of("1", &rsdp).rdma, ["mlx5_0", "mlx5_1"]);
+            device("1", json!({"env": ["KUBERDMA_RDMA_DEVICE_1=mlx5_0", "KUBERDMA_RDMA_DEVICE_1=mlx5_1"]}));
+        assert_eq!(Hardware::of(&rsdp).rdma, ["mlx5_0", "mlx5_1"]);
+    }
+
+    /// Specs written by a version that built devices as JSON values are not
+    /// rewritten for their bytes alone after an upgrade.
+    #[test]
+    fn a_typed_device_serialises_to_the_bytes_of_the_same_json_value() {
+        let d = dev(
+            "0000:3d:00.2",
+            json!({"deviceNodes": [{"path": "/dev/infiniband/uverbs3"}], "env": ["KUBERDMA_RDMA_DEVICE_0000_3D_00_2=mlx5_3"]}),
+        );
+        let typed: CdiDevice = serde_json::from_value(d.clone()).unwrap();
+        assert_eq!(serde_json::to_vec_pretty(&typed).unwrap(), serde_json::to_vec_pretty(&d).unwrap());
+        let spec =
+            CdiSpec { kind: "kuberdma.io/rdma_vfs".into(), devices: [(typed.name.clone(), typed)].into() };
+        assert_eq!(spec.file(), spec.to_value().map(|v| cdi_file(&v)));
     }
 
     #[test]
@@ -607,17 +630,17 @@ mod tests {
             kind: kind.clone(),
             devices: [("0000:3d:00.1", 1), ("0000:3d:00.2", 2), ("0000:3d:00.3", 3)]
                 .into_iter()
-                .map(|(n, u)| (n.to_string(), dev(n, uverbs(u))))
+                .map(|(n, u)| (n.to_string(), device(n, uverbs(u))))
                 .collect(),
         };
         // 00.1 computed anew (its uverbs number changed), 00.2 in a pod with no trace, 00.3 gone.
-        let fresh: BTreeMap<String, Value> =
-            [("0000:3d:00.1".to_string(), dev("0000:3d:00.1", uverbs(7)))].into_iter().collect();
+        let fresh: BTreeMap<String, CdiDevice> =
+            [("0000:3d:00.1".to_string(), device("0000:3d:00.1", uverbs(7)))].into_iter().collect();
         let gone: PciAddr = "0000:3d:00.3".parse().unwrap();
         let (spec, carried) = kept(kind.clone(), fresh.clone(), Some(&before), |h| h.pci != Some(gone));
         assert_eq!(carried.keys().collect::<Vec<_>>(), ["0000:3d:00.2"]);
         assert_eq!(spec.devices.keys().collect::<Vec<_>>(), ["0000:3d:00.1", "0000:3d:00.2"]);
-        assert_eq!(spec.devices["0000:3d:00.1"], dev("0000:3d:00.1", uverbs(7)), "what is computed wins");
+        assert_eq!(spec.devices["0000:3d:00.1"], device("0000:3d:00.1", uverbs(7)), "what is computed wins");
         assert_eq!(spec.devices["0000:3d:00.2"], before.devices["0000:3d:00.2"]);
         // Another kind's devices are not ours to keep.
         let other = CdiSpec { kind: "kuberdma.io/other".into(), ..before.clone() };
@@ -640,14 +663,15 @@ mod tests {
         let t = tempfile::tempdir().unwrap();
         let path = t.path().join("kuberdma.io-rdma_vfs.json");
         let kind = "kuberdma.io/rdma_vfs".to_string();
-        let both: BTreeMap<String, Value> = [("0000:3d:00.1", 1), ("0000:3d:00.2", 2)]
-            .map(|(n, u)| (n.to_string(), dev(n, uverbs(u))))
+        let both: BTreeMap<String, CdiDevice> = [("0000:3d:00.1", 1), ("0000:3d:00.2", 2)]
+            .map(|(n, u)| (n.to_string(), device(n, uverbs(u))))
             .into();
         let (disk, done) = sync(&path, kind.clone(), both.clone(), OnDisk::Absent, &on_node);
         assert!(matches!(done, Synced::Written) && !disk.keeps(), "{done:?}");
         let written = std::fs::read(&path).unwrap();
         // 00.2's edits cannot be computed now: its entry is read back from the file.
-        let one: BTreeMap<String, Value> = both.iter().take(1).map(|(k, v)| (k.clone(), v.clone())).collect();
+        let one: BTreeMap<String, CdiDevice> =
+            both.iter().take(1).map(|(k, v)| (k.clone(), v.clone())).collect();
         let (disk, done) = sync(&path, kind.clone(), one.clone(), disk, &on_node);
         assert!(matches!(done, Synced::Unchanged), "{done:?}");
         assert!(matches!(&disk, OnDisk::Ours { kept, .. } if kept.keys().eq(["0000:3d:00.2"])), "{disk:?}");

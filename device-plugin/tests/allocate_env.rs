@@ -140,7 +140,7 @@ fn every_cdi_spec_of_the_example_nodes_passes_the_cdi_library_rules() {
                     let inv = nic::discover(&node.roots());
                     let on_node = pools::OnNode::new(&inv);
                     for (name, dev) in &back.devices {
-                        let hw = devinfo::Hardware::of(name, dev);
+                        let hw = devinfo::Hardware::of(dev);
                         assert!(hw.on(&on_node), "{kind}={name}: {hw:?} not found on the node");
                     }
                 }
