@@ -62,6 +62,9 @@ fn run(
         .env("CNI_IFNAME", ifname)
         .env("CNI_PATH", CNI_PATH)
         .env("KUBE_RDMA_SYSFS_ROOT", &lab.sim.roots().sysfs)
+        .env("KUBE_RDMA_CNI_LOG_DIR", lab.log_dir())
+        // The state dirs are in /var/tmp (on disk, as /var/lib/cni is).
+        .env("KUBE_RDMA_CNI_STATE_ROOT", "/var/tmp")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
@@ -169,7 +172,7 @@ fn main() {
             assert_eq!(code, 0, "VERSION: {out}");
             phases.entry("VERSION wall (a process round trip)".into()).or_default().push(ms(t.elapsed()));
         }
-        let log = ours_state.path().join("debug.log");
+        let log = lab.log_dir().join("debug.log");
         let mut dbg = ours.clone();
         dbg["logLevel"] = json!("debug");
         dbg["logFile"] = json!(log);

@@ -33,6 +33,34 @@ pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/kube-rdma";
 /// meet here. Set only for a simulated node (tests), as `KUBE_RDMA_SYSFS_ROOT`.
 pub const NODE_DIR_ENV: &str = "KUBE_RDMA_CNI_NODE_DIR";
 
+/// The one directory `runtimeConfig.CNIDeviceInfoFile` may name a file in:
+/// `KUBE_RDMA_CNI_DEVINFO_DIR`, else Multus's ([`nic::devinfo::CNI_DIR`]).
+/// Like [`NODE_DIR_ENV`], the runtime's environment (no network
+/// configuration sets it): for a simulated node (tests).
+pub const DEVINFO_DIR_ENV: &str = "KUBE_RDMA_CNI_DEVINFO_DIR";
+
+/// The directory a network's `stateDir` may be inside (besides
+/// [`DEFAULT_STATE_DIR`] itself): `KUBE_RDMA_CNI_STATE_ROOT`, else
+/// [`DEFAULT_STATE_ROOT`]. The CNI creates directories and files there as
+/// root and GC removes files there, and a network configuration is written by
+/// whoever may write a NetworkAttachmentDefinition: so the root is the
+/// runtime's environment (the node's admin), never a network's setting.
+pub const STATE_ROOT_ENV: &str = "KUBE_RDMA_CNI_STATE_ROOT";
+
+/// [`STATE_ROOT_ENV`]'s default: where CNI plugins keep their state.
+pub const DEFAULT_STATE_ROOT: &str = "/var/lib/cni";
+
+/// The directory a network's `preparedDir` may be inside:
+/// `KUBE_RDMA_CNI_PREPARED_ROOT`, else [`DEFAULT_PREPARED_ROOT`]. The CNI
+/// reads the DRA driver's records there (which name the VF it moves into the
+/// pod) and writes attachment files beside them, so, as with
+/// [`STATE_ROOT_ENV`], only the runtime's environment sets it.
+pub const PREPARED_ROOT_ENV: &str = "KUBE_RDMA_CNI_PREPARED_ROOT";
+
+/// [`PREPARED_ROOT_ENV`]'s default: the kubelet's plugins directory, where
+/// the chart's DRA driver keeps its prepared claims.
+pub const DEFAULT_PREPARED_ROOT: &str = "/var/lib/kubelet/plugins";
+
 /// Largest network configuration we read from stdin: 1 MiB. Real ones are a
 /// few KiB (a Multus delegate with `runtimeConfig` and a `prevResult` stays
 /// well under 64 KiB), and Kubernetes objects that carry them are capped by
@@ -95,6 +123,12 @@ pub struct Env {
     pub path: Vec<PathBuf>,
     /// The node dir ([`NODE_DIR_ENV`]).
     pub node_dir: PathBuf,
+    /// Where device-info files may be ([`DEVINFO_DIR_ENV`]).
+    pub devinfo_dir: PathBuf,
+    /// Where a network's `stateDir` may be ([`STATE_ROOT_ENV`]).
+    pub state_root: PathBuf,
+    /// Where a network's `preparedDir` may be ([`PREPARED_ROOT_ENV`]).
+    pub prepared_root: PathBuf,
     /// When this process began ([`crate::journal::process_began`]).
     pub began: u64,
 }
@@ -135,13 +169,45 @@ pub fn read_env(cmd: Command, get: &dyn Fn(&str) -> Option<String>) -> Result<En
         .filter(|s| !s.is_empty())
         .map(PathBuf::from)
         .collect();
-    env.node_dir = get(NODE_DIR_ENV)
-        .filter(|d| !d.is_empty())
-        .map_or_else(|| PathBuf::from(DEFAULT_STATE_DIR), PathBuf::from);
-    if !env.node_dir.is_absolute() {
-        return Err(Error::Env { var: NODE_DIR_ENV, why: "must be an absolute path".into() });
-    }
+    env.node_dir = env_dir(get, NODE_DIR_ENV, DEFAULT_STATE_DIR)?;
+    env.devinfo_dir = env_dir(get, DEVINFO_DIR_ENV, nic::devinfo::CNI_DIR)?;
+    env.state_root = env_dir(get, STATE_ROOT_ENV, DEFAULT_STATE_ROOT)?;
+    env.prepared_root = env_dir(get, PREPARED_ROOT_ENV, DEFAULT_PREPARED_ROOT)?;
     Ok(env)
+}
+
+/// The directory `var` names (unset or empty: `default`), which must be absolute.
+fn env_dir(get: &dyn Fn(&str) -> Option<String>, var: &'static str, default: &str) -> Result<PathBuf> {
+    let d = get(var).filter(|d| !d.is_empty()).map_or_else(|| PathBuf::from(default), PathBuf::from);
+    if !d.is_absolute() {
+        return Err(Error::Env { var, why: "must be an absolute path".into() });
+    }
+    Ok(d)
+}
+
+/// `dir` with inner `.` dropped, when it is absolute, has no `..` and lies
+/// strictly inside `root` (compared component by component: nothing is
+/// resolved, so a `..` cannot climb out); else why not, naming the root and
+/// `var`, which sets it.
+pub fn confined_dir(dir: &Path, root: &Path, var: &str) -> std::result::Result<PathBuf, String> {
+    use std::path::Component;
+    let allowed = || {
+        format!(
+            "only a directory inside {} is allowed (the runtime's environment may name another root in {var}; a network configuration cannot)",
+            root.display()
+        )
+    };
+    if !dir.is_absolute() {
+        return Err(format!("is not an absolute path; {}", allowed()));
+    }
+    if dir.components().any(|c| matches!(c, Component::ParentDir)) {
+        return Err(format!("has .. in it; {}", allowed()));
+    }
+    let lexical: PathBuf = dir.components().filter(|c| !matches!(c, Component::CurDir)).collect();
+    if !lexical.starts_with(root) || lexical.components().eq(root.components()) {
+        return Err(format!("is outside {}; {}", root.display(), allowed()));
+    }
+    Ok(lexical)
 }
 
 /// The `MAC` of `CNI_ARGS` (see [`cni_arg`]).
@@ -342,8 +408,9 @@ pub struct NetConf {
     pub ipam: Option<Ipam>,
     /// State directory.
     pub state_dir: PathBuf,
-    /// `runtimeConfig.CNIDeviceInfoFile`.
-    pub device_info_file: Option<PathBuf>,
+    /// `runtimeConfig.CNIDeviceInfoFile` (ADD and CHECK only): its name,
+    /// directly inside [`Env::devinfo_dir`], the only place it may be.
+    pub device_info_file: Option<String>,
     pub prev_result: Option<Value>,
     /// GC: attachments to keep (`None`: the key is absent).
     pub valid_attachments: Option<Vec<Attachment>>,
@@ -454,13 +521,16 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
         }
         tracing::warn!(name = %name, "DEL with an invalid network name; tearing down anyway");
     }
-    let state_dir = state_dir(&top, &s)?;
+    let state_dir = state_dir(&top, &s, &env.state_root)?;
     let ipam = s.take("ipam", parse_ipam(&top))?;
     let rc = s.take("runtimeConfig", top.obj("runtimeConfig", "runtimeConfig."))?.map(|(_, o)| o);
     let rc = rc.unwrap_or_else(|| Keys::empty("runtimeConfig."));
-    let device_info_file = s
-        .take("runtimeConfig.CNIDeviceInfoFile", rc.str("CNIDeviceInfoFile"))?
-        .map(|(_, f)| PathBuf::from(f));
+    let device_info_file = match cmd {
+        Command::Add | Command::Check => device_info_name(&rc, &env.devinfo_dir)?,
+        // DEL removes only the file its ADD journaled, never one its own
+        // configuration names; the other commands never touch one.
+        _ => None,
+    };
     let prev_result = s
         .take("prevResult", top.obj("prevResult", "prevResult."))?
         .map(|(_, o)| Value::Object(o.map.clone()));
@@ -496,6 +566,20 @@ pub fn parse(raw: Value, env: &Env, cmd: Command) -> Result<NetConf> {
     })
 }
 
+/// The name of `runtimeConfig.CNIDeviceInfoFile` inside `dir`. The key
+/// comes from whoever wrote the network configuration (Multus passes a
+/// NetworkAttachmentDefinition's own `runtimeConfig` on when it fills in no
+/// `deviceID`), and ADD writes there as root: a path anywhere else is refused.
+fn device_info_name(rc: &Keys, dir: &Path) -> Result<Option<String>> {
+    match rc.str("CNIDeviceInfoFile")? {
+        // Go's zero value: none.
+        None | Some((_, "")) => Ok(None),
+        Some((k, f)) => nic::devinfo::confined_name(dir, Path::new(f))
+            .map(Some)
+            .map_err(|why| Error::config(k, format!("{f:?} refused: {why}"))),
+    }
+}
+
 /// `cniVersion`, which must be one we speak (DEL takes any, or none).
 fn cni_version(top: &Keys, s: &Strictness) -> Result<String> {
     let cni_version = match top.str("cniVersion") {
@@ -517,21 +601,29 @@ fn cni_version(top: &Keys, s: &Strictness) -> Result<String> {
     Ok(cni_version)
 }
 
-fn state_dir(top: &Keys, s: &Strictness) -> Result<PathBuf> {
-    Ok(match s.take("stateDir", top.str("stateDir"))? {
-        None => PathBuf::from(DEFAULT_STATE_DIR),
-        Some((k, d)) => {
-            let p = PathBuf::from(d);
-            if p.is_absolute() {
-                p
-            } else if s.lenient {
-                tracing::warn!(key = %k, dir = d, "stateDir is not absolute; DEL looks in the default");
-                PathBuf::from(DEFAULT_STATE_DIR)
-            } else {
-                return Err(Error::config(k, "must be an absolute path"));
-            }
-        }
-    })
+/// `stateDir`: [`DEFAULT_STATE_DIR`] or a directory inside the state root
+/// ([`STATE_ROOT_ENV`]). DEL never acts on another: it looks in the default.
+fn state_dir(top: &Keys, s: &Strictness, root: &Path) -> Result<PathBuf> {
+    let Some((k, d)) = s.take("stateDir", top.str("stateDir"))? else {
+        return Ok(PathBuf::from(DEFAULT_STATE_DIR));
+    };
+    let default = Path::new(DEFAULT_STATE_DIR);
+    let allowed = confined_dir(Path::new(d), root, STATE_ROOT_ENV);
+    match allowed {
+        Ok(p) => Ok(p),
+        Err(_) if Path::new(d).components().eq(default.components()) => Ok(default.to_path_buf()),
+        Err(why) => refused_dir(s, k, d, &format!("{why}, or {DEFAULT_STATE_DIR}"), DEFAULT_STATE_DIR),
+    }
+}
+
+/// A directory key refused: ADD, CHECK, GC and STATUS fail (code 7); DEL,
+/// which tears down whatever it can, logs it and takes `default` instead.
+fn refused_dir(s: &Strictness, k: String, d: &str, why: &str, default: &str) -> Result<PathBuf> {
+    if s.lenient {
+        tracing::warn!(key = %k, dir = d, why, "refused for DEL; it looks in {default} instead");
+        return Ok(PathBuf::from(default));
+    }
+    Err(Error::config(k, format!("{d:?} refused: {why}")))
 }
 
 /// The VF: runtimeConfig.deviceID (Multus), then deviceID, then pciBusID
@@ -583,10 +675,10 @@ fn claim_ref(
     let request_key = s.take("request", nonempty(top.str("request")))?;
     let prepared_dir = match s.take("preparedDir", top.str("preparedDir"))? {
         None => PathBuf::from(nic::prepared::DEFAULT_DIR),
-        Some((k, d)) if !Path::new(d).is_absolute() && !s.lenient => {
-            return Err(Error::config(k, "must be an absolute path"))
-        }
-        Some((_, d)) => PathBuf::from(d),
+        Some((k, d)) => match confined_dir(Path::new(d), &env.prepared_root, PREPARED_ROOT_ENV) {
+            Ok(p) => p,
+            Err(why) => refused_dir(s, k, d, &why, nic::prepared::DEFAULT_DIR)?,
+        },
     };
     let pod_uid = match cmd {
         Command::Add | Command::Check | Command::Del => {
@@ -885,7 +977,14 @@ mod tests {
     use super::*;
 
     fn env() -> Env {
-        Env { container_id: "c".into(), ifname: "net1".into(), netns: "/x".into(), ..Env::default() }
+        Env {
+            container_id: "c".into(),
+            ifname: "net1".into(),
+            netns: "/x".into(),
+            state_root: DEFAULT_STATE_ROOT.into(),
+            prepared_root: DEFAULT_PREPARED_ROOT.into(),
+            ..Env::default()
+        }
     }
 
     fn add(v: Value) -> Result<NetConf> {
@@ -933,6 +1032,109 @@ mod tests {
         // Without the pod UID nothing names a VF.
         let e = env();
         assert!(parse(v, &e, Command::Add).unwrap_err().to_string().contains("K8S_POD_UID"));
+    }
+
+    #[test]
+    fn a_state_dir_is_the_default_or_a_directory_inside_the_state_root() {
+        let dir = |d: &str, e: &Env, cmd| parse(with("stateDir", json!(d)), e, cmd).map(|c| c.state_dir);
+        let e = env();
+        for (d, want) in [
+            (DEFAULT_STATE_DIR, DEFAULT_STATE_DIR),
+            ("/var/lib/cni/other-net", "/var/lib/cni/other-net"),
+            ("/var/lib/cni/./a/b/", "/var/lib/cni/a/b"),
+        ] {
+            assert_eq!(dir(d, &e, Command::Add).unwrap(), Path::new(want), "{d}");
+        }
+        let mut srv = env();
+        srv.state_root = "/srv/cni".into();
+        assert_eq!(dir("/srv/cni/net", &srv, Command::Add).unwrap(), Path::new("/srv/cni/net"));
+        assert_eq!(
+            dir(DEFAULT_STATE_DIR, &srv, Command::Add).unwrap(),
+            Path::new(DEFAULT_STATE_DIR),
+            "the default is always allowed"
+        );
+        assert!(dir("/var/lib/cni/x", &srv, Command::Add).is_err(), "the root is the environment's");
+    }
+
+    #[test]
+    fn a_state_dir_outside_the_state_root_is_refused_naming_the_key_and_the_root() {
+        let e = env();
+        for bad in ["/etc", "/tmp/x", "/var/lib/cni", "/var/lib/cnix", "rel", "/var/lib/cni/../../etc/cron.d"]
+        {
+            let err = parse(with("stateDir", json!(bad)), &e, Command::Add).unwrap_err();
+            let msg = err.to_string();
+            assert_eq!(err.code(), 7, "{bad}: {msg}");
+            for want in ["stateDir", DEFAULT_STATE_ROOT, STATE_ROOT_ENV] {
+                assert!(msg.contains(want), "{bad}: {msg} does not name {want}");
+            }
+            for cmd in [Command::Gc, Command::Status, Command::Check] {
+                let mut v = with("stateDir", json!(bad));
+                v["cni.dev/valid-attachments"] = json!([]);
+                let err = parse(v, &e, cmd).unwrap_err().to_string();
+                assert!(err.contains("stateDir"), "{bad} {cmd:?}: {err}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_dot_dot_in_a_state_dir_is_refused_even_when_it_stays_inside() {
+        let err = parse(with("stateDir", json!("/var/lib/cni/a/../b")), &env(), Command::Add).unwrap_err();
+        assert!(err.to_string().contains(".."), "{err}");
+    }
+
+    #[test]
+    fn del_with_a_refused_state_dir_looks_in_the_default() {
+        for bad in ["/etc", "/var/lib/cni/../../etc", "rel"] {
+            let c = parse(with("stateDir", json!(bad)), &env(), Command::Del).unwrap();
+            assert_eq!(c.state_dir, Path::new(DEFAULT_STATE_DIR), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_prepared_dir_must_be_inside_the_prepared_root() {
+        let mut e = env();
+        e.args = Some("K8S_POD_UID=p-1".into());
+        let conf = |d: &str| json!({"cniVersion": "1.1.0", "name": "n", "preparedDir": d});
+        let dir = |d: &str, e: &Env, cmd| parse(conf(d), e, cmd).map(|c| c.claim.unwrap().prepared_dir);
+        let own = "/var/lib/kubelet/plugins/rdma.kuberdma.io/prepared";
+        assert_eq!(dir(own, &e, Command::Add).unwrap(), Path::new(own));
+        assert_eq!(
+            dir("/var/lib/kubelet/plugins/./x/", &e, Command::Add).unwrap(),
+            Path::new("/var/lib/kubelet/plugins/x")
+        );
+        for bad in
+            ["/tmp/prepared", "/var/lib/kubelet/plugins", "/var/lib/kubelet/plugins/../pods", "prepared"]
+        {
+            let err = parse(conf(bad), &e, Command::Add).unwrap_err();
+            let msg = err.to_string();
+            assert_eq!(err.code(), 7, "{bad}: {msg}");
+            for want in ["preparedDir", DEFAULT_PREPARED_ROOT, PREPARED_ROOT_ENV] {
+                assert!(msg.contains(want), "{bad}: {msg} does not name {want}");
+            }
+            // DEL reads the driver's records only where they may be.
+            assert_eq!(dir(bad, &e, Command::Del).unwrap(), Path::new(nic::prepared::DEFAULT_DIR), "{bad}");
+        }
+        e.prepared_root = "/srv/kubelet/plugins".into();
+        let other = "/srv/kubelet/plugins/rdma.kuberdma.io/prepared";
+        assert_eq!(dir(other, &e, Command::Add).unwrap(), Path::new(other));
+        assert!(dir(own, &e, Command::Add).is_err(), "the root is the environment's");
+    }
+
+    #[test]
+    fn the_roots_come_from_the_environment_and_must_be_absolute() {
+        let get = |k: &str| match k {
+            STATE_ROOT_ENV => Some("/srv/state".to_string()),
+            PREPARED_ROOT_ENV => Some(String::new()),
+            _ => None,
+        };
+        let e = read_env(Command::Status, &get).unwrap();
+        assert_eq!(
+            (e.state_root.as_path(), e.prepared_root.as_path()),
+            (Path::new("/srv/state"), Path::new(DEFAULT_PREPARED_ROOT))
+        );
+        let rel = |k: &str| (k == PREPARED_ROOT_ENV).then(|| "plugins".to_string());
+        let err = read_env(Command::Status, &rel).unwrap_err();
+        assert!(err.to_string().contains(PREPARED_ROOT_ENV), "{err}");
     }
 
     #[test]

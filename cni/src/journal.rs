@@ -90,6 +90,11 @@ pub struct Journal {
     pub pci: Option<PciAddr>,
     /// The steps ADD planned, in order; any of them may have run.
     pub steps: Vec<Step>,
+    /// The IPAM plugin's refusal of the release at an earlier DEL
+    /// (`cmd::del`): a DEL refused the same way again gives up on the lease
+    /// and keeps the journal, with only its IPAM step, as the record of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ipam_refused: Option<String>,
 }
 
 impl Journal {
@@ -619,6 +624,7 @@ impl Legacy {
             netns: self.netns,
             pci: self.pci,
             steps,
+            ipam_refused: None,
         }
     }
 }

@@ -4,13 +4,74 @@
 //! never carry terminal colour codes. `main` installs the subscriber
 //! ([`plumbing::logging::init`] with these settings).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use plumbing::logging::{Format, Sink};
 use serde_json::Value;
 use tracing::level_filters::LevelFilter;
 
 use crate::conf::Keys;
+
+/// The one directory `logFile` may name a file in, unless
+/// [`LOG_DIR_ENV`] says another. A network configuration is written by
+/// whoever may write a NetworkAttachmentDefinition, not by the node's admin,
+/// so it never picks where root appends on the node: only a file name in a
+/// directory of our own (`/var/log` itself would let it append to the
+/// system's logs; docs/security.md).
+pub const DEFAULT_LOG_DIR: &str = "/var/log/kube-rdma-cni";
+
+/// The node admin's choice of that directory (the runtime's environment,
+/// which no network configuration sets), and the tests'.
+pub const LOG_DIR_ENV: &str = "KUBE_RDMA_CNI_LOG_DIR";
+
+/// The directory `logFile` names files in ([`LOG_DIR_ENV`], else
+/// [`DEFAULT_LOG_DIR`]; a relative one is not taken).
+pub fn log_dir(get: &dyn Fn(&str) -> Option<String>) -> PathBuf {
+    get(LOG_DIR_ENV)
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute())
+        .unwrap_or_else(|| PathBuf::from(DEFAULT_LOG_DIR))
+}
+
+/// The file name `logFile` stands for in `dir`: a plain name, or an absolute
+/// path directly inside `dir`; else why not.
+pub fn confined_log_name(dir: &Path, file: &Path) -> std::result::Result<String, String> {
+    let plain = file.components().count() == 1
+        && matches!(file.components().next(), Some(std::path::Component::Normal(_)));
+    if plain {
+        return nic::devinfo::confined_name(dir, &dir.join(file));
+    }
+    nic::devinfo::confined_name(dir, file)
+}
+
+/// Opens `name` in `dir` for appending, created if absent (and `dir` with
+/// it): reached from the open directory with `O_NOFOLLOW`, non-blocking, and
+/// only a regular file is kept (a symlink, FIFO or device is refused, never
+/// followed or waited on).
+fn open_log(dir: &Path, name: &str) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::DirBuilderExt as _;
+
+    use nix::fcntl::{open, openat, OFlag};
+    use nix::sys::stat::Mode;
+    std::fs::DirBuilder::new().recursive(true).mode(0o750).create(dir)?;
+    let d = open(dir, OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC, Mode::empty())?;
+    let flags = OFlag::O_WRONLY
+        | OFlag::O_CREAT
+        | OFlag::O_APPEND
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NONBLOCK
+        | OFlag::O_CLOEXEC;
+    let f = match openat(&d, name, flags, Mode::from_bits_truncate(0o640)) {
+        Err(nix::errno::Errno::ELOOP) => return Err(std::io::Error::other("is a symlink")),
+        // O_NONBLOCK on a FIFO without a reader.
+        Err(nix::errno::Errno::ENXIO) => return Err(std::io::Error::other("is a FIFO")),
+        r => std::fs::File::from(r?),
+    };
+    if !f.metadata()?.file_type().is_file() {
+        return Err(std::io::Error::other("is not a regular file"));
+    }
+    Ok(f)
+}
 
 /// The logging settings.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -80,14 +141,21 @@ impl Settings {
         s
     }
 
-    /// Where the lines go: `logFile`, opened for appending, else stderr. A
-    /// file that cannot be opened is noted in `problems`, and stderr used.
-    pub fn sink(&mut self) -> Sink {
-        let Some(p) = &self.file else { return Sink::Stderr };
-        match std::fs::OpenOptions::new().create(true).append(true).open(p) {
-            Ok(f) => Sink::File(f),
-            Err(e) => {
-                self.problems.push(format!("logFile {}: {e}; logging to stderr", p.display()));
+    /// Where the lines go: `logFile` in `dir` ([`confined_log_name`],
+    /// [`log_dir`]), opened for appending, else stderr. A file that is
+    /// refused or cannot be opened is noted in `problems` (and `file`
+    /// cleared), and stderr used: the plugin works all the same.
+    pub fn sink(&mut self, dir: &Path) -> Sink {
+        let Some(p) = self.file.take() else { return Sink::Stderr };
+        let opened = confined_log_name(dir, &p)
+            .and_then(|name| open_log(dir, &name).map_err(|e| format!("{}: {e}", dir.join(&name).display())));
+        match opened {
+            Ok(f) => {
+                self.file = Some(p);
+                Sink::File(f)
+            }
+            Err(why) => {
+                self.problems.push(format!("logFile {:?} refused: {why}; logging to stderr", p.display()));
                 Sink::Stderr
             }
         }
@@ -123,5 +191,50 @@ mod tests {
             (s.file.as_deref(), s.format),
             (Some(std::path::Path::new("/var/log/x.log")), Format::Json)
         );
+    }
+
+    #[test]
+    fn a_log_file_is_a_name_in_the_log_dir_and_nothing_else() {
+        let dir = Path::new(DEFAULT_LOG_DIR);
+        for ok in ["cni.log", "/var/log/kube-rdma-cni/cni.log", "/var/log/kube-rdma-cni/./cni.log"] {
+            assert_eq!(confined_log_name(dir, Path::new(ok)).unwrap(), "cni.log", "{ok}");
+        }
+        for bad in [
+            "/var/log/sriov-cni.log",
+            "/etc/cron.d/x",
+            "../x",
+            "sub/x.log",
+            "/var/log/kube-rdma-cni/../x",
+            ".hidden",
+            "",
+        ] {
+            let e = confined_log_name(dir, Path::new(bad)).unwrap_err();
+            assert!(e.contains(DEFAULT_LOG_DIR), "{bad}: {e}");
+        }
+        assert_eq!(log_dir(&|_| None), dir);
+        assert_eq!(log_dir(&|_| Some("rel".into())), dir, "a relative override is not taken");
+        assert_eq!(log_dir(&|k| (k == LOG_DIR_ENV).then(|| "/tmp/l".into())), Path::new("/tmp/l"));
+    }
+
+    #[test]
+    fn a_refused_log_file_means_stderr_and_a_noted_problem() {
+        let d = tempfile::tempdir().unwrap();
+        let outside = d.path().join("outside.log");
+        let mut s = Settings::from_config(Some(&json!({"logFile": outside})), None);
+        assert!(matches!(s.sink(&d.path().join("logs")), Sink::Stderr));
+        assert!(!outside.exists() && s.file.is_none());
+        assert!(s.problems[0].contains("refused"), "{:?}", s.problems);
+        let dir = d.path().join("logs");
+        std::fs::create_dir_all(&dir).unwrap();
+        nix::unistd::mkfifo(&dir.join("fifo"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        std::os::unix::fs::symlink(&outside, dir.join("link")).unwrap();
+        for (name, why) in [("fifo", "FIFO"), ("link", "symlink")] {
+            let mut s = Settings::from_config(Some(&json!({"logFile": name})), None);
+            assert!(matches!(s.sink(&dir), Sink::Stderr), "{name}");
+            assert!(s.problems[0].contains(why), "{:?}", s.problems);
+        }
+        assert!(!outside.exists(), "the symlink was followed");
+        let mut s = Settings::from_config(Some(&json!({"logFile": "cni.log"})), None);
+        assert!(matches!(s.sink(&dir), Sink::File(_)) && s.problems.is_empty(), "{:?}", s.problems);
     }
 }

@@ -65,7 +65,7 @@ fn main() -> ExitCode {
     let mut settings =
         Settings::from_config(input.config(), std::env::var("KUBE_RDMA_CNI_LOG").ok().as_deref());
     // Never in colour, never on stdout: the lines end up in files and runtime logs.
-    let sink = settings.sink();
+    let sink = settings.sink(&kube_rdma_cni::logging::log_dir(&|k| std::env::var(k).ok()));
     plumbing::logging::init(settings.format, Filter::Max(settings.level), sink);
     for p in &settings.problems {
         tracing::warn!("{p}");

@@ -65,7 +65,7 @@ impl Step {
             Step::Ipam(s) => s.start_undo(cx.env, cx.held).and_then(ipam::Pending::wait).map(|_| ()),
             Step::MoveNetdev(s) => s.undo(cx),
             Step::MoveRdma(s) => s.undo(cx),
-            Step::DeviceInfo(s) => s.undo(),
+            Step::DeviceInfo(s) => s.undo(&cx.env.devinfo_dir),
             Step::ClaimAttachment(s) => s.undo(),
             Step::UserspaceVf(s) => s.undo(),
         }
@@ -542,14 +542,29 @@ impl DeviceInfoFile {
         DeviceInfoFile { file, info: nic::devinfo::DeviceInfo::default() }
     }
 
-    /// Merges our fields, keeping the device plugin's.
+    /// Merges our fields, keeping the device plugin's, confined to the
+    /// file's directory (the parse confined the path to the device-info
+    /// directory; [`nic::devinfo::merge_into_confined`]).
     pub fn apply(&self) -> Result<()> {
-        nic::devinfo::merge_into_file(&self.file, &self.info).map_err(|e| Error::io(&e.path, e.source))
+        let (dir, name) = match (self.file.parent(), self.file.file_name().and_then(|n| n.to_str())) {
+            (Some(d), Some(n)) => (d, n),
+            _ => return Err(Error::config("runtimeConfig.CNIDeviceInfoFile", "names no file")),
+        };
+        nic::devinfo::merge_into_confined(dir, name, &self.info).map_err(|e| Error::io(&e.path, e.source))
     }
 
-    /// Removes the file (Multus made it for this attachment).
-    pub fn undo(&self) -> Result<()> {
-        nic::devinfo::remove(&self.file).map_err(|e| Error::io(&e.path, e.source))
+    /// Removes the file (Multus made it for this attachment) and any temp
+    /// file a killed ADD left for it, if it is directly inside `dir`, the
+    /// device-info directory: a journal an earlier release wrote may name a
+    /// file anywhere a network configuration said, which stays (logged).
+    pub fn undo(&self, dir: &std::path::Path) -> Result<()> {
+        match nic::devinfo::confined_name(dir, &self.file) {
+            Ok(name) => nic::devinfo::remove_confined(dir, &name).map_err(|e| Error::io(&e.path, e.source)),
+            Err(why) => {
+                tracing::error!(file = %self.file.display(), "not removing the device-info file: {why}");
+                Ok(())
+            }
+        }
     }
 }
 

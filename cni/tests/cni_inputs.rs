@@ -495,6 +495,7 @@ fn status_reports_an_unwritable_state_dir() {
         json!({"cniVersion": "1.1.0", "name": "n", "type": "kube-rdma-cni", "stateDir": file.join("sub")});
     let out = std::process::Command::new(BIN)
         .env("CNI_COMMAND", "STATUS")
+        .env("KUBE_RDMA_CNI_STATE_ROOT", common::state_root())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()
@@ -527,6 +528,7 @@ fn run_with_path(cmd: &str, stdin: &Value, cni_path: &Path) -> (i32, String) {
         .env("CNI_COMMAND", cmd)
         .env("CNI_PATH", cni_path)
         .env("KUBE_RDMA_CNI_NODE_DIR", node.path())
+        .env("KUBE_RDMA_CNI_STATE_ROOT", common::state_root())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
@@ -615,9 +617,8 @@ fn unknown_keys_are_accepted_and_logged_by_name_but_spec_runtime_and_multus_keys
     let lab = Lab::new("e810-xxv", 1, "");
     let (pci, _) = lab.vfs[0];
     let pod = lab.pod(0);
-    let dir = tempfile::tempdir().unwrap();
     let run = |extra: &[(&str, Value)]| -> Vec<String> {
-        let log = dir.path().join(format!("{}.log", extra.len()));
+        let log = lab.log_dir().join(format!("{}.log", extra.len()));
         let mut conf = lab.conf("1.1.0", pci, "10.236.0.0/24");
         conf["logFile"] = json!(log);
         for (k, v) in extra {
@@ -634,7 +635,10 @@ fn unknown_keys_are_accepted_and_logged_by_name_but_spec_runtime_and_multus_keys
     let pci_s = json!(pci.to_string());
     let multus = [
         ("pciBusID", pci_s.clone()),
-        ("runtimeConfig", json!({"deviceID": pci_s, "CNIDeviceInfoFile": dir.path().join("none.json")})),
+        (
+            "runtimeConfig",
+            json!({"deviceID": pci_s, "CNIDeviceInfoFile": lab.devinfo_dir().join("none.json")}),
+        ),
         ("capabilities", json!({"deviceID": true, "ips": true})),
         ("args", json!({"cni": {"ips": []}})),
         ("dns", json!({"nameservers": ["10.96.0.10"]})),
@@ -649,4 +653,295 @@ fn unknown_keys_are_accepted_and_logged_by_name_but_spec_runtime_and_multus_keys
         "{warnings:#?}"
     );
     assert!(warnings.iter().any(|l| l.contains("\"kubernetes\"")), "{warnings:#?}");
+}
+
+/// Runs the plugin and waits at most 20 s for it (a plugin stuck opening a
+/// FIFO is killed and fails the test): exit code as `run_plugin` reports
+/// it, stdout, stderr.
+fn run_bounded(lab: &Lab, cmd: &str, cid: &str, netns: &Path, conf: &Value) -> (i32, Value, String) {
+    let mut child = lab.spawn(cmd, cid, netns, "net1", conf, &[]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            let _ = child.wait();
+            panic!("{cmd} {cid} hung (a FIFO opened for blocking I/O?)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let out = child.wait_with_output().unwrap();
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    let status = out.status.code().unwrap_or(-1);
+    let code =
+        if status == 0 { 0 } else { v.get("code").and_then(Value::as_i64).map_or(status, |c| c as i32) };
+    (code, v, String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+/// Content and mtime of a file, to show it was not touched.
+fn fingerprint(p: &Path) -> (Vec<u8>, std::time::SystemTime) {
+    (std::fs::read(p).unwrap(), std::fs::metadata(p).unwrap().modified().unwrap())
+}
+
+/// Issue 36, D1: whoever writes a network configuration (a
+/// NetworkAttachmentDefinition's author) names no host file the plugin acts
+/// on as root. A device-info file outside the device-info directory is
+/// refused before anything is touched (code 7, naming the key and the
+/// directory); a symlink inside it is not followed; a DEL never removes a
+/// file only its own configuration names; a logFile outside the log
+/// directory, or a symlink or FIFO in it, is not opened, and the plugin
+/// works all the same, saying so on stderr.
+#[test]
+fn a_network_configuration_cannot_make_the_plugin_write_or_remove_a_host_file() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pod = lab.pod(0);
+    let outside = tempfile::tempdir().unwrap();
+    let sentinel = outside.path().join("sentinel");
+    std::fs::write(&sentinel, "root-owned content\n").unwrap();
+    let before = fingerprint(&sentinel);
+    let devinfo = lab.devinfo_dir();
+    let base = lab.conf("1.1.0", pci, "10.237.0.0/24");
+    let with_info = |f: &Path| {
+        let mut c = base.clone();
+        c["runtimeConfig"] = json!({ "CNIDeviceInfoFile": f });
+        c
+    };
+    let escape = devinfo.join("../").join(outside.path().strip_prefix("/").unwrap()).join("sentinel");
+    for f in [sentinel.clone(), escape, devinfo.join("sub/x")] {
+        let (code, out) = lab.cni("ADD", "h1", pod.path(), "net1", &with_info(&f));
+        assert_eq!(code, 7, "{}: {out}", f.display());
+        let msg = out["msg"].as_str().unwrap();
+        assert!(
+            msg.contains("runtimeConfig.CNIDeviceInfoFile") && msg.contains(&devinfo.display().to_string()),
+            "{msg}"
+        );
+        assert!(lab.host_links().contains(&vfname) && lab.state_files().is_empty(), "ADD touched something");
+    }
+    // A symlink in the allowed directory is refused at the file, not followed.
+    std::os::unix::fs::symlink(&sentinel, devinfo.join("net-h2_net1")).unwrap();
+    let (code, out) = lab.cni("ADD", "h2", pod.path(), "net1", &with_info(&devinfo.join("net-h2_net1")));
+    assert_ne!(code, 0, "{out}");
+    assert!(out["msg"].as_str().unwrap().contains("net-h2_net1"), "{out}");
+    assert!(lab.host_links().contains(&vfname) && lab.state_files().is_empty(), "not rolled back");
+    // DEL of no attachment: neither the file outside nor one inside is removed.
+    let inside = devinfo.join("net-other_net1");
+    std::fs::write(&inside, "{}").unwrap();
+    for f in [&sentinel, &inside] {
+        let (code, out) = lab.cni("DEL", "h3", pod.path(), "net1", &with_info(f));
+        assert_eq!(code, 0, "{out}");
+        assert!(f.exists(), "DEL removed {}, named only by its configuration", f.display());
+    }
+    assert_eq!(fingerprint(&sentinel), before, "the sentinel changed");
+    // logFile: outside the log dir, a symlink, a FIFO: not opened; the plugin works.
+    let log_dir = lab.log_dir();
+    std::fs::create_dir_all(&log_dir).unwrap();
+    std::os::unix::fs::symlink(&sentinel, log_dir.join("link.log")).unwrap();
+    nix::unistd::mkfifo(&log_dir.join("fifo.log"), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let new_file = outside.path().join("cni.log");
+    for (i, f) in [new_file.clone(), log_dir.join("link.log"), log_dir.join("fifo.log")].iter().enumerate() {
+        let mut c = base.clone();
+        c["logFile"] = json!(f);
+        let cid = format!("hl{i}");
+        let (code, out, stderr) = run_bounded(&lab, "ADD", &cid, pod.path(), &c);
+        assert_eq!(code, 0, "{}: {out}", f.display());
+        assert!(stderr.contains("logFile") && stderr.contains("refused"), "{stderr}");
+        let (code, out, _) = run_bounded(&lab, "DEL", &cid, pod.path(), &c);
+        assert_eq!(code, 0, "{out}");
+    }
+    assert!(!new_file.exists(), "logFile outside the log directory was created");
+    assert_eq!(fingerprint(&sentinel), before, "the sentinel changed through the symlink");
+    assert!(lab.host_links().contains(&vfname));
+}
+
+/// Issue 36, D6: `CNI_NETNS` is checked to be a namespace before it is
+/// opened: a FIFO there gets an error at once, instead of an ADD (or DEL)
+/// waiting forever for a writer.
+#[test]
+fn a_fifo_as_cni_netns_is_refused_without_hanging() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let d = tempfile::tempdir().unwrap();
+    let fifo = d.path().join("netns");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let conf = lab.conf("1.1.0", pci, "10.238.0.0/24");
+    let (code, out, _) = run_bounded(&lab, "ADD", "f1", &fifo, &conf);
+    assert_ne!(code, 0, "{out}");
+    assert!(out["msg"].as_str().unwrap().contains("not a network namespace"), "{out}");
+    let (code, out, _) = run_bounded(&lab, "DEL", "f1", &fifo, &conf);
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.host_links().contains(&vfname) && lab.state_files().is_empty());
+}
+
+/// Issue 36, D1: every logged string is escaped in text logs. A configuration
+/// value holding a newline (a key, a network name) cannot forge a line of its
+/// own in the log, nor put terminal escape codes in it.
+#[test]
+fn a_configuration_value_with_a_newline_cannot_forge_a_log_line() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let log = lab.log_dir().join("forged.log");
+    let mut conf = lab.conf("1.1.0", pci, "10.239.0.0/24");
+    conf["logFile"] = json!(log);
+    conf["logLevel"] = json!("debug");
+    conf["vlna\nFORGED ERROR key"] = json!(1);
+    let (code, out) = lab.cni("ADD", "fl1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    // DEL takes an invalid network name, and logs it.
+    conf["name"] = json!("n\nFORGED ERROR name\u{1b}[2J");
+    let (code, out) = lab.cni("DEL", "fl1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains("FORGED ERROR key") && text.contains("FORGED ERROR name"), "not logged: {text}");
+    // Each line is one event: it starts with its timestamp (`2026-12-07T...`).
+    for l in text.lines() {
+        let stamped = l.len() > 5 && l[..4].bytes().all(|b| b.is_ascii_digit()) && l.as_bytes()[4] == b'-';
+        assert!(stamped, "a line that is no event of ours: {l:?}\n{text}");
+    }
+    assert!(!text.contains('\u{1b}'), "an escape code reached the log");
+}
+
+/// Issue 36, D7: a temp file an ADD killed while writing the device-info
+/// file left beside it (the writer's `.NAME.PID.SEQ.tmp`) goes with the DEL;
+/// another file's temp files stay.
+#[test]
+fn del_removes_the_temp_files_a_killed_add_left_beside_the_device_info_file() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, _) = lab.vfs[0];
+    let pod = lab.pod(0);
+    let devinfo = lab.devinfo_dir();
+    let info = devinfo.join("net-k1_net1");
+    let mut conf = lab.conf("1.1.0", pci, "10.240.0.0/24");
+    conf["runtimeConfig"] = json!({ "CNIDeviceInfoFile": info });
+    let (code, out) = lab.cni("ADD", "k1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert!(info.exists());
+    let ours = devinfo.join(".net-k1_net1.4242.0.tmp");
+    let other = devinfo.join(".net-k2_net1.4242.0.tmp");
+    std::fs::write(&ours, "{\"type\":").unwrap();
+    std::fs::write(&other, "{\"type\":").unwrap();
+    let (code, out) = lab.cni("DEL", "k1", pod.path(), "net1", &conf);
+    assert_eq!(code, 0, "{out}");
+    assert!(!info.exists() && !ours.exists(), "left: {:?}", files(&devinfo));
+    assert!(other.exists(), "another file's temp file was removed");
+}
+
+/// Issue 36, D9: an IPAM plugin that refuses to release (its DEL fails the
+/// same way every time: a configuration it cannot read) fails the first DEL,
+/// so that a passing fault gets its retry, and not the retry: the runtime
+/// stops retrying (the sandbox goes), everything else is undone, the
+/// refusal is logged and the journal keeps the lease alone, for GC and a
+/// later DEL, which releases it once the plugin accepts. A refusal by a code
+/// that says the configuration is wrong (7) ends the first DEL already.
+#[test]
+fn a_del_whose_ipam_plugin_refuses_the_release_finishes_and_keeps_the_lease_on_record() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pod = lab.pod(0);
+    let d = tempfile::tempdir().unwrap();
+    let bin = d.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let refuse = d.path().join("refuse");
+    let released = d.path().join("released");
+    let script = format!(
+        "#!/bin/sh\ncat >/dev/null\ncase \"$CNI_COMMAND\" in\n\
+         VERSION) echo '{{\"cniVersion\":\"1.1.0\",\"supportedVersions\":[\"1.0.0\",\"1.1.0\"]}}' ;;\n\
+         ADD) echo '{{\"cniVersion\":\"1.1.0\",\"ips\":[{{\"address\":\"10.78.0.5/24\"}}]}}' ;;\n\
+         DEL) if [ -e {r} ]; then echo \"{{\\\"code\\\":$(cat {r}),\\\"msg\\\":\\\"invalid CIDR address: nope\\\"}}\"; exit 1; fi; echo del >> {ok} ;;\n\
+         esac\n",
+        r = refuse.display(),
+        ok = released.display()
+    );
+    std::fs::write(bin.join("refusing"), script).unwrap();
+    std::fs::set_permissions(bin.join("refusing"), std::os::unix::fs::PermissionsExt::from_mode(0o755))
+        .unwrap();
+    let path = format!("{}:{CNI_PATH}", bin.display());
+    let env = [("CNI_PATH", path.as_str())];
+    let mut conf = lab.conf("1.1.0", pci, "unused");
+    conf["ipam"] = json!({"type": "refusing"});
+    let journal = "attachments/rf1:net1.json";
+    let (code, out) = lab.cni_env("ADD", "rf1", pod.path(), "net1", &conf, &env);
+    assert_eq!(code, 0, "{out}");
+    std::fs::write(&refuse, "999").unwrap();
+    let (code, out) = lab.cni_env("DEL", "rf1", pod.path(), "net1", &conf, &env);
+    assert_ne!(code, 0, "the first refusal fails DEL, for a retry: {out}");
+    assert!(out["msg"].as_str().unwrap().contains("invalid CIDR address"), "{out}");
+    assert!(lab.host_links().contains(&vfname), "the rest is undone meanwhile");
+    let (code, out) = lab.cni_env("DEL", "rf1", pod.path(), "net1", &conf, &env);
+    assert_eq!(code, 0, "the same refusal again: DEL finishes: {out}");
+    let kept: Value =
+        serde_json::from_slice(&std::fs::read(lab.state.path().join(journal)).unwrap()).unwrap();
+    let steps = kept["steps"].as_array().unwrap();
+    assert!(steps.len() == 1 && steps[0].get("ipam").is_some(), "only the lease stays on record: {kept}");
+    assert!(kept["ipamRefused"].as_str().unwrap().contains("invalid CIDR address"), "{kept}");
+    // Once the plugin accepts, a later DEL releases it and forgets the attachment.
+    std::fs::remove_file(&refuse).unwrap();
+    let (code, out) = lab.cni_env("DEL", "rf1", pod.path(), "net1", &conf, &env);
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.state_files().is_empty() && released.exists(), "{:?}", lab.state_files());
+    // Code 7, the configuration is invalid: no retry can help, the first DEL finishes.
+    let (code, out) = lab.cni_env("ADD", "rf2", pod.path(), "net1", &conf, &env);
+    assert_eq!(code, 0, "{out}");
+    std::fs::write(&refuse, "7").unwrap();
+    let (code, out) = lab.cni_env("DEL", "rf2", pod.path(), "net1", &conf, &env);
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.host_links().contains(&vfname));
+    assert_eq!(lab.state_files().len(), 1, "the lease is on record");
+}
+
+/// Every file under `dir` with its content and mtime, to show none was touched.
+fn snapshot(dir: &Path) -> Vec<(String, (Vec<u8>, std::time::SystemTime))> {
+    files(dir).into_iter().map(|f| (f.clone(), fingerprint(&dir.join(&f)))).collect()
+}
+
+/// Issue 36, D1: `stateDir` is where the plugin creates directories and
+/// files as root (and DEL and GC remove them), so a network configuration may
+/// name only the default or a directory inside the root the runtime's
+/// environment sets (`KUBE_RDMA_CNI_STATE_ROOT`). An ADD naming one outside,
+/// or climbing out with `..`, is refused with code 7 naming the key and the
+/// root, and creates nothing there; a DEL naming one, which tears down
+/// whatever it can, looks in the default instead and leaves a journal there
+/// (a real one, from an ADD while that directory was allowed) untouched.
+#[test]
+fn a_state_dir_outside_the_state_root_is_refused_and_never_touched() {
+    let lab = Lab::new("e810-xxv", 1, "");
+    let (pci, vfname) = lab.vfs[0].clone();
+    let pod = lab.pod(0);
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let root_s = root.path().display().to_string();
+    let strict = [("KUBE_RDMA_CNI_STATE_ROOT", root_s.as_str())];
+    let conf = |st: &Path| {
+        let mut c = lab.conf("1.1.0", pci, "10.238.0.0/24");
+        c["stateDir"] = json!(st);
+        c
+    };
+    let escape = root.path().join("..").join(outside.path().file_name().unwrap());
+    for st in [outside.path().to_path_buf(), escape] {
+        let (code, out) = lab.cni_env("ADD", "s1", pod.path(), "net1", &conf(&st), &strict);
+        assert_eq!(code, 7, "{}: {out}", st.display());
+        let msg = out["msg"].as_str().unwrap();
+        for want in ["stateDir", root_s.as_str(), "KUBE_RDMA_CNI_STATE_ROOT"] {
+            assert!(msg.contains(want), "{}: {msg} does not name {want}", st.display());
+        }
+        assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0, "ADD created something there");
+        assert!(lab.host_links().contains(&vfname), "ADD moved the VF");
+    }
+
+    // A real attachment journaled there while the environment allowed it.
+    let parent = outside.path().parent().unwrap().display().to_string();
+    let lenient = [("KUBE_RDMA_CNI_STATE_ROOT", parent.as_str())];
+    let (code, out) = lab.cni_env("ADD", "s1", pod.path(), "net1", &conf(outside.path()), &lenient);
+    assert_eq!(code, 0, "{out}");
+    let before = snapshot(outside.path());
+    assert!(before.iter().any(|(f, _)| f.starts_with("attachments/")), "no journal: {before:?}");
+    let (code, out) = lab.cni_env("DEL", "s1", pod.path(), "net1", &conf(outside.path()), &strict);
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(snapshot(outside.path()), before, "DEL acted on a stateDir outside the root");
+
+    // Allowed again, the same DEL finds its journal and tears the attachment down.
+    let (code, out) = lab.cni_env("DEL", "s1", pod.path(), "net1", &conf(outside.path()), &lenient);
+    assert_eq!(code, 0, "{out}");
+    assert!(lab.host_links().contains(&vfname), "the VF did not come back");
+    assert!(!files(outside.path()).iter().any(|f| f.starts_with("attachments/")), "journal kept");
 }

@@ -250,8 +250,7 @@ fn device_info_file_is_read_extended_and_removed() {
     let lab = Lab::new("e810-xxv", 1, "");
     let (pci, _) = lab.vfs[0];
     let pod = lab.pod(0);
-    let info = lab.state.path().join("devinfo/dp.json");
-    std::fs::create_dir_all(info.parent().unwrap()).unwrap();
+    let info = lab.devinfo_dir().join("net-d1_net1");
     std::fs::write(
         &info,
         r#"{"type":"pci","version":"1.1.0","pci":{"pci-address":"x","pf-pci-address":"0000:10:00.0"}}"#,
@@ -323,7 +322,7 @@ fn a_crash_after_any_add_step_is_fully_undone_by_del() {
     let lab = Lab::new("e810-xxv", 1, "");
     let (pci, _) = lab.vfs[0];
     let pod = lab.pod(0);
-    let info = lab.state.path().join("devinfo.json");
+    let info = lab.devinfo_dir().join("devinfo.json");
     let mut conf = lab.conf("1.1.0", pci, "10.209.0.0/24");
     conf["mtu"] = json!(1450);
     conf["runtimeConfig"] = json!({"CNIDeviceInfoFile": info});
@@ -528,7 +527,7 @@ fn check_delegates_to_the_ipam_plugins_check_and_its_stderr_reaches_our_log() {
     let pod = lab.pod(0);
     let dir = tempfile::tempdir().unwrap();
     let (bin, calls) = ipam_stub(dir.path(), "logipam");
-    let log = dir.path().join("cni.log");
+    let log = lab.log_dir().join("cni.log");
     let mut conf = lab.conf("1.1.0", pci, "unused");
     conf["ipam"] = json!({"type": "logipam"});
     conf["logFile"] = json!(log);
@@ -572,7 +571,6 @@ fn keys_in_any_case_and_sriov_cni_log_levels_work() {
     let lab = Lab::new("e810-xxv", 1, "");
     let (pci, vfname) = lab.vfs[0].clone();
     let pod = lab.pod(0);
-    let dir = tempfile::tempdir().unwrap();
     let base = lab.conf("1.1.0", pci, "10.218.0.0/24");
     // Go-style keys, as sriov-cni configurations are written.
     let conf = |level: &str, log: &std::path::Path, format: &str| {
@@ -581,7 +579,7 @@ fn keys_in_any_case_and_sriov_cni_log_levels_work() {
                "LogLevel": level, "LogFile": log, "logFormat": format})
     };
     let run = |level: &str, format: &str| -> Vec<String> {
-        let log = dir.path().join(format!("{level}-{format}.log"));
+        let log = lab.log_dir().join(format!("{level}-{format}.log"));
         let c = conf(level, &log, format);
         let (code, out) = lab.cni("ADD", "lv1", pod.path(), "net1", &c);
         assert_eq!(code, 0, "{level}: {out}");
@@ -1003,7 +1001,7 @@ fn del_finishes_when_the_rdma_netlink_family_is_gone_with_a_journal_holding_an_r
     let (pci, vfname) = lab.vfs[0].clone();
     let before = link_info(lab.host.name(), &vfname);
     let pod = lab.pod(0);
-    let log = lab.state.path().join("cni.log");
+    let log = lab.log_dir().join("cni.log");
     let mut conf = lab.conf("1.1.0", pci, "10.226.0.0/24");
     conf["logFile"] = json!(log);
     for (cid, netns) in [("rg1", pod.path().display().to_string()), ("rg2", String::new())] {
@@ -1019,7 +1017,7 @@ fn del_finishes_when_the_rdma_netlink_family_is_gone_with_a_journal_holding_an_r
         assert_eq!(link_info(lab.host.name(), &vfname), before, "{cid}: the VF is home as it was");
         assert!(links(pod.name()).is_empty());
         assert!(lab.ipam_allocations().is_empty(), "{cid}: lease not released");
-        assert!(lab.state_files().iter().all(|f| f == "cni.log"), "{:?}", lab.state_files());
+        assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
     }
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(text.contains("no RDMA subsystem") && text.contains("mlx5_2"), "{text}");
@@ -1037,7 +1035,7 @@ fn del_finishes_when_the_pf_refuses_to_restore_a_vf_setting_and_releases_the_lea
     ip(lab.host.name(), &["link", "add", &pf, "type", "veth", "peer", "name", &format!("k{}q", lab.tag)]);
     let before = link_info(lab.host.name(), &vfname);
     let pod = lab.pod(0);
-    let log = lab.state.path().join("cni.log");
+    let log = lab.log_dir().join("cni.log");
     let mut conf = lab.conf("1.1.0", pci, "10.227.0.0/24");
     conf["logFile"] = json!(log);
     let (code, out) = lab.cni("ADD", "pr1", pod.path(), "net1", &conf);
@@ -1056,7 +1054,7 @@ fn del_finishes_when_the_pf_refuses_to_restore_a_vf_setting_and_releases_the_lea
     assert_eq!(code, 0, "{out}");
     assert_eq!(link_info(lab.host.name(), &vfname), before, "the VF is home as it was");
     assert!(lab.ipam_allocations().is_empty(), "lease not released");
-    assert!(lab.state_files().iter().all(|f| f == "cni.log"), "{:?}", lab.state_files());
+    assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
     let text = std::fs::read_to_string(&log).unwrap();
     let refused = text.lines().find(|l| l.contains("undo failed") && l.contains("pf_attrs"));
     assert!(
@@ -1379,7 +1377,7 @@ fn a_late_del_of_a_pod_gone_with_its_node_leaves_the_vf_of_the_pod_that_has_it_n
     let pf = format!("k{}p", lab.tag);
     ip(lab.host.name(), &["link", "add", &pf, "type", "veth", "peer", "name", &format!("k{}q", lab.tag)]);
     let before = link_info(lab.host.name(), &vfname);
-    let log = lab.state.path().join("cni.log");
+    let log = lab.log_dir().join("cni.log");
     let mut conf = lab.conf("1.1.0", pci, "10.228.0.0/24");
     conf["logFile"] = json!(log);
     let old = lab.pod(0);
@@ -1417,7 +1415,7 @@ fn a_late_del_of_a_pod_gone_with_its_node_leaves_the_vf_of_the_pod_that_has_it_n
     let leases = lab.ipam_allocations();
     assert_eq!(leases.len(), 1, "the old lease released, the new one kept: {leases:?}");
     assert!(leases.iter().any(|l| new_addr.starts_with(l.rsplit('/').next().unwrap())), "{leases:?}");
-    assert_eq!(lab.state_files(), ["attachments/new:net1.json".to_string(), "cni.log".to_string()].into());
+    assert_eq!(lab.state_files(), ["attachments/new:net1.json".to_string()].into());
     let text = std::fs::read_to_string(&log).unwrap()[logged..].to_string();
     assert!(
         !text.contains("restore VF 0 attributes"),
@@ -1430,7 +1428,7 @@ fn a_late_del_of_a_pod_gone_with_its_node_leaves_the_vf_of_the_pod_that_has_it_n
     assert_eq!(code, 0, "{out}");
     assert_eq!(link_info(lab.host.name(), &vfname), before, "the VF is home as it was");
     assert!(lab.ipam_allocations().is_empty());
-    assert_eq!(lab.state_files(), ["cni.log".to_string()].into());
+    assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
 }
 
 /// Regression (found by the e2e tier, whose VF netdevs are up on the node as
@@ -1584,7 +1582,7 @@ fn a_del_waiting_for_the_vf_lock_of_its_add_undoes_the_journal_that_add_wrote_me
     ip(lab.host.name(), &["link", "add", &pf, "type", "veth", "peer", "name", &format!("k{}q", lab.tag)]);
     let before = link_info(lab.host.name(), &vfname);
     let pod = lab.pod(0);
-    let log = lab.state.path().join("cni.log");
+    let log = lab.log_dir().join("cni.log");
     let mut conf = lab.conf("1.1.0", pci, "10.236.0.0/24");
     conf["mtu"] = json!(1400);
     conf["logFile"] = json!(log);
@@ -1615,7 +1613,7 @@ fn a_del_waiting_for_the_vf_lock_of_its_add_undoes_the_journal_that_add_wrote_me
     assert_eq!(link_info(lab.host.name(), &vfname), before, "the VF is home as it was");
     assert!(links(pod.name()).is_empty());
     assert!(lab.ipam_allocations().is_empty(), "lease not released: {:?}", lab.ipam_allocations());
-    assert_eq!(lab.state_files(), ["cni.log".to_string()].into());
+    assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
     let text = std::fs::read_to_string(&log).unwrap();
     assert!(
         text.lines().any(|l| l.contains("pf_attrs") && l.contains("restore VF 0 attributes on")),
@@ -1624,7 +1622,7 @@ fn a_del_waiting_for_the_vf_lock_of_its_add_undoes_the_journal_that_add_wrote_me
     // The runtime's final DEL (containerd's at sandbox removal) finds nothing left.
     let (code, out) = lab.cni("DEL", "ra1", std::path::Path::new(""), "net1", &conf);
     assert_eq!(code, 0, "{out}");
-    assert_eq!(lab.state_files(), ["cni.log".to_string()].into());
+    assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
 }
 
 /// Issue 22 (audit), the other order: the runtime's DEL runs to its end
@@ -1698,7 +1696,7 @@ fn del_succeeds_and_forgets_the_attachment_when_its_ipam_plugin_cannot_be_run() 
     let dir = tempfile::tempdir().unwrap();
     let (bin, _) = ipam_stub(dir.path(), "goneipam");
     let with_stub = format!("{}:{CNI_PATH}", bin.display());
-    let log = lab.state.path().join("cni.log");
+    let log = lab.log_dir().join("cni.log");
     let mut conf = lab.conf("1.1.0", pci, "unused");
     conf["ipam"] = json!({"type": "goneipam"});
     conf["logFile"] = json!(log);
@@ -1717,7 +1715,7 @@ fn del_succeeds_and_forgets_the_attachment_when_its_ipam_plugin_cannot_be_run() 
             assert_eq!(code, 0, "{case} (DEL {round}): {out}");
         }
         assert_eq!(link_info(lab.host.name(), &vfname), before, "{case}: the VF is home as it was");
-        assert!(lab.state_files().iter().all(|f| f == "cni.log"), "{case}: {:?}", lab.state_files());
+        assert!(lab.state_files().is_empty(), "{case}: {:?}", lab.state_files());
         let text = logged(from);
         let skipped = text
             .lines()
@@ -1745,7 +1743,7 @@ fn del_succeeds_and_forgets_the_attachment_when_its_ipam_plugin_cannot_be_run() 
             "{kind}: {text}"
         );
     }
-    assert!(lab.state_files().iter().all(|f| f == "cni.log"), "{:?}", lab.state_files());
+    assert!(lab.state_files().is_empty(), "{:?}", lab.state_files());
 }
 
 /// Issue 22 (audit): a journal's removal is flushed before DEL returns (the

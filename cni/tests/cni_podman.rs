@@ -100,14 +100,21 @@ fn podman_runs_a_container_on_a_kube_rdma_cni_network_and_gives_the_vf_back() {
         std::fs::create_dir_all(d.join(sub)).unwrap();
     }
     std::fs::copy(BIN, d.join("bin/kube-rdma-cni")).unwrap();
+    // The plugin's environment for every podman, including the one conmon
+    // starts to clean up after the container (the DEL), which does not get
+    // this process's environment: the lab's node, and a stateDir in the temp dir.
     std::fs::write(
         d.join("containers.conf"),
         format!(
             "[containers]\ndefault_ulimits = [\"nofile=20000:20000\", \"nproc=32768:32768\"]\n\n\
              [network]\nnetwork_backend = \"cni\"\ncni_plugin_dirs = [\"{}\", \"{CNI_PATH}\"]\nnetwork_config_dir = \"{}\"\n\n\
-             [engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\nruntime = \"runc\"\n",
+             [engine]\ncgroup_manager = \"cgroupfs\"\nevents_logger = \"file\"\nruntime = \"runc\"\n\
+             env = [\"KUBE_RDMA_CNI_STATE_ROOT={}\", \"KUBE_RDMA_SYSFS_ROOT={}\", \"KUBE_RDMA_CNI_NODE_DIR={}\"]\n",
             d.join("bin").display(),
-            d.join("net.d").display()
+            d.join("net.d").display(),
+            state_root().display(),
+            lab.sim.roots().sysfs.display(),
+            node_dir_of(&lab.sim.roots().sysfs).display(),
         ),
     )
     .unwrap();

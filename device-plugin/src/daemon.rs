@@ -22,10 +22,17 @@
 //!
 //! Discovery never reads GID tables: nothing the plugin hands out depends on
 //! them (a GID index cannot be known before the CNI addresses the VF).
+//!
+//! Every read of the node runs off the loop with a deadline ([`crate::walks`]):
+//! a read that blocks in the kernel is abandoned, the pools keep what was
+//! known, `/healthz` says the node's view is stale, and shutdown never waits
+//! for it (the process exits without joining a stuck thread).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -39,10 +46,11 @@ use crate::devinfo::{OnDisk, Synced};
 use crate::inuse::{Allocations, Memory};
 use crate::kubelet::{self, DirEvent};
 use crate::metrics::Metrics;
-use crate::nodewatch::{self, discover, ConfigFile, NodeWatch, Wake};
+use crate::nodewatch::{self, ConfigFile, NodeWatch, Wake};
 use crate::pools::{self, Pool};
 use crate::registration::{self, Instance, Registrar};
 use crate::server::{self, PoolService};
+use crate::walks::{stale_after, Walked, Walker};
 use crate::{devinfo, names, podresources};
 
 /// Everything the daemon needs to know.
@@ -56,6 +64,9 @@ pub struct Options {
     pub kubelet_dir: PathBuf,
     /// Periodic full rescan (a config's `periodicUpdateInterval` overrides it).
     pub rescan_interval: Duration,
+    /// How long one read of the node may take before it is abandoned
+    /// ([`crate::walks`]).
+    pub rescan_deadline: Duration,
     /// CDI spec dir.
     pub cdi_dir: PathBuf,
     /// Device-info dir.
@@ -114,6 +125,27 @@ enum ServeError {
 /// How long stopping all pools may take before the rest are aborted.
 const STOP_DEADLINE: Duration = Duration::from_secs(1);
 
+/// The shutdown signal, awaited by the loop and by every read of the node,
+/// so that a read stuck in the kernel never delays shutdown.
+struct Stop<F> {
+    fut: Pin<Box<F>>,
+    fired: bool,
+}
+
+impl<F: Future<Output = ()>> Stop<F> {
+    fn new(fut: F) -> Self {
+        Stop { fut: Box::pin(fut), fired: false }
+    }
+
+    /// Resolves when shutdown is asked for (at once once it was); cancel-safe.
+    async fn wait(&mut self) {
+        if !self.fired {
+            self.fut.as_mut().await;
+            self.fired = true;
+        }
+    }
+}
+
 struct Running {
     config: PoolConfig,
     tx: watch::Sender<Arc<Pool>>,
@@ -158,6 +190,11 @@ struct Daemon {
     /// The kubelet instance of `kubelet.sock` as last seen, for the
     /// registration tasks.
     kubelet_tx: watch::Sender<Option<Instance>>,
+    /// Runs the reads of the node.
+    walker: Walker,
+    /// A read of the node did not complete: the next link event walks the
+    /// whole node, since what it missed is unknown.
+    missed: bool,
 }
 
 /// What a rescan reads.
@@ -171,54 +208,57 @@ enum Scan {
 }
 
 /// Re-reads `fns` in `inv` (their PF whole when a function cannot be re-read
-/// alone); returns the inventory and the PFs that changed. `None`: the walk
-/// failed and the inventory is lost (the caller walks the node).
-async fn rescan_functions(
+/// alone); returns the inventory and the PFs that changed. Blocking: run by
+/// the [`Walker`].
+fn rescan_functions(
     roots: &Roots,
     mut inv: Inventory,
     fns: BTreeSet<(PciAddr, PciAddr)>,
-) -> Option<(Inventory, BTreeSet<PciAddr>)> {
-    let roots = roots.clone();
-    tokio::task::spawn_blocking(move || {
-        let mut touched = BTreeSet::new();
-        let mut whole = BTreeSet::new();
-        for (pf, f) in fns {
-            touched.insert(pf);
-            if !nic::discover::rescan_function(&roots, nodewatch::scope(), &mut inv, f) {
-                whole.insert(pf);
-            }
+) -> (Inventory, BTreeSet<PciAddr>) {
+    let mut touched = BTreeSet::new();
+    let mut whole = BTreeSet::new();
+    for (pf, f) in fns {
+        touched.insert(pf);
+        if !nic::discover::rescan_function(roots, nodewatch::scope(), &mut inv, f) {
+            whole.insert(pf);
         }
-        for pf in whole {
-            let part = nic::discover::discover_pf(&roots, nodewatch::scope(), pf);
-            inv.replace_pf(pf, part);
-        }
-        (inv, touched)
-    })
-    .await
-    .ok()
+    }
+    for pf in whole {
+        let part = nic::discover::discover_pf(roots, nodewatch::scope(), pf);
+        inv.replace_pf(pf, part);
+    }
+    (inv, touched)
 }
 
-/// The RDMA netns mode of the node, from the `ib_core` module parameter.
-fn netns_mode(roots: &Roots) -> Option<nic::NetnsMode> {
-    nic::vfdev::netns_mode_from_sysfs(roots)
-}
-
-/// The config file, parsed and checked against the node's RDMA netns mode.
-fn checked(
+/// The config file, parsed and checked against the node's RDMA netns mode
+/// (read from the `ib_core` module parameter by `walker`; unknown when that
+/// read does not complete, which refuses nothing).
+async fn checked<F: Future<Output = ()>>(
     loaded: Result<(ConfigFile, Config), ConfigError>,
     roots: &Roots,
+    walker: &Walker,
+    stop: &mut Stop<F>,
 ) -> Result<(ConfigFile, Config), ConfigError> {
     let (file, cfg) = loaded?;
-    cfg.check_netns(netns_mode(roots))?;
+    let roots = roots.clone();
+    let mode = match walker
+        .run("netns mode", move || nic::vfdev::netns_mode_from_sysfs(&roots), stop.wait())
+        .await
+    {
+        Walked::Done(m) => m,
+        _ => None,
+    };
+    cfg.check_netns(mode)?;
     Ok((file, cfg))
 }
 
-/// Runs until `shutdown` resolves, then cleans up and returns `Ok`.
-pub async fn run(
-    mut opts: Options,
-    shutdown: impl std::future::Future<Output = ()>,
-) -> Result<(), DaemonError> {
-    let (file, cfg) = checked(ConfigFile::load(opts.config.as_deref()), &opts.roots)?;
+/// Runs until `shutdown` resolves, then cleans up and returns `Ok`. It
+/// resolves the loop and any read of the node it is waiting for.
+pub async fn run(mut opts: Options, shutdown: impl Future<Output = ()>) -> Result<(), DaemonError> {
+    let mut stop = Stop::new(shutdown);
+    let walker = Walker::new(opts.rescan_deadline);
+    let (file, cfg) =
+        checked(ConfigFile::load(opts.config.as_deref()), &opts.roots, &walker, &mut stop).await?;
     if let Some(root) = &cfg.kubelet_root {
         opts.kubelet_dir = root.join("device-plugins");
         if opts.pod_resources.is_some() {
@@ -227,6 +267,7 @@ pub async fn run(
         tracing::info!(kubelet_dir = %opts.kubelet_dir.display(), "kubeletRootDir from the config");
     }
     let metrics = Arc::new(Metrics::default());
+    metrics.watch_walks(walker.walks());
     if let Some(addr) = opts.metrics_addr {
         let (local, fut) = crate::metrics::serve(addr, metrics.clone())
             .await
@@ -239,6 +280,7 @@ pub async fn run(
     let mut kubelet_events = kubelet::watch_dir(&opts.kubelet_dir)
         .map_err(|source| DaemonError::Watch { path: opts.kubelet_dir.clone(), source })?;
     let period = cfg.rescan_interval.unwrap_or(opts.rescan_interval);
+    metrics.set_stale_after(stale_after(period, walker.deadline()));
     let mut node = NodeWatch::start(opts.link_events, 1024, opts.config.as_deref(), period);
     let mut kubelet_alloc =
         opts.pod_resources.clone().map(|p| poll_pod_resources(p, opts.pod_resources_interval));
@@ -258,10 +300,16 @@ pub async fn run(
         died_tx,
         generation: 0,
         kubelet_tx,
+        walker,
+        missed: false,
     };
 
     d.adopt_cdi_specs();
-    d.inv = discover(&d.opts.roots, &mut d.memory).await;
+    d.inv = d.walk_node(&mut stop).await.unwrap_or_default();
+    if stop.fired {
+        // Stopped during the first walk: nothing is served yet.
+        return Ok(());
+    }
     let plan = pools::plan_with(&d.inv, &d.cfg, &Allocations::default());
     for pool in plan.pools {
         d.start_or_keep(pool);
@@ -269,19 +317,20 @@ pub async fn run(
     d.sync_retired();
     give_back_freed_memory();
 
-    tokio::pin!(shutdown);
-    loop {
+    while !stop.fired {
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = stop.wait() => break,
             w = node.next() => match node.settle(w).await {
-                Wake::Timer => d.rescan(Scan::Node, "timer").await,
+                Wake::Timer => d.rescan(Scan::Node, "timer", &mut stop).await,
                 Wake::Links(evs) => {
                     let scan = d.scan_for(&evs);
-                    d.rescan(scan, "link event").await;
+                    d.rescan(scan, "link event", &mut stop).await;
                 }
                 Wake::ConfigDir => {
-                    if d.maybe_reload().await {
-                        node.set_period(d.cfg.rescan_interval.unwrap_or(d.opts.rescan_interval));
+                    if d.maybe_reload(&mut stop).await {
+                        let period = d.cfg.rescan_interval.unwrap_or(d.opts.rescan_interval);
+                        d.metrics.set_stale_after(stale_after(period, d.walker.deadline()));
+                        node.set_period(period);
                     }
                 }
             },
@@ -333,6 +382,9 @@ impl Daemon {
     /// netdev the last walk did not see (new VFs, a VF back from a pod) or
     /// events were lost.
     fn scan_for(&self, evs: &[RtnlEvent]) -> Scan {
+        if self.missed {
+            return Scan::Node;
+        }
         let mut fns = BTreeSet::new();
         for e in evs {
             let RtnlEvent::Link(l) = e else { return Scan::Node };
@@ -628,27 +680,51 @@ impl Daemon {
         }
     }
 
-    async fn rescan(&mut self, scan: Scan, why: &str) {
-        let whole_node = matches!(scan, Scan::Node);
-        match scan {
-            Scan::Node => {
-                self.inv = discover(&self.opts.roots, &mut self.memory).await;
-            }
-            Scan::Functions(fns) => {
-                let inv = std::mem::take(&mut self.inv);
-                match rescan_functions(&self.opts.roots, inv, fns).await {
-                    Some((inv, touched)) => {
-                        self.inv = inv;
-                        for p in self.inv.pfs.iter_mut().filter(|p| touched.contains(&p.pci)) {
-                            self.memory.observe_pf(p);
-                        }
-                    }
-                    None => {
-                        self.inv = discover(&self.opts.roots, &mut self.memory).await;
-                    }
-                }
-            }
+    /// Walks the whole node with the [`Walker`]; `None` when the walk did not
+    /// complete (the caller keeps what it knew).
+    async fn walk_node<F: Future<Output = ()>>(&mut self, stop: &mut Stop<F>) -> Option<Inventory> {
+        let roots = self.opts.roots.clone();
+        let job = move || nic::discover::discover_scoped(&roots, nodewatch::scope());
+        let Walked::Done(mut inv) = self.walker.run("node walk", job, stop.wait()).await else {
+            self.missed = true;
+            return None;
+        };
+        self.missed = false;
+        self.memory.observe(&mut inv);
+        Some(inv)
+    }
+
+    /// Re-reads the functions a link event named, on a copy of the inventory:
+    /// a read that does not complete leaves the inventory as it was.
+    async fn walk_functions<F: Future<Output = ()>>(
+        &mut self,
+        fns: BTreeSet<(PciAddr, PciAddr)>,
+        stop: &mut Stop<F>,
+    ) -> Option<Inventory> {
+        let (roots, inv) = (self.opts.roots.clone(), self.inv.clone());
+        let job = move || rescan_functions(&roots, inv, fns);
+        let Walked::Done((mut inv, touched)) = self.walker.run("link event rescan", job, stop.wait()).await
+        else {
+            self.missed = true;
+            return None;
+        };
+        for p in inv.pfs.iter_mut().filter(|p| touched.contains(&p.pci)) {
+            self.memory.observe_pf(p);
         }
+        Some(inv)
+    }
+
+    /// Reads the node (or the functions `scan` names) again and brings the
+    /// pools and CDI specs in line; a read that does not complete changes
+    /// nothing (the pools keep what was known).
+    async fn rescan<F: Future<Output = ()>>(&mut self, scan: Scan, why: &str, stop: &mut Stop<F>) {
+        let whole_node = matches!(scan, Scan::Node);
+        let walked = match scan {
+            Scan::Node => self.walk_node(stop).await,
+            Scan::Functions(fns) => self.walk_functions(fns, stop).await,
+        };
+        let Some(inv) = walked else { return };
+        self.inv = inv;
         self.update_pools(why);
         self.sync_carried();
         self.sync_retired();
@@ -689,9 +765,9 @@ impl Daemon {
     }
 
     /// Reloads a changed config; true when it took effect.
-    async fn maybe_reload(&mut self) -> bool {
+    async fn maybe_reload<F: Future<Output = ()>>(&mut self, stop: &mut Stop<F>) -> bool {
         let Some(loaded) = self.file.changed() else { return false };
-        let (file, cfg) = match checked(loaded, &self.opts.roots) {
+        let (file, cfg) = match checked(loaded, &self.opts.roots, &self.walker, stop).await {
             Ok(c) => c,
             Err(e) => {
                 tracing::error!(error = %e, "config changed but is invalid; keeping the running pools");
@@ -725,7 +801,9 @@ impl Daemon {
                 self.remove_pool_files(&n);
             }
         }
-        self.inv = discover(&self.opts.roots, &mut self.memory).await;
+        if let Some(inv) = self.walk_node(stop).await {
+            self.inv = inv;
+        }
         let empty = Allocations::default();
         let plan = pools::plan_with(&self.inv, &self.cfg, self.alloc.as_ref().unwrap_or(&empty));
         for pool in plan.pools {

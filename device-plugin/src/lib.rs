@@ -53,6 +53,8 @@ pub mod registration;
 pub mod report;
 #[cfg(feature = "daemon")]
 pub mod server;
+#[cfg(feature = "daemon")]
+pub mod walks;
 
 /// Kubelet device plugin API `v1beta1`, generated from `proto/api.proto`.
 #[cfg(feature = "daemon")]

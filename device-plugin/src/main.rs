@@ -53,6 +53,10 @@ struct Cli {
     /// Periodic rescan, seconds (netlink link events trigger rescans in between).
     #[arg(long, default_value_t = 30.0)]
     rescan_interval: f64,
+    /// How long one read of the node may take, seconds, before it is abandoned
+    /// (a sysfs read blocked in the kernel) and /healthz reports the node's view stale.
+    #[arg(long, default_value_t = 10.0)]
+    rescan_deadline: f64,
     /// Where CDI specs are written.
     #[arg(long, default_value = "/var/run/cdi")]
     cdi_dir: PathBuf,
@@ -189,7 +193,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             }
             let opts = args.clone().options(cli.config.clone(), roots)?;
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            rt.block_on(dra::driver::run_until_signal(opts))?;
+            let ran = rt.block_on(dra::driver::run_until_signal(opts));
+            // As in device plugin mode: the exit must not wait for a read of the node stuck in the kernel.
+            rt.shutdown_timeout(Duration::from_millis(200));
+            ran?;
             drop(sim);
             Ok(ExitCode::SUCCESS)
         }
@@ -202,6 +209,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         None => {
             for (flag, v) in [
                 ("--rescan-interval", cli.rescan_interval),
+                ("--rescan-deadline", cli.rescan_deadline),
                 ("--pod-resources-interval", cli.pod_resources_interval),
             ] {
                 if !(v > 0.0 && v.is_finite()) {
@@ -213,6 +221,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 roots,
                 kubelet_dir: cli.kubelet_dir,
                 rescan_interval: Duration::from_secs_f64(cli.rescan_interval),
+                rescan_deadline: Duration::from_secs_f64(cli.rescan_deadline),
                 cdi_dir: cli.cdi_dir,
                 devinfo_dir: cli.devinfo_dir,
                 metrics_addr: cli.metrics_addr,
@@ -222,7 +231,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 registration: Default::default(),
             };
             let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build()?;
-            rt.block_on(async {
+            let ran = rt.block_on(async {
                 // Install the handlers before anything is served: a SIGTERM that
                 // arrives during startup must still mean "clean up and exit 0".
                 use tokio::signal::unix::{signal, SignalKind};
@@ -235,7 +244,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     }
                 };
                 daemon::run(opts, shutdown).await.map_err(anyhow::Error::from)
-            })?;
+            });
+            // Dropping a runtime waits for its blocking tasks; the exit must not
+            // (reads of the node run on threads of their own and may be stuck
+            // in the kernel: returning from main ends them).
+            rt.shutdown_timeout(Duration::from_millis(200));
+            ran?;
             drop(sim);
             Ok(ExitCode::SUCCESS)
         }
@@ -252,6 +266,9 @@ fn device_plugin_flags(cli: &Cli) -> Vec<&'static str> {
     }
     if cli.rescan_interval != d.rescan_interval {
         set.push("--rescan-interval");
+    }
+    if cli.rescan_deadline != d.rescan_deadline {
+        set.push("--rescan-deadline");
     }
     if cli.cdi_dir != d.cdi_dir {
         set.push("--cdi-dir");

@@ -18,6 +18,12 @@
 //! right after registering); otherwise 503, and the body says which pool lacks
 //! what, with its registration state (`registration=retrying failures=3 …
 //! error="…"`). `/livez` is 200 while the daemon answers at all.
+//!
+//! Reads of the node ([`crate::walks`]): the unix time of the last completed
+//! one, how many overran their deadline, how many are stuck now. `/healthz`
+//! is 503 too while one is stuck, or when none completed for longer than
+//! the window the daemon sets ([`Metrics::set_stale_after`]): the pools then
+//! show a node that may have changed.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -34,6 +40,7 @@ use crate::inuse::Allocations;
 use crate::pools::Pool;
 use crate::registration::State;
 use crate::server::Streams;
+use crate::walks::Walks;
 
 /// Histogram bucket upper bounds, seconds.
 const BUCKETS: [f64; 9] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.05, 0.1];
@@ -80,6 +87,9 @@ impl Default for PoolMetrics {
 #[derive(Debug, Default)]
 pub struct Metrics {
     pools: Mutex<BTreeMap<String, PoolMetrics>>,
+    /// Reads of the node, and how long without a completed one is stale
+    /// (`None`: no periodic rescan, so no age is too old).
+    walks: Mutex<(Option<Arc<Walks>>, Option<Duration>)>,
 }
 
 impl Metrics {
@@ -160,12 +170,34 @@ impl Metrics {
         self.with(pool, |m| m.failures += 1);
     }
 
-    /// `/healthz`: whether every pool is served, registered and watched, and a
-    /// line per pool saying so.
+    /// Reports on `walks` (the daemon's reads of the node).
+    pub fn watch_walks(&self, walks: Arc<Walks>) {
+        self.walks.lock().unwrap_or_else(|e| e.into_inner()).0 = Some(walks);
+    }
+
+    /// How long without a completed read of the node makes `/healthz` fail
+    /// (`None`: never, as with no periodic rescan).
+    pub fn set_stale_after(&self, after: Option<Duration>) {
+        self.walks.lock().unwrap_or_else(|e| e.into_inner()).1 = after;
+    }
+
+    /// The `/healthz` line on reads of the node, and whether they are fresh.
+    fn walks_health(&self) -> Option<(bool, String)> {
+        let g = self.walks.lock().unwrap_or_else(|e| e.into_inner());
+        Some(g.0.as_ref()?.health(g.1))
+    }
+
+    /// `/healthz`: whether every pool is served, registered and watched, and
+    /// the node's reads are fresh; a line per pool, and one on the reads.
     pub fn health(&self) -> (bool, String) {
+        let walks = self.walks_health();
         let g = self.pools.lock().unwrap_or_else(|e| e.into_inner());
         let mut ok = !g.is_empty();
         let mut body = String::new();
+        if let Some((fresh, line)) = walks {
+            ok &= fresh;
+            let _ = writeln!(body, "{line}");
+        }
         if g.is_empty() {
             body.push_str("no pool\n");
         }
@@ -232,7 +264,14 @@ impl Metrics {
         for (p, m) in g.iter() {
             m.latency.render(&mut s, h, &[("resource", p)]);
         }
+        drop(g);
+        self.render_walks(&mut s);
         s
+    }
+
+    fn render_walks(&self, s: &mut String) {
+        let Some(w) = self.walks.lock().unwrap_or_else(|e| e.into_inner()).0.clone() else { return };
+        w.render(s);
     }
 }
 

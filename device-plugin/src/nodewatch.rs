@@ -160,9 +160,7 @@ impl ConfigFile {
     /// Reads and parses `path` (`None`: the default pools).
     pub fn load(path: Option<&Path>) -> Result<(ConfigFile, Config), ConfigError> {
         let Some(p) = path else { return Ok((ConfigFile::default(), Config::default_pools())) };
-        let text =
-            std::fs::read_to_string(p).map_err(|source| ConfigError::Io { path: p.to_path_buf(), source })?;
-        Self::parse(p, text)
+        Self::parse(p, crate::config::read::read_text(p)?)
     }
 
     fn parse(p: &Path, text: String) -> Result<(ConfigFile, Config), ConfigError> {
@@ -176,11 +174,16 @@ impl ConfigFile {
     }
 
     /// The file again when its text changed since it was loaded (`None`: no
-    /// file, unreadable for now, or the same text). The caller checks it and
+    /// file, unreadable for now, or the same text; a file refused as a config,
+    /// a FIFO or too large, is an error). The caller checks it and
     /// [`Self::accept`]s it when it takes effect.
     pub fn changed(&self) -> Option<Result<(ConfigFile, Config), ConfigError>> {
         let p = self.path.as_deref()?;
-        let text = std::fs::read_to_string(p).ok()?;
+        let text = match crate::config::read::read_text(p) {
+            Ok(t) => t,
+            Err(ConfigError::Io { .. }) => return None,
+            Err(e) => return Some(Err(e)),
+        };
         (Some(&text) != self.text.as_ref()).then(|| Self::parse(p, text))
     }
 

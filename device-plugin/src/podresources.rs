@@ -4,6 +4,8 @@
 //! left the host is in use, and tells preferred allocation which devices were
 //! freed. The socket is `/var/lib/kubelet/pod-resources/kubelet.sock`; the
 //! daemon works without it (those three fall back to what the host shows).
+//! DRA mode reads it too (`dra::withhold`): a VF a device plugin
+//! resource holds is not offered to claims.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -62,6 +64,14 @@ pub fn allocations(resp: &ListPodResourcesResponse) -> Allocations {
 
 /// Calls `List` on `socket` (sending `:authority localhost`, as kubelets expect).
 pub async fn list(socket: &Path, timeout: Duration) -> Result<Allocations, PodResourcesError> {
+    list_pods(socket, timeout).await.map(|resp| allocations(&resp))
+}
+
+/// The kubelet's whole `List` answer (DRA mode also wants the pods' names).
+pub async fn list_pods(
+    socket: &Path,
+    timeout: Duration,
+) -> Result<ListPodResourcesResponse, PodResourcesError> {
     let path = socket.to_path_buf();
     if !socket.exists() {
         return Err(PodResourcesError::Absent { path });
@@ -74,7 +84,7 @@ pub async fn list(socket: &Path, timeout: Duration) -> Result<Allocations, PodRe
             .list(ListPodResourcesRequest {})
             .await
             .map_err(|status| PodResourcesError::List { path: path.clone(), status })?;
-        Ok(allocations(&resp.into_inner()))
+        Ok(resp.into_inner())
     };
     tokio::time::timeout(timeout, call)
         .await

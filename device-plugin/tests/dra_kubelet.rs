@@ -5,13 +5,11 @@
 //! scenario with timeouts.
 
 mod dra_fixtures;
-// The CDI library's verdict on a spec (self-contained; the rest of `common` is device plugin mode's).
-#[allow(dead_code)]
-#[path = "common/cdi.rs"]
-mod cdi_check;
 
 use std::time::Duration;
 
+// The CDI library's verdict on a spec.
+use dra_fixtures::common::cdi as cdi_check;
 use dra_fixtures::faults::{FaultProxy, Frozen, MutatingHold, ONE_MUTATING_REQUEST};
 use dra_fixtures::*;
 use kube_rdma_device_plugin::dra::api::health::HealthStatus;
@@ -678,20 +676,12 @@ async fn a_prepared_vf_the_host_cannot_see_in_its_pod_stays_healthy_with_its_att
     }
     sim.hide_rdma_trace(pci("0000:af:00.2")).unwrap();
     sim.hide_rdma_trace(pci("0000:af:00.3")).unwrap();
-    let slices = env
-        .wait_slices("the unprepared VF unhealthy", |s| {
-            attrs(s, "pci-0000-af-00-3")["kuberdma.io/healthy"] == json!({"bool": false})
-        })
-        .await;
+    // A VF in a pod that no claim of ours holds is not offered (issue 36, D11).
+    let slices = env.wait_slices("the unprepared VF withheld", |s| device_count(s) == 15).await;
+    assert!(slices[0]["spec"]["devices"].as_array().unwrap().iter().all(|d| d["name"] != "pci-0000-af-00-3"));
     assert_eq!(attrs(&slices, "pci-0000-af-00-2"), &before, "in use: healthy, and the attributes it had");
     assert_eq!(generation(&slices), g0 + 1, "only the unprepared VF changed");
-    let m = wait_health(&mut health, "the unprepared VF unhealthy", |m| {
-        m.devices.iter().any(|d| {
-            d.device.as_ref().unwrap().device_name == "pci-0000-af-00-3"
-                && d.health == HealthStatus::Unhealthy as i32
-        })
-    })
-    .await;
+    let m = wait_health(&mut health, "the list without the unprepared VF", |m| m.devices.len() == 15).await;
     let prepared =
         m.devices.iter().find(|d| d.device.as_ref().unwrap().device_name == "pci-0000-af-00-2").unwrap();
     assert_eq!(prepared.health, HealthStatus::Healthy as i32);
@@ -709,16 +699,125 @@ async fn a_prepared_vf_the_host_cannot_see_in_its_pod_stays_healthy_with_its_att
     driver.wait_log("first ResourceSlices published").await;
     let mut health = p.watch_health().await;
     // The unprepared VF is nobody's, as far as the restarted driver can tell (no RDMA
-    // trace, no claim): it is no device of the pool any more.
+    // trace, no claim): it is no device of the pool any more, so not offered either.
     wait_health(&mut health, "the list without the unprepared VF", |m| m.devices.len() == 15).await;
     let slices = env.slices().await;
     assert_eq!(device_count(&slices), 15);
     assert_eq!(attrs(&slices, "pci-0000-af-00-2"), &before, "the prepared VF's attributes after a restart");
-    assert_eq!(generation(&slices), g0 + 2, "one generation, for the unprepared VF leaving");
+    assert_eq!(generation(&slices), g0 + 1, "a restart with the same content wrote nothing");
     // Rescans since (each plans with the prepared records) change nothing.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let again = env.slices().await;
-    assert_eq!((attrs(&again, "pci-0000-af-00-2"), generation(&again)), (&before, g0 + 2));
+    assert_eq!((attrs(&again, "pci-0000-af-00-2"), generation(&again)), (&before, g0 + 1));
+    driver.stop().await;
+}
+
+fn names(slices: &[Value]) -> Vec<String> {
+    let mut v: Vec<String> = slices
+        .iter()
+        .flat_map(|s| s["spec"]["devices"].as_array().unwrap())
+        .map(|d| d["name"].as_str().unwrap().to_string())
+        .collect();
+    v.sort();
+    v
+}
+
+/// `GET /metrics` until it has the line `line`.
+async fn wait_metric(metrics: &str, line: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let page = http_get(metrics, "/metrics").await.1;
+        if page.lines().any(|l| l == line) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no `{line}` in\n{page}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn withheld_line(device: &str, reason: &str) -> String {
+    format!("kuberdma_dra_device_withheld{{device=\"{device}\",resource=\"kuberdma.io/rdma_vfs\",reason=\"{reason}\"}} 1")
+}
+
+/// Regression (issue 36, D11): after a switch from device plugin mode with a pod
+/// running, the driver published the pod's VFs and a claim was prepared with them.
+/// The kubelet's PodResources (what device plugin pods hold, moved or not) and the
+/// host (a VF in a netns that no prepared claim holds) each keep a VF out of the
+/// slices from the very first one, a claim allocated one is refused at prepare,
+/// and it comes back once its pod is gone. Without PodResources the driver is not
+/// ready and keeps withholding what it last said and what is in a netns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn vfs_already_in_pods_dra_did_not_prepare_are_never_offered_and_come_back_when_freed() {
+    let mut sim = sim();
+    let mut env = Env::new(NODE, sim.roots()).await;
+    // The device plugin pod from before the switch: three VFs, two moved into it by the CNI
+    // and one used without a network attachment; a fourth taken by something the kubelet
+    // does not report.
+    let held = ["0000:3d:00.1", "0000:3d:00.2", "0000:3d:00.3"];
+    env.pod_resources.assign("dp-pod", "kuberdma.io/rdma_vfs", &held);
+    for vf in ["0000:3d:00.1", "0000:3d:00.2", "0000:3d:00.4"] {
+        sim.move_vf_into_pod(pci(vf)).unwrap();
+    }
+    let driver = env.spawn(&["--rescan-interval", "0.1", "--metrics-addr", "127.0.0.1:0"]);
+    let metrics = driver.metrics_addr().await;
+    let mut p = register(&env.reg_socket()).await;
+    driver.wait_log("first ResourceSlices published").await;
+    let slices = env.slices().await;
+    let taken = ["pci-0000-3d-00-1", "pci-0000-3d-00-2", "pci-0000-3d-00-3", "pci-0000-3d-00-4"];
+    assert_eq!(device_count(&slices), 12, "{:?}", names(&slices));
+    assert!(taken.iter().all(|t| !names(&slices).contains(&t.to_string())), "{:?}", names(&slices));
+    assert_eq!(generation(&slices), 1, "never published, not even in the first slice");
+    for (dev, reason) in [
+        ("pci-0000-3d-00-1", "device-plugin"),
+        ("pci-0000-3d-00-3", "device-plugin"),
+        ("pci-0000-3d-00-4", "netns"),
+    ] {
+        wait_metric(&metrics, &withheld_line(dev, reason)).await;
+    }
+    wait_metric(&metrics, "kuberdma_dra_pod_resources_up 1").await;
+    let log = driver.log();
+    assert!(
+        log.contains("device withheld") && log.contains("the kubelet assigned it to pod default/dp-pod"),
+        "{log}"
+    );
+    // A claim allocated one of them (a scheduler that raced the switch) is refused, naming why.
+    let a = env.create_claim("a", &[("vf", DRIVER, "pci-0000-3d-00-3")], json!([]), "pod-a").await;
+    let e = p.prepare(vec![claim_ref("a", &a)]).await.claims[&a].error.clone();
+    assert!(e.contains("withheld, not offered to claims") && e.contains("default/dp-pod"), "{e}");
+    assert!(!env.cdi.join(format!("kuberdma.io-claim_{a}.json")).exists());
+    // A VF prepared here and moved into its pod stays offered (its claim holds it).
+    let b = env.create_claim("b", &[("vf", DRIVER, "pci-0000-3d-00-5")], json!([]), "pod-b").await;
+    assert_eq!(p.prepare(vec![claim_ref("b", &b)]).await.claims[&b].error, "");
+    sim.move_vf_into_pod(pci("0000:3d:00.5")).unwrap();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(device_count(&env.slices().await), 12);
+
+    // The device plugin pod is deleted: its VFs come back; the one something else holds does not.
+    env.pod_resources.assign("dp-pod", "kuberdma.io/rdma_vfs", &[]);
+    for vf in ["0000:3d:00.1", "0000:3d:00.2"] {
+        sim.return_vf_from_pod(pci(vf)).unwrap();
+    }
+    let slices = env.wait_slices("three VFs back", |s| device_count(s) == 15).await;
+    assert!(!names(&slices).contains(&"pci-0000-3d-00-4".to_string()));
+    wait_metric(&metrics, &withheld_line("pci-0000-3d-00-4", "netns")).await;
+    driver.wait_log("device no longer withheld").await;
+    sim.return_vf_from_pod(pci("0000:3d:00.4")).unwrap();
+    env.wait_slices("all back", |s| device_count(s) == 16).await;
+
+    // PodResources goes away after naming a VF: not ready, and fail safe.
+    env.pod_resources.assign("dp-pod-2", "kuberdma.io/rdma_vfs", &["0000:3d:00.6"]);
+    env.wait_slices("the new pod's VF withheld", |s| device_count(s) == 15).await;
+    env.pod_resources.stop();
+    let (code, body) = wait_healthz(&metrics, "pod-resources: unreachable, retrying").await;
+    assert_eq!(code, 503, "{body}");
+    wait_metric(&metrics, "kuberdma_dra_pod_resources_up 0").await;
+    driver.wait_log("the kubelet's PodResources is unreachable").await;
+    sim.move_vf_into_pod(pci("0000:3d:00.7")).unwrap();
+    let slices = env.wait_slices("the VF moved meanwhile withheld too", |s| device_count(s) == 14).await;
+    for gone in ["pci-0000-3d-00-6", "pci-0000-3d-00-7"] {
+        assert!(!names(&slices).contains(&gone.to_string()), "{gone}: {:?}", names(&slices));
+    }
+    assert!(p.unprepare(vec![claim_ref("b", &b)]).await.claims[&b].error.is_empty());
     driver.stop().await;
 }
 
@@ -933,16 +1032,7 @@ async fn network_data_the_cni_recorded_reaches_the_claim_status() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_kubernetes_1_36_network_data_needs_the_charts_driver_rule_and_it_is_enough() {
     let sim = sim();
-    let plane = Plane {
-        apiserver_bin: Some(kube_rdma_e2e::peers::bin("kube-apiserver-1.36")),
-        rbac: chart_rbac_for("1.35.0"),
-        token_of_a_pod_on_the_node: true,
-    };
-    let env = Env::with_plane(NODE, sim.roots(), &[], plane).await;
-    let version =
-        tokio::task::block_in_place(|| env.api.kubectl().args(["version", "-o", "json"]).output()).unwrap();
-    let version: Value = serde_json::from_slice(&version.stdout).unwrap();
-    assert_eq!(version["serverVersion"]["minor"], "36", "{version}");
+    let env = Env::on_kubernetes_1_36(NODE, sim.roots(), chart_rbac_for("1.35.0")).await;
     let driver = env.spawn(&[]);
     let mut p = register(&env.reg_socket()).await;
     env.wait_slices("published", |s| device_count(s) == 16).await;

@@ -143,7 +143,11 @@ async fn shared_pools_are_refused_at_load_on_an_exclusive_mode_node() {
     let cfg = dirs.write_config(RSDP);
     let r = tokio::time::timeout(
         T,
-        daemon::run(dirs.options(node.roots(), Some(cfg.clone()), Duration::from_secs(3600)), async {}),
+        // No shutdown: a stop asked before the node's netns mode is read would end the run first.
+        daemon::run(
+            dirs.options(node.roots(), Some(cfg.clone()), Duration::from_secs(3600)),
+            std::future::pending(),
+        ),
     )
     .await
     .expect("refused at once");

@@ -105,6 +105,8 @@ pub const SHADOWED: &[&str] = &[
     "/run/cdi",
     "/etc/cdi",
     "/run/k8s.cni.cncf.io",
+    // kube-rdma-cni's only `logFile` directory (cni/src/logging.rs).
+    "/var/log/kube-rdma-cni",
     // containerd's shim sockets (/run/containerd/s) and ctr's FIFOs are fixed paths there.
     "/run/containerd",
 ];

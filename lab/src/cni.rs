@@ -123,6 +123,8 @@ impl Fixture {
             .env("CNI_IFNAME", POD_IF)
             .env("CNI_PATH", "/lab/bin")
             .env("KUBE_RDMA_SYSFS_ROOT", &self.root)
+            // The fixture's stateDir is under /tmp/lab-cni-<tag>, not /var/lib/cni.
+            .env("KUBE_RDMA_CNI_STATE_ROOT", self.state.parent().unwrap_or(&self.state))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

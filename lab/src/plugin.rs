@@ -95,6 +95,7 @@ fn health(lab: &Lab) -> anyhow::Result<String> {
             kubelet_dir: kdir.clone(),
             // Only link events may explain a quick update: the timer is far away.
             rescan_interval: Duration::from_secs(3600),
+            rescan_deadline: Duration::from_secs(10),
             cdi_dir: cdi.clone(),
             devinfo_dir: devinfo.clone(),
             metrics_addr: None,

@@ -72,15 +72,32 @@ const PROC_SUPER_MAGIC: i64 = 0x9fa0;
 impl Netns {
     /// Opens a namespace file (`/proc/PID/ns/net`, `/run/netns/NAME`,
     /// `/var/run/netns/...`) and checks that it is one.
+    ///
+    /// The filesystem type is checked before the open, as libcni's
+    /// `ns.GetNS` does (`IsNSorErr`: `statfs`), because `CNI_NETNS` comes from
+    /// the caller: opening a FIFO there would wait for a writer forever. The
+    /// open is non-blocking all the same (a path swapped between the two calls
+    /// cannot hang it either), and the open file is checked again.
     pub fn open(path: impl AsRef<Path>) -> Result<Self, NetnsError> {
+        use std::os::unix::fs::OpenOptionsExt as _;
         let path = path.as_ref().to_path_buf();
-        let file = File::open(&path).map_err(|source| NetnsError::Open { path: path.clone(), source })?;
+        let check = |magic: i64| {
+            if magic != NSFS_MAGIC && magic != PROC_SUPER_MAGIC {
+                return Err(NetnsError::NotNetns { path: path.clone() });
+            }
+            Ok(())
+        };
+        let st = nix::sys::statfs::statfs(&path)
+            .map_err(|e| NetnsError::Open { path: path.clone(), source: e.into() })?;
+        check(st.filesystem_type().0 as i64)?;
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK)
+            .open(&path)
+            .map_err(|source| NetnsError::Open { path: path.clone(), source })?;
         let st = nix::sys::statfs::fstatfs(&file)
             .map_err(|e| NetnsError::Open { path: path.clone(), source: e.into() })?;
-        let magic = st.filesystem_type().0 as i64;
-        if magic != NSFS_MAGIC && magic != PROC_SUPER_MAGIC {
-            return Err(NetnsError::NotNetns { path });
-        }
+        check(st.filesystem_type().0 as i64)?;
         Ok(Self { file, path })
     }
 

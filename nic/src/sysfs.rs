@@ -15,6 +15,14 @@
 //! the simulated 8 PF x 128 VF node (tmpfs), an `open` by absolute path through
 //! `bus/pci/devices/<bdf>` costs about twice an `openat` of a short name: the
 //! kernel walks (and follows the symlink of) every component each time.
+//!
+//! Files are opened with `O_NONBLOCK`, so something other than an attribute in
+//! the tree (a FIFO, which `open` would block on until a writer comes) never
+//! stalls a reader: a file that returned nothing, would block, or filled the
+//! buffer is checked to be a regular file and refused with
+//! [`SysfsError::NotRegular`] otherwise. Checking every file would cost an
+//! `fstat` per attribute; these three cases are the only ways a non-regular
+//! file can hang or flood a read, and they are rare for real attributes.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -47,6 +55,14 @@ pub enum SysfsError {
         /// The trimmed contents (cut to 64 characters).
         found: String,
     },
+    /// Not a regular file (a FIFO, a device, …): sysfs attributes are regular
+    /// files, so this is not one, and it is not read (it could block or never end).
+    #[error("{path:?}: not a regular file ({kind})")]
+    NotRegular {
+        path: PathBuf,
+        /// What it is instead ("a FIFO", "a character device", …).
+        kind: &'static str,
+    },
 }
 
 impl SysfsError {
@@ -61,7 +77,9 @@ impl SysfsError {
     /// The path involved.
     pub fn path(&self) -> &Path {
         match self {
-            SysfsError::Io { path, .. } | SysfsError::Invalid { path, .. } => path,
+            SysfsError::Io { path, .. }
+            | SysfsError::Invalid { path, .. }
+            | SysfsError::NotRegular { path, .. } => path,
         }
     }
 
@@ -69,7 +87,7 @@ impl SysfsError {
     pub fn io_kind(&self) -> Option<io::ErrorKind> {
         match self {
             SysfsError::Io { error, .. } => Some(error.kind()),
-            SysfsError::Invalid { .. } => None,
+            SysfsError::Invalid { .. } | SysfsError::NotRegular { .. } => None,
         }
     }
 
@@ -88,8 +106,39 @@ impl SysfsError {
 
 /// Reads an attribute and trims surrounding whitespace (sysfs ends values with `\n`).
 pub fn read_string(path: &Path) -> Result<String, SysfsError> {
-    let f = File::open(path).map_err(|e| SysfsError::io(path, e))?;
-    read_open(f, || path.to_path_buf())
+    let fd =
+        nix::fcntl::open(path, file_flags(), Mode::empty()).map_err(|e| SysfsError::io(path, e.into()))?;
+    read_open(File::from(fd), || path.to_path_buf())
+}
+
+/// How attribute files are opened: `O_NONBLOCK` so that a FIFO (or a device)
+/// in their place cannot block the open or the read ([`read_open`] refuses it).
+fn file_flags() -> OFlag {
+    OFlag::O_RDONLY | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK
+}
+
+/// `Err(NotRegular)` when `f` is not a regular file; called only where a read
+/// looked unlike an attribute's (see the module docs), so the common path
+/// costs no `fstat`.
+fn regular(f: &File, path: impl Fn() -> PathBuf) -> Result<(), SysfsError> {
+    use std::os::unix::fs::FileTypeExt;
+    let t = f.metadata().map_err(|e| SysfsError::io(&path(), e))?.file_type();
+    let kind = if t.is_file() {
+        return Ok(());
+    } else if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_dir() {
+        "a directory"
+    } else {
+        "not a file"
+    };
+    Err(SysfsError::NotRegular { path: path(), kind })
 }
 
 /// Reads an open attribute file; `path` names it in errors (built only then, so
@@ -103,13 +152,25 @@ fn read_open(mut f: File, path: impl Fn() -> PathBuf) -> Result<String, SysfsErr
     // regular file returns fewer bytes than asked only at its end: a short read is
     // the end, which saves the extra zero-length read per file.
     loop {
-        let n = f.read(&mut buf[len..]).map_err(|e| SysfsError::io(&path(), e))?;
+        let n = match f.read(&mut buf[len..]) {
+            Ok(n) => n,
+            // EAGAIN: nothing to read yet, which a regular file never says.
+            Err(e) => {
+                regular(&f, &path)?;
+                return Err(SysfsError::io(&path(), e));
+            }
+        };
         len += n;
+        if n == 0 && len == 0 {
+            // Empty: an attribute with no value, or a FIFO with no writer.
+            regular(&f, &path)?;
+        }
         if n == 0 || len < buf.len() {
             break;
         }
         if len == buf.len() {
-            // A long attribute (or not a sysfs attribute): read the rest the slow way.
+            // A long attribute (or not a sysfs attribute: a device would never end).
+            regular(&f, &path)?;
             let mut rest = Vec::new();
             f.read_to_end(&mut rest).map_err(|e| SysfsError::io(&path(), e))?;
             let mut all = buf.to_vec();
@@ -297,8 +358,7 @@ impl Dir {
     pub(crate) fn read_string(&self, rel: impl AsRef<Path>) -> Result<String, SysfsError> {
         let rel = rel.as_ref();
         let path = || self.path.join(rel);
-        let fd =
-            self.open_rel(rel, OFlag::O_RDONLY | OFlag::O_CLOEXEC).map_err(|e| SysfsError::io(&path(), e))?;
+        let fd = self.open_rel(rel, file_flags()).map_err(|e| SysfsError::io(&path(), e))?;
         read_open(File::from(fd), path)
     }
 
@@ -521,5 +581,46 @@ mod tests {
             std::fs::write(big.join(format!("entry-with-a-longish-name-{i:04}")), "").unwrap();
         }
         assert_eq!(Dir::open(big.clone()).unwrap().list().unwrap(), list_dir(&big).unwrap());
+    }
+
+    /// Runs `f` on a thread and fails the test if it does not return within
+    /// 2 s (a read that blocks would otherwise hang the test run).
+    fn within_2s<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || tx.send(f()));
+        rx.recv_timeout(std::time::Duration::from_secs(2)).expect("the read blocked")
+    }
+
+    #[test]
+    fn a_fifo_in_place_of_an_attribute_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("operstate");
+        nix::unistd::mkfifo(&fifo, Mode::from_bits_truncate(0o600)).unwrap();
+        let p = fifo.clone();
+        let e = within_2s(move || read_string(&p)).unwrap_err();
+        assert!(matches!(e, SysfsError::NotRegular { kind: "a FIFO", .. }), "{e}");
+        assert_eq!(e.to_string(), format!("{fifo:?}: not a regular file (a FIFO)"));
+        let d = dir.path().to_path_buf();
+        let e = within_2s(move || Dir::open(d).unwrap().read_string("operstate")).unwrap_err();
+        assert_eq!(e.path(), fifo, "{e}");
+        // A writer that has written nothing: the read would block, and is refused too.
+        let _writer = std::fs::OpenOptions::new().read(true).write(true).open(&fifo).unwrap();
+        let p = fifo.clone();
+        let e = within_2s(move || read_u32(&p)).unwrap_err();
+        assert!(matches!(e, SysfsError::NotRegular { .. }), "{e}");
+    }
+
+    #[test]
+    fn devices_in_place_of_an_attribute_are_refused_not_read_forever() {
+        for (dev, kind) in [("/dev/zero", "a character device"), ("/dev/null", "a character device")] {
+            let e = within_2s(move || read_string(Path::new(dev))).unwrap_err();
+            assert!(matches!(e, SysfsError::NotRegular { kind: k, .. } if k == kind), "{dev}: {e}");
+        }
+        // Empty and long regular files are still read.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("empty"), "").unwrap();
+        std::fs::write(dir.path().join("long"), "x".repeat(5000)).unwrap();
+        assert_eq!(read_string(&dir.path().join("empty")).unwrap(), "");
+        assert_eq!(Dir::open(dir.path().into()).unwrap().read_string("long").unwrap().len(), 5000);
     }
 }

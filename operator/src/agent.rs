@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use crate::api::{chain, describe_watch, watch_error_kind, ApiError, Backoff};
 use crate::crd::{EnforceRecord, Mode, RdmaNodeState, RdmaNodeStateStatus, RoceProfile, RoceProfileSpec};
 use crate::health::Health;
-use crate::profiles::{decode, profile_resource, select_profile, BadProfile, ProfileSet};
+use crate::profiles::{decode, profile_resource, resolve, select_profile, BadProfile, ProfileSet};
 use crate::publish::{Published, Publisher, Seen};
 use crate::source::NodeSource;
 use crate::status::{evaluate, fingerprint, now_rfc3339};
@@ -320,6 +320,9 @@ impl Agent {
         } else {
             (observed, Vec::new())
         };
+        if self.last_profile.as_ref() != Some(&profile) {
+            self.note_tie();
+        }
         let mut status = evaluate(&profile, &observed);
         let key = (profile.name_any(), profile.spec.clone());
         self.enforced = carry_records(self.enforced.take(), &key, enforcing, records);
@@ -337,6 +340,24 @@ impl Agent {
         }
         let published = self.publisher.publish(status.clone(), &now_rfc3339()).await?;
         Ok((status, published))
+    }
+
+    /// Says so when several profiles tie for this node (once per change of profile):
+    /// it is checked in Audit and nothing is enforced ([`resolve`]).
+    fn note_tie(&self) {
+        if self.cfg.profile.is_some() {
+            return;
+        }
+        let empty = Default::default();
+        let labels = self.publisher.node_labels().unwrap_or(&empty);
+        let r = resolve(self.profiles.values().filter_map(|r| r.as_ref().ok()), labels);
+        if r.ambiguous {
+            tracing::warn!(
+                profiles = ?r.names(),
+                checked = %r.profile().name_any(),
+                "several RoceProfiles select this node and none is more specific: checking in Audit, enforcing none"
+            );
+        }
     }
 
     fn note_bad_profile(&mut self, bad: &BadProfile) {

@@ -42,7 +42,8 @@ use crate::api::{chain, describe_watch, watch_error_kind, with_backoff, ApiError
 use crate::crd::{Condition, RdmaNodeState, RoceProfile, RoceProfileStatus, CONTROLLER_MANAGER, READY_LABEL};
 use crate::health::{Endpoints, Health};
 use crate::jitter;
-use crate::profiles::{decode, profile_resource, selector_matches, BadProfile, ProfileSet};
+use crate::overlap::{self, ProfileOverlap};
+use crate::profiles::{decode, profile_resource, resolve, BadProfile, ProfileSet};
 
 /// An agent that has not confirmed its state for this long is stale: more than two
 /// missed heartbeats ([`crate::agent::HEARTBEAT`] is 10 min + up to 10 %).
@@ -198,8 +199,9 @@ impl StateInfo {
 }
 
 /// The profile (by name) each node counts for: its agent's `status.profile`
-/// when that profile exists, else the first valid profile (by name) whose selector
-/// matches the node's labels; nodes under the built-in default count for none.
+/// when that profile exists, else the one the agent would check it against
+/// ([`resolve`]: the most specific matching selector, on a tie the first of the
+/// most specific by name); nodes under the built-in default count for none.
 pub fn assign(
     profiles: &ProfileSet,
     nodes: &[NodeInfo],
@@ -213,13 +215,8 @@ pub fn assign(
             .filter(|s| s.reported)
             .map(|s| s.profile.clone())
             .filter(|p| profiles.get(p).is_some_and(|r| r.is_ok()));
-        let chosen = reported.or_else(|| {
-            valid
-                .iter()
-                .filter(|p| selector_matches(&p.spec.node_selector, &n.labels))
-                .map(|p| p.name_any())
-                .min()
-        });
+        let chosen =
+            reported.or_else(|| resolve(valid.iter().copied(), &n.labels).chosen.map(|p| p.name_any()));
         if let Some(p) = chosen {
             out.insert(n.name.clone(), p);
         }
@@ -260,6 +257,9 @@ pub struct Plan {
     pub staleness: BTreeMap<String, bool>,
     /// Per profile: matched, passing, drifted (for metrics).
     pub counts: BTreeMap<String, RoceProfileStatus>,
+    /// Profiles that select some node together with another profile, and how
+    /// (their `Overlapping` condition; an Event when it changes).
+    pub overlaps: BTreeMap<String, ProfileOverlap>,
 }
 
 /// The pure part of a pass. `current` holds each profile's status as the server
@@ -302,10 +302,17 @@ pub fn plan(
             Some(_) => st.nodes_compliant += 1,
         }
     }
+    let valid: Vec<&RoceProfile> = profiles.values().filter_map(|r| r.as_ref().ok()).collect();
+    p.overlaps =
+        overlap::per_profile(&overlap::find(&valid, nodes.iter().map(|n| (n.name.as_str(), &n.labels))));
     for (name, st) in &mut status {
         let bad = profiles.get(name).and_then(|r| r.as_ref().err());
         let prev = current.get(name).cloned().flatten().unwrap_or_default();
         st.conditions = vec![valid_condition(bad, &prev.conditions, &now_s)];
+        // A profile this version cannot use selects nothing, so it overlaps nothing.
+        if bad.is_none() {
+            st.conditions.push(overlap::condition(p.overlaps.get(name), &prev.conditions, &now_s));
+        }
         if current.get(name).cloned().flatten().as_ref() != Some(st) {
             p.statuses.insert(name.clone(), st.clone());
         }
@@ -351,7 +358,8 @@ pub struct Pass {
     pub stale_marked: Vec<(String, bool)>,
     /// Node states deleted.
     pub deleted: Vec<String>,
-    /// Events posted about profiles that cannot be decoded.
+    /// Profiles an Event was posted about: one this version cannot decode, or
+    /// one whose overlap with other profiles changed.
     pub events: Vec<String>,
 }
 
@@ -373,6 +381,8 @@ pub struct Controller {
     /// Each watch has listed once (profiles, states, nodes).
     synced: [bool; 3],
     reported: BTreeSet<(String, Option<i64>)>,
+    /// Per overlapping profile, the [`ProfileOverlap::key`] last announced by an Event.
+    overlap_noted: BTreeMap<String, String>,
     /// Writes made by this process that the watches may not show yet.
     written_status: BTreeMap<String, RoceProfileStatus>,
     written_stale: BTreeMap<String, bool>,
@@ -445,6 +455,7 @@ impl Controller {
             stores: stores().0,
             synced: [false; 3],
             reported: BTreeSet::new(),
+            overlap_noted: BTreeMap::new(),
             written_status: BTreeMap::new(),
             written_stale: BTreeMap::new(),
         }
@@ -661,6 +672,7 @@ impl Controller {
         let now = crate::status::now_rfc3339();
         self.write_statuses(&p, &mut pass).await?;
         self.report_bad_profiles(&view.profiles, &now, &mut pass).await?;
+        self.report_overlaps(&p, &view, &now, &mut pass).await?;
         self.write_stale_marks(&p, &view.nodes, &now, &mut pass).await?;
         if self.synced[2] {
             self.delete_orphans(&p, &mut pass).await?;
@@ -724,6 +736,48 @@ impl Controller {
             }
             tracing::warn!(profile = %name, error = %bad.error, "RoceProfile cannot be decoded; agents skip it");
             pass.events.push(name.clone());
+        }
+        Ok(())
+    }
+
+    /// One Event per overlapping profile each time its overlap changes
+    /// ([`overlap::to_announce`]), regarding the profile and naming the nodes and
+    /// the other profiles.
+    async fn report_overlaps(
+        &mut self,
+        p: &Plan,
+        view: &View,
+        now: &str,
+        pass: &mut Pass,
+    ) -> Result<(), ApiError> {
+        self.overlap_noted.retain(|k, _| p.overlaps.contains_key(k));
+        let server: BTreeMap<String, Option<Condition>> = view
+            .profile_status
+            .iter()
+            .map(|(k, st)| {
+                let c =
+                    st.as_ref().and_then(|st| st.conditions.iter().find(|c| c.type_ == overlap::CONDITION));
+                (k.clone(), c.cloned())
+            })
+            .collect();
+        let (b, errors) = (self.backoff, self.health.api.clone());
+        let events: Api<K8sEvent> = Api::namespaced(self.client.clone(), crate::events::NAMESPACE);
+        for name in overlap::to_announce(&p.overlaps, &self.overlap_noted, &server) {
+            let o = &p.overlaps[&name];
+            let uid = view.profiles.get(&name).and_then(|r| r.as_ref().ok()).and_then(|p| p.uid());
+            let ev = overlap_event(&name, uid, o, now);
+            let pp = PostParams::default();
+            with_backoff(b, &errors, &format!("post event about roceprofiles/{name} (overlap)"), || {
+                events.create(&pp, &ev)
+            })
+            .await?;
+            tracing::warn!(profile = %name, overlap = %o.message, "RoceProfiles overlap");
+            self.overlap_noted.insert(name.clone(), o.key.clone());
+            pass.events.push(name);
+        }
+        // Announced before a restart (the server's condition says the same): noted without an Event.
+        for (name, o) in &p.overlaps {
+            self.overlap_noted.entry(name.clone()).or_insert_with(|| o.key.clone());
         }
         Ok(())
     }
@@ -886,6 +940,29 @@ pub fn stale_apply_body(node: &str, stale: bool, stale_after: Duration, now: &st
         "metadata": {"name": node},
         "status": {"conditions": [condition]},
     })
+}
+
+/// A Warning Event about a profile that selects nodes together with others.
+pub fn overlap_event(name: &str, uid: Option<String>, o: &ProfileOverlap, now: &str) -> K8sEvent {
+    crate::events::warning(
+        crate::events::Warning {
+            regarding: k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("kuberdma.io/v1alpha1".into()),
+                kind: Some("RoceProfile".into()),
+                name: Some(name.to_string()),
+                uid,
+                ..Default::default()
+            },
+            action: "SelectProfile",
+            reason: "OverlappingProfiles",
+            topic: "profile-overlap",
+            controller: "kuberdma.io/controller",
+            instance: "kube-rdma-controller",
+            instance_name: "",
+            note: format!("RoceProfile {name} selects nodes other RoceProfiles select too: {}", o.message),
+        },
+        now,
+    )
 }
 
 /// A Warning Event about a profile this version cannot decode.

@@ -75,9 +75,12 @@ pub const CONTROLLER_MANAGER: &str = "kube-rdma-controller";
     {"rule": crate::validate::RULE_CNP_NOT_LOSSLESS.cel, "message": crate::validate::RULE_CNP_NOT_LOSSLESS.message},
     {"rule": crate::validate::RULE_DSCP_UNIQUE.cel, "message": crate::validate::RULE_DSCP_UNIQUE.message},
     {"rule": crate::validate::RULE_PCP_NO_DSCP_MAP.cel, "message": crate::validate::RULE_PCP_NO_DSCP_MAP.message},
+    {"rule": crate::validate::RULE_GLOBAL_PAUSE_NOT_WITH_PFC.cel, "message": crate::validate::RULE_GLOBAL_PAUSE_NOT_WITH_PFC.message},
 ]))]
 pub struct RoceProfileSpec {
     /// Nodes this profile applies to: every label must match (empty: all nodes).
+    /// Where several profiles select a node, the one whose selector contains all
+    /// the others' (and more) applies; on a tie, none is enforced there.
     #[serde(default)]
     pub node_selector: BTreeMap<String, String>,
     /// Interfaces (PF netdevs) checked on those nodes (absent: every RDMA-capable PF).
@@ -96,7 +99,8 @@ pub struct RoceProfileSpec {
     /// Priority flow control.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pfc: Option<PfcSpec>,
-    /// Link-level (802.3x) pause; must be off when PFC is on.
+    /// Link-level (802.3x) pause; must be off when PFC is on (`pfc.priorities` not
+    /// empty): the API server refuses `true` with PFC.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub global_pause: Option<bool>,
     /// ECN (DCQCN reaction/notification point) per priority.
@@ -307,7 +311,9 @@ pub struct RoceProfileStatus {
     /// Names of every drifted node counted in `nodesDrifted`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub drifted: Vec<String>,
-    /// `Valid`: whether this version of the operator can use the profile.
+    /// `Valid`: whether this version of the operator can use the profile;
+    /// `Overlapping`: whether other profiles select some of its nodes, which
+    /// profile applies there, and where none is enforced (a tie of selectors).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
@@ -592,7 +598,7 @@ pub struct Check {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Condition {
-    /// `RoceReady`, `Drifted`, `Degraded`, `Stale` (node states); `Valid` (profiles).
+    /// `RoceReady`, `Drifted`, `Degraded`, `Stale` (node states); `Valid`, `Overlapping` (profiles).
     #[serde(rename = "type")]
     pub type_: String,
     /// `True`, `False` or `Unknown`.

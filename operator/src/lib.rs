@@ -33,6 +33,7 @@ pub mod jitter;
 pub mod jsonpath;
 pub mod metrics;
 pub mod output;
+pub mod overlap;
 pub mod profiles;
 pub mod publish;
 pub mod source;

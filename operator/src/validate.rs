@@ -42,6 +42,15 @@ pub const RULE_PCP_NO_DSCP_MAP: Rule = Rule {
     message: "trust pcp ignores DSCP: remove dscpToPriority or use trust dscp",
 };
 
+/// Link-level (802.3x) pause stops every priority at once, so PFC's per-priority
+/// pause (lossless for some classes, lossy for the rest) means nothing while it is
+/// on; the field's own documentation has always said so.
+pub const RULE_GLOBAL_PAUSE_NOT_WITH_PFC: Rule = Rule {
+    cel: "!has(self.globalPause) || !self.globalPause || !has(self.pfc) || size(self.pfc.priorities) == 0",
+    message:
+        "globalPause must be false when pfc.priorities is set: link-level pause and PFC exclude each other",
+};
+
 /// ETS shares are of the whole link (rule on `spec.ets`).
 pub const RULE_ETS_SUM: Rule = Rule {
     cel: "self.bandwidth.sum() == 100",
@@ -49,7 +58,8 @@ pub const RULE_ETS_SUM: Rule = Rule {
 };
 
 /// Every cross-field rule of `spec`, in the order the CRD lists them.
-pub const RULES: [Rule; 3] = [RULE_CNP_NOT_LOSSLESS, RULE_DSCP_UNIQUE, RULE_PCP_NO_DSCP_MAP];
+pub const RULES: [Rule; 4] =
+    [RULE_CNP_NOT_LOSSLESS, RULE_DSCP_UNIQUE, RULE_PCP_NO_DSCP_MAP, RULE_GLOBAL_PAUSE_NOT_WITH_PFC];
 
 /// Problems found in a profile, each `path: what`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -75,6 +85,9 @@ pub fn check_spec(spec: &RoceProfileSpec) -> Result<(), Vec<String>> {
     }
     if spec.trust == Some(TrustMode::Pcp) && !spec.dscp_to_priority.is_empty() {
         errs.push(format!("spec: {}", RULE_PCP_NO_DSCP_MAP.message));
+    }
+    if spec.global_pause == Some(true) && spec.pfc.as_ref().is_some_and(|p| !p.priorities.is_empty()) {
+        errs.push(format!("spec: {}", RULE_GLOBAL_PAUSE_NOT_WITH_PFC.message));
     }
     if let Some(ets) = &spec.ets {
         if ets.bandwidth.iter().map(|&b| u32::from(b)).sum::<u32>() != 100 {
@@ -250,6 +263,16 @@ mod tests {
         let e = from_value(profile(json!({"trust": "pcp", "dscpToPriority": [{"dscp": 26, "priority": 3}]})))
             .unwrap_err();
         assert_eq!(e.0, [format!("spec: {}", RULE_PCP_NO_DSCP_MAP.message)]);
+        let e = from_value(profile(json!({"globalPause": true, "pfc": {"priorities": [3]}}))).unwrap_err();
+        assert_eq!(e.0, [format!("spec: {}", RULE_GLOBAL_PAUSE_NOT_WITH_PFC.message)]);
         assert!(from_value(profile(json!({"trust": "pcp", "pfc": {"priorities": [3]}}))).is_ok());
+        // Pause without PFC, or PFC with pause off, is what the rule allows.
+        for ok in [
+            json!({"globalPause": true}),
+            json!({"globalPause": true, "pfc": {"priorities": []}}),
+            json!({"globalPause": false, "pfc": {"priorities": [3]}}),
+        ] {
+            assert!(from_value(profile(ok.clone())).is_ok(), "{ok}");
+        }
     }
 }

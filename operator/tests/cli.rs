@@ -381,6 +381,10 @@ fn a_profile_file_is_validated_like_the_crd_with_field_paths() {
         ),
         ("{trust: pcp, dscpToPriority: [{dscp: 26, priority: 3}]}", "spec: trust pcp ignores DSCP"),
         ("{ets: {bandwidth: [50, 0, 0, 40, 0, 0, 0, 0]}}", "spec.ets: bandwidth must add up to 100"),
+        (
+            "{globalPause: true, pfc: {priorities: [3]}}",
+            "spec: globalPause must be false when pfc.priorities is set",
+        ),
     ];
     for (spec, want) in cases {
         let p = profile_file(dir.path(), spec);

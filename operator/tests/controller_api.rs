@@ -113,7 +113,8 @@ fn profile_status_counts_matched_compliant_drifted_and_unreported_and_finds_orph
 #[test]
 fn overlapping_profiles_count_each_node_once_for_the_profile_its_agent_used() {
     // `all` (empty selector) and `gpu` both match a and b; the agents used `gpu` on a
-    // and `all` on b (status.profile); c has no state yet and goes to the first by name.
+    // and `all` on b (status.profile); c has no state yet and goes to `gpu`, the more
+    // specific selector, though `all` sorts first by name.
     let profiles = [
         ("all".to_string(), decode(&dynamic(profile("all", json!({}), None)))),
         ("gpu".to_string(), decode(&dynamic(profile("gpu", json!({"gpu": "yes"}), None)))),
@@ -132,10 +133,26 @@ fn overlapping_profiles_count_each_node_once_for_the_profile_its_agent_used() {
     );
     let all = &p.statuses["all"];
     let gpu = &p.statuses["gpu"];
-    assert_eq!((all.nodes_matched, all.nodes_drifted, all.nodes_unreported), (2, 1, 1));
+    assert_eq!((all.nodes_matched, all.nodes_drifted, all.nodes_unreported), (1, 1, 0));
     assert_eq!(all.drifted, ["b"]);
-    assert_eq!((gpu.nodes_matched, gpu.nodes_compliant), (1, 1));
+    assert_eq!((gpu.nodes_matched, gpu.nodes_compliant, gpu.nodes_unreported), (2, 1, 1));
     assert_eq!(all.nodes_matched + gpu.nodes_matched, 3, "three nodes, counted once each");
+    // Both carry the overlap, naming the nodes, the other profile and the winner.
+    let overlapping =
+        |st: &RoceProfileStatus| st.conditions.iter().find(|c| c.type_ == "Overlapping").cloned().unwrap();
+    let (ca, cg) = (overlapping(all), overlapping(gpu));
+    assert_eq!((ca.status.as_str(), ca.reason.as_str()), ("True", "MoreSpecificApplies"));
+    assert_eq!(
+        ca.message,
+        "a, b, c also selected by gpu: gpu applies there (its nodeSelector is more specific)"
+    );
+    assert_eq!(cg.status, "True");
+    assert!(
+        cg.message.starts_with("a, b, c also selected by all: this profile applies there"),
+        "{}",
+        cg.message
+    );
+    assert_eq!(p.overlaps.keys().collect::<Vec<_>>(), ["all", "gpu"]);
 }
 
 #[test]

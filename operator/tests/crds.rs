@@ -306,6 +306,10 @@ fn the_crds_cel_rules_and_the_file_validation_agree() {
         json!({"trust": "dscp", "dscpToPriority": [{"dscp": 26, "priority": 3}]}),
         json!({"ets": {"bandwidth": [50, 0, 0, 50, 0, 0, 0, 0]}}),
         json!({"ets": {"bandwidth": [50, 0, 0, 40, 0, 0, 0, 0]}}),
+        json!({"globalPause": true, "pfc": {"priorities": [3]}}),
+        json!({"globalPause": true, "pfc": {"priorities": []}}),
+        json!({"globalPause": true}),
+        json!({"globalPause": false, "pfc": {"priorities": [3]}}),
         json!({}),
     ];
     let cel = cel_failures(&specs);
@@ -323,5 +327,5 @@ fn the_crds_cel_rules_and_the_file_validation_agree() {
     }
     // Each rule fails somewhere above: none is vacuous.
     let all: std::collections::BTreeSet<&String> = cel.iter().flatten().collect();
-    assert_eq!(all.len(), 4, "{all:?}");
+    assert_eq!(all.len(), 5, "{all:?}");
 }

@@ -61,10 +61,26 @@ fn parent(path: &Path) -> &Path {
 /// sequence number, so concurrent writes of one path (two Allocates) never
 /// share a temp file.
 fn unique_temp(path: &Path) -> PathBuf {
+    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    parent(path).join(temp_name(&name))
+}
+
+/// The name of a new temp file for the file `name` in the same directory:
+/// `.<name>.<pid>.<seq>.tmp` ([`is_temp_of`] recognises it).
+pub fn temp_name(name: &str) -> String {
     static SEQ: AtomicU64 = AtomicU64::new(0);
     let seq = SEQ.fetch_add(1, Ordering::Relaxed);
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    parent(path).join(format!(".{name}.{}.{seq}.tmp", std::process::id()))
+    format!(".{name}.{}.{seq}.tmp", std::process::id())
+}
+
+/// Whether `candidate` is a temp file [`temp_name`] makes for `name`: what a
+/// writer killed between its write and its rename leaves beside the file.
+/// Only that exact shape, so a cleanup never takes another file.
+pub fn is_temp_of(candidate: &str, name: &str) -> bool {
+    let Some(rest) = candidate.strip_prefix('.').and_then(|c| c.strip_prefix(name)) else { return false };
+    let Some(ids) = rest.strip_prefix('.').and_then(|r| r.strip_suffix(".tmp")) else { return false };
+    let digits = |s: &str| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+    matches!(ids.split_once('.'), Some((pid, seq)) if digits(pid) && digits(seq))
 }
 
 /// Runs `f` on the temp file `tmp`; removes `tmp` when it fails.
@@ -206,6 +222,25 @@ mod tests {
         let r = write_renamed(&p, &d.path().join(".j.json.tmp"), b"{}").unwrap();
         assert_eq!(std::fs::read(&p).unwrap(), b"{}", "readable before the flush");
         r.flush().unwrap();
+    }
+
+    #[test]
+    fn only_the_temp_names_of_that_file_are_its_temp_files() {
+        let t = temp_name("net-c1_net1");
+        assert!(is_temp_of(&t, "net-c1_net1"), "{t}");
+        assert!(is_temp_of(".f.json.12.0.tmp", "f.json"));
+        for other in [
+            "f.json",
+            ".f.json.tmp",
+            ".f.json.12.tmp",
+            ".f.json.12.x.tmp",
+            ".f.json.12.0.tmp.x",
+            ".f.jsonx.12.0.tmp",
+            ".g.json.12.0.tmp",
+            "f.json.12.0.tmp",
+        ] {
+            assert!(!is_temp_of(other, "f.json"), "{other}");
+        }
     }
 
     #[test]

@@ -65,7 +65,13 @@ pub fn init(format: Format, filter: Filter, sink: Sink) {
             let b = $builder.with_ansi(ansi).with_writer(writer);
             match format {
                 Format::Json => b.json().try_init(),
-                Format::Text => b.try_init(),
+                // Every field (the message, event and span fields, `%` and `?`
+                // alike) through one escaping formatter: see [`escaped_field`].
+                Format::Text => {
+                    use tracing_subscriber::field::MakeExt as _;
+                    b.fmt_fields(tracing_subscriber::fmt::format::debug_fn(escaped_field).delimited(" "))
+                        .try_init()
+                }
             }
         }};
     }
@@ -80,9 +86,56 @@ pub fn init(format: Format, filter: Filter, sink: Sink) {
     };
 }
 
+/// One field of a text line, escaped ([`Escaped`]): `name=value`, or the
+/// bare value for the message, as tracing-subscriber's default text format
+/// writes them. Its default writes `%` fields and the message unescaped, so a
+/// value from the input (a CNI configuration key, a pod name) holding a
+/// newline would start a line of its own in the log: a forged entry.
+#[cfg(feature = "logging")]
+fn escaped_field(
+    w: &mut tracing_subscriber::fmt::format::Writer<'_>,
+    field: &tracing::field::Field,
+    value: &dyn std::fmt::Debug,
+) -> std::fmt::Result {
+    use std::fmt::Write as _;
+    if field.name() != "message" {
+        write!(w, "{}=", field.name().strip_prefix("r#").unwrap_or(field.name()))?;
+    }
+    write!(Escaped(w), "{value:?}")
+}
+
+/// Writes through to `W` with every control character (and the Unicode line
+/// and paragraph separators) escaped the way Rust's `escape_debug` writes
+/// them (`\n`, `\u{1b}`), so one event stays one line and carries no
+/// terminal escape codes of its own.
+pub struct Escaped<W>(pub W);
+
+impl<W: std::fmt::Write> std::fmt::Write for Escaped<W> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        let special = |c: char| c.is_control() || c == '\u{2028}' || c == '\u{2029}';
+        let mut rest = s;
+        while let Some(i) = rest.find(special) {
+            self.0.write_str(&rest[..i])?;
+            let c = rest[i..].chars().next().expect("found at i");
+            write!(self.0, "{}", c.escape_debug())?;
+            rest = &rest[i + c.len_utf8()..];
+        }
+        self.0.write_str(rest)
+    }
+}
+
 #[cfg(all(test, feature = "logging"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escaping_keeps_text_and_escapes_every_control_character() {
+        use std::fmt::Write as _;
+        let mut out = String::new();
+        write!(Escaped(&mut out), "a=\"x\"\nforged line\r\t\u{1b}[31m é\u{2028}").unwrap();
+        assert_eq!(out, "a=\"x\"\\nforged line\\r\\t\\u{1b}[31m é\\u{2028}");
+        assert!(!out.chars().any(char::is_control), "{out}");
+    }
 
     /// The one test that installs the process's subscriber (there can be only one).
     #[test]

@@ -60,8 +60,9 @@ GENERATED_HEADER = (
     "# Apply with: kubectl apply --server-side -f manifests/crds.yaml -f manifests/kube-rdma.yaml\n"
 )
 MAIN_HEADER_NOTE = (
-    "# Rendered for Kubernetes >= {kube} (the agent's ValidatingAdmissionPolicy); on older clusters\n"
-    "# use the Helm chart, which leaves that policy out there.\n"
+    "# Rendered for Kubernetes >= {kube} (the ValidatingAdmissionPolicies that hold the agent's writes\n"
+    "# to its own node); on older clusters the Helm chart renders the agent only with\n"
+    "# agent.unguardedNodeWrites=true (docs/security.md, \"Fail closed\").\n"
 )
 
 
@@ -134,6 +135,15 @@ def render_error(values: dict[str, Any]) -> str:
     except Exception as e:  # helm_python raises HelmValuesError / HelmRenderError
         return str(e)
     raise AssertionError("rendering succeeded but was expected to fail")
+
+
+def render_error_for(values: dict[str, Any] | None, **opts: Any) -> str:
+    """As render_error, with render()'s options (kube_version=...)."""
+    try:
+        render(values, **opts)
+    except Exception as e:  # helm_python raises HelmValuesError / HelmRenderError
+        return str(e)
+    raise AssertionError(f"rendering with {opts} succeeded but was expected to fail")
 
 
 def kinds(objs: list[dict[str, Any]]) -> dict[str, int]:

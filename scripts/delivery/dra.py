@@ -150,8 +150,12 @@ def test_daemonset_runs_dra_with_its_token() -> str:
             assert not extra, f"device plugin mode renders {extra}"
             continue
         assert args[0] == "dra", args
-        for only_dp in ("kubelet-dir", "pod-resources-socket", "devinfo-dir"):
+        for only_dp in ("kubelet-dir", "devinfo-dir"):
             assert flag(args, only_dp) is None, f"--{only_dp} is a device plugin mode flag: {args}"
+        # DRA mode reads PodResources too: a VF a device-plugin-mode pod still holds is withheld.
+        pr = flag(args, "pod-resources-socket")
+        assert pr and mounts.get(os.path.dirname(pr), (None, None))[1] is True, \
+            f"--pod-resources-socket is not given or not mounted read-only: {args} {mounts}"
         registry, plugins = flag(args, "plugins-registry-dir"), flag(args, "plugins-dir")
         assert mounts.get(registry) == (registry, False), f"{registry} is not mounted read-write from the host: {mounts}"
         own = f"{plugins}/{DRIVER}"
@@ -310,7 +314,11 @@ def run_chart_command_line() -> str:
     ServiceAccount under the chart's RBAC (with an RdmaNodeState, so roceReady is published)."""
     import monitoring
 
-    objs = rendered()
+    # As for the API server it runs (1.34, which serves the policy API): the driver's writes are
+    # granted only there (fail closed). Its token here is bound to no pod, so the admission
+    # policies, which want the token's node, are left out (device-plugin/tests/dra_policy.rs
+    # runs the driver through them).
+    objs = rendered(kube_version="1.34.0")
     ds = driver_daemonsets(objs)[0]
     c = driver_container(ds)
     config = next(o for o in objs if o["kind"] == "ConfigMap"

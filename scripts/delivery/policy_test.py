@@ -5,9 +5,12 @@ cel-python (scripts/test-delivery runs this; also runnable alone: `python3 scrip
   (by its token's node claim), the controller's may set it to `unknown` on any node; nothing else
   of a Node changes (other labels, annotations, finalizers, ownerReferences, spec); managedFields,
   which the API server rewrites on every write before admission, is not held.
-- The agent may write only its own node's RdmaNodeState.
-- Each policy goes with its component's nodeLabelPolicy.enabled, and none is rendered for a
-  cluster without the API (< 1.30).
+- The agent may write only its own node's RdmaNodeState and post Events only about its Node.
+- DRA mode: the driver may write only its own driver's ResourceSlices of its node, and the
+  status of claims allocated on its node (its own entries only).
+- Each policy goes with its component's nodeLabelPolicy.enabled (the agent's only off with
+  unguardedNodeWrites, else the render fails saying why), and none is rendered for a cluster
+  without the API (< 1.30).
 """
 
 from __future__ import annotations
@@ -27,23 +30,28 @@ def vap(objs: list[dict[str, Any]], component: str = "agent") -> dict[str, Any]:
                 and o["metadata"]["name"].endswith(f"-{component}-node-label"))
 
 
-def admit(policy: dict[str, Any], username: str, node_claim: list[str] | None, old: dict[str, Any],
-          new: dict[str, Any]) -> list[str]:
-    """Evaluates the policy as the API server does for an UPDATE of a Node: matchConditions
-    first (a non-match admits), then each validation; returns the messages of failed ones."""
+def admit(policy: dict[str, Any], username: str, node_claim: list[str] | None, old: dict[str, Any] | None,
+          new: dict[str, Any] | None, operation: str = "UPDATE") -> list[str]:
+    """Evaluates the policy as the API server does for `operation` (UPDATE: old and new; CREATE:
+    new, oldObject null; DELETE: old, object null): matchConditions first (a non-match admits),
+    then the variables in order, then each validation; returns the messages of failed ones."""
     import celpy
 
     extra = {} if node_claim is None else {"authentication.kubernetes.io/node-name": node_claim}
-    request = {"operation": "UPDATE", "userInfo": {"username": username, "extra": extra}}
+    request = {"operation": operation, "userInfo": {"username": username, "extra": extra}}
     env = celpy.Environment()
+    variables: dict[str, Any] = {}
     act = {"object": celpy.json_to_cel(new), "oldObject": celpy.json_to_cel(old),
-           "request": celpy.json_to_cel(request)}
+           "request": celpy.json_to_cel(request), "variables": celpy.celtypes.MapType(variables)}
 
     def run(expr: str) -> Any:
         return env.program(env.compile(expr)).evaluate(act)
 
     if not all(run(m["expression"]) for m in policy["spec"].get("matchConditions", [])):
         return []
+    for v in policy["spec"].get("variables", []):
+        variables[celpy.celtypes.StringType(v["name"])] = run(v["expression"])
+        act["variables"] = celpy.celtypes.MapType(variables)
     return [str(run(v["messageExpression"])) if "messageExpression" in v else v["message"]
             for v in policy["spec"]["validations"] if not run(v["expression"])]
 
@@ -183,20 +191,158 @@ def test_node_label_policy() -> str:
     assert "may write only the RdmaNodeState of the node its pod runs on, not n2" in \
         admit(state_policy, users["agent"], ["n1"], state("n2"), state("n2"))[0]
     all_names = sorted(o["metadata"]["name"] for o in objs if o["kind"] == "ValidatingAdmissionPolicy")
-    for comp, left in (("agent", ["controller-node-label"]), ("controller", ["agent-node-label", "agent-node-state"])):
-        off_values = chart.merged(chart.default_values(),
-                                  **{comp: {**chart.default_values()[comp], "nodeLabelPolicy": {"enabled": False}}})
+    # The agent's policy off: only with its writes unguarded, knowingly (else the render says why).
+    agent_off = {"nodeLabelPolicy": {"enabled": False}, "unguardedNodeWrites": True}
+    for comp, off_agent, left in (("agent", agent_off, ["controller-node-label"]),
+                                  ("controller", {"nodeLabelPolicy": {"enabled": False}},
+                                   ["agent-node-label", "agent-node-state", "agent-events"])):
+        off_values = chart.merged(chart.default_values(), **{comp: {**chart.default_values()[comp], **off_agent}})
         off = chart.objects(chart.render(off_values, kube_version="1.30.0"))
         names = sorted(o["metadata"]["name"] for o in off if o["kind"] == "ValidatingAdmissionPolicy")
         assert names == [n for n in all_names if any(n.endswith(x) for x in left)], names
-    assert not [o for o in chart.objects(chart.render(None, kube_version="1.29.0"))
+    silently_off = chart.merged(chart.default_values(), agent={**chart.default_values()["agent"],
+                                                               "nodeLabelPolicy": {"enabled": False}})
+    err = chart.render_error_for(silently_off, kube_version="1.30.0")
+    assert "agent.nodeLabelPolicy.enabled=false" in err and "agent.unguardedNodeWrites=true" in err, err
+    old_cluster = chart.merged(chart.default_values(), agent={**chart.default_values()["agent"],
+                                                              "unguardedNodeWrites": True})
+    assert not [o for o in chart.objects(chart.render(old_cluster, kube_version="1.29.0"))
                 if o["kind"] == "ValidatingAdmissionPolicy"], "rendered for a cluster without the API"
-    return f"{len(cases) + len(state_cases)} admission cases evaluated with CEL (cel-python), 3 policies"
+    events = test_agent_events_policy(objs, users["agent"], users["controller"])
+    return f"{len(cases) + len(state_cases) + events} admission cases evaluated with CEL (cel-python), 4 policies"
+
+
+def test_agent_events_policy(objs: list[dict[str, Any]], agent: str, controller: str) -> int:
+    """The agent may post Events only about its own Node (its RoceDrift Warnings), by its
+    token's node claim; the controller's Events are not this policy's."""
+    policy = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
+                  and o["metadata"]["name"].endswith("-agent-events"))
+    rules = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rules == [{"apiGroups": ["events.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+                      "resources": ["events"]}], rules
+
+    def event(kind: str, name: str, **more: Any) -> dict[str, Any]:
+        return {"metadata": {"generateName": f"{name}.roce-drift-", "namespace": "default"},
+                "reason": "RoceDrift", "type": "Warning",
+                "regarding": {"apiVersion": "v1", "kind": kind, "name": name}, **more}
+
+    cases = [
+        ("drift on its own node", agent, ["n1"], event("Node", "n1"), False),
+        ("about another node", agent, ["n1"], event("Node", "n2"), True),
+        ("about a Pod", agent, ["n1"], {**event("Pod", "n1"), "regarding": {
+            "apiVersion": "v1", "kind": "Pod", "namespace": "default", "name": "n1"}}, True),
+        ("about its node, naming a related object", agent, ["n1"],
+         event("Node", "n1", related={"kind": "Pod", "name": "victim", "namespace": "default"}), True),
+        ("without a node claim", agent, None, event("Node", "n1"), True),
+        ("the controller, about a RoceProfile", controller, None, event("RoceProfile", "p"), False),
+    ]
+    for label, user, claim, ev, denied in cases:
+        why = admit(policy, user, claim, None, ev, "CREATE")
+        assert bool(why) == denied, f"events, {label}: {'admitted' if not why else why}"
+    why = admit(policy, agent, ["n1"], None, event("Pod", "x"), "CREATE")
+    assert why == ["the kube-rdma agent may post Events only about the node its pod runs on, not about Pod x"], why
+    return len(cases)
+
+
+DRIVER = "rdma.kuberdma.io"
+
+
+def resource_slice(node: str | None, driver: str = DRIVER, name: str = "s1") -> dict[str, Any]:
+    spec: dict[str, Any] = {"driver": driver, "pool": {"name": node or "all", "generation": 1, "resourceSliceCount": 1},
+                            "devices": [{"name": "d0"}]}
+    if node is None:
+        spec["allNodes"] = True
+    else:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def claim(node: str, devices: list[dict[str, Any]] | None = None, reserved: bool = True) -> dict[str, Any]:
+    """A ResourceClaim allocated on `node` as the scheduler writes it for a node-local pool."""
+    status: dict[str, Any] = {"allocation": {
+        "devices": {"results": [{"request": "vf", "driver": DRIVER, "pool": node, "device": "vf-1"},
+                                {"request": "gpu", "driver": "gpu.example.com", "pool": node, "device": "gpu-0"}]},
+        "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+            {"key": "metadata.name", "operator": "In", "values": [node]}]}]}}}
+    if reserved:
+        status["reservedFor"] = [{"resource": "pods", "name": "p", "uid": "u1"}]
+    if devices is not None:
+        status["devices"] = devices
+    return {"metadata": {"name": "c1", "namespace": "tenant"}, "status": status}
+
+
+def test_dra_policies() -> str:
+    """DRA mode: the driver's ServiceAccount may write only ResourceSlices of its own driver and
+    node (its token's node claim; a delete judged by the stored slice), and the status of claims
+    allocated on its node only, its own driver's status.devices entries only, the allocation and
+    reservedFor untouched. Rendered only with the policy API, and the writes granted only then."""
+    values = chart.default_values()
+    values["dra"]["enabled"] = True
+    objs = chart.objects(chart.render(values, kube_version="1.34.0"))
+    user = f"system:serviceaccount:{chart.NAMESPACE}:{chart.RELEASE}-device-plugin"
+    slices = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy" and o["metadata"]["name"].endswith("-dra-slices"))
+    status = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicy"
+                  and o["metadata"]["name"].endswith("-dra-claim-status"))
+    for p in (slices, status):
+        binding = next(o for o in objs if o["kind"] == "ValidatingAdmissionPolicyBinding"
+                       and o["spec"]["policyName"] == p["metadata"]["name"])
+        assert binding["spec"]["validationActions"] == ["Deny"] and p["spec"]["failurePolicy"] == "Fail", p
+    assert slices["spec"]["matchConstraints"]["resourceRules"][0]["operations"] == ["CREATE", "UPDATE", "DELETE"]
+    mine, theirs, gpu = resource_slice("n1"), resource_slice("n2"), resource_slice("n1", "gpu.example.com")
+    changed = lambda s: {**s, "spec": {**s["spec"], "devices": [{"name": "d1"}]}}  # noqa: E731
+    slice_cases = [
+        ("create its own", "CREATE", ["n1"], None, mine, False),
+        ("update its own", "UPDATE", ["n1"], mine, changed(mine), False),
+        ("delete its own", "DELETE", ["n1"], mine, None, False),
+        ("create for another node", "CREATE", ["n1"], None, theirs, True),
+        ("create for all nodes", "CREATE", ["n1"], None, resource_slice(None), True),
+        ("create another driver's", "CREATE", ["n1"], None, gpu, True),
+        ("update another node's", "UPDATE", ["n1"], theirs, changed(theirs), True),
+        ("update another driver's", "UPDATE", ["n1"], gpu, changed(gpu), True),
+        ("delete another node's", "DELETE", ["n1"], theirs, None, True),
+        ("delete another driver's", "DELETE", ["n1"], gpu, None, True),
+        ("create without a node claim", "CREATE", None, None, mine, True),
+    ]
+    for label, op, node_claim, old, new, denied in slice_cases:
+        why = admit(slices, user, node_claim, old, new, op)
+        assert bool(why) == denied, f"slices, {label}: {'admitted' if not why else why}"
+    assert not admit(slices, "system:serviceaccount:gpu:gpu-driver", ["n9"], None, gpu, "CREATE"), "another user"
+    assert admit(slices, user, ["n1"], None, theirs, "CREATE") == [
+        "the kube-rdma DRA driver may write only ResourceSlices of the node its pod runs on (n1), "
+        "not one of node n2 (ResourceSlice s1)"]
+    assert admit(slices, user, ["n1"], None, gpu, "CREATE") == [
+        "the kube-rdma DRA driver may write only ResourceSlices of driver rdma.kuberdma.io, "
+        "not of gpu.example.com (ResourceSlice s1)"]
+    ours = {"driver": DRIVER, "pool": "n1", "device": "vf-1", "networkData": {"interfaceName": "net1"}}
+    other = {"driver": "gpu.example.com", "pool": "n1", "device": "gpu-0", "networkData": {"interfaceName": "g"}}
+    status_cases = [
+        ("its network data on a claim on its node", ["n1"], claim("n1"), claim("n1", [ours]), False),
+        ("updating its entry beside another driver's", ["n1"], claim("n1", [other, ours]),
+         claim("n1", [other, {**ours, "networkData": {"interfaceName": "net2"}}]), False),
+        ("a claim on another node", ["n1"], claim("n2"), claim("n2", [{**ours, "pool": "n2"}]), True),
+        ("a claim not allocated", ["n1"], {"metadata": claim("n1")["metadata"], "status": {}},
+         {"metadata": claim("n1")["metadata"], "status": {"devices": [ours]}}, True),
+        ("another driver's entry", ["n1"], claim("n1"), claim("n1", [other]), True),
+        ("removing another driver's entry", ["n1"], claim("n1", [other, ours]), claim("n1", [ours]), True),
+        ("releasing the claim", ["n1"], claim("n1"), claim("n1", reserved=False), True),
+        ("without a node claim", None, claim("n1"), claim("n1", [ours]), True),
+    ]
+    for label, node_claim, old, new, denied in status_cases:
+        why = admit(status, user, node_claim, old, new)
+        assert bool(why) == denied, f"claim status, {label}: {'admitted' if not why else why}"
+    assert admit(status, user, ["n1"], claim("n2"), claim("n2", [{**ours, "pool": "n2"}])) == [
+        "the kube-rdma DRA driver may write the status only of ResourceClaims allocated on the node its pod "
+        "runs on (n1) (ResourceClaim tenant/c1)"]
+    safe = chart.objects(chart.render(values))
+    assert not [o for o in safe if o["kind"] == "ValidatingAdmissionPolicy"], "no policy without the API"
+    return f"{len(slice_cases) + len(status_cases)} admission cases evaluated with CEL (cel-python), 2 policies"
 
 
 CHECKS: list[tuple[str, Callable[[], str | None]]] = [
-    ("policy: agent may label only its own node and write only its state; controller only `unknown` (CEL)",
-     test_node_label_policy),
+    ("policy: agent may label only its own node, write only its state, post Events only about its node; "
+     "controller only `unknown` (CEL)", test_node_label_policy),
+    ("policy: DRA driver writes only its own node's slices of its driver and claims allocated there (CEL)",
+     test_dra_policies),
 ]
 
 

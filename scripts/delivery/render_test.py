@@ -41,17 +41,26 @@ def lint(values: dict[str, Any] | None) -> str:
 
 
 def test_render_default() -> str:
-    """Default values, as on Kubernetes 1.28 (no ValidatingAdmissionPolicy) and 1.30."""
+    """Default values on Kubernetes 1.30 (with ValidatingAdmissionPolicy), on 1.28 (refused,
+    saying why, unless agent.unguardedNodeWrites) and with no API list (`helm template` without
+    --api-versions: the safe form, the agent's role read-only and no Events Role for it)."""
     # ClusterRoles: agent, controller, CRD hook, and the view aggregation (bound to nothing);
     # Roles: the agent's and the controller's for Events in `default`.
     base = {"ServiceAccount": 4, "ClusterRole": 4, "ClusterRoleBinding": 3, "Role": 2, "RoleBinding": 2,
             "ConfigMap": 1, "Service": 3, "DaemonSet": 2, "Deployment": 1, "Job": 1}
-    old = chart.kinds(chart.objects(chart.render(None, kube_version="1.28.0")))
-    assert old == base, f"1.28: kinds {old} != {base}"
     new = chart.kinds(chart.objects(chart.render(None, kube_version="1.30.0")))
-    # The agent's node-label and node-state policies, the controller's node-label policy.
-    want = {**base, "ValidatingAdmissionPolicy": 3, "ValidatingAdmissionPolicyBinding": 3}
+    # The agent's node-label, node-state and events policies, the controller's node-label policy.
+    want = {**base, "ValidatingAdmissionPolicy": 4, "ValidatingAdmissionPolicyBinding": 4}
     assert new == want, f"1.30: kinds {new} != {want}"
+    err = chart.render_error_for(None, kube_version="1.28.0")
+    assert "Kubernetes v1.28.0 does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy" in err \
+        and "agent.unguardedNodeWrites=true" in err, err
+    unguarded = chart.merged(chart.default_values(),
+                             agent={**chart.default_values()["agent"], "unguardedNodeWrites": True})
+    old = chart.kinds(chart.objects(chart.render(unguarded, kube_version="1.28.0")))
+    assert old == base, f"1.28 unguarded: kinds {old} != {base}"
+    safe = chart.kinds(chart.objects(chart.render(None)))
+    assert safe == {**base, "Role": 1, "RoleBinding": 1}, f"no API list: kinds {safe}"
     return ", ".join(f"{k}={v}" for k, v in sorted(new.items()))
 
 
@@ -216,7 +225,10 @@ def test_knobs_reach_the_objects() -> str:
 def test_recursive_read_only() -> str:
     """Read-only host mounts are recursive where the API has the field (>= 1.30), absent before."""
     def ro_mounts(version: str) -> list[dict[str, Any]]:
-        objs = chart.objects(chart.render(chart.full_values(), kube_version=version))
+        # (Before 1.30 the chart renders the agent only with its writes unguarded, knowingly.)
+        values = chart.full_values()
+        values.setdefault("agent", {})["unguardedNodeWrites"] = version < "1.30"
+        objs = chart.objects(chart.render(values, kube_version=version))
         mounts = []
         for o in objs:
             if o["kind"] == "DaemonSet":

@@ -6,7 +6,7 @@ Each workload may have exactly the privileges its job needs and no more:
 |---------------|------|-----------------------|-----------------------------------------------------|
 | device-plugin | yes  | none                  | host network (link events); kubelet device-plugins dir, CDI dir, devinfo dir (rw); /dev (ro); /sys (ro) only without host network. DRA mode (dra.enabled): the kubelet's plugins_registry and plugins/rdma.kuberdma.io dirs and the CDI dir (rw) instead of device-plugins and devinfo, and an API token of its own ServiceAccount projected into this container only |
 | install-cni   | yes  | none                  | the host's CNI bin dir (rw)                         |
-| agent         | only with allowEnforce or readRdmaCmConfigfs | NET_ADMIN only with allowEnforce | host network; /dev (ro); with allowEnforce /sys (ro) and /sys/devices (rw); /sys/kernel/config (rw) with allowEnforce or readRdmaCmConfigfs |
+| agent         | only with allowEnforce or readRdmaCmConfigfs | NET_ADMIN only with allowEnforce | host network; /dev (ro); with allowEnforce /sys (ro) and /sys/devices (rw); /sys/kernel/config/rdma_cm (rw) with allowEnforce or readRdmaCmConfigfs (and, without allowEnforce, /sys/kernel/config (ro) to mount it on) |
 | controller    | no   | none                  | none                                                |
 | crd-upgrade   | no   | none                  | none (pre-upgrade hook Job applying the CRDs)       |
 | kube-rbac-proxy (sidecar, metrics.rbacProxy) | no | none | none; the pod's host network              |
@@ -45,7 +45,10 @@ def policy(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
     if dra.get("enabled"):
         plugin_paths = {dra.get("pluginsRegistryDir"): False,
                         f"{str(dra.get('pluginsDir', '')).rstrip('/')}/rdma.kuberdma.io": False,
-                        dp.get("cdiDir"): False}
+                        dp.get("cdiDir"): False,
+                        # The PodResources socket (issue 36, D11: VFs a device plugin mode pod
+                        # holds are not published), read-only as in device plugin mode.
+                        dp.get("podResourcesDir"): True}
     else:
         plugin_paths = {dp.get("kubeletDir"): False, dp.get("cdiDir"): False, dp.get("devinfoDir"): False,
                         # The kubelet's PodResources socket: connect(2) on a socket works on a
@@ -65,8 +68,11 @@ def policy(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
         "agent/agent": {
             "root": enforce or configfs, "caps": {"NET_ADMIN"} if enforce else set(),
             "hostNetwork": True,
+            # Only rdma_cm's directory of configfs is writable; without Enforce's host /sys the
+            # host's configfs is mounted read-only to hold its mount point.
             "hostPaths": {"/dev": True, **({"/sys": True, "/sys/devices": False} if enforce else {}),
-                          **({"/sys/kernel/config": False} if configfs else {})},
+                          **({"/sys/kernel/config/rdma_cm": False} if configfs else {}),
+                          **({"/sys/kernel/config": True} if configfs and not enforce else {})},
         },
         "controller/controller": {"root": False, "caps": set(), "hostNetwork": False, "hostPaths": {}},
     }
@@ -260,17 +266,53 @@ def kube_minor(kube_version: str | None) -> tuple[int, int]:
     return (major, minor)
 
 
+# Writes that only the chart's ValidatingAdmissionPolicies hold to the writer's own node: granted
+# only with them (fail closed), or for the agent with agent.unguardedNodeWrites.
+AGENT_NODE_WRITES = {
+    ("cluster", "kuberdma.io", "rdmanodestates", "create"), ("cluster", "kuberdma.io", "rdmanodestates", "patch"),
+    ("cluster", "kuberdma.io", "rdmanodestates/status", "patch"), ("cluster", "", "nodes", "patch"),
+    *EVENTS_RBAC,
+}
+DRA_NODE_WRITES = {
+    *(("cluster", "resource.k8s.io", "resourceslices", v) for v in ("create", "patch", "delete")),
+    ("cluster", "resource.k8s.io", "resourceclaims/status", "patch"),
+    *DRA_RBAC_136,
+}
+# The first Kubernetes serving admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy.
+POLICY_API_SINCE = (1, 30)
+
+
+def policy_api(kube_version: str | None) -> bool:
+    """Whether a render for `kube_version` knows the policy API (chart.render passes it from
+    1.30 on; without a version, as `helm template` without --api-versions, it does not)."""
+    return kube_version is not None and kube_minor(kube_version) >= POLICY_API_SINCE
+
+
+def agent_writes(values: dict[str, Any], kube_version: str | None) -> str:
+    """charts' kube-rdma.agentWrites: "policy", "unguarded" or "" (read-only)."""
+    agent = values.get("agent", {})
+    if policy_api(kube_version) and agent.get("nodeLabelPolicy", {}).get("enabled", True):
+        return "policy"
+    return "unguarded" if agent.get("unguardedNodeWrites") else ""
+
+
 def expected_rbac(values: dict[str, Any], kube_version: str | None = None) -> dict[str, set[tuple[str, str, str, str]]]:
-    """EXPECTED_RBAC for these values (and, in DRA mode, the cluster's version): the proxy's
-    reviews join every proxied component; in DRA mode the device plugin is the DRA driver."""
+    """EXPECTED_RBAC for these values (and the cluster's version: the policy API, and in DRA
+    mode 1.36's driver rule): the proxy's reviews join every proxied component; in DRA mode
+    the device plugin is the DRA driver; writes only the policies hold to one node are left out
+    where they are not rendered."""
     out = {k: set(v) for k, v in EXPECTED_RBAC.items()}
     enabled = {c: values.get(k, {}).get("enabled", True)
                for c, k in (("agent", "agent"), ("controller", "controller"), ("device-plugin", "devicePlugin"))}
     for comp in ("agent", "controller"):
         if not enabled[comp]:
             out.pop(comp)
+    if "agent" in out and not agent_writes(values, kube_version):
+        out["agent"] -= AGENT_NODE_WRITES
     if values.get("dra", {}).get("enabled") and enabled["device-plugin"]:
         out["device-plugin"] = set(DRA_RBAC) | (DRA_RBAC_136 if kube_minor(kube_version) >= (1, 36) else set())
+        if not policy_api(kube_version):
+            out["device-plugin"] -= DRA_NODE_WRITES
     if values.get("metrics", {}).get("rbacProxy", {}).get("enabled"):
         for comp in ("agent", "controller", "device-plugin"):
             if enabled[comp]:

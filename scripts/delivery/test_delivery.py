@@ -8,7 +8,8 @@ in this order; each module says what it checks and runs alone too:
   bad pools (typos_test.py: a typo in any values object), chart knobs reach the objects, and
   the CRD upgrade hook.
 - migration_test.py: the migration values files against the real device plugin's discovery.
-- policy_test.py: the node label and node state admission policies' CEL on admission cases.
+- policy_test.py: the admission policies' CEL on admission cases (node label, node state and
+  Events of the agent; the DRA driver's slices and claim status).
 - monitoring_test.py: alerts (promtool), dashboard queries, the metrics they name scraped from
   the running binaries, and the binaries' logs.
 - validate_test.py: the CRD hook's apply against a real kube-apiserver; kubernetes-validate
@@ -17,6 +18,8 @@ in this order; each module says what it checks and runs alone too:
   openAPIV3Schema; NADs, ServiceMonitor, manifests/examples and the README quick start's values.
 - docs_test.py: the docs test's self test, and every `sh test` block of README.md, CONTRIBUTING.md, lab/README.md and docs/.
 - security_test.py: security.py's rules on privileges, RBAC and resources of every workload.
+- privileges.py: docs/security.md's privilege table is the one the rendered chart gives
+  (`python3 scripts/delivery/privileges.py --write` regenerates it).
 - manifests_test.py: scripts/render-manifests --check fails when manifests/ is stale.
 - build_test.py: scripts/claim-target-dirs gives two clones sharing target dirs their own binaries.
 - image_test.py, last: the image is built with podman from statically linked binaries; in it,
@@ -50,6 +53,7 @@ import manifests_test  # noqa: E402
 import migration_test  # noqa: E402
 import monitoring_test  # noqa: E402
 import policy_test  # noqa: E402
+import privileges  # noqa: E402
 import render_test  # noqa: E402
 import security_test  # noqa: E402
 import validate_test  # noqa: E402
@@ -58,8 +62,8 @@ import validate_test  # noqa: E402
 def checks() -> list[tuple[str, Callable[[], str | None]]]:
     """Every check but the image's, in the order they run."""
     return [*render_test.checks(), *migration_test.CHECKS, *policy_test.CHECKS, *monitoring_test.CHECKS,
-            *validate_test.checks(), *docs_test.CHECKS, *security_test.CHECKS, *manifests_test.CHECKS,
-            *build_test.CHECKS]
+            *validate_test.checks(), *docs_test.CHECKS, *security_test.CHECKS, *privileges.CHECKS,
+            *manifests_test.CHECKS, *build_test.CHECKS]
 
 
 def main(args: list[str]) -> int:

@@ -253,6 +253,7 @@ def schema() -> dict[str, Any]:
             "allowEnforce": {"type": "boolean"},
             "readRdmaCmConfigfs": {"type": "boolean"},
             "nodeLabelPolicy": closed({"enabled": {"type": "boolean"}}),
+            "unguardedNodeWrites": {"type": "boolean"},
             "metrics": ref("metricsPort"),
             "updateStrategy": ref("daemonSetUpdateStrategy"),
             "readinessProbe": ref("probe"),

@@ -188,6 +188,55 @@ per-device directory in the rdma_cm configfs; reading sysfs and DCB/RDMA netlink
 {{- if or .Values.agent.allowEnforce .Values.agent.readRdmaCmConfigfs -}}true{{- end -}}
 {{- end -}}
 
+{{/*
+"true" when the API server serves admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy
+(Kubernetes >= 1.30): the chart's policies scope to one node what RBAC grants cluster-wide.
+`helm template` lists it only with `--api-versions
+admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy`; without it the chart renders as for a
+cluster without the API (docs/security.md, "Fail closed").
+*/}}
+{{- define "kube-rdma.policyApi" -}}
+{{- if .Capabilities.APIVersions.Has "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy" -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+How the agent's writes (its Node's label, its RdmaNodeState, Events about its Node) are held to
+its own node: "policy" (the ValidatingAdmissionPolicies of node-label-policy.yaml), "unguarded"
+(agent.unguardedNodeWrites: granted cluster-wide with no guard, knowingly), or "" (not granted:
+the agent's role is read-only, the safe form). The chart fails closed: the writes are never granted
+unguarded unless asked for.
+*/}}
+{{- define "kube-rdma.agentWrites" -}}
+{{- if and (include "kube-rdma.policyApi" .) .Values.agent.nodeLabelPolicy.enabled -}}policy
+{{- else if .Values.agent.unguardedNodeWrites -}}unguarded
+{{- end -}}
+{{- end -}}
+
+{{/*
+The DRA driver's writes (its node's ResourceSlices, the status of claims allocated on its node) are
+granted only with the policies of dra-policy.yaml that hold them to its node and driver: "true" then.
+*/}}
+{{- define "kube-rdma.draWrites" -}}
+{{- if include "kube-rdma.policyApi" . -}}true{{- end -}}
+{{- end -}}
+
+{{/*
+The render fails where the agent would get no writes for a reason the chart knows (an old
+cluster, the policy switched off): a read-only agent cannot publish anything, fails every pass on
+403 and is restarted by its liveness probe. Where only the API list is missing (`helm template`
+without --api-versions, on a version that has the API) the safe form renders.
+*/}}
+{{- define "kube-rdma.validateAgentWrites" -}}
+{{- if and .Values.agent.enabled (not (include "kube-rdma.agentWrites" .)) -}}
+{{- $how := "set agent.unguardedNodeWrites=true to grant them anyway (every agent's token may then label any Node and write any RdmaNodeState: docs/security.md), or agent.enabled=false" -}}
+{{- if not .Values.agent.nodeLabelPolicy.enabled -}}
+{{- fail (printf "agent.nodeLabelPolicy.enabled=false: the agent's writes to its Node and RdmaNodeState would not be held to its own node, so the chart does not grant them, and without them the agent cannot run; %s" $how) -}}
+{{- else if semverCompare "<1.30-0" .Capabilities.KubeVersion.Version -}}
+{{- fail (printf "Kubernetes %s does not serve admissionregistration.k8s.io/v1 ValidatingAdmissionPolicy (>= 1.30), which holds the agent's writes to its Node and RdmaNodeState to its own node (RBAC cannot), so the chart does not grant them, and without them the agent cannot run; upgrade the cluster, or %s" .Capabilities.KubeVersion.Version $how) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
 {{/* Container securityContext shared by every container; call with (dict "root" true/false "caps" list). */}}
 {{- define "kube-rdma.containerSecurityContext" -}}
 allowPrivilegeEscalation: false
@@ -259,8 +308,9 @@ with `resourcePrefix`, or read from `rawConfig` with the defaults of the file's 
 {{- toJson $out -}}
 {{- end -}}
 
-{{/* Checks JSON schema cannot express: unique pool names, known pools, Enforce allowed. */}}
+{{/* Checks JSON schema cannot express: unique pool names, known pools, Enforce allowed, the agent's writes guarded. */}}
 {{- define "kube-rdma.validate" -}}
+{{- include "kube-rdma.validateAgentWrites" . -}}
 {{- if and .Values.rawConfig .Values.pools -}}
 {{- fail "set either `pools` or `rawConfig`, not both (rawConfig replaces the generated device plugin config)" -}}
 {{- end -}}

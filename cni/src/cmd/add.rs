@@ -78,6 +78,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         netns: env.netns.clone(),
         pci: Some(vf.pci),
         steps,
+        ipam_refused: None,
     };
     let saved = journal::save(&jpath, &j)?;
     failpoint("journal");
@@ -324,7 +325,7 @@ fn plan(
         // device-info-spec 1.1.0: keep what the device plugin wrote (its PF
         // address included), add ours.
         steps.push(Step::DeviceInfo(DeviceInfoFile {
-            file: f.clone(),
+            file: env.devinfo_dir.join(f),
             info: nic::devinfo::DeviceInfo {
                 pci: Some(vf.pci),
                 pf: None,

@@ -17,10 +17,13 @@
 //! the pod's networks after one whatever it returned: a journal left behind
 //! would never be read again. So DEL fails only when retrying can help: the
 //! VF lock is busy (another ADD/DEL of the VF, code 11), or the IPAM plugin's
-//! release failed, which only the plugin can do (its journal is kept for the
-//! retry; the reference plugins' DEL also fails then, e.g. containernetworking
-//! plugins `host-device` `cmdDel`). An IPAM plugin that cannot be run at all
-//! (not in `CNI_PATH`, not executable, or its VERSION fails) is no reason: no
+//! release failed for the first time, which only the plugin can do (its
+//! journal is kept for the retry; the reference plugins' DEL also fails then,
+//! e.g. containernetworking plugins `host-device` `cmdDel`). The same refusal
+//! again (or a code saying the configuration is wrong) is for good: DEL then
+//! succeeds and keeps the lease on record ([`refused_for_good`]). An IPAM
+//! plugin that cannot be run at all (not in `CNI_PATH`, not executable, or
+//! its VERSION fails) is no reason: no
 //! retry gets further, so it is logged, naming the plugin and `CNI_PATH`, and
 //! DEL goes on and forgets the attachment.
 
@@ -102,15 +105,8 @@ pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
         }
         Record::Unreadable { .. } | Record::Nothing => without_journal(conf, env, &record, held),
     };
-    if let Some(f) = &conf.device_info_file {
-        if let Err(e) = step::DeviceInfoFile::removing(f.clone()).undo() {
-            tracing::error!(error = %e.chain(), "cannot remove the device-info file; DEL goes on (best effort)");
-        }
-    }
     if let Some(e) = ipam_failed {
-        // Kept for the retry: every other undo is idempotent.
-        tracing::error!(error = %e.chain(), "the IPAM release failed: DEL fails so that the runtime retries it");
-        return Err(e);
+        return ipam_failed_once_or_for_good(conf, env, &record, e);
     }
     let forget = match &record {
         Record::Journal(f) => Some(f.path.as_path()),
@@ -171,6 +167,73 @@ fn lock_and_read(conf: &NetConf, env: &Env, usable: bool) -> Result<(Option<Lock
         }
     }
     Ok((lock, record))
+}
+
+/// Whether an IPAM release failure is for good: the plugin refused the
+/// configuration or environment by a CNI spec code that says so (1, 2, 4, 6,
+/// 7; 3: it knows no such container), or refused it exactly as at an earlier
+/// DEL (`earlier`). The runtime repeats a DEL with the same configuration, so
+/// no retry gets further then (host-local answers a range it cannot parse
+/// with code 999, the reference plugins' "internal" code).
+pub fn refused_for_good(e: &Error, earlier: Option<&str>) -> bool {
+    matches!(e, Error::Ipam { code: Some(1 | 2 | 3 | 4 | 6 | 7), .. }) || earlier == Some(e.chain().as_str())
+}
+
+/// The IPAM release failed. The first time (unless [`refused_for_good`]),
+/// DEL fails so that the runtime retries it, with the refusal noted in the
+/// journal (a journal-less teardown gets one holding the lease). A refusal
+/// for good ends the DEL successfully instead, so that the runtime stops
+/// retrying (a DEL failing forever keeps the sandbox forever), and keeps the
+/// journal with only the lease in it: the record of an IP the plugin may
+/// still hold, which GC and a later DEL of the attachment try again.
+fn ipam_failed_once_or_for_good(conf: &NetConf, env: &Env, record: &Record, e: Error) -> Result<()> {
+    let (path, mut j) = match record {
+        Record::Journal(f) => (f.path.clone(), f.journal.clone()),
+        Record::Unreadable { path, .. } => (path.clone(), lease_journal(conf, env)),
+        Record::Nothing => {
+            let name = journal::file_name(&env.container_id, &env.ifname);
+            (journal::dir(&conf.state_dir).join(name), lease_journal(conf, env))
+        }
+    };
+    let for_good = refused_for_good(&e, j.ipam_refused.as_deref());
+    j.ipam_refused = Some(e.chain());
+    if for_good {
+        j.steps.retain(|s| matches!(s, step::Step::Ipam(_)));
+        j.pci = None;
+    }
+    let saved = journal::save(&path, &j).and_then(journal::Saved::durable);
+    if let Err(se) = &saved {
+        tracing::error!(error = %se.chain(), "cannot record the IPAM plugin's refusal in the journal");
+    }
+    if !for_good || saved.is_err() {
+        tracing::error!(error = %e.chain(), "the IPAM release failed: DEL fails so that the runtime retries it");
+        return Err(e);
+    }
+    tracing::error!(
+        error = %e.chain(),
+        journal = %path.display(),
+        "the IPAM plugin refuses the release for good (the same configuration gets the same answer): DEL succeeds so that the runtime stops retrying; a lease it holds may leak, and the journal keeps it for GC and a later DEL"
+    );
+    Ok(())
+}
+
+/// A journal holding only the lease that the configuration's IPAM plugin
+/// was asked to release (a teardown without a journal).
+fn lease_journal(conf: &NetConf, env: &Env) -> journal::Journal {
+    let lease = conf.ipam.as_ref().and_then(|i| {
+        let (_, c) = ipam::prepare(&conf.raw, &conf.cni_version, &i.kind, env, &conf.state_dir).ok()?;
+        Some(step::Step::Ipam(step::IpamLease::new(i.kind.clone(), c)))
+    });
+    journal::Journal {
+        version: journal::VERSION,
+        network: Some(conf.name.clone()).filter(|n| !n.is_empty()),
+        container_id: env.container_id.clone(),
+        ifname: env.ifname.clone(),
+        netns: env.netns.clone(),
+        pci: None,
+        steps: lease.into_iter().collect(),
+        ipam_refused: None,
+    }
 }
 
 fn journal_pci(r: &Record) -> Option<PciAddr> {

@@ -252,6 +252,18 @@ impl Lab {
         node_dir_of(&self.sim.roots().sysfs)
     }
 
+    /// The device-info directory the plugin is given ([`devinfo_dir_of`]), created.
+    pub fn devinfo_dir(&self) -> PathBuf {
+        let d = devinfo_dir_of(&self.sim.roots().sysfs);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    /// The log directory the plugin is given ([`log_dir_of`]).
+    pub fn log_dir(&self) -> PathBuf {
+        log_dir_of(&self.sim.roots().sysfs)
+    }
+
     /// The VF's lock file, node-wide (`<node dir>/locks/vf-<pci>.lock`).
     pub fn vf_lock(&self, pci: PciAddr) -> PathBuf {
         self.node_dir().join(format!("locks/vf-{pci}.lock"))
@@ -288,6 +300,26 @@ impl Lab {
 /// lab has its own, as each node has.
 pub fn node_dir_of(sysfs: &Path) -> PathBuf {
     sysfs.parent().expect("the sim's sysfs has a parent").join("cni-node")
+}
+
+/// The device-info directory (`KUBE_RDMA_CNI_DEVINFO_DIR`, Multus's
+/// `/var/run/k8s.cni.cncf.io/devinfo/cni` on a node) of the simulated node
+/// whose sysfs is at `sysfs`: the only place `CNIDeviceInfoFile` may name.
+pub fn devinfo_dir_of(sysfs: &Path) -> PathBuf {
+    sysfs.parent().expect("the sim's sysfs has a parent").join("devinfo-cni")
+}
+
+/// The log directory (`KUBE_RDMA_CNI_LOG_DIR`, `/var/log/kube-rdma-cni` on
+/// a node) of that simulated node: the only place `logFile` may name.
+pub fn log_dir_of(sysfs: &Path) -> PathBuf {
+    sysfs.parent().expect("the sim's sysfs has a parent").join("cni-log")
+}
+
+/// The state root (`KUBE_RDMA_CNI_STATE_ROOT`, `/var/lib/cni` on a node)
+/// and prepared root (`KUBE_RDMA_CNI_PREPARED_ROOT`) the plugin is given:
+/// the temp dir, where the tests' `stateDir`s and `preparedDir`s are made.
+pub fn state_root() -> PathBuf {
+    std::env::temp_dir()
 }
 
 /// Runs the binary with `setns` into `host_ns` before exec.
@@ -363,6 +395,10 @@ pub fn spawn_plugin(
         .env("CNI_PATH", CNI_PATH)
         .env("KUBE_RDMA_SYSFS_ROOT", sysfs)
         .env("KUBE_RDMA_CNI_NODE_DIR", node_dir_of(sysfs))
+        .env("KUBE_RDMA_CNI_DEVINFO_DIR", devinfo_dir_of(sysfs))
+        .env("KUBE_RDMA_CNI_LOG_DIR", log_dir_of(sysfs))
+        .env("KUBE_RDMA_CNI_STATE_ROOT", state_root())
+        .env("KUBE_RDMA_CNI_PREPARED_ROOT", state_root())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

@@ -41,6 +41,7 @@
 
 mod fields;
 mod native;
+pub mod read;
 mod rsdp;
 #[cfg(feature = "config-schema")]
 pub mod schema;
@@ -284,6 +285,42 @@ pub enum ConfigError {
         #[source]
         source: std::io::Error,
     },
+    /// The path is not a regular file (it could block the read or never end).
+    #[error("{path}: not a regular file ({kind}); the config must be a file")]
+    NotAFile {
+        /// The config file.
+        path: PathBuf,
+        /// What it is instead ("a FIFO", "a character device", …).
+        kind: &'static str,
+    },
+    /// The file is larger than any config ([`read::MAX_BYTES`]).
+    #[error("{path}: larger than {max} bytes; a config is a few KiB")]
+    TooLarge {
+        /// The config file.
+        path: PathBuf,
+        /// The limit, bytes.
+        max: u64,
+    },
+    /// Collections nested deeper than [`read::MAX_DEPTH`].
+    #[error("{path}: line {line} column {column}: nested deeper than {max} levels")]
+    TooDeep {
+        /// The config file.
+        path: PathBuf,
+        /// Where, from 1.
+        line: usize,
+        /// Where, from 1.
+        column: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// More than one YAML document.
+    #[error("{path}: line {line}: a second YAML document begins; a config is one document")]
+    Documents {
+        /// The config file.
+        path: PathBuf,
+        /// Where the second document begins, from 1.
+        line: usize,
+    },
     /// Not YAML/JSON at all.
     #[error("{path}: not valid YAML or JSON")]
     Syntax {
@@ -330,17 +367,24 @@ impl Config {
         }
     }
 
-    /// Reads and parses `path`.
+    /// Reads ([`read::read_text`]: a regular file of bounded size, never a
+    /// blocking read) and parses `path`.
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
-        Self::parse(&text, path)
+        Self::parse(&read::read_text(path)?, path)
     }
 
-    /// Parses `text`; `path` is used in errors only.
+    /// Parses `text`; `path` is used in errors only. Text nested deeper than
+    /// [`read::MAX_DEPTH`] is refused before the YAML parser sees it.
     pub fn parse(text: &str, path: &Path) -> Result<Self, ConfigError> {
-        let value: Value = serde_yaml::from_str(text)
-            .map_err(|source| ConfigError::Syntax { path: path.to_path_buf(), source })?;
+        if let Some((line, column)) = read::too_deep(text, read::MAX_DEPTH) {
+            return Err(ConfigError::TooDeep {
+                path: path.to_path_buf(),
+                line,
+                column,
+                max: read::MAX_DEPTH,
+            });
+        }
+        let value: Value = serde_yaml::from_str(text).map_err(|e| syntax(text, path, e))?;
         let mut cx = Cx { path: path.to_path_buf(), pool: None };
         let Value::Object(top) = value else {
             return Err(
@@ -384,6 +428,55 @@ impl Config {
             why: "shared RDMA devices cannot be used from pods on this node: its RDMA subsystem is in exclusive netns mode (ib_core netns_mode=0), where each RDMA device belongs to one network namespace; serve VFs instead, or boot the node with netns_mode=1 to share HCAs".into(),
         })
     }
+}
+
+/// The error for text serde_yaml refused, with a position. serde_yaml reports
+/// anything after the first document (a second one, or bad text there) as
+/// "more than one document" without one; reading the documents one by one
+/// finds the bad text's position, or else where the second document begins.
+fn syntax(text: &str, path: &Path, e: serde_yaml::Error) -> ConfigError {
+    use serde::Deserialize as _;
+    let path = path.to_path_buf();
+    if e.location().is_some() {
+        return ConfigError::Syntax { path, source: e };
+    }
+    for doc in serde_yaml::Deserializer::from_str(text).skip(1) {
+        if let Err(source) = Value::deserialize(doc) {
+            if source.location().is_some() {
+                return ConfigError::Syntax { path, source };
+            }
+        }
+    }
+    match second_document(text) {
+        Some(line) => ConfigError::Documents { path, line },
+        None => ConfigError::Syntax { path, source: e },
+    }
+}
+
+/// The line (from 1) where a second YAML document begins: the second `---`
+/// marker when the text starts with one, else the first; or a `...` end
+/// marker followed by more.
+fn second_document(text: &str) -> Option<usize> {
+    let marker = |l: &str, m: &str| l == m || l.strip_prefix(m).is_some_and(|r| r.starts_with([' ', '\t']));
+    let mut seen_content = false;
+    let mut ended = false;
+    for (n, l) in text.lines().enumerate() {
+        let blank = l.trim().is_empty() || l.trim_start().starts_with('#');
+        if marker(l, "---") {
+            if seen_content || ended {
+                return Some(n + 1);
+            }
+            seen_content = true;
+        } else if marker(l, "...") {
+            ended = true;
+        } else if !blank {
+            if ended {
+                return Some(n + 1);
+            }
+            seen_content = true;
+        }
+    }
+    None
 }
 
 /// Two pools may not derive the same resource, environment variable or CDI kind.

@@ -76,6 +76,9 @@ pub struct View {
     pub devices: Vec<DraDevice>,
     /// `/dev/infiniband/rdma_cm` exists on the node.
     pub rdma_cm: bool,
+    /// VFs of the pools not offered, and why ([`super::withhold`]): in no
+    /// slice, no health report, never prepared.
+    pub withheld: Vec<super::withhold::Withheld>,
 }
 
 /// A shared, immutable view.
@@ -85,6 +88,11 @@ impl View {
     /// The device called `name`.
     pub fn device(&self, name: &str) -> Option<&DraDevice> {
         self.devices.binary_search_by(|d| d.name.as_str().cmp(name)).ok().map(|i| &self.devices[i])
+    }
+
+    /// The device called `name` when it is withheld.
+    pub fn withheld(&self, name: &str) -> Option<&super::withhold::Withheld> {
+        self.withheld.iter().find(|w| w.name == name)
     }
 }
 
@@ -257,7 +265,7 @@ pub fn from_plan(plan: &Plan, inv: &Inventory, history: History) -> View {
     }
     devices.sort_by(|a, b| a.name.cmp(&b.name));
     devices.dedup_by(|a, b| a.name == b.name);
-    View { devices, rdma_cm: plan.pools.first().is_some_and(|p| p.rdma_cm) || inv.rdma_cm }
+    View { devices, rdma_cm: plan.pools.first().is_some_and(|p| p.rdma_cm) || inv.rdma_cm, withheld: vec![] }
 }
 
 /// An RDMA device known only by name from a prepared record: in the pod

@@ -2,7 +2,10 @@
 //! and the kubelet-facing sockets.
 //!
 //! Inputs: netlink link events and a periodic rescan (devices and health,
-//! with what is prepared: a VF in a pod is in use, not broken); the config
+//! with what is prepared: a VF in a pod is in use, not broken); the kubelet's
+//! PodResources, asked on the rescan cadence (a VF a device plugin resource
+//! holds, or one in a pod that no claim of ours holds, is withheld:
+//! [`super::withhold`]); the config
 //! file (reload); the node's `RdmaNodeState` (roceReady); the registry and
 //! plugin directories (serve a socket again when it is deleted; a socket
 //! that cannot be bound is tried again with capped backoff, never given up);
@@ -12,12 +15,19 @@
 //! publisher task ([`publish::run`]) keeps in the API (and puts back when the
 //! kubelet wipes the node's slices), so a slow or hung API server never holds
 //! up a rescan or the kubelet.
+//!
+//! Every read of the node runs off the loop with a deadline, as in device
+//! plugin mode ([`crate::walks`]): a read that blocks in the kernel is
+//! abandoned, the slices keep what was known, `/healthz` says the node's
+//! view is stale, and shutdown never waits for it.
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::FutureExt as _;
 use nic::{Inventory, Roots};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
@@ -34,14 +44,17 @@ use super::publish;
 use super::registration::{Registered, RegistrationService};
 use super::service::{Claims, ClaimsParts, DraService};
 use super::slices::{self, Content, RoceReadiness};
+use super::withhold::{self, KubeletWitness};
 use super::{nodestate, status, DRA_SOCKET, DRIVER};
 use crate::config::{Config, ConfigError};
 use crate::inuse::Memory;
 use crate::kubelet::{self, DirEvent};
-use crate::nodewatch::{discover, ConfigFile, NodeWatch};
+use crate::nodewatch::{self, ConfigFile, NodeWatch};
+use crate::podresources;
 use crate::pools::{self, Plan};
 use crate::registration::Timing;
 use crate::server;
+use crate::walks::{stale_after, Walked, Walker};
 
 /// Command-line flags of `kube-rdma-device-plugin dra`.
 #[derive(Debug, Clone, clap::Args)]
@@ -65,12 +78,20 @@ pub struct Args {
     /// Periodic rescan, seconds (netlink link events trigger rescans in between).
     #[arg(long, default_value_t = 30.0)]
     pub rescan_interval: f64,
+    /// How long one read of the node may take, seconds, before it is abandoned
+    /// (a sysfs read blocked in the kernel) and /healthz reports the node's view stale.
+    #[arg(long, default_value_t = 10.0)]
+    pub rescan_deadline: f64,
     /// Do not subscribe to netlink link events.
     #[arg(long)]
     pub no_link_events: bool,
     /// Serve /metrics, /healthz and /livez here (e.g. 0.0.0.0:9410).
     #[arg(long)]
     pub metrics_addr: Option<SocketAddr>,
+    /// The kubelet's PodResources socket: VFs the kubelet assigned to pods
+    /// (device plugin mode) are not offered to claims. Asked every rescan.
+    #[arg(long, default_value = crate::POD_RESOURCES_SOCKET)]
+    pub pod_resources_socket: PathBuf,
 }
 
 /// Everything the driver needs.
@@ -92,17 +113,28 @@ pub struct Options {
     pub cdi_dir: PathBuf,
     /// Periodic rescan.
     pub rescan_interval: Duration,
+    /// How long one read of the node may take before it is abandoned
+    /// ([`crate::walks`]).
+    pub rescan_deadline: Duration,
     /// Rescan on netlink link events.
     pub link_events: bool,
     /// Metrics listen address.
     pub metrics_addr: Option<SocketAddr>,
+    /// The kubelet's PodResources socket.
+    pub pod_resources: PathBuf,
 }
 
 impl Args {
     /// Options from the flags and the global ones.
     pub fn options(self, config: Option<PathBuf>, roots: Roots) -> Result<Options, DriverError> {
-        if !(self.rescan_interval > 0.0 && self.rescan_interval.is_finite()) {
-            return Err(DriverError::Flag("--rescan-interval must be a positive number of seconds".into()));
+        for (flag, v) in
+            [("--rescan-interval", self.rescan_interval), ("--rescan-deadline", self.rescan_deadline)]
+        {
+            if !(v > 0.0 && v.is_finite()) {
+                return Err(DriverError::Flag(format!(
+                    "{flag} must be a positive number of seconds, not {v}"
+                )));
+            }
         }
         if let Some(problem) = plumbing::node_name_problem(&self.node_name) {
             return Err(DriverError::Flag(problem));
@@ -118,8 +150,10 @@ impl Args {
             prepared_dir,
             cdi_dir: self.cdi_dir,
             rescan_interval: Duration::from_secs_f64(self.rescan_interval),
+            rescan_deadline: Duration::from_secs_f64(self.rescan_deadline),
             link_events: !self.no_link_events,
             metrics_addr: self.metrics_addr,
+            pod_resources: self.pod_resources_socket,
         })
     }
 }
@@ -254,11 +288,22 @@ fn checked(loaded: Result<(ConfigFile, Config), ConfigError>) -> Result<(ConfigF
     Ok((file, cfg))
 }
 
-/// A new plan, with prepared VFs counted as assigned (in use is not broken),
-/// keeping VFs that vanished while their PF still has them as Unhealthy (the
-/// device plugin's rule) for pools whose config is unchanged.
-fn replan(prev: Option<&Plan>, inv: &Inventory, cfg: &Config, prepared: &PreparedDevices) -> Plan {
-    let mut plan = pools::plan_with(inv, cfg, &devices::allocations(cfg, prepared));
+/// A new plan, with prepared VFs and those the kubelet assigned counted as
+/// assigned (in use is not broken), keeping VFs that vanished while their PF
+/// still has them as Unhealthy (the device plugin's rule) for pools whose
+/// config is unchanged.
+fn replan(
+    prev: Option<&Plan>,
+    inv: &Inventory,
+    cfg: &Config,
+    prepared: &PreparedDevices,
+    kubelet: &withhold::Holders,
+) -> Plan {
+    let mut alloc = devices::allocations(cfg, prepared);
+    for (id, h) in kubelet {
+        alloc.by_resource.entry(h.resource.clone()).or_default().insert(id.clone());
+    }
+    let mut plan = pools::plan_with(inv, cfg, &alloc);
     if let Some(prev) = prev {
         for pool in &mut plan.pools {
             if let Some(old) = prev.pools.iter().find(|p| p.config == pool.config) {
@@ -269,7 +314,28 @@ fn replan(prev: Option<&Plan>, inv: &Inventory, cfg: &Config, prepared: &Prepare
     plan
 }
 
+/// The view of `plan`: its devices, less the VFs already in a pod that DRA did not prepare.
+fn view_of(plan: &Plan, inv: &Inventory, history: History, kubelet: &KubeletWitness) -> View {
+    let view = devices::from_plan(plan, inv, history);
+    withhold::apply(view, inv, history.prepared, &kubelet.holders)
+}
+
+/// Logs the VFs withheld in `next` and not (or for another reason) in `prev`, and those released.
+fn log_withheld(prev: &View, next: &View) {
+    for w in &next.withheld {
+        if prev.withheld(&w.name).map(|p| &p.reason) != Some(&w.reason) {
+            tracing::warn!(device = %w.name, pci = %w.pci, reason = %w.reason, "device withheld: not offered to claims");
+        }
+    }
+    for w in &prev.withheld {
+        if next.withheld(&w.name).is_none() {
+            tracing::info!(device = %w.name, pci = %w.pci, "device no longer withheld");
+        }
+    }
+}
+
 fn log_changes(prev: &View, next: &View) {
+    log_withheld(prev, next);
     for d in &next.devices {
         match (prev.device(&d.name).map(|p| &p.health), &d.health) {
             (None, _) => tracing::info!(device = %d.name, pci = %d.pci, "device added"),
@@ -278,7 +344,7 @@ fn log_changes(prev: &View, next: &View) {
         }
     }
     for d in &prev.devices {
-        if next.device(&d.name).is_none() {
+        if next.device(&d.name).is_none() && next.withheld(&d.name).is_none() {
             tracing::info!(device = %d.name, "device removed");
         }
     }
@@ -291,6 +357,52 @@ fn content(view: &View, roce: &RoceReadiness) -> Content {
         tracing::warn!("{w}");
     }
     content
+}
+
+/// How long one PodResources `List` may take (the kubelet answers from memory).
+const POD_RESOURCES_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// One PodResources `List`: its holders, or `last` with the error.
+async fn ask_kubelet(socket: &Path, last: &KubeletWitness) -> KubeletWitness {
+    match podresources::list_pods(socket, POD_RESOURCES_TIMEOUT).await {
+        Ok(resp) => KubeletWitness::answer(withhold::holders(&resp)),
+        Err(e) => last.failed(nic::error_chain(&e)),
+    }
+}
+
+/// Logs a change in whether the kubelet answers, and shows it in the metrics.
+fn kubelet_state(prev: Option<&KubeletWitness>, now: &KubeletWitness, metrics: &DraMetrics) {
+    metrics.set_pod_resources(now.error.clone());
+    match (prev.and_then(|p| p.error.as_ref()), &now.error) {
+        (None, Some(error)) => tracing::error!(
+            %error,
+            "the kubelet's PodResources is unreachable: withholding every VF in another network \
+             namespace that no prepared claim holds, and those its last answer named; retrying"
+        ),
+        (Some(_), None) => tracing::info!("the kubelet's PodResources answers again"),
+        _ => {}
+    }
+}
+
+/// Asks the kubelet's PodResources every `every` (the rescan cadence) after
+/// `first`; what changes goes to the driver's loop, which rescans. A task of
+/// its own, so a kubelet that does not answer holds up nothing else.
+fn watch_kubelet(socket: PathBuf, every: Duration, first: KubeletWitness) -> watch::Receiver<KubeletWitness> {
+    let (tx, rx) = watch::channel(first);
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let last = tx.borrow().clone();
+            let next = ask_kubelet(&socket, &last).await;
+            if next != last && tx.send(next).is_err() {
+                return;
+            }
+            if tx.is_closed() {
+                return;
+            }
+        }
+    });
+    rx
 }
 
 /// The API client: from KUBECONFIG or the pod's service account, with a read
@@ -347,30 +459,63 @@ struct Driver {
     claims: Arc<Claims>,
     health: HealthService,
     view_tx: watch::Sender<SharedView>,
+    /// What the kubelet's PodResources says, as the poller last sent it; and
+    /// the one the view was planned with.
+    kubelet: watch::Receiver<KubeletWitness>,
+    witness: KubeletWitness,
     roce: watch::Receiver<RoceReadiness>,
     content_tx: watch::Sender<Content>,
     reg_svc: RegistrationService,
     reg: Slot,
     dra: Slot,
+    /// Runs the reads of the node.
+    walker: Walker,
+}
+
+/// Walks the node with `walker` until `stop`, and fills in VFs whose netdev
+/// or RDMA device is in a pod with what `memory` learned of them on the host.
+async fn walk_node(
+    walker: &Walker,
+    roots: &Roots,
+    memory: &mut Memory,
+    stop: impl Future<Output = ()>,
+) -> Walked<Inventory> {
+    let roots = roots.clone();
+    let job = move || nic::discover::discover_scoped(&roots, nodewatch::scope());
+    let mut walked = walker.run("node walk", job, stop).await;
+    if let Walked::Done(inv) = &mut walked {
+        memory.observe(inv);
+    }
+    walked
 }
 
 /// Runs until `shutdown` resolves. Nothing here waits for the API server:
 /// slices are published by their own task ([`publish::run`]), claim status
 /// by another ([`status::run`]), the watches feed channels, and a prepare's
-/// reads are bounded.
-pub async fn run(opts: Options, shutdown: impl std::future::Future<Output = ()>) -> Result<(), DriverError> {
-    let (mut d, mut w) = Driver::start(opts).await?;
-    tokio::pin!(shutdown);
+/// reads are bounded. The reads of the node wait on `shutdown` too, so one
+/// stuck in the kernel never delays the stop.
+pub async fn run(opts: Options, shutdown: impl Future<Output = ()>) -> Result<(), DriverError> {
+    let stop = shutdown.shared();
+    let Some((mut d, mut w)) = Driver::start(opts, stop.clone()).await? else {
+        tracing::info!("stopped during the first read of the node");
+        return Ok(());
+    };
     loop {
         let retry = d.next_retry();
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = stop.clone() => break,
             // Any wake-up of the node side rescans: a link event, the timer, a config reload.
             wake = w.node.next() => {
                 let wake = w.node.settle(wake).await;
                 if !matches!(wake, crate::nodewatch::Wake::ConfigDir) || d.reload() {
-                    d.rescan().await;
+                    d.rescan(stop.clone()).await;
                 }
+            }
+            Ok(()) = d.kubelet.changed() => {
+                let now = d.kubelet.borrow_and_update().clone();
+                kubelet_state(Some(&d.witness), &now, &d.metrics);
+                d.witness = now;
+                d.rescan(stop.clone()).await;
             }
             Ok(()) = d.roce.changed() => {
                 tracing::info!(readiness = ?*d.roce.borrow(), "RdmaNodeState changed");
@@ -427,11 +572,19 @@ fn watch_socket_dir(dir: &Path) -> Result<mpsc::Receiver<DirEvent>, DriverError>
 
 impl Driver {
     /// Discovers the node, serves the kubelet-facing sockets and starts the
-    /// API-side tasks.
-    async fn start(opts: Options) -> Result<(Driver, Wakeups), DriverError> {
+    /// API-side tasks; `None` when `stop` came during the first read of the
+    /// node (nothing is served or published yet). A first read that does not
+    /// complete otherwise leaves the node empty until a rescan completes.
+    async fn start(
+        opts: Options,
+        stop: impl Future<Output = ()>,
+    ) -> Result<Option<(Driver, Wakeups)>, DriverError> {
         let started = Instant::now();
         let (file, cfg) = checked(ConfigFile::load(opts.config.as_deref()))?;
         let metrics = Arc::new(DraMetrics::default());
+        let walker = Walker::new(opts.rescan_deadline);
+        let stale = stale_after(opts.rescan_interval, walker.deadline());
+        metrics.watch_walks(walker.walks(), stale);
         if let Some(addr) = opts.metrics_addr {
             serve_metrics(addr, &metrics).await?;
         }
@@ -440,12 +593,22 @@ impl Driver {
 
         let mut memory = Memory::default();
         let prepared = checkpoint.devices();
-        let inv = discover(&opts.roots, &mut memory).await;
-        let plan = replan(None, &inv, &cfg, &prepared);
-        let first = devices::from_plan(&plan, &inv, History { last: &View::default(), prepared: &prepared });
+        // The kubelet's word before the first slice: a VF a device plugin pod holds is never offered.
+        let witness = ask_kubelet(&opts.pod_resources, &KubeletWitness::default()).await;
+        kubelet_state(None, &witness, &metrics);
+        let kubelet = watch_kubelet(opts.pod_resources.clone(), opts.rescan_interval, witness.clone());
+        let inv = match walk_node(&walker, &opts.roots, &mut memory, stop).await {
+            Walked::Done(inv) => inv,
+            Walked::Stopped => return Ok(None),
+            Walked::Overran | Walked::Refused => Inventory::default(),
+        };
+        let plan = replan(None, &inv, &cfg, &prepared, &witness.holders);
+        let history = History { last: &View::default(), prepared: &prepared };
+        let first = view_of(&plan, &inv, history, &witness);
         let (view_tx, view_rx) = watch::channel::<SharedView>(Arc::new(first));
         tracing::info!(devices = view_rx.borrow().devices.len(), elapsed = ?started.elapsed(), "node discovered");
         metrics.set_view(&view_rx.borrow());
+        log_withheld(&View::default(), &view_rx.borrow());
 
         // Kubelet-facing sockets: the DRA service first, so it is there when the
         // kubelet, told by the registration socket, dials it.
@@ -498,18 +661,21 @@ impl Driver {
             claims,
             health,
             view_tx,
+            kubelet,
+            witness,
             roce,
             content_tx,
             reg_svc,
             reg: Slot::new(reg_path),
             dra: Slot::new(dra_path),
+            walker,
         };
         // The DRA service first, so it is there when the kubelet, told by the
         // registration socket, dials it.
         d.serve(Socket::Plugin).await;
         d.serve(Socket::Registration).await;
         tracing::info!(registration = %d.reg.path.display(), endpoint = %d.dra.path.display(), "serving the kubelet");
-        Ok((d, Wakeups { node, registered, reg_events, dra_events }))
+        Ok(Some((d, Wakeups { node, registered, reg_events, dra_events })))
     }
 }
 
@@ -532,14 +698,16 @@ impl Driver {
     }
 
     /// Walks the node again, with what is prepared (in use, not broken); a
-    /// changed view goes to the sockets and the publisher.
-    async fn rescan(&mut self) {
+    /// changed view goes to the sockets and the publisher. A walk that does
+    /// not complete (or `stop`) changes nothing: the slices keep what was known.
+    async fn rescan(&mut self, stop: impl Future<Output = ()>) {
         let prepared = self.claims.prepared_devices().await;
-        let inv = discover(&self.opts.roots, &mut self.memory).await;
-        let plan = replan(Some(&self.plan), &inv, &self.cfg, &prepared);
+        let walked = walk_node(&self.walker, &self.opts.roots, &mut self.memory, stop).await;
+        let Walked::Done(inv) = walked else { return };
+        let plan = replan(Some(&self.plan), &inv, &self.cfg, &prepared, &self.witness.holders);
         let next = {
             let last = self.view_tx.borrow();
-            devices::from_plan(&plan, &inv, History { last: &last, prepared: &prepared })
+            view_of(&plan, &inv, History { last: &last, prepared: &prepared }, &self.witness)
         };
         self.plan = plan;
         if **self.view_tx.borrow() == next {

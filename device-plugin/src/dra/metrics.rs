@@ -11,10 +11,21 @@
 //! (`socket="registration"` or `"plugin"`) `kuberdma_dra_socket_served` and
 //! `kuberdma_dra_socket_bind_failures_total` (a socket that cannot be bound
 //! is tried again with capped backoff, as device plugin mode does).
+//! `kuberdma_dra_device_withheld` (1 per VF of a pool not offered, with its
+//! `device`, `resource` and `reason`: `device-plugin` or `netns`) and
+//! `kuberdma_dra_pod_resources_up` (the kubelet's PodResources answered the
+//! last call) say which VFs are kept out of the slices and whether the
+//! kubelet's witness is there ([`super::withhold`]).
+//!
+//! Reads of the node carry device plugin mode's names, rendered by the same
+//! code ([`crate::walks`]): `kuberdma_rescan_last_success_timestamp_seconds`,
+//! `kuberdma_rescan_overruns_total`, `kuberdma_rescans_stuck`.
 //!
 //! `/healthz` is 200 only when both sockets are served, the kubelet has
-//! registered the driver and the node's slices are published; its body says
-//! which part is missing.
+//! registered the driver, the node's slices are published, PodResources
+//! answers and the node's reads are fresh (none stuck past its deadline, one
+//! completed within the window the driver sets); its body says which part is
+//! missing.
 //! `/livez` is 200 while the process answers.
 
 use std::collections::BTreeMap;
@@ -28,6 +39,7 @@ use plumbing::prometheus::{head, sample};
 
 use super::devices::View;
 use super::registration::Registered;
+use crate::walks::Walks;
 
 /// Histogram bucket upper bounds, seconds (a prepare reads the claim from the API).
 const BUCKETS: [f64; 9] = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5];
@@ -76,6 +88,14 @@ struct Inner {
     /// Time to prepare one claim.
     latency: Histogram,
     sockets: BTreeMap<Socket, Serving>,
+    /// (device, resource, reason label) of each withheld VF.
+    withheld: Vec<(String, String, &'static str)>,
+    /// PodResources: `None` before the first call, else the last call's error.
+    pod_resources: Option<Option<String>>,
+    /// The driver's reads of the node, and how long without a completed one
+    /// is stale.
+    walks: Option<Arc<Walks>>,
+    stale_after: Option<Duration>,
 }
 
 impl Default for Inner {
@@ -90,6 +110,10 @@ impl Default for Inner {
             prepare_failures: 0,
             latency: Histogram::new(&BUCKETS),
             sockets: BTreeMap::new(),
+            withheld: Vec::new(),
+            pod_resources: None,
+            walks: None,
+            stale_after: None,
         }
     }
 }
@@ -113,7 +137,26 @@ impl DraMetrics {
             e.0 += 1;
             e.1 += usize::from(d.health.is_healthy());
         }
-        self.with(|m| m.pools = pools);
+        let withheld =
+            view.withheld.iter().map(|w| (w.name.clone(), w.resource.clone(), w.reason.label())).collect();
+        self.with(|m| {
+            m.pools = pools;
+            m.withheld = withheld;
+        });
+    }
+
+    /// Reports on `walks` (the driver's reads of the node), stale when none
+    /// completed for longer than `stale_after`.
+    pub fn watch_walks(&self, walks: Arc<Walks>, stale_after: Option<Duration>) {
+        self.with(|m| {
+            m.walks = Some(walks);
+            m.stale_after = stale_after;
+        });
+    }
+
+    /// The last PodResources call: `None` when it answered, else why not.
+    pub fn set_pod_resources(&self, error: Option<String>) {
+        self.with(|m| m.pod_resources = Some(error));
     }
 
     /// Devices prepared now, per resource.
@@ -177,6 +220,11 @@ impl DraMetrics {
         self.with(|m| {
             let mut ok = true;
             let mut body = String::new();
+            if let Some(w) = &m.walks {
+                let (fresh, line) = w.health(m.stale_after);
+                ok &= fresh;
+                let _ = writeln!(body, "{line}");
+            }
             for (socket, s) in &m.sockets {
                 match &s.error {
                     None => {
@@ -202,6 +250,23 @@ impl DraMetrics {
                 Registered::No(why) => {
                     ok = false;
                     let _ = writeln!(body, "kubelet registration: refused: {why}");
+                }
+            }
+            match &m.pod_resources {
+                Some(None) => {
+                    let _ = writeln!(body, "pod-resources: answered ({} VFs withheld)", m.withheld.len());
+                }
+                Some(Some(e)) => {
+                    ok = false;
+                    let _ = writeln!(
+                        body,
+                        "pod-resources: unreachable, retrying: {e}; withholding every VF in another network \
+                         namespace that no prepared claim holds, and those its last answer named"
+                    );
+                }
+                None => {
+                    ok = false;
+                    body.push_str("pod-resources: not asked yet\n");
                 }
             }
             match (&m.publish_error, m.generation) {
@@ -256,6 +321,19 @@ impl DraMetrics {
             for (socket, v) in &m.sockets {
                 sample(&mut s, g, &[("socket", socket.label())], u8::from(v.error.is_none()));
             }
+            let g = "kuberdma_dra_device_withheld";
+            head(
+                &mut s,
+                g,
+                "gauge",
+                "1 for each VF of a pool kept out of the slices: already in a pod DRA did not prepare.",
+            );
+            for (device, resource, reason) in &m.withheld {
+                sample(&mut s, g, &[("device", device), ("resource", resource), ("reason", reason)], 1);
+            }
+            let g = "kuberdma_dra_pod_resources_up";
+            head(&mut s, g, "gauge", "1 when the kubelet's PodResources answered the last call.");
+            sample(&mut s, g, &[], u8::from(matches!(m.pod_resources, Some(None))));
             let c = "kuberdma_dra_socket_bind_failures_total";
             head(
                 &mut s,
@@ -275,6 +353,9 @@ impl DraMetrics {
             let h = "kuberdma_dra_prepare_duration_seconds";
             head(&mut s, h, "histogram", "Time to prepare one claim.");
             m.latency.render(&mut s, h, &[]);
+            if let Some(w) = &m.walks {
+                w.render(&mut s);
+            }
             s
         })
     }
@@ -320,6 +401,7 @@ mod tests {
         let m = DraMetrics::default();
         m.set_registered(Registered::Yes);
         m.published(1);
+        m.set_pod_resources(None);
         m.socket_served(Socket::Plugin);
         m.socket_failed(Socket::Registration, "Is a directory (os error 21)".into());
         m.socket_failed(Socket::Registration, "Is a directory (os error 21)".into());
@@ -347,5 +429,43 @@ mod tests {
             .render()
             .lines()
             .any(|l| l == "kuberdma_dra_socket_bind_failures_total{socket=\"registration\"} 2"));
+    }
+
+    #[test]
+    fn withheld_vfs_and_an_unreachable_pod_resources_show_in_metrics_and_health() {
+        use crate::dra::withhold::{Reason, Withheld};
+        let m = DraMetrics::default();
+        m.set_registered(Registered::Yes);
+        m.published(1);
+        let (ok, body) = m.health();
+        assert!(!ok && body.contains("pod-resources: not asked yet"), "{body}");
+        let view = View {
+            withheld: vec![Withheld {
+                name: "pci-0000-3d-00-2".into(),
+                pci: "0000:3d:00.2".parse().unwrap(),
+                resource: "kuberdma.io/rdma_vfs".into(),
+                reason: Reason::InNetns,
+            }],
+            ..View::default()
+        };
+        m.set_view(&view);
+        m.set_pod_resources(Some("/x/kubelet.sock does not exist".into()));
+        let (ok, body) = m.health();
+        assert!(!ok, "{body}");
+        assert!(
+            body.contains("pod-resources: unreachable, retrying: /x/kubelet.sock does not exist"),
+            "{body}"
+        );
+        let page = m.render();
+        for line in [
+            "kuberdma_dra_device_withheld{device=\"pci-0000-3d-00-2\",resource=\"kuberdma.io/rdma_vfs\",reason=\"netns\"} 1",
+            "kuberdma_dra_pod_resources_up 0",
+        ] {
+            assert!(page.lines().any(|l| l == line), "missing `{line}` in\n{page}");
+        }
+        m.set_pod_resources(None);
+        let (ok, body) = m.health();
+        assert!(ok && body.contains("pod-resources: answered (1 VFs withheld)"), "{body}");
+        assert!(m.render().lines().any(|l| l == "kuberdma_dra_pod_resources_up 1"));
     }
 }

@@ -14,6 +14,8 @@
 //! [`nic::prepared`], which the CNI reads to find a pod's VF by `K8S_POD_UID`
 //! and where it records what it configured; [`status`] turns those records
 //! into `ResourceClaim.status.devices` network data.
+//! [`withhold`] keeps out of the slices every VF already in a pod that DRA
+//! did not prepare (the kubelet's PodResources and the host are witnesses).
 //! [`driver`] ties it together.
 
 pub mod authority;
@@ -31,6 +33,7 @@ pub mod registration;
 pub mod service;
 pub mod slices;
 pub mod status;
+pub mod withhold;
 
 /// The kubelet APIs of a DRA plugin, generated from `proto/` (see each file
 /// for the upstream path it follows).

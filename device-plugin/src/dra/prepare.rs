@@ -135,6 +135,10 @@ pub fn plan<'a>(
             )));
         }
         let Some(d) = view.device(&r.device) else {
+            // Allocated while it was offered, taken since: preparing it would give one VF to two pods.
+            if let Some(w) = view.withheld(&r.device) {
+                return Err(err(format!("{what}: withheld, not offered to claims: {}", w.reason)));
+            }
             return Err(err(format!("{what}: not published by this node (gone since it was allocated?)")));
         };
         if let crate::health::Health::Unhealthy(why) = &d.health {
@@ -231,6 +235,15 @@ mod tests {
                 d("pci-0000-3d-00-4", "0000:3d:00.4", Health::Unhealthy("PF link down".into())),
             ],
             rdma_cm: true,
+            withheld: vec![crate::dra::withhold::Withheld {
+                name: "pci-0000-3d-00-5".into(),
+                pci: "0000:3d:00.5".parse().unwrap(),
+                resource: "kuberdma.io/rdma_vfs".into(),
+                reason: crate::dra::withhold::Reason::DevicePlugin {
+                    resource: "kuberdma.io/rdma_vfs".into(),
+                    pod: "default/dp-pod".into(),
+                },
+            }],
         }
     }
 
@@ -344,6 +357,11 @@ mod tests {
                 claim(json!([result("vf", "pci-0000-3d-00-4")]), json!([]), pods()),
                 None,
                 "unhealthy: PF link down",
+            ),
+            (
+                claim(json!([result("vf", "pci-0000-3d-00-5")]), json!([]), pods()),
+                None,
+                "withheld, not offered to claims: the kubelet assigned it to pod default/dp-pod",
             ),
             (
                 claim(json!([result("vf", "pci-0000-3d-00-2")]), json!([]), pods()),

@@ -331,7 +331,7 @@ mod tests {
             link_layer: None,
             in_other_netns: false,
         }];
-        let view = View { devices: vec![d, dev("pci-0000-3d-00-3")], rdma_cm: true };
+        let view = View { devices: vec![d, dev("pci-0000-3d-00-3")], rdma_cm: true, withheld: vec![] };
         let (c, w) = content(&view, &RoceReadiness::new());
         assert_eq!(w.len(), 1, "{w:?}");
         assert!(
@@ -365,6 +365,7 @@ mod tests {
         let view = View {
             devices: (0..300).map(|i| dev(&format!("pci-0000-3d-{:02x}-{}", i / 8, i % 8))).collect(),
             rdma_cm: true,
+            withheld: vec![],
         };
         let (c, _) = content(&view, &RoceReadiness::new());
         assert_eq!(c.iter().map(Vec::len).collect::<Vec<_>>(), vec![128, 128, 44]);

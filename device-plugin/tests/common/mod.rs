@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cdi;
+pub mod stuck;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -501,6 +502,7 @@ impl Dirs {
             roots,
             kubelet_dir: self.kubelet.clone(),
             rescan_interval: rescan,
+            rescan_deadline: Duration::from_secs(10),
             cdi_dir: self.cdi.clone(),
             devinfo_dir: self.devinfo.clone(),
             metrics_addr: None,

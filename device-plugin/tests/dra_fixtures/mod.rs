@@ -7,13 +7,21 @@
 //! `supported_versions`, NotifyRegistrationStatus, dial the endpoint (sending
 //! `:authority localhost`, as kubelets >= 1.26 do on unix sockets), call
 //! NodePrepareResources / NodeUnprepareResources and NodeWatchResources,
-//! and delete the node's ResourceSlices as a restarting kubelet does.
+//! and delete the node's ResourceSlices as a restarting kubelet does; its
+//! PodResources API is device plugin mode's fake ([`common::FakePodResources`]),
+//! serving what the test assigns (nothing, by default) as a kubelet always does.
 //!
 //! What the driver asked the server is read from kube-apiserver's own audit
 //! log; faults are the server's own where it can make them (see [`faults`]).
 #![allow(dead_code)]
 
+#[path = "../common/mod.rs"]
+pub mod common;
 pub mod faults;
+
+/// The driver's `/healthz`, `/livez` and `/metrics` are read as device plugin mode's are.
+#[allow(unused_imports)] // as `dead_code` above: not every test binary reads them
+pub use common::stuck::http_get;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -70,6 +78,17 @@ pub fn chart_rbac() -> &'static [Value] {
 /// As [`chart_rbac`], rendered for the cluster version `kube_version` (the
 /// chart grants by `.Capabilities.KubeVersion`).
 pub fn chart_rbac_for(kube_version: &str) -> Vec<Value> {
+    let rbac =
+        chart_device_plugin_objects(kube_version, &["ServiceAccount", "ClusterRole", "ClusterRoleBinding"]);
+    let kinds: Vec<&str> = rbac.iter().filter_map(|o| o["kind"].as_str()).collect();
+    assert_eq!(kinds.len(), 3, "the driver's ServiceAccount, ClusterRole and binding: {kinds:?}");
+    rbac
+}
+
+/// The chart's device plugin objects of `kinds`, rendered with `dra.enabled`
+/// for the cluster version `kube_version` (Helm's engine,
+/// scripts/delivery/chart.py; `scripts/setup-deps` installs it).
+pub fn chart_device_plugin_objects(kube_version: &str, kinds: &[&str]) -> Vec<Value> {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/delivery");
     let py = format!(
         "import json, sys; sys.path.insert(0, {d:?}); import chart\n\
@@ -84,16 +103,12 @@ pub fn chart_rbac_for(kube_version: &str) -> Vec<Value> {
         String::from_utf8_lossy(&o.stderr)
     );
     let objs: Vec<Value> = serde_json::from_slice(&o.stdout).unwrap();
-    let rbac: Vec<Value> = objs
-        .into_iter()
+    objs.into_iter()
         .filter(|o| {
-            matches!(o["kind"].as_str(), Some("ServiceAccount" | "ClusterRole" | "ClusterRoleBinding"))
+            o["kind"].as_str().is_some_and(|k| kinds.contains(&k))
                 && o["metadata"]["labels"]["app.kubernetes.io/component"] == "device-plugin"
         })
-        .collect();
-    let kinds: Vec<&str> = rbac.iter().filter_map(|o| o["kind"].as_str()).collect();
-    assert_eq!(kinds.len(), 3, "the driver's ServiceAccount, ClusterRole and binding: {kinds:?}");
-    rbac
+        .collect()
 }
 
 /// Which control plane an [`Env`] runs, and the driver's RBAC and token on it.
@@ -171,6 +186,8 @@ pub struct Env {
     pub cdi: PathBuf,
     pub prepared: PathBuf,
     pub roots: nic::Roots,
+    /// The kubelet's PodResources (device plugin mode's assignments).
+    pub pod_resources: common::FakePodResources,
     audit_log: PathBuf,
     _slot: PlaneSlot,
 }
@@ -184,6 +201,23 @@ impl Env {
     /// As [`Env::new`], kube-apiserver started with `args` too.
     pub async fn with_args(node: &str, roots: nic::Roots, args: &[&str]) -> Self {
         Self::with_plane(node, roots, args, Plane::default()).await
+    }
+
+    /// As [`Env::new`], on Kubernetes 1.36's kube-apiserver (checked: the server
+    /// says so) with `rbac`, the driver's token bound to a pod on `node`.
+    pub async fn on_kubernetes_1_36(node: &str, roots: nic::Roots, rbac: Vec<Value>) -> Self {
+        let plane = Plane {
+            apiserver_bin: Some(kube_rdma_e2e::peers::bin("kube-apiserver-1.36")),
+            rbac,
+            token_of_a_pod_on_the_node: true,
+        };
+        let env = Self::with_plane(node, roots, &[], plane).await;
+        let version =
+            tokio::task::block_in_place(|| env.api.kubectl().args(["version", "-o", "json"]).output())
+                .unwrap();
+        let version: Value = serde_json::from_slice(&version.stdout).unwrap();
+        assert_eq!(version["serverVersion"]["minor"], "36", "{version}");
+        env
     }
 
     /// As [`Env::with_args`], on the control plane `plane` says.
@@ -227,7 +261,9 @@ impl Env {
         std::fs::create_dir_all(&registry).unwrap();
         std::fs::create_dir_all(&plugins).unwrap();
         let prepared = plugins.join(DRIVER).join("prepared");
+        let pod_resources = common::FakePodResources::start(&tmp.path().join("pod-resources/kubelet.sock"));
         let env = Env {
+            pod_resources,
             api,
             client,
             driver_kubeconfig,
@@ -271,6 +307,8 @@ impl Env {
             .arg("--dev-root")
             .arg(&self.roots.dev)
             .arg("--no-link-events")
+            .arg("--pod-resources-socket")
+            .arg(&self.pod_resources.socket)
             .env("KUBECONFIG", &self.driver_kubeconfig)
             .env_remove("KUBERNETES_SERVICE_HOST")
             .env("RUST_LOG", std::env::var("DRA_LOG").unwrap_or_else(|_| "info".into()))
@@ -733,16 +771,4 @@ pub async fn wait_health(
             Err(_) => panic!("timed out waiting for {what}; last: {last:?}"),
         }
     }
-}
-
-/// `GET path` over plain HTTP/1.1: (status code, body).
-pub async fn http_get(addr: &str, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await.expect("connect to the metrics port");
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes()).await.unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).await.unwrap();
-    let code = out.split_whitespace().nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
-    (code, body)
 }

@@ -54,6 +54,10 @@ pub fn cases() -> Vec<Case> {
             name: "cni_after_a_node_reboot_the_late_dels_leave_the_new_pods_vfs_alone",
             run: after_a_node_reboot_the_late_dels_leave_the_new_pods_vfs_alone,
         },
+        Case {
+            name: "cni_a_tenant_nad_cannot_touch_a_node_file_outside_the_cnis_directories",
+            run: a_tenant_nad_cannot_touch_a_node_file_outside_the_cnis_directories,
+        },
     ]
 }
 
@@ -612,7 +616,8 @@ fn after_a_node_reboot_the_late_dels_leave_the_new_pods_vfs_alone(ctx: &Ctx) -> 
     use std::os::unix::fs::PermissionsExt;
     let home = Home::now(ctx)?;
     let net = "e2e-reboot";
-    let log = ctx.layout.logs().join("cni-e2e-reboot.log");
+    // logFile names a file in the CNI's log directory, the only place it may.
+    let log = ctx.layout.root("/var/log/kube-rdma-cni/e2e-reboot.log");
     let _ = std::fs::remove_file(&log);
     let (plugin, go) = ("e2e-late-del-kube-rdma-cni", "/opt/cni/bin/.e2e-late-del-go");
     let wrapper = ctx.layout.root(&format!("/opt/cni/bin/{plugin}"));
@@ -620,7 +625,7 @@ fn after_a_node_reboot_the_late_dels_leave_the_new_pods_vfs_alone(ctx: &Ctx) -> 
     let _ = std::fs::remove_file(&go_here);
     std::fs::write(&wrapper, late_del_plugin(std::path::Path::new(go)))?;
     std::fs::set_permissions(&wrapper, std::fs::Permissions::from_mode(0o755))?;
-    let extra = json!({"type": plugin, "mtu": 1400, "logFile": log});
+    let extra = json!({"type": plugin, "mtu": 1400, "logFile": "e2e-reboot.log"});
     ctx.apply(&nad(net, "10.59.0.0/24", "host-local", extra))?;
     let kubelet = cluster::state()?
         .created
@@ -776,4 +781,84 @@ fn late_dels_found_their_vfs_given(text: &str, old: &[Value]) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// Issue 36, D1: a tenant's NetworkAttachmentDefinition (no device plugin
+/// resource: Multus then passes its own `runtimeConfig` through unchanged)
+/// names a node file as `runtimeConfig.CNIDeviceInfoFile`, which ADD would
+/// replace and DEL remove as root, and another node path as `logFile`,
+/// where root would append lines. kube-rdma-cni refuses the ADD (code 7,
+/// naming the key and Multus's directory) before touching anything; the
+/// pod's DELs remove nothing; the file keeps its content and mtime, the log
+/// path is never created, and every VF stays home.
+fn a_tenant_nad_cannot_touch_a_node_file_outside_the_cnis_directories(ctx: &Ctx) -> Result<()> {
+    let home = Home::now(ctx)?;
+    let net = "e2e-tenant";
+    let sentinel = ctx.layout.base.join("e2e-tenant-sentinel");
+    let injected = ctx.layout.base.join("e2e-tenant-injected.log");
+    let _ = std::fs::remove_file(&injected);
+    std::fs::write(&sentinel, "root-owned, not the tenant's\n")?;
+    let fingerprint = |p: &std::path::Path| -> Result<(Vec<u8>, std::time::SystemTime)> {
+        Ok((std::fs::read(p)?, std::fs::metadata(p)?.modified()?))
+    };
+    let before = fingerprint(&sentinel)?;
+    // A VF of the pool: were the file accepted, ADD would attach it and write there.
+    let vf = sim_vf_netdevs(ctx)
+        .into_values()
+        .find(|(_, pf)| pf == POOL_PF)
+        .map(|(vf, _)| vf)
+        .context("no VF of the pool")?;
+    let conf = json!({
+        "cniVersion": "1.1.0", "name": net, "type": "kube-rdma-cni", "rdma": "disabled",
+        "deviceID": vf,
+        "runtimeConfig": {"CNIDeviceInfoFile": sentinel},
+        "logFile": injected,
+        "ipam": {"type": "host-local", "ranges": [[{"subnet": "10.61.0.0/24"}]]}
+    });
+    ctx.apply(&format!(
+        "apiVersion: k8s.cni.cncf.io/v1\nkind: NetworkAttachmentDefinition\nmetadata:\n  name: {net}\n  namespace: {NS}\nspec:\n  config: '{conf}'\n"
+    ))?;
+    with_cleanup(
+        || {
+            ctx.apply(&busybox_pod(NS, "tenant", "", &format!("k8s.v1.cni.cncf.io/networks: \"{net}\"")))?;
+            eventually(
+                "the tenant pod's ADD refused for its CNIDeviceInfoFile",
+                Duration::from_secs(120),
+                || {
+                    let ev = ctx.kubectl(&[
+                        "-n",
+                        NS,
+                        "get",
+                        "events",
+                        "--field-selector",
+                        "involvedObject.name=tenant,reason=FailedCreatePodSandBox",
+                        "-o",
+                        "jsonpath={.items[*].message}",
+                    ])?;
+                    Ok((ev.contains("CNIDeviceInfoFile") && ev.contains(nic::devinfo::CNI_DIR)).then_some(()))
+                },
+            )
+            .with_context(|| pod_story(ctx, "tenant"))?;
+            ensure!(
+                ctx.json(&["-n", NS, "get", "pod", "tenant"])?["status"]["phase"] == "Pending",
+                "the tenant pod started: {}",
+                pod_story(ctx, "tenant")
+            );
+            // Its sandboxes' DELs name the file too.
+            ctx.delete(NS, "pod", "tenant")?;
+            home.wait_back(ctx)?;
+            wait_nothing_left(ctx, &[net])?;
+            ensure!(fingerprint(&sentinel)? == before, "the node file named by the NAD changed or went");
+            ensure!(!injected.exists(), "the NAD's logFile {} was created on the node", injected.display());
+            Ok(())
+        },
+        || {
+            ctx.delete(NS, "pod", "tenant")?;
+            ctx.delete(NS, "network-attachment-definitions.k8s.cni.cncf.io", net)?;
+            home.wait_back(ctx)?;
+            let _ = std::fs::remove_file(&sentinel);
+            let _ = std::fs::remove_file(&injected);
+            Ok(())
+        },
+    )
 }

@@ -31,6 +31,10 @@ const VFS: usize = 4;
 pub fn cases() -> Vec<Case> {
     vec![
         Case {
+            name: "dra_a_switch_with_a_device_plugin_pod_running_never_gives_its_vfs_to_a_claim",
+            run: dra_a_switch_with_a_device_plugin_pod_running_never_gives_its_vfs_to_a_claim,
+        },
+        Case {
             name: "dra_slices_and_device_classes_are_accepted_by_the_api_server",
             run: dra_slices_and_device_classes_are_accepted_by_the_api_server,
         },
@@ -135,7 +139,7 @@ fn cluster_up_with(values: &str) -> Result<()> {
 
 /// Switches the chart to DRA mode (with the DRA network) unless it is there,
 /// and waits for the node's pool to be published.
-fn dra_mode(ctx: &Ctx) -> Result<Vec<Value>> {
+pub(crate) fn dra_mode(ctx: &Ctx) -> Result<Vec<Value>> {
     if !runs_dra(ctx)? {
         cluster_up_with(DRA_VALUES)?;
     }
@@ -159,6 +163,105 @@ fn dra_switched_back_to_device_plugin_mode(ctx: &Ctx) -> Result<()> {
             n["status"]["allocatable"]["kuberdma.io/rdma_vfs"].as_str().and_then(|s| s.parse::<usize>().ok());
         Ok((n == Some(VFS)).then_some(()))
     })
+}
+
+/// Back in device plugin mode, with the pool's VFs allocatable.
+fn device_plugin_mode(ctx: &Ctx) -> Result<()> {
+    if runs_dra(ctx)? {
+        cluster_up_with(DEVICE_PLUGIN_VALUES)?;
+    }
+    eventually("kuberdma.io/rdma_vfs allocatable", Duration::from_secs(90), || {
+        let n = ctx.json(&["get", "node", NODE_NAME])?;
+        Ok((n["status"]["allocatable"]["kuberdma.io/rdma_vfs"] == VFS.to_string().as_str()).then_some(()))
+    })
+}
+
+/// Regression (issue 36, D11): a pod holding 3 VFs in device plugin mode, the chart
+/// switched to DRA mode as docs/dra.md's walk-through does (no drain), and a claim
+/// for all 4 VFs was allocated and prepared with the running pod's VFs. Now the
+/// driver withholds them (the kubelet's PodResources; the one attached through
+/// Multus is also in the pod's netns): the slices list only the free VF, the claim
+/// stays pending, and once the pod is deleted the VFs come back and the claim's pod
+/// runs. Device plugin mode is restored at the end, so the case runs alone too.
+fn dra_a_switch_with_a_device_plugin_pod_running_never_gives_its_vfs_to_a_claim(ctx: &Ctx) -> Result<()> {
+    const HOLDER: &str = "dp-holder";
+    const CLAIMER: &str = "dra-all-vfs";
+    device_plugin_mode(ctx)?;
+    // The holder's network (the chart's NAD of the e2e pools), whatever ran before.
+    crate::pools::ensure(ctx, false)?;
+    let limits = "      resources:\n        limits:\n          kuberdma.io/rdma_vfs: \"3\"\n";
+    let nets = format!("k8s.v1.cni.cncf.io/networks: {}", crate::pools::NET);
+    ctx.apply(&busybox_pod(NS, HOLDER, limits, &nets))?;
+    let all_vfs = [
+        "apiVersion: resource.k8s.io/v1",
+        "kind: ResourceClaim",
+        &format!("metadata: {{name: {CLAIMER}, namespace: {NS}}}"),
+        "spec:",
+        "  devices:",
+        "    requests:",
+        "      - name: vf",
+        &format!("        exactly: {{deviceClassName: {DRIVER}, allocationMode: ExactCount, count: {VFS}}}"),
+        "",
+    ]
+    .join("\n");
+    let r = (|| {
+        let held_pod = ctx.wait_running(NS, HOLDER, Duration::from_secs(90))?;
+        let env = ctx.exec(NS, HOLDER, &["sh", "-c", "echo $PCIDEVICE_KUBERDMA_IO_RDMA_VFS"])?;
+        let held: BTreeSet<String> =
+            env.trim().split(',').filter(|s| !s.is_empty()).map(String::from).collect();
+        ensure!(held.len() == 3, "the device plugin pod holds {held:?}");
+
+        cluster_up_with(DRA_VALUES)?;
+        let pci_of = |s: &[Value]| -> BTreeSet<String> {
+            devices(s)
+                .values()
+                .filter_map(|d| attr(d, "resource.kubernetes.io/pciBusID").as_str().map(String::from))
+                .collect()
+        };
+        let slices = eventually("our slices, with only the free VF", Duration::from_secs(90), || {
+            let s = our_slices(ctx)?;
+            Ok((complete(&s).is_ok()).then_some(s))
+        })?;
+        let offered = pci_of(&slices);
+        ensure!(
+            offered.len() == VFS - 3 && offered.is_disjoint(&held),
+            "offered {offered:?}, the pod holds {held:?}"
+        );
+        let still = ctx.json(&["-n", NS, "get", "pod", HOLDER])?;
+        ensure!(
+            still["metadata"]["uid"] == held_pod["metadata"]["uid"] && still["status"]["phase"] == "Running",
+            "the device plugin pod did not run on through the switch: {}",
+            still["status"]
+        );
+
+        ctx.apply(&format!(
+            "{all_vfs}---\n{}",
+            claim_pod(CLAIMER, &format!("resourceClaimName: {CLAIMER}"), None, "")
+        ))?;
+        std::thread::sleep(Duration::from_secs(20));
+        let c = ctx.json(&["-n", NS, "get", "resourceclaim", CLAIMER])?;
+        ensure!(c["status"]["allocation"].is_null(), "a claim for {VFS} VFs was allocated: {}", c["status"]);
+        let p = ctx.json(&["-n", NS, "get", "pod", CLAIMER])?;
+        ensure!(p["status"]["phase"] == "Pending", "the claim's pod is {}", p["status"]["phase"]);
+        ensure!(pci_of(&our_slices(ctx)?).is_disjoint(&held), "the held VFs were published meanwhile");
+
+        ctx.delete(NS, "pod", HOLDER)?;
+        eventually("the freed VFs back in the slices", Duration::from_secs(120), || {
+            let s = our_slices(ctx)?;
+            Ok((complete(&s).is_ok() && pci_of(&s).len() == VFS).then_some(()))
+        })?;
+        ctx.wait_running(NS, CLAIMER, Duration::from_secs(120))?;
+        let c = ctx.json(&["-n", NS, "get", "resourceclaim", CLAIMER])?;
+        ensure!(results(&c).len() == VFS, "allocation {}", c["status"]["allocation"]);
+        Ok(())
+    })();
+    let clean = (|| {
+        ctx.delete(NS, "pod", HOLDER)?;
+        ctx.delete(NS, "pod", CLAIMER)?;
+        ctx.delete(NS, "resourceclaim", CLAIMER)?;
+        device_plugin_mode(ctx)
+    })();
+    r.and(clean)
 }
 
 // ------------------------------------------------------------------ slices

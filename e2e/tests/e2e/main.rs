@@ -19,6 +19,7 @@ mod links;
 mod operator;
 mod pod_start;
 mod pools;
+mod security;
 mod smoke;
 
 use std::io::{BufRead, BufReader};
@@ -47,11 +48,17 @@ fn lanes() -> [Vec<Case>; 2] {
     watched.extend(device_plugin::watch_start());
     watched.extend(device_plugin::watched_cases());
     watched.extend(operator::quiet_cases());
+    watched.extend(security::quiet_cases());
     watched.extend(device_plugin::watch_end());
     let mut rest = device_plugin::disruptive_cases();
     rest.extend(operator::disruptive_cases());
     rest.extend(cni::cases());
-    rest.extend(dra::cases());
+    // The security case in DRA mode runs before the last DRA case switches the chart back.
+    let mut dra_cases = dra::cases();
+    let back = dra_cases.pop();
+    rest.extend(dra_cases);
+    rest.extend(security::dra_cases());
+    rest.extend(back);
     [watched, rest]
 }
 

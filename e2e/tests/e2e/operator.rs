@@ -229,7 +229,7 @@ fn changed(before: &BTreeMap<PathBuf, Vec<u8>>, after: &BTreeMap<PathBuf, Vec<u8
 }
 
 /// A kubeconfig for the cluster with `token`.
-fn token_kubeconfig(ctx: &Ctx, name: &str, token: &str) -> Result<PathBuf> {
+pub(crate) fn token_kubeconfig(ctx: &Ctx, name: &str, token: &str) -> Result<PathBuf> {
     let server = format!("https://{}:6443", kube_rdma_e2e::node::node_ip());
     let text = kube_rdma_e2e::pki::kubeconfig(
         &server,
@@ -245,7 +245,7 @@ fn token_kubeconfig(ctx: &Ctx, name: &str, token: &str) -> Result<PathBuf> {
 
 /// The API token the kubelet projected into the chart's `component` pod (its own, bound to
 /// the pod and, for the agent, carrying the node claim), read from the node's kubelet dir.
-fn pod_token(ctx: &Ctx, component: &str) -> Result<String> {
+pub(crate) fn pod_token(ctx: &Ctx, component: &str) -> Result<String> {
     let pods = ctx.json(&[
         "-n",
         NAMESPACE,
@@ -367,6 +367,7 @@ const CEL_BREAKERS: &[(&str, &str)] = &[
     ("exists_one", "  dscpToPriority: [{dscp: 26, priority: 3}, {dscp: 26, priority: 4}]\n"),
     ("self.trust != 'pcp'", "  trust: pcp\n  dscpToPriority: [{dscp: 26, priority: 3}]\n"),
     ("self.bandwidth.sum() == 100", "  ets: {bandwidth: [10, 10, 10, 10, 10, 10, 10, 10]}\n"),
+    ("!self.globalPause", "  globalPause: true\n  pfc: {priorities: [3]}\n"),
 ];
 
 /// Every `x-kubernetes-validations` rule in `schema`, with its message.

@@ -502,6 +502,131 @@ fn a_profile_written_for_a_newer_crd_is_reported_by_name_and_skipped() {
     });
 }
 
+/// The `Overlapping` condition of profile `name` once its status is `want`.
+fn overlapping(c: &Cluster, name: &str, want: &str, procs: &[&Proc]) -> Value {
+    let p = c.wait("roceprofiles", name, &format!("{name}: Overlapping {want}"), procs, |p| {
+        p.and_then(|p| condition(p, "Overlapping")).is_some_and(|c| c["status"] == want)
+    });
+    condition(&p, "Overlapping").unwrap().clone()
+}
+
+/// The overlap Events regarding `name`.
+fn overlap_events(c: &Cluster, name: &str) -> Vec<Value> {
+    c.events()
+        .into_iter()
+        .filter(|e| e["reason"] == "OverlappingProfiles" && e["regarding"]["name"] == name)
+        .collect()
+}
+
+#[test]
+fn overlapping_profiles_are_reported_on_both_and_a_name_never_decides_what_is_enforced() {
+    let c = Cluster::new(&[(NODE, json!({"gpu": "yes", "rack": "a"}))]);
+    // Named to sort first, empty selector, Enforce: it used to take the node.
+    c.create(profile("aaa-takeover", json!({"mode": "Enforce", "pfc": {"priorities": [4]}})));
+    c.create(profile("good", json!({"nodeSelector": {"gpu": "yes"}, "pfc": {"priorities": [3]}})));
+    let sim = c.sim(NODE, "cx6dx-dual", |_| {});
+    let ctl = c.controller(false);
+    let agent = c.agent(NODE, &sim, false, &[]);
+    let procs = [&ctl, &agent];
+    // The more specific profile applies, in its own mode; nothing was enforced.
+    let st = c.wait("rdmanodestates", NODE, "checked against good", &procs, |s| {
+        s.is_some_and(|s| s["status"]["profile"] == "good" && s["status"]["summary"]["ready"] == "True")
+    });
+    assert_eq!(st["status"]["mode"], "Audit");
+    assert!(st["status"]["enforcement"].is_null(), "{:#}", st["status"]);
+    // Both profiles say so, naming the node, the other profile and which one applies.
+    let t = overlapping(&c, "aaa-takeover", "True", &procs);
+    assert_eq!(t["reason"], "MoreSpecificApplies");
+    assert_eq!(
+        t["message"],
+        "node-a also selected by good: good applies there (its nodeSelector is more specific)"
+    );
+    let g = overlapping(&c, "good", "True", &procs);
+    assert_eq!(g["reason"], "MoreSpecificApplies");
+    assert!(g["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("node-a also selected by aaa-takeover: this profile applies"));
+    // One Event regarding each, naming the node and the other profile.
+    for (me, other) in [("aaa-takeover", "good"), ("good", "aaa-takeover")] {
+        let ev = c.wait_until(&format!("overlap Event about {me}"), &procs, || overlap_events(&c, me).pop());
+        assert_eq!(
+            (ev["type"].as_str(), ev["regarding"]["kind"].as_str()),
+            (Some("Warning"), Some("RoceProfile"))
+        );
+        let note = ev["note"].as_str().unwrap();
+        assert!(note.contains(NODE) && note.contains(other), "{note}");
+    }
+    c.wait("roceprofiles", "good", "good counts the node", &procs, |p| {
+        p.is_some_and(|p| p["status"]["nodesMatched"] == 1 && p["status"]["nodesCompliant"] == 1)
+    });
+    assert_eq!(c.get("roceprofiles", "aaa-takeover").unwrap()["status"]["nodesMatched"], 0);
+
+    // A tie: `b-rack` is neither more nor less specific than `good`. It sorts first and
+    // asks to enforce PFC on priority 4; the node is checked against it in Audit only.
+    c.create(profile(
+        "b-rack",
+        json!({"nodeSelector": {"rack": "a"}, "mode": "Enforce", "pfc": {"priorities": [4]}}),
+    ));
+    let st = c.wait("rdmanodestates", NODE, "checked against b-rack", &procs, |s| {
+        s.is_some_and(|s| s["status"]["profile"] == "b-rack")
+    });
+    assert_eq!(st["status"]["mode"], "Audit", "a tie is never enforced");
+    assert!(st["status"]["enforcement"].is_null(), "{:#}", st["status"]);
+    let pfc =
+        st["status"]["checks"].as_array().unwrap().iter().find(|c| c["name"] == "pfc").cloned().unwrap();
+    assert_eq!(pfc["result"], "Fail", "PFC left as it was: {pfc}");
+    for me in ["aaa-takeover", "good", "b-rack"] {
+        let cond = c.wait("roceprofiles", me, "tie reported", &procs, |p| {
+            p.and_then(|p| condition(p, "Overlapping")).is_some_and(|c| c["reason"] == "SelectorTie")
+        });
+        let msg = condition(&cond, "Overlapping").unwrap()["message"].as_str().unwrap().to_string();
+        assert!(msg.contains("checked against b-rack in Audit, no profile enforced there"), "{me}: {msg}");
+    }
+    c.wait_until("an Event about b-rack", &procs, || overlap_events(&c, "b-rack").pop());
+    assert!(agent.log().contains("none is more specific"), "{}", agent.log());
+    // Once per change, not per pass: two for the first overlap, three for the tie, and
+    // no more while it stands (the controller passes every second).
+    let count = || c.events().iter().filter(|e| e["reason"] == "OverlappingProfiles").count();
+    c.wait_until("five overlap Events", &procs, || (count() == 5).then_some(()));
+    std::thread::sleep(Duration::from_secs(4));
+    assert_eq!(count(), 5);
+
+    // Resolved: the others deleted, `good` applies alone and its condition turns False.
+    c.delete("roceprofiles", "b-rack");
+    c.delete("roceprofiles", "aaa-takeover");
+    let g = overlapping(&c, "good", "False", &procs);
+    assert_eq!((g["reason"].as_str(), g["message"].as_str()), (Some("NoOverlap"), Some("")));
+    c.wait("rdmanodestates", NODE, "back on good", &procs, |s| {
+        s.is_some_and(|s| s["status"]["profile"] == "good")
+    });
+}
+
+#[test]
+fn the_api_server_refuses_global_pause_with_pfc_naming_both_fields() {
+    let c = Cluster::new(&[]);
+    let api: kube::Api<kube::api::DynamicObject> =
+        kube::Api::all_with(c.client.clone(), &resource("roceprofiles"));
+    let create = |spec: Value| {
+        let obj: kube::api::DynamicObject = serde_json::from_value(profile("pause", spec)).unwrap();
+        c.rt.block_on(api.create(&Default::default(), &obj))
+    };
+    match create(json!({"globalPause": true, "pfc": {"priorities": [3]}})) {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 422, "{s:?}");
+            assert!(
+                s.message.contains(kube_rdma_operator::validate::RULE_GLOBAL_PAUSE_NOT_WITH_PFC.message),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("globalPause with PFC was not refused: {other:?}"),
+    }
+    assert!(c.get("roceprofiles", "pause").is_none(), "nothing created");
+    // Link-level pause alone is a valid (lossy-fabric) profile.
+    create(json!({"globalPause": true})).unwrap();
+}
+
 /// Requests to our resources the server counted (`apiserver_request_total`), watches aside.
 fn our_requests(c: &Cluster) -> std::collections::BTreeMap<String, f64> {
     let mut out = std::collections::BTreeMap::new();
