@@ -121,10 +121,20 @@ fn file_flags() -> OFlag {
 /// looked unlike an attribute's (see the module docs), so the common path
 /// costs no `fstat`.
 fn regular(f: &File, path: impl Fn() -> PathBuf) -> Result<(), SysfsError> {
-    use std::os::unix::fs::FileTypeExt;
     let t = f.metadata().map_err(|e| SysfsError::io(&path(), e))?.file_type();
-    let kind = if t.is_file() {
-        return Ok(());
+    match not_regular(t) {
+        None => Ok(()),
+        Some(kind) => Err(SysfsError::NotRegular { path: path(), kind }),
+    }
+}
+
+/// What a file that is not a regular file is ("a FIFO", "a directory", …),
+/// or `None` for a regular file: the words every reader of ours that
+/// refuses such a file uses.
+pub fn not_regular(t: std::fs::FileType) -> Option<&'static str> {
+    use std::os::unix::fs::FileTypeExt;
+    Some(if t.is_file() {
+        return None;
     } else if t.is_fifo() {
         "a FIFO"
     } else if t.is_char_device() {
@@ -137,8 +147,7 @@ fn regular(f: &File, path: impl Fn() -> PathBuf) -> Result<(), SysfsError> {
         "a directory"
     } else {
         "not a file"
-    };
-    Err(SysfsError::NotRegular { path: path(), kind })
+    })
 }
 
 /// Reads an open attribute file; `path` names it in errors (built only then, so

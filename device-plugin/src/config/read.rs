@@ -10,7 +10,7 @@
 //!   flow collections (80 000 levels: 23 s) before its own recursion limit.
 
 use std::io::Read as _;
-use std::os::unix::fs::{FileTypeExt as _, OpenOptionsExt as _};
+use std::os::unix::fs::OpenOptionsExt as _;
 use std::path::Path;
 
 use super::ConfigError;
@@ -34,19 +34,7 @@ pub fn read_text(path: &Path) -> Result<String, ConfigError> {
         .custom_flags(libc::O_NONBLOCK | libc::O_CLOEXEC)
         .open(path)
         .map_err(io)?;
-    let t = f.metadata().map_err(io)?.file_type();
-    if !t.is_file() {
-        let kind = if t.is_fifo() {
-            "a FIFO"
-        } else if t.is_char_device() {
-            "a character device"
-        } else if t.is_block_device() {
-            "a block device"
-        } else if t.is_dir() {
-            "a directory"
-        } else {
-            "not a regular file"
-        };
+    if let Some(kind) = nic::sysfs::not_regular(f.metadata().map_err(io)?.file_type()) {
         return Err(ConfigError::NotAFile { path: path.to_path_buf(), kind });
     }
     // One byte more than allowed tells a file at the limit from a longer one

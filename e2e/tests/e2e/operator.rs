@@ -129,9 +129,8 @@ fn profile_yaml(name: &str, spec: &str) -> String {
     )
 }
 
-/// `kubectl create -f -` of `yaml`: exit status and stderr.
-fn kubectl_create(ctx: &Ctx, kubeconfig: &Path, yaml: &str) -> Result<(bool, String)> {
-    let _ = ctx;
+/// `kubectl create -f -` of `yaml` as the holder of `kubeconfig`: exit status and stderr.
+pub(crate) fn kubectl_create(kubeconfig: &Path, yaml: &str) -> Result<(bool, String)> {
     let mut child = kube_rdma_e2e::apiserver::kubectl(kubeconfig)
         .args(["create", "-f", "-"])
         .stdin(Stdio::piped())
@@ -408,7 +407,7 @@ fn operator_crds_refuse_a_profile_breaking_each_cel_rule_with_its_message(ctx: &
             "apiVersion: kuberdma.io/v1alpha1\nkind: RoceProfile\nmetadata:\n  name: e2e-cel\n  \
              labels: {{e2e/cel: \"1\"}}\nspec:\n{spec}"
         );
-        let (ok, err) = kubectl_create(ctx, &ctx.layout.kubeconfig(), &yaml)?;
+        let (ok, err) = kubectl_create(&ctx.layout.kubeconfig(), &yaml)?;
         ensure!(!ok, "a profile breaking {rule:?} was accepted:\n{yaml}");
         ensure!(
             err.contains("is invalid") && err.contains(message.as_str()),
@@ -419,7 +418,7 @@ fn operator_crds_refuse_a_profile_breaking_each_cel_rule_with_its_message(ctx: &
     let good = "apiVersion: kuberdma.io/v1alpha1\nkind: RoceProfile\nmetadata:\n  name: e2e-cel\n  \
                 labels: {e2e/cel: \"1\"}\nspec:\n  pfc: {priorities: [3]}\n  cnp: {dscp: 48, priority: 6}\n  \
                 dscpToPriority: [{dscp: 26, priority: 3}]\n  ets: {bandwidth: [10, 10, 10, 10, 10, 10, 10, 30]}\n";
-    let (ok, err) = kubectl_create(ctx, &ctx.layout.kubeconfig(), good)?;
+    let (ok, err) = kubectl_create(&ctx.layout.kubeconfig(), good)?;
     ensure!(ok, "a valid profile was refused: {err}");
     Ok(())
 }
@@ -740,14 +739,14 @@ fn operator_pod_tokens_may_do_their_jobs_and_nothing_more(ctx: &Ctx) -> Result<(
     let other_state = format!(
         "apiVersion: kuberdma.io/v1alpha1\nkind: RdmaNodeState\nmetadata:\n  name: {other}\nspec:\n  nodeName: {other}\n"
     );
-    let (ok, err) = kubectl_create(ctx, &agent, &other_state)?;
+    let (ok, err) = kubectl_create(&agent, &other_state)?;
     ensure!(!ok && err.contains("may write only the RdmaNodeState of the node its pod runs on"), "{err}");
     refused(&agent, &["delete", "rdmanodestate", NODE_NAME], "forbidden")?;
     // The controller: the label of another node only to unknown, and no state it may create.
     // (kubectl GETs the node before its patch, which the controller may not either.)
     let to_true = format!(r#"{{"metadata":{{"labels":{{"{READY_LABEL}":"true"}}}}}}"#);
     refused(&controller, &["patch", "node", other, "--type=merge", "-p", &to_true], "forbidden")?;
-    let (ok, err) = kubectl_create(ctx, &controller, &other_state)?;
+    let (ok, err) = kubectl_create(&controller, &other_state)?;
     ensure!(!ok && err.contains("forbidden"), "{err}");
     for kc in [&agent, &controller] {
         refused(kc, &["get", "secrets", "-n", NAMESPACE], "forbidden")?;

@@ -4,16 +4,13 @@
 //! its own node is refused with the policy's message (issue 36, D2 and the
 //! agent's Events), while the daemons themselves run under the same policies.
 
-use std::io::Write;
-use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use anyhow::{ensure, Context, Result};
 use kube_rdma_e2e::cluster::{NAMESPACE, NODE_NAME};
 
 use crate::ctx::{eventually, Ctx};
-use crate::operator::{pod_token, token_kubeconfig};
+use crate::operator::{kubectl_create, pod_token, token_kubeconfig};
 use crate::Case;
 
 const DRIVER: &str = "rdma.kuberdma.io";
@@ -34,19 +31,6 @@ pub fn dra_cases() -> Vec<Case> {
         name: "security_dra_a_forged_slice_with_the_drivers_token_is_refused",
         run: security_dra_a_forged_slice_with_the_drivers_token_is_refused,
     }]
-}
-
-/// `kubectl create -f -` of `yaml` as the holder of `kubeconfig`: success and stderr.
-fn create_as(kubeconfig: &Path, yaml: &str) -> Result<(bool, String)> {
-    let mut child = kube_rdma_e2e::apiserver::kubectl(kubeconfig)
-        .args(["create", "-f", "-"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()?;
-    child.stdin.take().context("kubectl stdin")?.write_all(yaml.as_bytes())?;
-    let o = child.wait_with_output()?;
-    Ok((o.status.success(), String::from_utf8_lossy(&o.stderr).into_owned()))
 }
 
 fn slice(name: &str, node: &str, driver: &str) -> String {
@@ -90,7 +74,7 @@ fn security_dra_a_forged_slice_with_the_drivers_token_is_refused(ctx: &Ctx) -> R
                 .to_string(),
         ),
     ] {
-        let (ok, err) = create_as(&kc, &slice(name, node, driver))?;
+        let (ok, err) = kubectl_create(&kc, &slice(name, node, driver))?;
         ensure!(!ok, "the driver's token created {name}");
         ensure!(err.contains("ValidatingAdmissionPolicy") && err.contains(&want), "{name}: {err}");
         let left = ctx.kubectl(&["get", "resourceslice", name, "--ignore-not-found"])?;
@@ -124,10 +108,10 @@ fn security_the_agents_token_may_post_events_only_about_its_own_node(ctx: &Ctx) 
     let kc = token_kubeconfig(ctx, "agent-events", &pod_token(ctx, "agent")?)?;
     let names = ["e2e-agent-own-node", "e2e-agent-other-node", "e2e-agent-a-pod"];
     let _cleanup = EventsCleanup(ctx, names);
-    let (ok, err) = create_as(&kc, &event(names[0], "Node", NODE_NAME))?;
+    let (ok, err) = kubectl_create(&kc, &event(names[0], "Node", NODE_NAME))?;
     ensure!(ok, "an Event about its own node was refused: {err}");
     for (name, kind, regarding) in [(names[1], "Node", OTHER), (names[2], "Pod", "victim")] {
-        let (ok, err) = create_as(&kc, &event(name, kind, regarding))?;
+        let (ok, err) = kubectl_create(&kc, &event(name, kind, regarding))?;
         ensure!(!ok, "the agent's token posted an Event about {kind} {regarding}");
         let want = format!(
             "the kube-rdma agent may post Events only about the node its pod runs on, not about {kind} {regarding}"
