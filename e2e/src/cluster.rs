@@ -224,7 +224,7 @@ pub fn up(opts: &UpOptions) -> Result<State> {
     let mut ph = Phases::new();
     let imgs = build_with(&mut ph)?;
 
-    let mut st = State { before: node::snapshot(&[]), image: imgs[2].name.clone(), ..State::default() };
+    let mut st = State { before: node::snapshot(), image: imgs[2].name.clone(), ..State::default() };
     st.created.boot_id = node::boot_id();
     std::fs::create_dir_all(&l.base)?;
     st.save(&l)?;
@@ -931,7 +931,11 @@ fn down_locked() -> Result<Vec<String>> {
     let c = &st.created;
     // Before the kill: the holder keeps the mount namespace that proves the inode ours.
     let (node_ns, _) = c.confirmed_ns_inodes();
+    // Held open until the leftovers are read, so the inode cannot name anyone else's
+    // namespace meanwhile (the network namespace is held by its /run/netns mount until then).
+    let _mnt_pin = c.holder.and_then(|h| std::fs::File::open(format!("/proc/{h}/ns/mnt")).ok());
     node::kill_all(c);
+    let leftovers = node::processes_in_namespaces(&node_ns);
     for ns in c.netns.iter().rev() {
         let _ = node::ip(&["netns", "del", ns]);
     }
@@ -945,7 +949,7 @@ fn down_locked() -> Result<Vec<String>> {
     let netns_empty = std::fs::read_dir("/run/netns").map(|mut d| d.next().is_none()).unwrap_or(true);
     if !st.before.mounts.contains("/run/netns")
         && netns_empty
-        && node::snapshot(&[]).mounts.contains("/run/netns")
+        && node::snapshot().mounts.contains("/run/netns")
     {
         let _ = run(Command::new("umount").arg("/run/netns"));
     }
@@ -955,7 +959,8 @@ fn down_locked() -> Result<Vec<String>> {
     let _ = std::fs::remove_dir_all(&l.base);
     // After the state is gone, so that a concurrent `down` of another instance sees this one gone.
     let dirs = hostdirs::leave(&c.dirs)?;
-    let after = node::snapshot(&node_ns);
+    let mut after = node::snapshot();
+    after.processes.extend(leftovers);
     let diff = dirs.explain(node::diff(&st.before, &after));
     for d in &diff {
         eprintln!("cluster down: host differs: {d}");

@@ -565,9 +565,9 @@ pub struct Snapshot {
     pub paths: BTreeSet<String>,
 }
 
-/// Reads a [`Snapshot`] of the host; `ns_inodes` are the node's namespaces
-/// (see [`Created::ns_inodes`]).
-pub fn snapshot(ns_inodes: &[u64]) -> Snapshot {
+/// Reads a [`Snapshot`] of the host. Processes left in the node's namespaces are read by
+/// [`processes_in_namespaces`] while those namespaces are pinned, and added by the caller.
+pub fn snapshot() -> Snapshot {
     let mut s = Snapshot::default();
     if let Ok(rd) = std::fs::read_dir("/sys/class/net") {
         s.links = rd.flatten().map(|e| e.file_name().to_string_lossy().into_owned()).collect();
@@ -593,20 +593,29 @@ pub fn snapshot(ns_inodes: &[u64]) -> Snapshot {
     for pid in cgroup_pids() {
         s.processes.insert(format!("{pid} in cgroup {}", cgroup()));
     }
-    // Anything still in the node's network or mount namespace, wherever its cgroup.
-    for (pid, ns) in pids_in_namespaces(ns_inodes) {
-        // Named, so a leftover says what it is (it may be gone by the time one looks).
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let args: String = String::from_utf8_lossy(&args).replace('\0', " ").chars().take(160).collect();
-        s.processes.insert(format!("{pid} ({}: {}) in the node's {ns} namespace", comm.trim(), args.trim()));
-    }
     for p in SHADOWED.iter().chain(["/dev/infiniband", "/dev/vfio"].iter()) {
         if Path::new(p).exists() {
             s.paths.insert(p.to_string());
         }
     }
     s
+}
+
+/// Processes in `ns_inodes` (the node's namespaces, see [`Created::confirmed_ns_inodes`]),
+/// named so a leftover says what it is (it may be gone by the time one looks). Only
+/// meaningful while each namespace is provably still the node's (mounted at
+/// `/run/netns/<node>`, or held open): a freed namespace's inode number is reused at once,
+/// and another lane's next pod sandbox then reads as ours.
+pub fn processes_in_namespaces(ns_inodes: &[u64]) -> BTreeSet<String> {
+    pids_in_namespaces(ns_inodes)
+        .into_iter()
+        .map(|(pid, ns)| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let args = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let args: String = String::from_utf8_lossy(&args).replace('\0', " ").chars().take(160).collect();
+            format!("{pid} ({}: {}) in the node's {ns} namespace", comm.trim(), args.trim())
+        })
+        .collect()
 }
 
 /// Root podman's graph and run roots (containers-storage.conf defaults).

@@ -247,7 +247,7 @@ pub fn down_leaves_the_host_as_it_found_it(_ctx: &Ctx) -> Result<()> {
             .collect::<Vec<_>>()
             .join("\n")
     );
-    let after = kube_rdma_e2e::node::snapshot(&[]);
+    let after = kube_rdma_e2e::node::snapshot();
     ensure!(!after.netns.contains(&kube_rdma_e2e::node::netns()), "netns still there");
     ensure!(!after.links.contains(&kube_rdma_e2e::node::host_link()), "host link still there");
     ensure!(!kube_rdma_e2e::cluster::base_dir().exists(), "base dir still there");
