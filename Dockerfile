@@ -27,6 +27,9 @@ ARG RUST_IMAGE=docker.io/library/rust:1.95-bookworm
 # ---- optional: build from source (needs to pull RUST_IMAGE and reach crates.io) -----------------
 FROM ${RUST_IMAGE} AS builder
 WORKDIR /src
+# Every workspace member, the test-only lab and e2e too: cargo loads each member's manifest and
+# --locked checks the whole Cargo.lock, even for `-p` builds that never compile them.
+# scripts/delivery/dockerfile_test.py runs the cargo build below on exactly these COPY lines.
 COPY Cargo.toml Cargo.lock ./
 COPY plumbing plumbing
 COPY nic nic
@@ -34,6 +37,7 @@ COPY device-plugin device-plugin
 COPY cni cni
 COPY operator operator
 COPY lab lab
+COPY e2e e2e
 ARG VERSION
 # glibc linked statically: the final stage has no libc. --target keeps proc macros dynamic.
 # The builder runs on the target platform (native or emulated), so its own triple is the target.

@@ -6,8 +6,11 @@ hooks, release history in Secrets.
 
   e2e/helm.py upgrade  --kubeconfig FILE --namespace NS --release NAME --values FILE [--wait SECONDS]
   e2e/helm.py uninstall --kubeconfig FILE --namespace NS --release NAME
+  e2e/helm.py test --kubeconfig FILE --namespace NS --release NAME [--wait SECONDS]
 
-`upgrade` installs when the release does not exist yet. Prints one line.
+`upgrade` installs when the release does not exist yet. `test` is `helm test`: runs the
+release's test hooks (templates/tests.yaml), prints their logs, exits 1 when one fails or
+does not finish within --wait (default 300 s). Prints one line (test: and the logs).
 """
 
 import argparse
@@ -21,7 +24,7 @@ CHART = Path(__file__).resolve().parent.parent / "charts" / "kube-rdma"
 
 def main() -> int:
     p = argparse.ArgumentParser()
-    p.add_argument("action", choices=["upgrade", "uninstall"])
+    p.add_argument("action", choices=["upgrade", "uninstall", "test"])
     p.add_argument("--kubeconfig", required=True)
     p.add_argument("--namespace", required=True)
     p.add_argument("--release", required=True)
@@ -37,6 +40,10 @@ def main() -> int:
             cfg.uninstall(a.release, ignore_not_found=True, wait="watcher" if a.wait else None,
                           timeout=a.wait or None)
             print(f"helm: uninstalled {a.release}")
+            return 0
+        if a.action == "test":
+            res = cfg.test(a.release, timeout=a.wait or 300, logs=True)
+            print(f"helm: test {a.release} passed\n{res.get('logs', '')}".rstrip())
             return 0
         values = yaml.safe_load(Path(a.values).read_text()) if a.values else {}
         wait = "watcher" if a.wait else None

@@ -20,14 +20,15 @@ use nic::netlink::vf::{VfLink, VfSettings, VfVlanSetting};
 use nic::PciAddr;
 use serde_json::{Map, Value};
 
+use crate::cni_version::{LATEST, SUPPORTED_VERSIONS};
 use crate::error::{Error, Result};
 
-/// Default state directory (`stateDir`): journals and locks ([`crate::journal`]), IPAM
-/// plugin version cache ([`crate::ipam`]); the README's CNI section documents it.
+/// Default state directory (`stateDir`): journals (`journal`), IPAM plugin
+/// version cache (`ipam`); the README's CNI section documents it.
 pub const DEFAULT_STATE_DIR: &str = "/var/lib/cni/kube-rdma";
 
 /// Where the state every network shares lives (the node dir: VF and PF
-/// locks, records of VFs given out in userspace mode, [`crate::journal`]):
+/// locks (`lock`), records of VFs given out in userspace mode (`vf_record`)):
 /// `KUBE_RDMA_CNI_NODE_DIR`, else [`DEFAULT_STATE_DIR`]. Unlike `stateDir`,
 /// not a network's setting: networks with their own state dirs must still
 /// meet here. Set only for a simulated node (tests), as `KUBE_RDMA_SYSFS_ROOT`.
@@ -129,7 +130,7 @@ pub struct Env {
     pub state_root: PathBuf,
     /// Where a network's `preparedDir` may be ([`PREPARED_ROOT_ENV`]).
     pub prepared_root: PathBuf,
-    /// When this process began ([`crate::journal::process_began`]).
+    /// When this process began (`clock::process_began`).
     pub began: u64,
 }
 
@@ -584,15 +585,15 @@ fn device_info_name(rc: &Keys, dir: &Path) -> Result<Option<String>> {
 fn cni_version(top: &Keys, s: &Strictness) -> Result<String> {
     let cni_version = match top.str("cniVersion") {
         Ok(Some((_, v))) => v.to_string(),
-        Ok(None) if s.lenient => crate::LATEST.to_string(),
+        Ok(None) if s.lenient => LATEST.to_string(),
         Ok(None) => return Err(Error::config("cniVersion", "missing")),
         Err(e) if s.lenient => {
             tracing::warn!(error = %e, "ignoring cniVersion for DEL");
-            crate::LATEST.to_string()
+            LATEST.to_string()
         }
         Err(e) => return Err(e),
     };
-    if !crate::SUPPORTED_VERSIONS.contains(&cni_version.as_str()) {
+    if !SUPPORTED_VERSIONS.contains(&cni_version.as_str()) {
         if !s.lenient {
             return Err(Error::Version { requested: cni_version });
         }

@@ -13,7 +13,7 @@ use serde_json::json;
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     /// `cniVersion` we do not speak.
-    #[error("cniVersion {requested:?} is not supported (supported: {})", crate::SUPPORTED_VERSIONS.join(", "))]
+    #[error("cniVersion {requested:?} is not supported (supported: {})", crate::cni_version::SUPPORTED_VERSIONS.join(", "))]
     Version {
         /// What the runtime asked for.
         requested: String,
@@ -45,7 +45,7 @@ pub enum Error {
         "the network configuration on stdin is larger than {limit} bytes; a CNI configuration is a few KiB"
     )]
     TooLarge {
-        /// The limit ([`crate::conf::STDIN_LIMIT`]).
+        /// The limit (`conf::STDIN_LIMIT`).
         limit: usize,
     },
     /// The configuration is valid JSON but wrong.
@@ -120,7 +120,7 @@ pub enum Error {
         source: NlError,
     },
     /// The IPAM plugin cannot be run at all: not in `CNI_PATH`, or not
-    /// executable there. (DEL goes on without it: [`crate::cmd::del`].)
+    /// executable there. (DEL goes on without it: `cmd::del`.)
     #[error("IPAM plugin {plugin:?} cannot be run: {why}")]
     IpamNotRun {
         /// `ipam.type`.
@@ -129,7 +129,7 @@ pub enum Error {
         why: String,
     },
     /// An ADD its runtime has given up on: a DEL of the same attachment ran
-    /// after the ADD began ([`crate::journal::Lock::del_after`]), or it began
+    /// after the ADD began (`lock::Lock::del_after`), or it began
     /// longer ago than DELs are remembered. Nothing was attached.
     #[error("attachment {attachment}: {why}; nothing was attached")]
     Abandoned {

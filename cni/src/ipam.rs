@@ -6,7 +6,7 @@
 //! while runtimes send it; the result is converted back to what the runtime asked.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::RawFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -14,14 +14,9 @@ use std::process::{Command as Proc, Stdio};
 
 use serde_json::{json, Value};
 
+use crate::cni_version::{self, SUPPORTED_VERSIONS};
 use crate::conf::Env;
 use crate::error::{Error, Result};
-
-/// Orders CNI versions (`0.3.1` < `1.0.0`).
-pub fn version_key(v: &str) -> (u32, u32, u32) {
-    let mut it = v.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
-    (it.next().unwrap_or(0), it.next().unwrap_or(0), it.next().unwrap_or(0))
-}
 
 /// Finds `name` in the `CNI_PATH` directories.
 pub fn find_plugin(env: &Env, name: &str) -> Result<PathBuf> {
@@ -235,8 +230,8 @@ fn store_versions(path: &Path, ours: serde_json::Map<String, Value>) {
     else {
         return;
     };
-    // SAFETY: flock on a descriptor we own; released when `f` is closed.
-    if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+    // `flock(LOCK_EX)`, waiting; released when `f` is closed.
+    if f.lock().is_err() {
         return;
     }
     let mut have = Vec::new();
@@ -251,11 +246,11 @@ fn store_versions(path: &Path, ours: serde_json::Map<String, Value>) {
 /// unless the runtime's is unknown to the plugin (then the plugin's newest we know).
 pub fn negotiate(requested: &str, plugin: &[String]) -> Option<String> {
     let ours: Vec<&str> =
-        crate::SUPPORTED_VERSIONS.iter().copied().filter(|v| plugin.iter().any(|p| p == v)).collect();
+        SUPPORTED_VERSIONS.iter().copied().filter(|v| plugin.iter().any(|p| p == v)).collect();
     if ours.contains(&requested) {
         return Some(requested.to_string());
     }
-    ours.iter().max_by_key(|v| version_key(v)).map(|v| v.to_string())
+    ours.iter().max_by_key(|v| cni_version::key(v)).map(|v| v.to_string())
 }
 
 /// Keys an IPAM plugin has no use for besides our own ([`crate::conf::OURS`]):

@@ -1,7 +1,6 @@
-//! Per-attachment journals (`<stateDir>/attachments/`), and the node-wide
-//! state every network shares (`<node dir>/`, [`crate::conf::NODE_DIR_ENV`]):
-//! lock files (`locks/`) and the records of VFs given out in userspace mode
-//! (`vfs/`, [`crate::step::UserspaceVf`]).
+//! Per-attachment journals (`<stateDir>/attachments/`). The node-wide state
+//! every network shares is beside them: locks in `lock`, records of VFs given
+//! out in userspace mode in `vf_record`.
 //!
 //! A journal lists the [`Step`]s of one ADD, each with what its undo needs,
 //! and is written once, before the first step runs: every undo is idempotent
@@ -21,52 +20,25 @@
 //! flushed with its directory before ADD returns ([`save`] says why in that
 //! order). A process killed before the rename leaves the temp file; the DEL
 //! of that attachment, which the runtime sends after any ADD it did not see
-//! succeed, removes it ([`remove_leftovers`]).
-//!
-//! # A DEL that overtakes its ADD
-//!
-//! The ADDs and DELs of a VF run one at a time under its lock
-//! (`locks/vf-<pci>.lock`, node-wide, so two networks' state dirs cannot
-//! both hand out one VF). A DEL may still come while its own ADD runs: under
-//! Multus the runtime's timeout kills Multus, not us, and the runtime's DEL
-//! then runs beside our orphaned ADD. Two orders:
-//!
-//! - the ADD holds the VF lock: the DEL waits for it, then reads the journal
-//!   (always after taking the lock, never only before) and undoes it all;
-//! - the DEL takes the lock before the ADD: it finds no journal, and leaves
-//!   a record of itself in the VF's lock file ([`Lock::note_del`]: the
-//!   attachment, and when, on `CLOCK_MONOTONIC` with the boot ID). The ADD,
-//!   once it holds the lock, refuses to go on if a DEL of its attachment ran
-//!   after the ADD began ([`Lock::del_after`], code 3): nothing is attached to
-//!   a sandbox the runtime has torn down. "Began" is the process's fork, as
-//!   near as `/proc/self/schedstat` tells ([`process_began`]), so a DEL that
-//!   ran while the ADD was still starting counts too, and an ADD the runtime
-//!   sends after the DEL returned (podman's `network connect` after a
-//!   `disconnect`, the same IDs) is never refused.
-//!
-//! A record lives [`DEL_MEMORY`] (each DEL drops older ones); an ADD that
-//! reaches the lock later than that after it began is refused for the same
-//! reason, its record may be gone. Nothing else is left behind: the lock
-//! files were there already, no marker file appears. A DEL that cannot tell
-//! the VF (no journal, `deviceID` or `prevResult`) takes no lock and leaves
-//! no record.
+//! succeed, removes it ([`remove_leftovers`]). An ADD writes its journal,
+//! and a DEL reads it, only under the VF's lock (`lock`, which says what
+//! happens when a DEL overtakes its ADD).
 //!
 //! The previous release wrote `<containerID>-<ifname>.json` (ambiguous: `X` +
 //! `x-net1` and `X-x` + `net1` share a name) holding the whole stdin. DEL and
 //! GC still read those ([`Legacy`]), checking the IDs inside, and undo them
 //! like ours; their network is the `name` their saved IPAM config carries.
 
-use std::fs::{File, OpenOptions};
-use std::os::fd::AsRawFd;
-use std::os::unix::fs::FileExt;
+use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nic::PciAddr;
 use plumbing::atomic_file::{self, FileError};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::private_dir;
 use crate::step::{DeviceInfoFile, IpamLease, LinkState, NetdevMove, PfAttrs, RdmaMove, Step, VfAttrs};
 
 /// The journal format we write.
@@ -134,13 +106,6 @@ fn temp_name(name: &str) -> String {
 pub fn dir(state_dir: &Path) -> PathBuf {
     state_dir.join("attachments")
 }
-
-/// The node-wide record of a VF given out in userspace mode
-/// ([`crate::step::UserspaceVf`]): `<node dir>/vfs/<pci>.json`.
-pub fn vf_record(node_dir: &Path, pci: PciAddr) -> PathBuf {
-    node_dir.join("vfs").join(format!("{pci}.json"))
-}
-
 /// A journal found on disk.
 #[derive(Debug)]
 pub struct Found {
@@ -344,182 +309,7 @@ pub fn remove(p: &Path) -> Result<()> {
 /// Creates the state dir with its `attachments/` (0700) if needed: one
 /// `mkdir` when it exists (the usual case).
 pub fn ensure_dirs(state_dir: &Path) -> Result<()> {
-    ensure_subdirs(state_dir, &["attachments"])
-}
-
-/// Creates the node dir with its `locks/` (0700) if needed.
-pub fn ensure_node_dir(node_dir: &Path) -> Result<()> {
-    ensure_subdirs(node_dir, &["locks"])
-}
-
-fn ensure_subdirs(base: &Path, subs: &[&str]) -> Result<()> {
-    use std::os::unix::fs::DirBuilderExt;
-    for sub in subs {
-        let d = base.join(sub);
-        match std::fs::DirBuilder::new().mode(0o700).create(&d) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && d.is_dir() => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => std::fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&d)
-                .map_err(|e| Error::io(&d, e))?,
-            Err(e) => return Err(Error::io(&d, e)),
-        }
-    }
-    Ok(())
-}
-
-/// An exclusive `flock(2)`, released when the last descriptor of its open
-/// file is closed: on drop, unless a child inherited it ([`Lock::raw_fd`]).
-#[derive(Debug)]
-pub struct Lock {
-    file: File,
-    path: PathBuf,
-}
-
-impl Lock {
-    /// Takes `<node dir>/locks/<name>.lock`, waiting at most `wait`;
-    /// times out as [`Error::Busy`] (code 11).
-    pub fn take(node_dir: &Path, name: &str, what: &str, wait: Duration) -> Result<Self> {
-        let p = node_dir.join("locks").join(format!("{name}.lock"));
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(&p)
-            .map_err(|e| Error::io(&p, e))?;
-        let deadline = Instant::now() + wait;
-        let mut pause = Duration::from_millis(1);
-        loop {
-            // SAFETY: flock on a descriptor we own.
-            let r = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-            if r == 0 {
-                return Ok(Self { file, path: p });
-            }
-            let e = std::io::Error::last_os_error();
-            if e.raw_os_error() != Some(libc::EWOULDBLOCK) && e.raw_os_error() != Some(libc::EINTR) {
-                return Err(Error::io(&p, e));
-            }
-            if Instant::now() >= deadline {
-                return Err(Error::Busy { what: what.to_string(), ms: wait.as_millis() as u64 });
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Lock {
-    /// The descriptor, for a child to inherit: a `flock` belongs to the open
-    /// file, so the lock then lasts until both have closed it.
-    pub fn raw_fd(&self) -> std::os::fd::RawFd {
-        self.file.as_raw_fd()
-    }
-
-    /// The DEL records in the lock file (lines `del <boot ID> <ns> <key>`);
-    /// a line that does not parse (a write cut short) is no record.
-    fn dels(&self) -> Result<Vec<DelRecord>> {
-        let len = self.file.metadata().map_err(|e| Error::io(&self.path, e))?.len();
-        let mut body = vec![0; len as usize];
-        self.file.read_exact_at(&mut body, 0).map_err(|e| Error::io(&self.path, e))?;
-        Ok(String::from_utf8_lossy(&body).lines().filter_map(DelRecord::parse).collect())
-    }
-
-    /// Remembers that a DEL of the attachment `key` ([`file_name`]) ran now,
-    /// without finding its journal (module doc); drops records older than
-    /// [`DEL_MEMORY`] or of another boot. Written in place (the lock is on
-    /// this inode; a rename would replace it): the new lines first, then the
-    /// length, so a write cut short leaves whole old lines behind at worst.
-    pub fn note_del(&self, key: &str) -> Result<()> {
-        let (now, boot) = (monotonic_ns(), boot_id());
-        let mut body = String::new();
-        for r in self.dels()? {
-            if r.boot == boot && now.saturating_sub(r.at) < DEL_MEMORY.as_nanos() as u64 && r.key != key {
-                body.push_str(&r.line());
-            }
-        }
-        body.push_str(&DelRecord { boot, at: now, key: key.to_string() }.line());
-        self.file
-            .write_all_at(body.as_bytes(), 0)
-            .and_then(|()| self.file.set_len(body.len() as u64))
-            .map_err(|e| Error::io(&self.path, e))
-    }
-
-    /// How long after `began` (ns of `CLOCK_MONOTONIC`) a DEL of the
-    /// attachment `key` ran, if one ran after it in this boot.
-    pub fn del_after(&self, key: &str, began: u64) -> Result<Option<Duration>> {
-        let later: Vec<DelRecord> =
-            self.dels()?.into_iter().filter(|r| r.key == key && r.at > began).collect();
-        if later.is_empty() {
-            return Ok(None);
-        }
-        let boot = boot_id();
-        Ok(later.iter().filter(|r| r.boot == boot).map(|r| Duration::from_nanos(r.at - began)).max())
-    }
-}
-
-/// How long a VF's lock file remembers a DEL that found no journal
-/// ([`Lock::note_del`]): longer than any runtime waits for an ADD (the
-/// kubelet's runtime request timeout is 2 minutes, RunPodSandbox's deadline
-/// twice that); an ADD older than this when it reaches the lock is refused.
-pub const DEL_MEMORY: Duration = Duration::from_secs(600);
-
-/// One DEL remembered in a lock file.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct DelRecord {
-    /// `/proc/sys/kernel/random/boot_id` when it ran: the clock restarts at boot.
-    boot: String,
-    /// When, ns of `CLOCK_MONOTONIC`.
-    at: u64,
-    /// The attachment's journal file name.
-    key: String,
-}
-
-impl DelRecord {
-    fn parse(line: &str) -> Option<Self> {
-        let mut f = line.split(' ');
-        let (tag, boot, at, key) = (f.next()?, f.next()?, f.next()?, f.next()?);
-        (tag == "del" && f.next().is_none() && !boot.is_empty() && !key.is_empty()).then_some(())?;
-        Some(DelRecord { boot: boot.to_string(), at: at.parse().ok()?, key: key.to_string() })
-    }
-
-    fn line(&self) -> String {
-        format!("del {} {} {}\n", self.boot, self.at, self.key)
-    }
-}
-
-/// `CLOCK_MONOTONIC`, in ns.
-pub fn monotonic_ns() -> u64 {
-    let mut t = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: clock_gettime writes the struct we pass.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut t) };
-    t.tv_sec as u64 * 1_000_000_000 + t.tv_nsec as u64
-}
-
-/// This boot's ID ("" if unreadable: then no record is of this boot).
-fn boot_id() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
-}
-
-/// When this process began, in ns of `CLOCK_MONOTONIC`: now less the time it
-/// has run and waited to run (`/proc/self/schedstat`: `sum_exec_runtime` and
-/// `run_delay`, both counted from the fork; Documentation/scheduler/sched-stats.rst),
-/// that is its fork plus any time it slept, which before `main` is none to
-/// speak of. Never before the fork, so a DEL that returned before the fork
-/// never counts as after it. Call it first thing: later it would count the
-/// time spent waiting for stdin or a lock. Without schedstat (a kernel
-/// without `CONFIG_SCHED_INFO`): now.
-pub fn process_began() -> u64 {
-    let now = monotonic_ns();
-    let spent = std::fs::read_to_string("/proc/self/schedstat").ok().and_then(|s| {
-        let mut f = s.split_whitespace().map(|x| x.parse::<u64>().ok());
-        Some(f.next()??.saturating_add(f.next()??))
-    });
-    now.saturating_sub(spent.unwrap_or(0))
+    private_dir::ensure(&dir(state_dir))
 }
 
 /// The previous release's journal (`<containerID>-<ifname>.json`), as it
@@ -650,35 +440,6 @@ mod tests {
             let name = file_name(&"c".repeat(n), "averyverylongif");
             assert!(temp_name(&name).len() <= NAME_MAX, "{n}: {name}");
         }
-    }
-
-    #[test]
-    fn a_vf_lock_file_remembers_dels_for_the_adds_that_began_before_them() {
-        let d = tempfile::tempdir().unwrap();
-        ensure_node_dir(d.path()).unwrap();
-        let lock = Lock::take(d.path(), "vf-x", "VF x", Duration::from_secs(1)).unwrap();
-        let began = monotonic_ns();
-        assert_eq!(lock.del_after("c1:net1.json", began).unwrap(), None);
-        lock.note_del("c1:net1.json").unwrap();
-        lock.note_del("c2:net1.json").unwrap();
-        assert!(lock.del_after("c1:net1.json", began).unwrap().is_some(), "a DEL after the ADD began");
-        assert_eq!(lock.del_after("c1:net2.json", began).unwrap(), None, "another attachment");
-        assert_eq!(
-            lock.del_after("c1:net1.json", monotonic_ns()).unwrap(),
-            None,
-            "an ADD begun after the DEL"
-        );
-        // Another boot's records are dropped; a line cut short (a DEL killed
-        // while writing) and the tail of a longer old content are no records.
-        let path = d.path().join("locks/vf-x.lock");
-        let mut body = std::fs::read_to_string(&path).unwrap();
-        body.push_str("del 00000000-other-boot 1 c3:net1.json\ndel ");
-        std::fs::write(&path, format!("{body}{}", "x".repeat(40))).unwrap();
-        assert_eq!(lock.dels().unwrap().len(), 3);
-        lock.note_del("c1:net1.json").unwrap();
-        let keys: Vec<String> = lock.dels().unwrap().into_iter().map(|r| r.key).collect();
-        assert_eq!(keys, ["c2:net1.json", "c1:net1.json"], "one record per attachment, this boot's");
-        assert!(!std::fs::read_to_string(&path).unwrap().contains('x'), "shortened to the new content");
     }
 
     #[test]

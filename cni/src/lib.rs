@@ -19,29 +19,29 @@
 //! println!("{}", out.stdout);
 //! ```
 
+pub mod clock;
 pub mod cmd;
+pub mod cni_version;
 pub mod conf;
 pub mod device;
 pub mod error;
 pub mod ipam;
 pub mod journal;
+pub mod lock;
 pub mod logging;
+pub mod private_dir;
 pub mod rdma;
 pub mod result;
 pub mod step;
 pub mod txn;
+pub mod vf_record;
 
 use nic::Roots;
 use serde_json::{json, Value};
 
+pub use crate::cni_version::{LATEST, SUPPORTED_VERSIONS};
 use crate::conf::Command;
 pub use crate::error::{Error, Result};
-
-/// CNI versions we speak (results are produced in the one asked for).
-pub const SUPPORTED_VERSIONS: &[&str] = &["0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"];
-
-/// The newest version, used where the input names none.
-pub const LATEST: &str = "1.1.0";
 
 /// What the process should print and exit with.
 #[derive(Debug)]
@@ -59,15 +59,15 @@ pub struct Outcome {
 #[derive(Debug)]
 pub struct Input {
     decoded: Result<Value>,
-    /// [`journal::process_began`], taken before stdin is read.
+    /// [`clock::process_began`], taken before stdin is read.
     began: u64,
 }
 
 impl Input {
     /// Reads and decodes stdin: the plugin's `main`, whose process is the
-    /// invocation (it began at the fork, [`journal::process_began`]).
+    /// invocation (it began at the fork, [`clock::process_began`]).
     pub fn read(r: impl std::io::Read) -> Self {
-        let began = journal::process_began();
+        let began = clock::process_began();
         Input { decoded: conf::read_stdin(r).and_then(|b| conf::decode(&b)), began }
     }
 
@@ -79,7 +79,7 @@ impl Input {
             } else {
                 conf::decode(b)
             },
-            began: journal::monotonic_ns(),
+            began: clock::monotonic_ns(),
         }
     }
 
@@ -87,7 +87,7 @@ impl Input {
     pub fn none() -> Self {
         Input {
             decoded: Err(Error::Decode("no network configuration on stdin".into())),
-            began: journal::monotonic_ns(),
+            began: clock::monotonic_ns(),
         }
     }
 
@@ -154,7 +154,7 @@ fn dispatch(env: &dyn Fn(&str) -> Option<String>, input: Input) -> Result<Option
         Command::Status | Command::Gc => Some("1.1.0"),
         _ => None,
     };
-    if let Some(since) = since.filter(|v| ipam::version_key(&c.cni_version) < ipam::version_key(v)) {
+    if let Some(since) = since.filter(|v| cni_version::key(&c.cni_version) < cni_version::key(v)) {
         return Err(Error::VerbVersion { cmd: cmd.name(), since, version: c.cni_version.clone() });
     }
     match cmd {

@@ -2,7 +2,7 @@
 //! RDMA subsystem's netns mode) and the nldev requests that move it.
 
 use nic::netlink::nldev::{Nldev, RdmaDevice};
-use nic::netlink::transport::NlError;
+use nic::netlink::transport::{NlError, OpenInError};
 use nic::netns::Netns;
 use nic::vfdev::{self, VfDev};
 use nic::NetnsMode;
@@ -60,7 +60,11 @@ pub fn plan(mode: RdmaMode, vf: &VfDev, roots: &Roots) -> Result<Vec<String>> {
 fn client(from: Option<&Netns>) -> Result<Option<Nldev>> {
     let opened = match from {
         None => Nldev::open(),
-        Some(ns) => Nldev::open_in(ns).map_err(Error::Netns)?,
+        Some(ns) => match Nldev::open_in(ns) {
+            Ok(c) => Ok(c),
+            Err(OpenInError::Netns(e)) => return Err(Error::Netns(e)),
+            Err(OpenInError::Socket(e)) => Err(e),
+        },
     };
     match opened {
         Ok(c) => Ok(Some(c)),

@@ -3,8 +3,8 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::cni_version;
 use crate::conf::Env;
-use crate::ipam::version_key;
 
 /// Our interface in the result.
 #[derive(Debug, Clone)]
@@ -75,8 +75,8 @@ pub fn ours_in<'a>(prev: &'a Value, env: &Env) -> Option<&'a Value> {
 /// (spec: a plugin in a chain passes the previous result on), our interface
 /// appended, the IPAM result's addresses attached to it.
 pub fn build(version: &str, iface: &Iface, ipam: Option<&Value>, prev: Option<&Value>) -> Value {
-    let v11 = version_key(version) >= (1, 1, 0);
-    let pre1 = version_key(version) < (1, 0, 0);
+    let v11 = cni_version::key(version) >= (1, 1, 0);
+    let pre1 = cni_version::key(version) < (1, 0, 0);
     let mut interfaces = array(prev, "interfaces");
     let index = interfaces.len();
     let mut ours = json!({"name": iface.name, "sandbox": iface.sandbox});

@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::conf::{fmt_mac, parse_mac, Env};
 use crate::error::{Error, Result};
+use crate::vf_record::VfHolder;
 use crate::{ipam, rdma};
 
 /// One step of an attachment.
@@ -57,8 +58,8 @@ impl Step {
         }
     }
 
-    /// Undoes this step (the IPAM one is started by [`crate::txn::undo`]
-    /// itself, so that it runs while the netdev moves back).
+    /// Undoes this step (the IPAM one is started by `txn::undo` itself, so
+    /// that it runs while the netdev moves back).
     pub fn undo(&self, cx: &mut UndoCx) -> Result<()> {
         match self {
             Step::PfAttrs(s) => s.undo(cx),
@@ -84,7 +85,7 @@ pub struct UndoCx<'a> {
     pub pod: Option<Netns>,
     /// The VF's PCI address.
     pub pci: Option<PciAddr>,
-    /// The VF lock's descriptor, which IPAM plugins inherit ([`crate::ipam::start`]).
+    /// The VF lock's descriptor, which IPAM plugins inherit ([`ipam::start`]).
     pub held: Option<RawFd>,
     /// The attachment the VF was given to after this one (`container/ifname`,
     /// [`UndoCx::owned_after`]): the VF's PF-side settings and its netdev are
@@ -111,11 +112,13 @@ impl<'a> UndoCx<'a> {
         UndoCx { roots, env, pod, pci, held, reassigned: None, host: None, pod_socket }
     }
 
-    /// Notes the attachment the VF was given to after this one, if any
-    /// ([`crate::journal::later_owner`]), when this one's pod netns is gone.
-    pub fn owned_after(mut self, state_dir: &std::path::Path, journal: &std::path::Path) -> Self {
+    /// Notes the attachment the VF was given to after this one, if any, when
+    /// this one's pod netns is gone (the one way another ADD can have had the
+    /// VF meanwhile): `later_owner` tells it from the VF (the journals'
+    /// `later_owner`), asked only then, since it reads every journal.
+    pub fn owned_after(mut self, later_owner: impl FnOnce(PciAddr) -> Option<String>) -> Self {
         if self.pod.is_none() {
-            self.reassigned = self.pci.and_then(|p| crate::journal::later_owner(state_dir, journal, p));
+            self.reassigned = self.pci.and_then(later_owner);
         }
         self
     }
@@ -602,12 +605,8 @@ impl ClaimAttachment {
     }
 }
 
-/// Who has a VF bound to a userspace driver: the record
-/// `<node dir>/vfs/<pci>.json` that every network's ADD reads
-/// (`cmd::add::userspace_free`). Such a VF leaves no trace in the kernel when
-/// it is given to a pod (nothing moves), unlike a netdev VF, whose netdev
-/// leaves the host; the record is node-wide so that networks with their own
-/// state dirs see it too.
+/// A VF bound to a userspace driver, given to this attachment: its
+/// node-wide record ([`crate::vf_record`]).
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct UserspaceVf {
@@ -617,49 +616,15 @@ pub struct UserspaceVf {
     pub holder: VfHolder,
 }
 
-/// The attachment a userspace VF is given to.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-pub struct VfHolder {
-    pub container_id: String,
-    pub ifname: String,
-    /// Its pod netns (`CNI_NETNS` at ADD): while it exists the VF is taken.
-    pub netns: String,
-    /// Its network.
-    pub network: String,
-}
-
-impl VfHolder {
-    /// The record at `p`, if there is a readable one.
-    pub fn read(p: &std::path::Path) -> Option<VfHolder> {
-        serde_json::from_slice(&std::fs::read(p).ok()?).ok()
-    }
-}
-
 impl UserspaceVf {
-    /// Writes the record (temp file and rename; not flushed: a record that a
-    /// power loss takes names a netns gone with the reboot anyway).
+    /// Writes the record.
     pub fn apply(&self) -> Result<()> {
-        let body = serde_json::to_vec(&self.holder).map_err(|e| Error::io(&self.record, e.into()))?;
-        plumbing::atomic_file::write_unsynced(&self.record, &body).map_err(|e| Error::io(&e.path, e.source))
+        self.holder.write(&self.record)
     }
 
-    /// Removes the record if it is still this attachment's (another one may
-    /// have taken the VF since, once this one's netns was gone).
+    /// Removes the record if it is still this attachment's.
     pub fn undo(&self) -> Result<()> {
-        match VfHolder::read(&self.record) {
-            Some(h) if h.container_id == self.holder.container_id && h.ifname == self.holder.ifname => {
-                match std::fs::remove_file(&self.record) {
-                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(&self.record, e)),
-                    _ => Ok(()),
-                }
-            }
-            Some(h) => {
-                tracing::info!(owner = %format!("{}/{}", h.container_id, h.ifname), "the VF was given to another attachment since: its record stays");
-                Ok(())
-            }
-            None => Ok(()),
-        }
+        self.holder.release(&self.record)
     }
 }
 

@@ -1,5 +1,5 @@
 //! Running undo over journaled steps: a failed ADD's rollback, DEL and GC.
-//! ADD's forward path is in [`crate::cmd::add`].
+//! ADD's forward path is in `cmd::add`.
 
 use std::time::Duration;
 

@@ -389,12 +389,7 @@ fn a_vf_locked_by_another_attachment_is_busy_code_11() {
     let (pci, vfname) = lab.vfs[0].clone();
     let pod = lab.pod(0);
     let conf = lab.conf("1.1.0", pci, "10.221.0.0/24");
-    let lock = lab.vf_lock(pci);
-    std::fs::create_dir_all(lock.parent().unwrap()).unwrap();
-    let f = std::fs::File::create(lock).unwrap();
-    use std::os::fd::AsRawFd;
-    // SAFETY: flock on our own descriptor.
-    assert_eq!(unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) }, 0);
+    let f = lab.hold_vf_lock(pci);
     let (code, out) =
         lab.cni_env("ADD", "busy1", pod.path(), "net1", &conf, &[("KUBE_RDMA_CNI_LOCK_WAIT_MS", "200")]);
     assert_eq!(code, 11, "{out}");

@@ -5,7 +5,8 @@
 //! a lookup (`server.rs` → here), not a sysfs walk.
 //!
 //! What a container gets from pool `kuberdma.io/rail0`:
-//! - device nodes: the RDMA char devices (uverbs, umad, issm) of its devices and
+//! - device nodes ([`device_nodes`], which says why MAD devices are among
+//!   them): the RDMA char devices (uverbs, umad, issm) of its devices and
 //!   `/dev/infiniband/rdma_cm` — only when the pool hands out RDMA devices
 //!   (always in our format; with `isRdma: true` in sriov-network-device-plugin's)
 //!   and at least one of the devices has one; `/dev/vfio/vfio` and
@@ -33,6 +34,7 @@
 use std::collections::HashMap;
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
+use nic::CharDev;
 #[cfg(feature = "daemon")]
 use nic::LinkLayer;
 
@@ -41,7 +43,7 @@ use crate::api::{CdiDevice, ContainerAllocateResponse, DeviceSpec};
 #[cfg(feature = "daemon")]
 use crate::config::Mode;
 use crate::config::Policy;
-use crate::pools::{Device, Pool};
+use crate::pools::{Device, Pool, RdmaInfo};
 #[cfg(feature = "daemon")]
 use crate::{names, RDMA_CM};
 
@@ -220,17 +222,38 @@ pub fn hands_out_rdma(pool: &Pool, d: &Device) -> bool {
     pool.config.rdma_devices && !d.rdma.is_empty()
 }
 
-/// The node paths a container gets for `d` (without `rdma_cm`), in order:
-/// its RDMA char devices when the pool hands them out, the VFIO container and
-/// group devices of a vfio-pci VF. The CDI spec lists the same.
+/// The node paths a container gets for `d` in device plugin mode (without
+/// `rdma_cm`): [`device_nodes`] of the RDMA devices the pool hands out, MAD
+/// devices included. Allocate's DeviceSpecs and the pool's CDI spec list the same.
 pub fn node_paths(pool: &Pool, d: &Device) -> Vec<String> {
-    let mut out = Vec::new();
-    if hands_out_rdma(pool, d) {
-        out.extend(
-            d.rdma.iter().flat_map(|r| &r.char_devs).map(|c| c.node_path.to_string_lossy().into_owned()),
-        );
-    }
-    if let Some(g) = &d.vfio {
+    let rdma = if hands_out_rdma(pool, d) { d.rdma.as_slice() } else { &[] };
+    device_nodes(rdma, d.vfio.as_ref(), true)
+}
+
+/// The device nodes a container gets for one device, in both modes (without
+/// `rdma_cm`, which goes once per container or claim), in order: the char
+/// devices of `rdma`, the RDMA devices it is handed (`uverbsN`, then the MAD
+/// devices `umadN` and `issmN` unless `mad` is false); then the VFIO
+/// container and group devices of a VF bound to vfio-pci.
+///
+/// MAD devices are handed out by default in both modes. Device plugin mode
+/// always gives them, as sriov-network-device-plugin and
+/// k8s-rdma-shared-dev-plugin do (both list every char device of the RDMA
+/// device: rdmamap `GetRdmaCharDevices`), so that their config means the same
+/// container here; its requests carry no config to say otherwise. DRA mode
+/// gives the same unless the claim's config says `umad: false`, so switching
+/// modes changes no container. The default is safe on a RoCE VF: its `umadN`
+/// reaches only the VF's own port (MADs on QP1, such as CM and the port
+/// counters `perfquery` reads) from the VF's own GIDs, and a RoCE port has no
+/// QP0 or subnet manager, so `issmN` changes nothing there; unlike the
+/// configfs of issue 36, nothing beyond the device handed out becomes reachable.
+pub fn device_nodes(rdma: &[RdmaInfo], vfio: Option<&CharDev>, mad: bool) -> Vec<String> {
+    let is_mad = |c: &&CharDev| c.name.starts_with("umad") || c.name.starts_with("issm");
+    let mut out: Vec<String> = (rdma.iter().flat_map(|r| &r.char_devs))
+        .filter(|c| mad || !is_mad(c))
+        .map(|c| c.node_path.to_string_lossy().into_owned())
+        .collect();
+    if let Some(g) = vfio {
         out.push(VFIO_CONTAINER.to_string());
         out.push(g.node_path.to_string_lossy().into_owned());
     }

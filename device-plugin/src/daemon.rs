@@ -12,7 +12,7 @@
 //!
 //! CDI specs stay when a pool stops, the daemon included: the kubelet hands a
 //! restarting container the CDI names of its checkpointed Allocate answer
-//! ([`crate::devinfo`]). A spec follows the node instead: a device gone from
+//! ([`crate::cdi::pool`]). A spec follows the node instead: a device gone from
 //! the node leaves its pool's spec (pools removed from the config included),
 //! and a spec with no device left is removed. The daemon starts from the
 //! specs on disk: a device whose edits cannot be computed now (a VF in a pod
@@ -41,8 +41,8 @@ use nic::{Inventory, PciAddr, Roots};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 
+use crate::cdi::pool::{OnDisk, Synced};
 use crate::config::{Config, ConfigError, PoolConfig};
-use crate::devinfo::{OnDisk, Synced};
 use crate::inuse::{Allocations, Memory};
 use crate::kubelet::{self, DirEvent};
 use crate::metrics::Metrics;
@@ -51,7 +51,7 @@ use crate::pools::{self, Pool};
 use crate::registration::{self, Instance, Registrar};
 use crate::server::{self, PoolService};
 use crate::walks::{stale_after, Walked, Walker};
-use crate::{devinfo, names, podresources};
+use crate::{cdi, devinfo, names, podresources};
 
 /// Everything the daemon needs to know.
 #[derive(Debug, Clone)]
@@ -435,7 +435,7 @@ impl Daemon {
         // from what is on disk (a previous run's spec, a retired one).
         let last = match self.retired.remove(&name) {
             Some(r) => r.disk,
-            None if std::fs::symlink_metadata(devinfo::cdi_path(&self.opts.cdi_dir, &pool)).is_ok() => {
+            None if std::fs::symlink_metadata(cdi::pool::cdi_path(&self.opts.cdi_dir, &pool)).is_ok() => {
                 OnDisk::Foreign
             }
             None => OnDisk::Absent,
@@ -474,20 +474,20 @@ impl Daemon {
     /// now.
     fn sync_cdi(&self, pool: &Pool, last: OnDisk) -> OnDisk {
         let on_node = pools::OnNode::new(&self.inv);
-        let fresh = devinfo::cdi_devices(pool, |d| on_node.has(d));
-        let path = devinfo::cdi_path(&self.opts.cdi_dir, pool);
-        let synced = devinfo::sync(&path, pool.config.cdi_kind(), fresh, last, &on_node);
+        let fresh = cdi::pool::cdi_devices(pool, |d| on_node.has(d));
+        let path = cdi::pool::cdi_path(&self.opts.cdi_dir, pool);
+        let synced = cdi::pool::sync(&path, pool.config.cdi_kind(), fresh, last, &on_node);
         logged(&pool.resource_name(), &path, synced)
     }
 
     /// Takes the CDI specs of ours on disk (a previous run's, see
-    /// [`devinfo::read_ours`]) as retired: a configured pool starts from its
+    /// [`cdi::pool::read_ours`]) as retired: a configured pool starts from its
     /// own ([`Self::start_pool`]); one no pool owns any more follows the node
     /// until none of its devices is left ([`Self::sync_retired`]).
     fn adopt_cdi_specs(&mut self) {
         let mut prefixes: BTreeSet<String> = self.cfg.pools.iter().map(|p| p.prefix.clone()).collect();
         prefixes.insert(crate::DEFAULT_PREFIX.to_string());
-        let (found, warnings) = devinfo::read_ours(&self.opts.cdi_dir, &prefixes);
+        let (found, warnings) = cdi::pool::read_ours(&self.opts.cdi_dir, &prefixes);
         for w in warnings {
             tracing::warn!("{w}");
         }
@@ -540,7 +540,7 @@ impl Daemon {
             let _ = std::fs::remove_file(&r.socket);
             self.remove_pool_files(&name);
             if matches!(r.cdi, OnDisk::Ours { .. }) {
-                let path = devinfo::cdi_path(&self.opts.cdi_dir, &r.tx.borrow());
+                let path = cdi::pool::cdi_path(&self.opts.cdi_dir, &r.tx.borrow());
                 let kind = r.config.cdi_kind();
                 self.retired.insert(name.clone(), Retired { path, kind, disk: r.cdi });
             }
@@ -575,7 +575,7 @@ impl Daemon {
             if !matches!(r.disk, OnDisk::Ours { .. }) {
                 continue;
             }
-            let synced = devinfo::sync(&r.path, r.kind.clone(), BTreeMap::new(), r.disk, &on_node);
+            let synced = cdi::pool::sync(&r.path, r.kind.clone(), BTreeMap::new(), r.disk, &on_node);
             let disk = logged(&name, &r.path, synced);
             if matches!(disk, OnDisk::Ours { .. }) {
                 self.retired.insert(name, Retired { disk, ..r });
@@ -640,7 +640,7 @@ impl Daemon {
         r.task.abort();
         let pool = Pool::clone(&r.tx.borrow());
         // Its spec is current: carried over rather than rewritten.
-        let path = devinfo::cdi_path(&self.opts.cdi_dir, &pool);
+        let path = cdi::pool::cdi_path(&self.opts.cdi_dir, &pool);
         let kind = pool.config.cdi_kind();
         self.retired.insert(name.to_string(), Retired { path, kind, disk: r.cdi });
         self.start_or_keep(pool);

@@ -9,9 +9,10 @@
 //! allocation)**. [`daemon`] ties it together: registration once per kubelet
 //! instance, checked by the kubelet's ListAndWatch, retried with backoff
 //! ([`registration`] over [`kubelet`]), rescans of one PF on its netlink link events
-//! and of the node on a timer, config reloads, device-info and CDI files
-//! ([`devinfo`], through [`plumbing::atomic_file`]), metrics and health
-//! ([`metrics`], served by [`plumbing::http`]). [`config`] reads our
+//! and of the node on a timer, config reloads, device-info files
+//! ([`devinfo`]) and CDI specs ([`cdi`], DRA's claim specs included), metrics
+//! and health ([`metrics`], served by [`plumbing::http`], reading each pool's
+//! [`serving`] state). [`config`] reads our
 //! format and, with their meaning, those of sriov-network-device-plugin and
 //! k8s-rdma-shared-dev-plugin; [`names`] derives socket, CDI and variable names.
 //!
@@ -30,6 +31,7 @@
 //! ```
 
 pub mod allocate;
+pub mod cdi;
 pub mod config;
 #[cfg(feature = "daemon")]
 pub mod daemon;
@@ -53,6 +55,8 @@ pub mod registration;
 pub mod report;
 #[cfg(feature = "daemon")]
 pub mod server;
+#[cfg(feature = "daemon")]
+pub mod serving;
 #[cfg(feature = "daemon")]
 pub mod walks;
 

@@ -4,8 +4,8 @@
 //! Output flags and exit status follow the one convention of every kube-rdma
 //! binary ([`plumbing::cli`], docs/cli.md): `discover -o table|json|yaml`, exit 0 when
 //! its node checks pass, 1 when one fails (the RDMA netns mode does not fit the
-//! pools, or there is no SR-IOV VF and no RDMA device), 2 for a usage or
-//! environment error.
+//! pools, there is no SR-IOV VF and no RDMA device, or a configured pool would
+//! serve no device), 2 for a usage or environment error.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,11 +15,12 @@ use std::time::Duration;
 
 use anyhow::Context as _;
 use clap::{Parser, Subcommand};
+use kube_rdma_device_plugin::config::{Config, Format};
 #[cfg(feature = "daemon")]
 use kube_rdma_device_plugin::daemon;
 #[cfg(feature = "dra")]
 use kube_rdma_device_plugin::dra;
-use kube_rdma_device_plugin::{config::Config, pools, report};
+use kube_rdma_device_plugin::{pools, report};
 use nic::Roots;
 use plumbing::cli::{emit, EXIT_FAILED};
 use plumbing::logging::{self, Filter, Format as LogFormat, Sink};
@@ -91,6 +92,10 @@ enum Cmd {
         /// Output format: table (with a legend of its columns), json, yaml.
         #[arg(short = 'o', long, default_value = "table", value_parser = parse_output)]
         output: Output,
+        /// Pass a pool that would serve no device on this node: for one config meant for
+        /// several kinds of nodes, whose pools each select devices of some of them.
+        #[arg(long)]
+        allow_empty_pools: bool,
     },
     /// DRA mode: publish the pools as ResourceSlices and prepare claims for the kubelet.
     #[cfg(feature = "dra")]
@@ -104,7 +109,8 @@ enum Cmd {
 const EXIT_HELP: &str = "\
 Exit status:
   0  all is well (discover: every node check passes)
-  1  discover: a node check fails (RDMA netns mode against the pools, no SR-IOV VF or RDMA device)
+  1  discover: a node check fails (RDMA netns mode against the pools, no SR-IOV VF or RDMA device,
+     a configured pool that would serve no device here, unless --allow-empty-pools)
   2  a usage or environment error: bad flags or files, stdout not writable";
 
 #[derive(Clone, Copy, Debug)]
@@ -150,35 +156,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         None => Roots::resolve(cli.sysfs_root.clone(), cli.dev_root.clone()),
     };
     match cli.cmd {
-        Some(Cmd::Discover { output }) => {
-            let cfg = match &cli.config {
-                Some(p) => Config::load(p)?,
-                None => Config::default_pools(),
-            };
-            let netns = nic::vfdev::netns_mode_from_sysfs(&roots);
-            let inv = nic::discover(&roots);
-            let plan = pools::plan(&inv, &cfg);
-            let failures = report::node_checks(&inv, &cfg, &plan, netns, &roots);
-            let origin = match &cli.sim {
-                Some(p) => {
-                    format!("simulated from {} (materialised under {})", p.display(), roots.sysfs.display())
-                }
-                None => format!("sysfs {}, dev {}", roots.sysfs.display(), roots.dev.display()),
-            };
-            let text = match output {
-                Output::Table => {
-                    report::render_table(&inv, &cfg, &plan, &origin, &cli.kubelet_dir, netns, &failures)
-                }
-                Output::Json | Output::Yaml => {
-                    let v = report::render_json(&inv, &cfg, &plan, &cli.kubelet_dir, netns, &failures);
-                    match output {
-                        Output::Yaml => serde_yaml::to_string(&v)?,
-                        _ => format!("{}\n", serde_json::to_string_pretty(&v)?),
-                    }
-                }
-            };
-            emit(&text)?;
-            Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
+        Some(Cmd::Discover { output, allow_empty_pools }) => {
+            discover(&cli, &roots, output, allow_empty_pools)
         }
         #[cfg(feature = "config-schema")]
         Some(Cmd::ConfigSchema) => {
@@ -254,6 +233,44 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// `discover`: the node read, planned and checked, printed as `output`; exit 1
+/// when a node check fails.
+fn discover(cli: &Cli, roots: &Roots, output: Output, allow_empty_pools: bool) -> anyhow::Result<ExitCode> {
+    let cfg = match &cli.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default_pools(),
+    };
+    let netns = nic::vfdev::netns_mode_from_sysfs(roots);
+    let inv = nic::discover(roots);
+    let plan = pools::plan(&inv, &cfg);
+    // Without --config the default pool is no choice of the user's: a node
+    // where it is empty (E810 VFs without RDMA) says why per VF, and passes.
+    let empty = if allow_empty_pools || cfg.format == Format::Default {
+        Vec::new()
+    } else {
+        pools::empty_pools(&inv, &cfg, &plan)
+    };
+    let failures = report::node_checks(&inv, &cfg, &plan, netns, roots, &empty);
+    let origin = match &cli.sim {
+        Some(p) => {
+            format!("simulated from {} (materialised under {})", p.display(), roots.sysfs.display())
+        }
+        None => format!("sysfs {}, dev {}", roots.sysfs.display(), roots.dev.display()),
+    };
+    let text = match output {
+        Output::Table => report::render_table(&inv, &cfg, &plan, &origin, &cli.kubelet_dir, netns, &failures),
+        Output::Json | Output::Yaml => {
+            let v = report::render_json(&inv, &cfg, &plan, &cli.kubelet_dir, netns, &failures);
+            match output {
+                Output::Yaml => serde_yaml::to_string(&v)?,
+                _ => format!("{}\n", serde_json::to_string_pretty(&v)?),
+            }
+        }
+    };
+    emit(&text)?;
+    Ok(if failures.is_empty() { ExitCode::SUCCESS } else { ExitCode::from(EXIT_FAILED) })
 }
 
 /// Device plugin mode flags given with `dra` (they would be ignored there).

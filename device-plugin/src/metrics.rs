@@ -38,8 +38,7 @@ use tokio::sync::watch;
 
 use crate::inuse::Allocations;
 use crate::pools::Pool;
-use crate::registration::State;
-use crate::server::Streams;
+use crate::serving::{State, Streams};
 use crate::walks::Walks;
 
 /// Histogram bucket upper bounds, seconds.

@@ -86,13 +86,48 @@ impl Pool {
     }
 }
 
+/// What a [`Decision`] is about, shown and serialized as `VF`, `PF` or `HCA`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecisionKind {
+    /// A VF: a candidate of VF-mode pools (and, with its RDMA device, of
+    /// k8s-rdma-shared-dev-plugin's pools).
+    Vf,
+    /// A PF's RDMA device: a candidate of shared pools only.
+    Pf,
+    /// An RDMA device without SR-IOV (or a virtual one): shared pools only.
+    Hca,
+}
+
+impl DecisionKind {
+    /// `VF`, `PF`, `HCA`: the one spelling of the table and the JSON.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DecisionKind::Vf => "VF",
+            DecisionKind::Pf => "PF",
+            DecisionKind::Hca => "HCA",
+        }
+    }
+}
+
+impl std::fmt::Display for DecisionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl serde::Serialize for DecisionKind {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(self.as_str())
+    }
+}
+
 /// What happened to one device.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Decision {
     /// PCI address (or RDMA device name for a virtual HCA).
     pub device: String,
-    /// `VF`, `PF` (shared candidate) or `HCA`.
-    pub kind: &'static str,
+    /// A VF, a PF (shared candidate) or an HCA.
+    pub kind: DecisionKind,
     /// Pool resource name that took it.
     pub pool: Option<String>,
     /// Why: the selector that rejected it, or that a later pool also selected it.
@@ -134,27 +169,49 @@ fn opt<T: std::fmt::Display>(v: Option<T>) -> String {
     v.map(|v| v.to_string()).unwrap_or_else(|| "unknown".into())
 }
 
+/// Why a selector rejected a device: the first field that failed and why.
+/// `at` is that field's place in the order [`check`] tries them, so of two
+/// devices a selector rejects, the one with the higher `at` passed more of it.
+#[derive(Debug, Clone)]
+struct Reject {
+    at: u8,
+    why: String,
+}
+
+fn reject(at: u8, why: String) -> Result<(), Reject> {
+    Err(Reject { at, why })
+}
+
 /// `Ok` when `f` satisfies `s`, else the first failing field and why.
-fn check(s: &Selector, f: &Facts) -> Result<(), String> {
+fn check(s: &Selector, f: &Facts) -> Result<(), Reject> {
     if !s.vendors.is_empty() && !f.vendor.is_some_and(|v| s.vendors.contains(&v)) {
-        return Err(format!(
-            "vendors [{}]: vendor is {}",
-            hex_list(&s.vendors),
-            opt(f.vendor.map(|v| format!("{v:04x}")))
-        ));
+        return reject(
+            0,
+            format!(
+                "vendors [{}]: vendor is {}",
+                hex_list(&s.vendors),
+                opt(f.vendor.map(|v| format!("{v:04x}")))
+            ),
+        );
     }
     if !s.devices.is_empty() && !f.device.is_some_and(|v| s.devices.contains(&v)) {
-        return Err(format!(
-            "devices [{}]: device is {}",
-            hex_list(&s.devices),
-            opt(f.device.map(|v| format!("{v:04x}")))
-        ));
+        return reject(
+            1,
+            format!(
+                "devices [{}]: device is {}",
+                hex_list(&s.devices),
+                opt(f.device.map(|v| format!("{v:04x}")))
+            ),
+        );
     }
     if !s.drivers.is_empty() && !f.driver.is_some_and(|d| s.drivers.iter().any(|x| x == d)) {
-        return Err(format!("drivers [{}]: driver is {}", s.drivers.join(","), f.driver.unwrap_or("none")));
+        return reject(
+            2,
+            format!("drivers [{}]: driver is {}", s.drivers.join(","), f.driver.unwrap_or("none")),
+        );
     }
     if !s.pci_addresses.is_empty() && !f.pci.is_some_and(|p| s.pci_addresses.contains(&p)) {
-        return Err(format!("pciAddresses: {} is not listed", opt(f.pci)));
+        return reject(3, format!("pciAddresses: {} is not listed", opt(f.pci)));
     }
     let vf_ok = |covers: &dyn Fn(u32) -> bool| f.vf_index.is_none_or(covers);
     if !s.pf_names.is_empty() {
@@ -164,69 +221,102 @@ fn check(s: &Selector, f: &Facts) -> Result<(), String> {
             .any(|p| f.pf_netdevs.iter().any(|n| n.name == p.name) && vf_ok(&|i| p.covers(i)));
         if !hit {
             let names: Vec<String> = s.pf_names.iter().map(|p| p.to_string()).collect();
-            return Err(format!(
-                "pfNames [{}]: PF is {}{}",
-                names.join(","),
-                if f.pf_netdevs.is_empty() {
-                    "without netdev".to_string()
-                } else {
-                    netdev_names(f.pf_netdevs)
-                },
-                f.vf_index.map(|i| format!(", VF index {i}")).unwrap_or_default()
-            ));
+            return reject(
+                4,
+                format!(
+                    "pfNames [{}]: PF is {}{}",
+                    names.join(","),
+                    if f.pf_netdevs.is_empty() {
+                        "without netdev".to_string()
+                    } else {
+                        netdev_names(f.pf_netdevs)
+                    },
+                    f.vf_index.map(|i| format!(", VF index {i}")).unwrap_or_default()
+                ),
+            );
         }
     }
     if !s.root_devices.is_empty() {
         let hit = s.root_devices.iter().any(|r| f.root == Some(r.pci) && vf_ok(&|i| r.covers(i)));
         if !hit {
             let roots: Vec<String> = s.root_devices.iter().map(|r| r.to_string()).collect();
-            return Err(format!(
-                "rootDevices [{}]: PF is {}{}",
-                roots.join(","),
-                opt(f.root),
-                f.vf_index.map(|i| format!(", VF index {i}")).unwrap_or_default()
-            ));
+            return reject(
+                5,
+                format!(
+                    "rootDevices [{}]: PF is {}{}",
+                    roots.join(","),
+                    opt(f.root),
+                    f.vf_index.map(|i| format!(", VF index {i}")).unwrap_or_default()
+                ),
+            );
         }
     }
     if !s.link_types.is_empty() && !f.link_layer.is_some_and(|l| s.link_types.contains(&l)) {
-        return Err(format!("linkTypes: link layer is {}", opt(f.link_layer.map(|l| format!("{l:?}")))));
+        return reject(
+            6,
+            format!("linkTypes: link layer is {}", opt(f.link_layer.map(|l| format!("{l:?}")))),
+        );
     }
     if let Some(want) = s.is_rdma {
         if want != f.is_rdma {
-            return Err(if want {
-                "isRdma: no RDMA device".into()
-            } else {
-                "isRdma false: has an RDMA device".into()
-            });
+            return reject(
+                7,
+                if want {
+                    "isRdma: no RDMA device".into()
+                } else {
+                    "isRdma false: has an RDMA device".into()
+                },
+            );
         }
     }
     if !s.if_names.is_empty() && !f.if_names.iter().any(|n| s.if_names.contains(&n.name)) {
-        return Err(format!(
-            "ifNames [{}]: netdev is {}",
-            s.if_names.join(","),
-            if f.if_names.is_empty() { "none".to_string() } else { netdev_names(f.if_names) }
-        ));
+        return reject(
+            8,
+            format!(
+                "ifNames [{}]: netdev is {}",
+                s.if_names.join(","),
+                if f.if_names.is_empty() { "none".to_string() } else { netdev_names(f.if_names) }
+            ),
+        );
     }
     if !s.link_speeds.is_empty() && !f.speed.is_some_and(|v| s.link_speeds.contains(&v)) {
-        return Err(format!("linkSpeeds: link speed is {}", opt(f.speed.map(|v| format!("{v} Mb/s")))));
+        return reject(9, format!("linkSpeeds: link speed is {}", opt(f.speed.map(|v| format!("{v} Mb/s")))));
     }
     if !s.numa_nodes.is_empty() && !f.numa.is_some_and(|v| s.numa_nodes.contains(&v)) {
-        return Err(format!("numaNodes: NUMA node is {}", opt(f.numa)));
+        return reject(10, format!("numaNodes: NUMA node is {}", opt(f.numa)));
     }
     Ok(())
 }
 
-/// `Ok` when any selector of the pool matches, else why each one did not.
-fn pool_matches(p: &PoolConfig, f: &Facts) -> Result<(), String> {
-    let mut whys = Vec::new();
-    for (i, s) in p.selectors.iter().enumerate() {
+/// How a pool's selector is named in messages: `selectors` when it has one,
+/// else `selectors[i]`.
+fn selector_name(p: &PoolConfig, i: usize) -> String {
+    if p.selectors.len() > 1 {
+        format!("selectors[{i}]")
+    } else {
+        "selectors".into()
+    }
+}
+
+/// `Ok` when any selector of the pool matches, else each one's rejection, in order.
+fn selector_rejects(p: &PoolConfig, f: &Facts) -> Result<(), Vec<Reject>> {
+    let mut rejects = Vec::new();
+    for s in &p.selectors {
         match check(s, f) {
             Ok(()) => return Ok(()),
-            Err(w) if p.selectors.len() > 1 => whys.push(format!("selectors[{i}].{w}")),
-            Err(w) => whys.push(format!("selectors.{w}")),
+            Err(r) => rejects.push(r),
         }
     }
-    Err(whys.join("; "))
+    Err(rejects)
+}
+
+/// `Ok` when any selector of the pool matches, else why each one did not.
+fn pool_matches(p: &PoolConfig, f: &Facts) -> Result<(), String> {
+    selector_rejects(p, f).map_err(|rs| {
+        let whys: Vec<String> =
+            rs.iter().enumerate().map(|(i, r)| format!("{}.{}", selector_name(p, i), r.why)).collect();
+        whys.join("; ")
+    })
 }
 
 fn link_layer<'a>(mut n: impl Iterator<Item = &'a Netdev>) -> Option<LinkLayer> {
@@ -333,7 +423,7 @@ fn vf_device(
 struct SharedCand<'a> {
     facts: Facts<'a>,
     label: String,
-    kind: &'static str,
+    kind: DecisionKind,
     netdevs: &'a [Netdev],
     rdma: &'a RdmaDev,
     upstream: &'a [PciAddr],
@@ -359,7 +449,7 @@ fn shared_candidates(inv: &Inventory, with_vfs: bool) -> Vec<SharedCand<'_>> {
                     numa: pf.numa_node,
                 },
                 label: format!("{} ({})", pf.pci, r.name),
-                kind: "PF",
+                kind: DecisionKind::Pf,
                 netdevs: &pf.netdevs,
                 rdma: r,
                 upstream: &pf.upstream,
@@ -377,7 +467,7 @@ fn shared_candidates(inv: &Inventory, with_vfs: bool) -> Vec<SharedCand<'_>> {
                 out.push(SharedCand {
                     facts,
                     label: format!("{} ({})", vf.pci, r.name),
-                    kind: "VF",
+                    kind: DecisionKind::Vf,
                     netdevs: vf.netdev.as_slice(),
                     rdma: r,
                     upstream: &pf.upstream,
@@ -409,7 +499,7 @@ fn shared_candidates(inv: &Inventory, with_vfs: bool) -> Vec<SharedCand<'_>> {
                 Some(p) => format!("{p} ({})", h.rdma.name),
                 None => h.rdma.name.clone(),
             },
-            kind: "HCA",
+            kind: DecisionKind::Hca,
             netdevs: &h.netdevs,
             rdma: &h.rdma,
             upstream: &h.upstream,
@@ -427,7 +517,7 @@ fn decide(
     names: &[String],
     eligible: impl Fn(&PoolConfig) -> bool,
     device: String,
-    kind: &'static str,
+    kind: DecisionKind,
     f: &Facts,
 ) -> (Vec<usize>, Decision) {
     let mut d = Decision { device, kind, pool: None, notes: Vec::new() };
@@ -458,8 +548,8 @@ fn decide(
     }
     if taken.is_empty() && !cfg.pools.iter().any(eligible) {
         d.notes.push(match kind {
-            "VF" => "no pool in vf mode".into(),
-            _ => "no pool in shared mode".into(),
+            DecisionKind::Vf => "no pool in vf mode".into(),
+            DecisionKind::Pf | DecisionKind::Hca => "no pool in shared mode".into(),
         });
     }
     (taken, d)
@@ -511,8 +601,14 @@ pub fn plan_with(inv: &Inventory, cfg: &Config, alloc: &Allocations) -> Plan {
                 {
                     facts.is_rdma = true;
                 }
-                let (taken, d) =
-                    decide(cfg, &resources, |p| p.mode == Mode::Vf, vf.pci.to_string(), "VF", &facts);
+                let (taken, d) = decide(
+                    cfg,
+                    &resources,
+                    |p| p.mode == Mode::Vf,
+                    vf.pci.to_string(),
+                    DecisionKind::Vf,
+                    &facts,
+                );
                 if let Some(&i) = taken.first() {
                     let dev = vf_device(inv, pf, &pf_facts, vf, &pool_facts[i], alloc);
                     pools[i].devices.push(dev);
@@ -526,7 +622,7 @@ pub fn plan_with(inv: &Inventory, cfg: &Config, alloc: &Allocations) -> Plan {
     // Per-resource pools: every ID hands out every selected device.
     let mut selected: Vec<Vec<RdmaInfo>> = vec![vec![]; pools.len()];
     for c in shared_candidates(inv, resource_mode) {
-        if !any(Mode::Shared) && !resource_mode && c.kind == "PF" {
+        if !any(Mode::Shared) && !resource_mode && c.kind == DecisionKind::Pf {
             continue; // PFs are only candidates of shared pools; VFs carry the story otherwise.
         }
         let (taken, d) = decide(cfg, &resources, eligible, c.label.clone(), c.kind, &c.facts);
@@ -560,36 +656,118 @@ pub fn plan_with(inv: &Inventory, cfg: &Config, alloc: &Allocations) -> Plan {
         }
         decisions.push(d);
     }
-    for (i, devs) in selected.into_iter().enumerate() {
-        let pool = &mut pools[i];
-        // As there: no RDMA device selected, no IDs; every ID is Healthy.
-        if pool.config.mode != Mode::SharedResource || devs.is_empty() {
-            continue;
-        }
-        let resource = pool.resource_name();
-        for slot in 0..pool.config.rdma_hca_max {
-            let id = slot.to_string();
-            pool.devices.push(Device {
-                in_use: alloc.contains(&resource, &id),
-                id,
-                pci: None,
-                pf: None,
-                group: resource.clone(),
-                vf_index: None,
-                numa: None,
-                netdev: None,
-                rdma: devs.clone(),
-                vfio: None,
-                near_gpu: false,
-                health: Health::Healthy,
-            });
-        }
+    for (pool, devs) in pools.iter_mut().zip(selected) {
+        add_resource_ids(pool, devs, alloc);
     }
     for p in &mut pools {
         p.devices.sort_by(|a, b| a.id.cmp(&b.id));
         p.devices.dedup_by(|a, b| a.id == b.id);
     }
     Plan { pools, decisions }
+}
+
+/// The IDs of a k8s-rdma-shared-dev-plugin pool (`mode: SharedResource`), each
+/// handing out every selected RDMA device `devs`. As there: no RDMA device
+/// selected, no IDs; every ID is Healthy. Other pools are left as they are.
+fn add_resource_ids(pool: &mut Pool, devs: Vec<RdmaInfo>, alloc: &Allocations) {
+    if pool.config.mode != Mode::SharedResource || devs.is_empty() {
+        return;
+    }
+    let resource = pool.resource_name();
+    for slot in 0..pool.config.rdma_hca_max {
+        let id = slot.to_string();
+        pool.devices.push(Device {
+            in_use: alloc.contains(&resource, &id),
+            id,
+            pci: None,
+            pf: None,
+            group: resource.clone(),
+            vf_index: None,
+            numa: None,
+            netdev: None,
+            rdma: devs.clone(),
+            vfio: None,
+            near_gpu: false,
+            health: Health::Healthy,
+        });
+    }
+}
+
+/// The device one selector of an empty pool came nearest to taking.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Miss {
+    /// `selectors`, or `selectors[i]` in a pool with several.
+    pub selector: String,
+    /// The device, as its decision names it.
+    pub device: String,
+    /// The field that rejected it and why (`pfNames [ens1f0np0#0-7]: PF is ens3np0, VF index 0`).
+    pub why: String,
+}
+
+/// Why a configured pool got no device on this node.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub enum Empty {
+    /// There was nothing to try its selectors on: no VF (a vf pool), no PF,
+    /// VF or HCA with an RDMA device (a shared pool).
+    NoCandidate,
+    /// Its selectors select devices, but earlier pools in the config took
+    /// each of them (the first pool wins).
+    TakenBy(Vec<String>),
+    /// Its selectors reject every device: per selector, the device that
+    /// passed most of its fields, and the field that failed.
+    Rejected(Vec<Miss>),
+}
+
+/// Each pool of `plan` that serves no device, with why ([`Empty`]), in config
+/// order. Reruns the selectors over the candidates of those pools only, so the
+/// daemon's [`plan`] stays as it is; `discover` asks.
+pub fn empty_pools(inv: &Inventory, cfg: &Config, plan: &Plan) -> Vec<(String, Empty)> {
+    let resource_mode = cfg.pools.iter().any(|p| p.mode == Mode::SharedResource);
+    let mut out = Vec::new();
+    for (c, pool) in cfg.pools.iter().zip(&plan.pools) {
+        if !pool.devices.is_empty() {
+            continue;
+        }
+        let candidates: Vec<(String, Facts)> = if c.mode == Mode::Vf {
+            let vfs = inv.pfs.iter().flat_map(|pf| pf.vfs.iter().map(move |vf| (pf, vf)));
+            vfs.map(|(pf, vf)| (vf.pci.to_string(), vf_facts(pf, vf))).collect()
+        } else {
+            shared_candidates(inv, resource_mode).into_iter().map(|s| (s.label, s.facts)).collect()
+        };
+        let mut taken_by: Vec<String> = Vec::new();
+        let mut nearest: Vec<Option<(Reject, &str)>> = vec![None; c.selectors.len()];
+        for (device, f) in &candidates {
+            match selector_rejects(c, f) {
+                Ok(()) => {
+                    let by = plan.decisions.iter().find(|d| &d.device == device).and_then(|d| d.pool.clone());
+                    if let Some(by) = by.filter(|b| !taken_by.contains(b)) {
+                        taken_by.push(by);
+                    }
+                }
+                Err(rejects) => {
+                    for (slot, r) in nearest.iter_mut().zip(rejects) {
+                        if slot.as_ref().is_none_or(|(best, _)| r.at > best.at) {
+                            *slot = Some((r, device.as_str()));
+                        }
+                    }
+                }
+            }
+        }
+        let why = if candidates.is_empty() {
+            Empty::NoCandidate
+        } else if !taken_by.is_empty() {
+            Empty::TakenBy(taken_by)
+        } else {
+            let misses = nearest.into_iter().enumerate().filter_map(|(i, m)| {
+                let (r, device) = m?;
+                Some(Miss { selector: selector_name(c, i), device: device.to_string(), why: r.why })
+            });
+            Empty::Rejected(misses.collect())
+        };
+        out.push((c.resource_name(), why));
+    }
+    out
 }
 
 /// Keeps devices of `prev` that vanished from `next` but whose PF still says
@@ -685,5 +863,20 @@ impl<'a> OnNode<'a> {
     /// Whether the host shows the RDMA device `name`.
     pub fn has_rdma(&self, name: &str) -> bool {
         self.rdma.contains(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::DecisionKind;
+
+    /// Issue 38: the kinds were strings compared with `"PF"`; as an enum they
+    /// still print and serialize as before (the table and the JSON unchanged).
+    #[test]
+    fn decision_kinds_print_and_serialize_as_the_strings_they_replaced() {
+        for (k, s) in [(DecisionKind::Vf, "VF"), (DecisionKind::Pf, "PF"), (DecisionKind::Hca, "HCA")] {
+            assert_eq!(k.to_string(), s);
+            assert_eq!(serde_json::to_value(k).unwrap(), serde_json::json!(s));
+        }
     }
 }

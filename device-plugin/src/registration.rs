@@ -27,7 +27,6 @@
 //! give up; a new kubelet instance is tried at once. Each pool's [`State`] is
 //! in `/healthz` and `kuberdma_pool_registered` ([`crate::metrics`]).
 
-use std::fmt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -37,7 +36,7 @@ use tokio::sync::watch;
 
 use crate::kubelet::{self, KUBELET_SOCKET};
 use crate::metrics::Metrics;
-use crate::server::Streams;
+use crate::serving::{State, Streams};
 
 /// One kubelet instance: the identity of the `kubelet.sock` it listens on. A
 /// kubelet that restarts makes a new socket file (new inode, new change
@@ -88,52 +87,6 @@ impl Timing {
     pub fn backoff(&self, failures: u32) -> Duration {
         let doublings = failures.saturating_sub(1).min(31);
         self.backoff_first.saturating_mul(1 << doublings).min(self.backoff_max)
-    }
-}
-
-/// Where one pool's registration stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum State {
-    /// No `kubelet.sock`: waiting for a kubelet.
-    NoKubelet,
-    /// A Register call is on its way.
-    Registering,
-    /// The kubelet accepted; waiting for its ListAndWatch.
-    Verifying,
-    /// Registered with the kubelet now running, which watches the pool.
-    Registered,
-    /// The last tries with this kubelet failed; the next one is due.
-    Retrying {
-        /// Failures in a row.
-        failures: u32,
-        /// Wait before the next try.
-        retry_in: Duration,
-        /// The last failure.
-        error: String,
-    },
-}
-
-impl State {
-    /// A short name (in `/healthz`).
-    pub fn label(&self) -> &'static str {
-        match self {
-            State::NoKubelet => "no-kubelet",
-            State::Registering => "registering",
-            State::Verifying => "verifying",
-            State::Registered => "registered",
-            State::Retrying { .. } => "retrying",
-        }
-    }
-}
-
-impl fmt::Display for State {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            State::Retrying { failures, retry_in, error } => {
-                write!(f, "retrying failures={failures} retry_in={retry_in:?} error={error:?}")
-            }
-            other => f.write_str(other.label()),
-        }
     }
 }
 

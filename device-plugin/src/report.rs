@@ -8,7 +8,7 @@ use serde_json::json;
 
 use crate::config::{Config, Format, Mode, Policy};
 use crate::names;
-use crate::pools::{Decision, Plan};
+use crate::pools::{Decision, DecisionKind, Empty, Plan};
 
 /// Renders rows under headers with columns padded to the widest cell; the
 /// last column is not padded (it holds free text).
@@ -188,21 +188,24 @@ pub struct Failure {
 /// Every failing node check: the RDMA netns mode against the pools (shared pools
 /// need shared mode; VFs with RDMA devices given to pods need exclusive mode, as
 /// `kubectl rdma check` and the agent's `rdma-netns` check say, unless the config
-/// also has shared pools: the agent does not see the config), and a node with no
-/// SR-IOV VF and no RDMA device at all.
+/// also has shared pools: the agent does not see the config), a node with no
+/// SR-IOV VF and no RDMA device at all, and each pool in `empty`
+/// ([`crate::pools::empty_pools`]; `discover --allow-empty-pools` passes none) unless
+/// the node has nothing at all, which the no-devices check already says.
 pub fn node_checks(
     inv: &Inventory,
     cfg: &Config,
     plan: &Plan,
     netns: Option<NetnsMode>,
     roots: &Roots,
+    empty: &[(String, Empty)],
 ) -> Vec<Failure> {
     let mut out = Vec::new();
     if let Err(e) = cfg.check_netns(netns) {
         out.push(Failure {
             check: "rdma-netns",
             message: e.to_string(),
-            fix: vec!["boot with ib_core netns_mode=1 (the kernel default): remove `options ib_core netns_mode=0` from /etc/modprobe.d and reboot".into()],
+            fix: rebooted("boot with ib_core netns_mode=1 (the kernel default): remove `options ib_core netns_mode=0` from /etc/modprobe.d"),
         });
     }
     // VF pools need exclusive mode unless the config also shares HCAs, which need
@@ -220,10 +223,11 @@ pub fn node_checks(
         out.push(Failure {
             check: "rdma-netns",
             message: why,
-            fix: vec![
-                nic::NETNS_EXCLUSIVE_FIX.into(),
-                format!("or, for the running kernel only and before any pod or other network namespace exists: {}", nic::NETNS_EXCLUSIVE_NOW),
-            ],
+            fix: nic::NETNS_EXCLUSIVE_FIX
+                .split(" && ")
+                .map(String::from)
+                .chain([format!("or, for the running kernel only and before any pod or other network namespace exists: {}", nic::NETNS_EXCLUSIVE_NOW)])
+                .collect(),
         });
     }
     let vfs = inv.pfs.iter().map(|p| p.vfs.len()).sum::<usize>();
@@ -244,8 +248,50 @@ pub fn node_checks(
                 "in a container: /sys is the host's (or pass --sysfs-root)".into(),
             ],
         });
+    } else {
+        out.extend(empty.iter().map(|(resource, why)| empty_pool(resource, why)));
     }
     out
+}
+
+/// `change` as a fix that reboots the node, one step a line, in the order of
+/// [`nic::NETNS_EXCLUSIVE_FIX`]: the change, the node drained, the reboot, the
+/// node uncordoned once it is back (`NODE` is its name).
+fn rebooted(change: &str) -> Vec<String> {
+    vec![change.into(), nic::DRAIN.into(), "reboot".into(), nic::UNCORDON.into()]
+}
+
+/// The failing check of a configured pool that would serve no device here.
+fn empty_pool(resource: &str, why: &Empty) -> Failure {
+    let (message, mut fix) = match why {
+        Empty::NoCandidate => (
+            format!("pool {resource} serves no device: this node has no device of its mode to try its selectors on"),
+            vec!["its mode: `vf` pools take VFs (sriov_numvfs), `shared` pools PFs or HCAs with an RDMA device".to_string()],
+        ),
+        Empty::TakenBy(by) => (
+            format!(
+                "pool {resource} serves no device: every device it selects is taken by an earlier pool ({}; the first pool in the config that selects a device wins)",
+                by.join(", ")
+            ),
+            vec!["narrow the earlier pool's selectors, or move this pool above it".to_string()],
+        ),
+        Empty::Rejected(misses) => {
+            let nearest: Vec<String> =
+                misses.iter().map(|m| format!("{} rejected {} by {}", m.selector, m.device, m.why)).collect();
+            (
+                format!(
+                    "pool {resource} serves no device: its selectors reject every device; nearest miss: {}",
+                    nearest.join("; ")
+                ),
+                vec!["compare its selectors with the devices above (POOL / WHY NOT names the field that rejected each one)".to_string()],
+            )
+        }
+    };
+    fix.push(
+        "a config meant for other kinds of nodes too (one config for a fleet): discover --allow-empty-pools"
+            .into(),
+    );
+    Failure { check: "empty-pool", message, fix }
 }
 
 fn netns_text(m: Option<NetnsMode>) -> &'static str {
@@ -307,9 +353,21 @@ fn node_header(inv: &Inventory, cfg: &Config, origin: &str, netns: Option<NetnsM
     s
 }
 
+/// A titled table: a blank line, its title, its rows under their headers.
+fn section(title: &str, headers: &[&str], rows: &[Vec<String>]) -> String {
+    format!("\n{title}\n{}", table(headers, rows))
+}
+
+/// [`section`], or nothing when there are no rows.
+fn section_if_any(title: &str, headers: &[&str], rows: &[Vec<String>]) -> String {
+    if rows.is_empty() {
+        String::new()
+    } else {
+        section(title, headers, rows)
+    }
+}
+
 fn pf_table(inv: &Inventory, plan: &Plan) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "\nPhysical functions ({})", inv.pfs.len());
     let rows: Vec<Vec<String>> = inv
         .pfs
         .iter()
@@ -332,7 +390,8 @@ fn pf_table(inv: &Inventory, plan: &Plan) -> String {
             ]
         })
         .collect();
-    s.push_str(&table(
+    section(
+        &format!("Physical functions ({})", inv.pfs.len()),
         &[
             "PCI",
             "VENDOR:DEV",
@@ -349,8 +408,7 @@ fn pf_table(inv: &Inventory, plan: &Plan) -> String {
             "POOL / WHY NOT",
         ],
         &rows,
-    ));
-    s
+    )
 }
 
 /// The decision on `dev`: a VF is its own candidate (`0000:3d:00.2`), or with its
@@ -370,9 +428,6 @@ fn health_of(plan: &Plan, id: &str) -> Option<String> {
 }
 
 fn vf_table(inv: &Inventory, plan: &Plan) -> String {
-    let mut s = String::new();
-    let vf_count: usize = inv.pfs.iter().map(|p| p.vfs.len()).sum();
-    let _ = writeln!(s, "\nVirtual functions ({vf_count})");
     let mut rows = Vec::new();
     for pf in &inv.pfs {
         for vf in &pf.vfs {
@@ -399,7 +454,8 @@ fn vf_table(inv: &Inventory, plan: &Plan) -> String {
             ]);
         }
     }
-    s.push_str(&table(
+    section(
+        &format!("Virtual functions ({})", rows.len()),
         &[
             "PCI",
             "PF",
@@ -415,108 +471,89 @@ fn vf_table(inv: &Inventory, plan: &Plan) -> String {
             "POOL / WHY NOT",
         ],
         &rows,
-    ));
-    s
+    )
 }
 
 fn e810_no_rdma_table(inv: &Inventory) -> String {
-    let mut s = String::new();
-    let no_rdma: Vec<Vec<String>> = inv
+    let rows: Vec<Vec<String>> = inv
         .pfs
         .iter()
         .flat_map(|pf| {
             pf.vfs.iter().filter_map(move |vf| Some(vec![vf.pci.to_string(), e810_vf_no_rdma_why(pf, vf)?]))
         })
         .collect();
-    if !no_rdma.is_empty() {
-        let _ = writeln!(s, "\nE810 VFs without an RDMA device ({})", no_rdma.len());
-        s.push_str(&table(&["PCI", "WHY"], &no_rdma));
-    }
-    s
+    section_if_any(&format!("E810 VFs without an RDMA device ({})", rows.len()), &["PCI", "WHY"], &rows)
 }
 
 fn hca_table(inv: &Inventory, plan: &Plan) -> String {
-    let mut s = String::new();
-    if !inv.hcas.is_empty() {
-        let _ = writeln!(s, "\nRDMA HCAs without SR-IOV ({})", inv.hcas.len());
-        let rows: Vec<Vec<String>> = inv
-            .hcas
-            .iter()
-            .map(|h| {
-                let n = h.netdevs.first();
-                let label = match h.pci {
-                    Some(p) => format!("{p} ({})", h.rdma.name),
-                    None => h.rdma.name.clone(),
-                };
-                vec![
-                    dash(h.pci),
-                    ids(h.vendor, h.device),
-                    dash(h.driver.clone()),
-                    n.map(|n| n.name.clone()).unwrap_or("-".into()),
-                    link(n),
-                    speed(n),
-                    dash(h.numa_node),
-                    h.rdma.name.clone(),
-                    char_names(std::slice::from_ref(&h.rdma)),
-                    decision_text(decision_for(plan, &label)),
-                ]
-            })
-            .collect();
-        s.push_str(&table(
-            &[
-                "PCI",
-                "VENDOR:DEV",
-                "DRIVER",
-                "NETDEV",
-                "LINK",
-                "SPEED",
-                "NUMA",
-                "RDMA",
-                "UVERBS",
-                "POOL / WHY NOT",
-            ],
-            &rows,
-        ));
-    }
-    s
+    let rows: Vec<Vec<String>> = inv
+        .hcas
+        .iter()
+        .map(|h| {
+            let n = h.netdevs.first();
+            let label = match h.pci {
+                Some(p) => format!("{p} ({})", h.rdma.name),
+                None => h.rdma.name.clone(),
+            };
+            vec![
+                dash(h.pci),
+                ids(h.vendor, h.device),
+                dash(h.driver.clone()),
+                n.map(|n| n.name.clone()).unwrap_or("-".into()),
+                link(n),
+                speed(n),
+                dash(h.numa_node),
+                h.rdma.name.clone(),
+                char_names(std::slice::from_ref(&h.rdma)),
+                decision_text(decision_for(plan, &label)),
+            ]
+        })
+        .collect();
+    section_if_any(
+        &format!("RDMA HCAs without SR-IOV ({})", rows.len()),
+        &[
+            "PCI",
+            "VENDOR:DEV",
+            "DRIVER",
+            "NETDEV",
+            "LINK",
+            "SPEED",
+            "NUMA",
+            "RDMA",
+            "UVERBS",
+            "POOL / WHY NOT",
+        ],
+        &rows,
+    )
 }
 
 fn shared_pf_table(plan: &Plan) -> String {
-    let mut s = String::new();
-    let shared_pf: Vec<&Decision> = plan.decisions.iter().filter(|d| d.kind == "PF").collect();
-    if !shared_pf.is_empty() {
-        let _ = writeln!(s, "\nPFs as shared-mode candidates");
-        let rows: Vec<Vec<String>> =
-            shared_pf.iter().map(|d| vec![d.device.clone(), decision_text(Some(d))]).collect();
-        s.push_str(&table(&["PF (RDMA)", "POOL / WHY NOT"], &rows));
-    }
-    s
+    let rows: Vec<Vec<String>> = plan
+        .decisions
+        .iter()
+        .filter(|d| d.kind == DecisionKind::Pf)
+        .map(|d| vec![d.device.clone(), decision_text(Some(d))])
+        .collect();
+    section_if_any("PFs as shared-mode candidates", &["PF (RDMA)", "POOL / WHY NOT"], &rows)
 }
 
 fn gpu_table(inv: &Inventory) -> String {
-    let mut s = String::new();
-    if !inv.gpus.is_empty() {
-        let _ = writeln!(s, "\nGPUs ({})", inv.gpus.len());
-        let rows: Vec<Vec<String>> = inv
-            .gpus
-            .iter()
-            .map(|g| {
-                vec![
-                    g.pci.to_string(),
-                    ids(Some(g.vendor), g.device),
-                    dash(g.numa_node),
-                    g.upstream.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(" > "),
-                ]
-            })
-            .collect();
-        s.push_str(&table(&["PCI", "VENDOR:DEV", "NUMA", "UPSTREAM"], &rows));
-    }
-    s
+    let rows: Vec<Vec<String>> = inv
+        .gpus
+        .iter()
+        .map(|g| {
+            vec![
+                g.pci.to_string(),
+                ids(Some(g.vendor), g.device),
+                dash(g.numa_node),
+                g.upstream.iter().map(|u| u.to_string()).collect::<Vec<_>>().join(" > "),
+            ]
+        })
+        .collect();
+    section_if_any(&format!("GPUs ({})", rows.len()), &["PCI", "VENDOR:DEV", "NUMA", "UPSTREAM"], &rows)
 }
 
 fn pool_table(plan: &Plan, kubelet_dir: &Path) -> String {
-    let mut s = String::new();
-    let _ = writeln!(s, "\nPools ({})", plan.pools.len());
     let rows: Vec<Vec<String>> = plan
         .pools
         .iter()
@@ -538,34 +575,29 @@ fn pool_table(plan: &Plan, kubelet_dir: &Path) -> String {
             ]
         })
         .collect();
-    s.push_str(&table(
+    section(
+        &format!("Pools ({})", rows.len()),
         &["RESOURCE", "MODE", "POLICY", "GPU-AFFINITY", "DEVICES", "HEALTHY", "NEAR-GPU", "SOCKET"],
         &rows,
-    ));
-    s
+    )
 }
 
 fn problem_table(inv: &Inventory) -> String {
-    let mut s = String::new();
-    let mut problems = Vec::new();
+    let mut rows = Vec::new();
     for pf in &inv.pfs {
         for p in &pf.problems {
-            problems.push(vec![pf.pci.to_string(), p.field.clone(), p.reason.clone()]);
+            rows.push(vec![pf.pci.to_string(), p.field.clone(), p.reason.clone()]);
         }
         for vf in &pf.vfs {
             for p in &vf.problems {
-                problems.push(vec![vf.pci.to_string(), p.field.clone(), p.reason.clone()]);
+                rows.push(vec![vf.pci.to_string(), p.field.clone(), p.reason.clone()]);
             }
         }
     }
     for sk in &inv.skipped {
-        problems.push(vec![sk.device.clone(), "skipped".into(), sk.reason.clone()]);
+        rows.push(vec![sk.device.clone(), "skipped".into(), sk.reason.clone()]);
     }
-    if !problems.is_empty() {
-        let _ = writeln!(s, "\nProblems ({})", problems.len());
-        s.push_str(&table(&["DEVICE", "FIELD", "REASON"], &problems));
-    }
-    s
+    section_if_any(&format!("Problems ({})", rows.len()), &["DEVICE", "FIELD", "REASON"], &rows)
 }
 
 fn node_checks_text(failures: &[Failure]) -> String {
@@ -588,8 +620,10 @@ fn node_checks_text(failures: &[Failure]) -> String {
 fn pf_decision(pf: &Pf, plan: &Plan) -> String {
     let bdf = pf.pci.to_string();
     let labelled = format!("{bdf} (");
-    if let Some(d) =
-        plan.decisions.iter().find(|d| d.kind == "PF" && (d.device == bdf || d.device.starts_with(&labelled)))
+    if let Some(d) = plan
+        .decisions
+        .iter()
+        .find(|d| d.kind == DecisionKind::Pf && (d.device == bdf || d.device.starts_with(&labelled)))
     {
         return decision_text(Some(d));
     }
@@ -653,4 +687,17 @@ pub fn render_json(
         v["vfsWithoutRdma"] = serde_json::Value::Array(no_rdma);
     }
     v
+}
+
+#[cfg(test)]
+mod tests {
+    /// Issue 39, item 7: every printed fix that reboots a node drains it first and
+    /// uncordons it after, the netns fix of `nic` (which the agent prints too) as
+    /// the ones written here.
+    #[test]
+    fn every_reboot_fix_drains_the_node_first_and_uncordons_it_after() {
+        let netns: Vec<&str> = nic::NETNS_EXCLUSIVE_FIX.split(" && ").collect();
+        assert_eq!(netns[1..], [nic::DRAIN, "reboot", nic::UNCORDON]);
+        assert_eq!(super::rebooted("change")[1..], [nic::DRAIN, "reboot", nic::UNCORDON]);
+    }
 }

@@ -39,15 +39,7 @@ use crate::config::Mode;
 use crate::devinfo;
 use crate::metrics::Metrics;
 use crate::pools::Pool;
-
-/// The ListAndWatch streams of one pool's server.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Streams {
-    /// Open now.
-    pub open: usize,
-    /// Opened since the server started (never decreases).
-    pub opened: u64,
-}
+use crate::serving::Streams;
 
 /// What one pool's service needs.
 #[derive(Clone)]

@@ -10,8 +10,8 @@ use std::path::Path;
 
 use common::sim;
 use kube_rdma_device_plugin::allocate::container_response;
+use kube_rdma_device_plugin::cdi::pool::{self as specs, cdi_devices, cdi_spec};
 use kube_rdma_device_plugin::config::Config;
-use kube_rdma_device_plugin::devinfo::{self, cdi_spec};
 use kube_rdma_device_plugin::pools::{self, Pool};
 use nic::sim::Sim;
 
@@ -133,14 +133,14 @@ fn every_cdi_spec_of_the_example_nodes_passes_the_cdi_library_rules() {
                 };
                 if let Some(s) = &spec {
                     let kind = pool.config.cdi_kind();
-                    let back = devinfo::parse_ours(&devinfo::cdi_file(s), &kind)
+                    let back = specs::parse_ours(&serde_json::to_vec_pretty(s).unwrap(), &kind)
                         .unwrap_or_else(|e| panic!("{kind}: {e}"))
                         .unwrap();
                     assert_eq!(back.to_value().as_ref(), Some(s), "{kind}");
                     let inv = nic::discover(&node.roots());
                     let on_node = pools::OnNode::new(&inv);
                     for (name, dev) in &back.devices {
-                        let hw = devinfo::Hardware::of(dev);
+                        let hw = specs::Hardware::of(dev);
                         assert!(hw.on(&on_node), "{kind}={name}: {hw:?} not found on the node");
                     }
                 }
@@ -383,4 +383,57 @@ fn the_cdi_model_refuses_what_the_library_refuses() {
     let mut env = ok;
     env["devices"][0]["containerEdits"]["env"] = serde_json::json!(["=x"]);
     assert!(common::cdi::validate(&env).unwrap_err().contains("invalid environment variable"));
+}
+
+/// The paths of CDI device nodes.
+#[cfg(feature = "dra")]
+fn paths(edits: &kube_rdma_device_plugin::cdi::Edits) -> Vec<String> {
+    edits.device_nodes.iter().flatten().map(|n| n.path.clone()).collect()
+}
+
+/// The MAD devices (`umadN`, `issmN`) go with a VF's RDMA device in both
+/// modes, as sriov-network-device-plugin hands them out
+/// (`allocate::device_nodes` says why): Allocate's DeviceSpecs, the pool's CDI
+/// device and a DRA claim's CDI spec list the same nodes for the same VF, so
+/// switching modes changes no container. Only a claim's `umad: false` leaves
+/// them out, and nothing else.
+#[cfg(feature = "dra")]
+#[test]
+fn a_vf_gives_its_container_the_same_device_nodes_mad_devices_included_in_both_modes() {
+    use kube_rdma_device_plugin::dra::cdi::{spec, ClaimDevice};
+    use kube_rdma_device_plugin::dra::claimconfig::DeviceConfig;
+    use kube_rdma_device_plugin::dra::devices::{from_plan, History, PreparedDevices, View};
+    let node = sim("cx6dx-dual.yaml");
+    let inv = nic::discover(&node.roots());
+    let cfg =
+        Config::parse("pools: [{name: vfs, selectors: {vendors: [\"15b3\"]}}]", Path::new("t.yaml")).unwrap();
+    let plan = pools::plan(&inv, &cfg);
+    let pool = &plan.pools[0];
+    let pool_specs = cdi_devices(pool, |_| true);
+    let view = from_plan(&plan, &inv, History { last: &View::default(), prepared: &PreparedDevices::new() });
+    assert_eq!(view.devices.len(), pool.devices.len());
+    let no_mad = DeviceConfig { umad: false, ..Default::default() };
+    for d in &view.devices {
+        let id = d.pci.to_string();
+        let allocated: Vec<String> = container_response(pool, &ids(&[&id]))
+            .unwrap()
+            .devices
+            .into_iter()
+            .map(|s| s.host_path)
+            .collect();
+        let kinds: Vec<&str> =
+            allocated.iter().map(|p| p.trim_end_matches(|c: char| c.is_ascii_digit())).collect();
+        let all = ["uverbs", "umad", "issm", "rdma_cm"].map(|c| format!("/dev/infiniband/{c}"));
+        assert_eq!(kinds, all, "{id}: device plugin mode");
+        let want = allocated;
+        assert_eq!(paths(&pool_specs[&id].container_edits), want, "{id}: the pool's CDI device");
+        let claim = |config: &DeviceConfig| {
+            let s = spec("u", &[ClaimDevice { request: "vf", device: d, config }], view.rdma_cm).unwrap();
+            [paths(&s.devices[0].container_edits), paths(&s.container_edits)].concat()
+        };
+        assert_eq!(claim(&DeviceConfig::default()), want, "{id}: DRA mode");
+        let without: Vec<String> =
+            want.iter().filter(|p| !p.contains("/umad") && !p.contains("/issm")).cloned().collect();
+        assert_eq!(claim(&no_mad), without, "{id}: DRA mode, umad: false");
+    }
 }

@@ -143,7 +143,7 @@ fn rsdp_config_list_is_read_unchanged_as_shared_resources() {
     let mut got = names(&b.devices[0]);
     got.sort();
     assert_eq!(got, ["mlx5_0", "mlx5_1", "mlx5_2", "mlx5_3", "mlx5_4", "mlx5_5"]);
-    let hca = plan.decisions.iter().find(|d| d.kind == "HCA").unwrap();
+    let hca = plan.decisions.iter().find(|d| d.kind == pools::DecisionKind::Hca).unwrap();
     assert_eq!(hca.pool.as_deref(), Some("rdma/hca_shared_devices_a"));
     assert!(hca.notes.iter().any(|n| n.contains("also in rdma/hca_shared_devices_b")), "{hca:?}");
     // E810 PF: rejected by vendor in both pools.

@@ -86,10 +86,14 @@ fn shared_netns_mode_with_vf_pools_is_a_failing_check_with_the_fix() {
     assert!(out.contains("rdma netns: shared (ib_core netns_mode=1"), "{out}");
     assert!(out.contains("Node checks: 1 failing"), "{out}");
     assert!(out.contains("FAIL rdma-netns: RDMA netns mode is shared"), "{out}");
-    assert!(
-        out.contains("fix: echo 'options ib_core netns_mode=0' > /etc/modprobe.d/ib_core.conf && reboot"),
-        "{out}"
-    );
+    // The reboot is drained first and uncordoned after, one step a line (issue 39, item 7).
+    let steps = [
+        "    fix: echo 'options ib_core netns_mode=0' > /etc/modprobe.d/ib_core.conf\n",
+        "    fix: kubectl drain NODE --ignore-daemonsets\n",
+        "    fix: reboot\n",
+        "    fix: kubectl uncordon NODE\n",
+    ];
+    assert!(out.contains(&steps.concat()), "{out}");
     assert!(out.contains("rdma system set netns exclusive"), "{out}");
 
     let (code, out, _) = discover_code(&["--sim", &example("mixed.yaml"), "-o", "json"]);
@@ -240,4 +244,110 @@ fn e810_nodes_show_the_pf_protocol_and_why_a_vf_has_no_rdma() {
     assert!(v.get("vfsWithoutRdma").is_none(), "{v}");
     let served = v["pools"][0]["devices"].as_array().unwrap();
     assert_eq!(served.len(), 4);
+}
+
+fn write(dir: &std::path::Path, name: &str, text: &str) -> String {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p.to_str().unwrap().to_string()
+}
+
+/// Issue 39, item 6: the quick start's pool on a node it does not fit serves
+/// nothing. That is a failing check naming the pool and, per selector, the
+/// device it came nearest to taking (the E810 VFs fail at `vendors`, the
+/// ConnectX-7 VFs only at `pfNames`), exit 1; the same config on the node it
+/// was written for passes.
+#[test]
+fn a_configured_pool_that_would_serve_no_device_fails_naming_it_and_its_nearest_miss() {
+    let pools = common::examples().join("../pools.yaml").to_str().unwrap().to_string();
+    let (code, out, err) = discover_code(&["--sim", &example("mixed.yaml"), "--config", &pools]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.contains("Node checks: 1 failing"), "{out}");
+    assert!(
+        out.contains(
+            "FAIL empty-pool: pool kuberdma.io/rdma_vfs serves no device: its selectors reject every device; \
+             nearest miss: selectors rejected 0000:1a:00.1 by pfNames [ens1f0np0#0-7,ens1f1np1#0-7]: PF is ens3np0, VF index 0"
+        ),
+        "{out}"
+    );
+    assert!(out.contains("fix: a config meant for other kinds of nodes too"), "{out}");
+    let (code, json, _) = discover_code(&["--sim", &example("mixed.yaml"), "--config", &pools, "-o", "json"]);
+    assert_eq!(code, 1);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["failures"][0]["check"], "empty-pool");
+
+    let (code, out, err) = discover_code(&["--sim", &example("cx6dx-dual.yaml"), "--config", &pools]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.trim_end().ends_with("Node checks: all pass"), "{out}");
+}
+
+/// One config for a fleet of several kinds of nodes: `--allow-empty-pools`
+/// passes the pools a node has no device for (the table still shows 0).
+#[test]
+fn allow_empty_pools_passes_a_fleet_config_on_a_node_it_only_partly_fits() {
+    let pools = common::examples().join("../pools.yaml").to_str().unwrap().to_string();
+    let args = ["--sim", &example("mixed.yaml"), "--config", &pools, "--allow-empty-pools"];
+    let (code, out, err) = discover_code(&args);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.trim_end().ends_with("Node checks: all pass"), "{out}");
+    let pool = out.lines().find(|l| l.starts_with("kuberdma.io/rdma_vfs")).unwrap();
+    assert_eq!(pool.split_whitespace().nth(4), Some("0"), "{pool}");
+}
+
+/// Each selector of an empty pool gets its own nearest miss; a pool whose
+/// devices an earlier pool took says which; a vf pool on a node without VFs
+/// (only an HCA) says there was nothing to try.
+#[test]
+fn an_empty_pool_says_why_per_selector_and_names_the_pool_that_took_its_devices() {
+    let dir = tempfile::tempdir().unwrap();
+    let pools = [
+        "pools:",
+        "  - name: first",
+        "    selectors: {vendors: [\"15b3\"]}",
+        "  - name: second",
+        "    selectors: {pfNames: [ens3np0]}",
+        "  - name: nowhere",
+        "    selectors:",
+        "      - {vendors: [\"15b3\"], drivers: [mlx5_ib]}",
+        "      - {numaNodes: [7]}",
+    ];
+    let cfg = write(dir.path(), "pools.yaml", &pools.join("\n"));
+    let (code, out, err) = discover_code(&["--sim", &example("mixed.yaml"), "--config", &cfg]);
+    assert_eq!(code, 1, "{err}");
+    assert!(out.contains("Node checks: 3 failing"), "{out}"); // and rdma-netns: `first` takes RDMA VFs
+    assert!(
+        out.contains(
+            "FAIL empty-pool: pool kuberdma.io/second serves no device: every device it selects is taken by \
+             an earlier pool (kuberdma.io/first; the first pool in the config that selects a device wins)"
+        ),
+        "{out}"
+    );
+    assert!(
+        out.contains(
+            "FAIL empty-pool: pool kuberdma.io/nowhere serves no device: its selectors reject every device; \
+             nearest miss: selectors[0] rejected 0000:1a:00.1 by drivers [mlx5_ib]: driver is mlx5_core; \
+             selectors[1] rejected 0000:1a:00.1 by numaNodes: NUMA node is 0"
+        ),
+        "{out}"
+    );
+
+    let node = [
+        "node: hca-only",
+        "adapters:",
+        "  - model: connectx-6dx-nosriov",
+        "    pfs:",
+        "      - bdf: \"0000:86:00.0\"",
+        "        netdev: ens5f0np0",
+        "        rdma: mlx5_1",
+    ];
+    let node = write(dir.path(), "hca-only.yaml", &node.join("\n"));
+    let vf_pool = write(dir.path(), "vf.yaml", "pools:\n  - name: vfs\n    selectors: {isRdma: true}\n");
+    let (code, out, err) = discover_code(&["--sim", &node, "--config", &vf_pool]);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        out.contains(
+            "FAIL empty-pool: pool kuberdma.io/vfs serves no device: this node has no device of its mode"
+        ),
+        "{out}"
+    );
 }

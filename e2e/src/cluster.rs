@@ -26,6 +26,7 @@ use crate::apiserver::{self, ApiServer, Client, ADMIN};
 use crate::daemon::{self, run, Daemon, Spec};
 use crate::hostdirs;
 use crate::images;
+use crate::locks;
 use crate::node::{self, Created, Snapshot};
 use crate::peers;
 
@@ -290,7 +291,7 @@ fn build_with(ph: &mut Phases) -> Result<Vec<images::Image>> {
 
 fn build_images() -> Result<Vec<images::Image>> {
     // Instances share the image cache (and podman's store).
-    let _lock = lock_file(".images.lock")?;
+    let _lock = locks::exclusive(".images.lock")?;
     Ok(vec![images::pause()?, images::busybox()?, images::kube_rdma()?])
 }
 
@@ -909,17 +910,7 @@ pub fn down() -> Result<Vec<String>> {
 
 /// One `up` or `down` at a time per instance (a second waits): they read and write state.json.
 fn lock() -> Result<nix::fcntl::Flock<std::fs::File>> {
-    lock_file(&format!(".cluster-{}.lock", node::instance()))
-}
-
-/// An exclusive lock on `<cache>/<name>`, held while the value lives.
-pub(crate) fn lock_file(name: &str) -> Result<nix::fcntl::Flock<std::fs::File>> {
-    let dir = peers::cache_dir();
-    std::fs::create_dir_all(&dir)?;
-    let path = dir.join(name);
-    let f = std::fs::File::create(&path).with_context(|| format!("creating {}", path.display()))?;
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-        .map_err(|(_, e)| anyhow::anyhow!("locking {}: {e}", path.display()))
+    locks::exclusive(&format!(".cluster-{}.lock", node::instance()))
 }
 
 fn down_locked() -> Result<Vec<String>> {

@@ -15,9 +15,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
+use plumbing::atomic_file;
 use serde::{Deserialize, Serialize};
 
-use crate::{cluster, node, peers};
+use crate::{locks, node, peers};
 
 /// `<cache>/host-dirs.json`.
 #[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
@@ -90,14 +91,13 @@ fn save(reg: &Registry) -> Result<()> {
             _ => Ok(()),
         };
     }
-    let tmp = path().with_extension("tmp");
-    std::fs::write(&tmp, serde_json::to_vec_pretty(reg)?)?;
-    std::fs::rename(&tmp, path()).with_context(|| format!("writing {}", path().display()))
+    // Durable: after a crash, a cut-off registry would fail every later `up` and `down`.
+    Ok(atomic_file::write_durable(&path(), &serde_json::to_vec_pretty(reg)?, None)?)
 }
 
 /// Registers this instance as a user before `up` makes or uses any mount point.
 pub fn join(state: &Path) -> Result<()> {
-    let _lock = cluster::lock_file(".host-dirs.lock")?;
+    let _lock = locks::exclusive(".host-dirs.lock")?;
     let mut reg = load()?;
     reg.users.insert(node::instance(), state.to_path_buf());
     save(&reg)
@@ -105,7 +105,7 @@ pub fn join(state: &Path) -> Result<()> {
 
 /// Unregisters this instance at `down` and removes what no instance uses any more.
 pub fn leave(mine: &[PathBuf]) -> Result<Release> {
-    let _lock = cluster::lock_file(".host-dirs.lock")?;
+    let _lock = locks::exclusive(".host-dirs.lock")?;
     let mut reg = load()?;
     let r = release(&mut reg, node::instance(), mine, |state| state.exists());
     for d in r.remove.iter().rev() {

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use anyhow::{Context, Result};
+use plumbing::atomic_file;
 
 use crate::daemon::run;
 use crate::peers;
@@ -82,12 +83,20 @@ fn import_rootfs(name: &str, rootfs: &Path, changes: &[&str], key: &str) -> Resu
     Ok(Image { name: name.into(), archive })
 }
 
+/// `podman save` of `name` to `archive`, whole or not at all: the archive's existence is what
+/// says the image is built, so a cut-off one (a killed build, a power loss) must never be left
+/// there. podman writes the archive to its stdout (the same bytes as `-o FILE`).
 fn save(name: &str, archive: &Path) -> Result<()> {
-    let tmp = archive.with_extension("tmp");
-    let _ = std::fs::remove_file(&tmp);
-    run(podman().args(["save", "--format", "docker-archive", "-o"]).arg(&tmp).arg(name))?;
-    std::fs::rename(&tmp, archive).with_context(|| format!("renaming to {}", archive.display()))?;
-    Ok(())
+    let mut c = podman();
+    c.args(["save", "--format", "docker-archive", name]);
+    let out = c.output().with_context(|| format!("running {c:?}"))?;
+    anyhow::ensure!(
+        out.status.success(),
+        "{c:?} failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr).trim()
+    );
+    Ok(atomic_file::write_durable(archive, &out.stdout, None)?)
 }
 
 /// The sandbox image: our `pause` binary as `/pause`.
@@ -164,13 +173,15 @@ pub fn kube_rdma() -> Result<Image> {
 }
 
 /// Every build of other sources left a 100 MB archive and a podman image: keep only the
-/// archive just saved (what clusters import; podman's copy is not needed after `save`).
+/// archive just saved (what clusters import; podman's copy is not needed after `save`), and
+/// no temp file a killed `save` left (builds hold `.images.lock`, so none is being written).
 /// Best effort: what cannot be removed now is removed by a later build.
 fn prune_kube_rdma(keep: &Path) {
     if let Ok(rd) = images_dir().and_then(|d| Ok(std::fs::read_dir(d)?)) {
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().into_owned();
-            if n.starts_with("kube-rdma-") && n.ends_with(".tar") && e.path() != keep {
+            let temp = n.starts_with(".kube-rdma-") && n.ends_with(".tmp");
+            if (temp || n.starts_with("kube-rdma-") && n.ends_with(".tar")) && e.path() != keep {
                 let _ = std::fs::remove_file(e.path());
             }
         }

@@ -10,6 +10,7 @@
 //! apiserver  etcd + kube-apiserver (also a fixture for tests: ApiServer::start)
 //! node       what the node changes on the host: netns, mounts, cgroups (and undoes)
 //! hostdirs   the host mount-point directories instances share (the last one down removes them)
+//! locks      the host-wide locks instances take (images, host dirs, one up/down at a time)
 //! images     pause, busybox and kube-rdma images, made offline
 //! cluster    up / down / env / status of the local cluster
 //! simsync    the simulated tree follows its veth links (netdevs moved into pods)
@@ -23,6 +24,7 @@ pub mod cluster;
 pub mod daemon;
 pub mod hostdirs;
 pub mod images;
+mod locks;
 pub mod node;
 pub mod peers;
 pub mod pki;

@@ -20,6 +20,8 @@ pub const PINNED: &[(&str, &str, &str)] = &[
     ("Multus", "multus", "gopkg.in/k8snetworkplumbingwg/multus-cni.v4"),
     // Kubernetes 1.36's API server alone (e2e/peers/apiserver-1.36/main.go says why).
     ("kube-apiserver-1.36", "apiserver-1.36", "k8s.io/kubernetes"),
+    // Prometheus' promtool, which lints each daemon's live /metrics (v0.3xx.y is Prometheus 3.xx.y).
+    ("promtool", "promtool", "github.com/prometheus/prometheus"),
 ];
 
 /// The version of `module` that wrapper module `wrapper` (`e2e/peers/<wrapper>/go.mod`) pins.

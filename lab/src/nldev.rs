@@ -191,7 +191,7 @@ impl nic::netlink::transport::Transport for Tap {
 fn done_errors(dgrams: &[Vec<u8>]) -> Vec<i32> {
     let mut out = Vec::new();
     for d in dgrams {
-        for m in nic::netlink::transport::split_datagram(d).unwrap_or_default() {
+        for (_, m) in nic::netlink::transport::split_datagram(d).whole().unwrap_or_default() {
             if m.len() >= 20 && u16::from_ne_bytes([m[4], m[5]]) == 3 {
                 out.push(i32::from_ne_bytes([m[16], m[17], m[18], m[19]]));
             }

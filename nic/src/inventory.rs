@@ -429,9 +429,17 @@ pub enum NetnsMode {
 }
 
 /// How to put a node's RDMA subsystem in exclusive netns mode for good: the
-/// module option, read when ib_core loads at boot.
-pub const NETNS_EXCLUSIVE_FIX: &str =
-    "echo 'options ib_core netns_mode=0' > /etc/modprobe.d/ib_core.conf && reboot";
+/// module option, read when ib_core loads at boot, and a reboot of the node
+/// drained first ([`DRAIN`], its pods moved elsewhere, the node cordoned) and
+/// uncordoned once it is back ([`UNCORDON`]). `NODE` is the node's name.
+pub const NETNS_EXCLUSIVE_FIX: &str = "echo 'options ib_core netns_mode=0' > /etc/modprobe.d/ib_core.conf && kubectl drain NODE --ignore-daemonsets && reboot && kubectl uncordon NODE";
+
+/// What every printed fix that reboots a node runs first (kubectl's own
+/// advice for node maintenance): evict its pods and cordon it.
+pub const DRAIN: &str = "kubectl drain NODE --ignore-daemonsets";
+
+/// What every printed fix that reboots a node runs once it is Ready again.
+pub const UNCORDON: &str = "kubectl uncordon NODE";
 
 /// The same for the running kernel only, and only while no network namespace but
 /// the host's exists: ib_core refuses with EBUSY otherwise (`rdma_compatdev_set`),

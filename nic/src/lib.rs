@@ -19,7 +19,6 @@ pub mod readiness;
 pub mod roce;
 pub mod roots;
 pub mod sim;
-pub mod simdesc;
 pub mod sysfs;
 pub mod vfdev;
 
@@ -27,6 +26,9 @@ pub use discover::discover;
 pub use inventory::*;
 pub use pci::{PciAddr, PciAddrError};
 pub use roots::Roots;
+/// The simulated node's description, by its older path (callers in the other
+/// crates and the tests name it so).
+pub use sim::desc as simdesc;
 
 /// An error and its sources on one line (`a: b: c`), as the binaries print
 /// errors (`{:#}`) and as logs carry them. A source whose text the message

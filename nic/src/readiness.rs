@@ -8,7 +8,12 @@
 //!   (interface [`NODE`], such as `rdma-netns`).
 //! - Only `Fail` blocks: `Unknown`, `Unsupported` and `NotApplicable` are
 //!   reported (`Degraded`, the status table) but do not make a node unready, and
-//!   a result this version does not know does not either.
+//!   a result this version does not know does not either. A check that could not
+//!   be read (`Unknown`, `Unsupported`: ECN, CNP and trust on inbox mlx5 or E810)
+//!   is not a pass either: a ready node names them as unverified (the agent's
+//!   `summary.unverified` and `RoceReady` reason `ChecksUnverified`). Blocking on
+//!   them would make every node without NVIDIA OFED/DOCA unready for good, for
+//!   settings the driver does not let anyone read.
 //! - A **node** is ready when at least one interface was checked and no check
 //!   fails (node-wide checks alone do not count: no RoCE interface is not ready).
 //! - A **PF** is ready when it has at least one check, none of its checks fails

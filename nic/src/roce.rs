@@ -25,8 +25,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use crate::inventory::{NetnsMode, RdmaProtocol};
-use crate::netlink::dcb::dcbx::{DCB_CAP_DCBX_HOST, DCB_CAP_DCBX_LLD_MANAGED, DCB_CAP_DCBX_VER_IEEE};
-pub use crate::netlink::dcb::{IeeeEts, IeeePfc, Priorities};
+pub use crate::netlink::dcb::{DcbxMode, IeeeEts, IeeePfc, Priorities};
 pub use crate::netlink::transport::Exchange;
 use crate::pci::PciAddr;
 
@@ -138,38 +137,6 @@ impl<T> Observed<T> {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum DcbxMode {
-    /// Host (OS) controlled, IEEE (`DCB_CAP_DCBX_HOST | DCB_CAP_DCBX_VER_IEEE`).
-    #[default]
-    Os,
-    /// Firmware managed (`DCB_CAP_DCBX_LLD_MANAGED`).
-    Firmware,
-}
-
-impl DcbxMode {
-    /// The `DCB_CAP_DCBX_*` bits (dcbnl.h) that select this mode, IEEE flavour in both.
-    pub fn bits(self) -> u8 {
-        match self {
-            DcbxMode::Os => DCB_CAP_DCBX_HOST | DCB_CAP_DCBX_VER_IEEE,
-            DcbxMode::Firmware => DCB_CAP_DCBX_LLD_MANAGED | DCB_CAP_DCBX_VER_IEEE,
-        }
-    }
-
-    /// The mode `DCB_CAP_DCBX_*` bits name: firmware when LLD-managed, else OS
-    /// when host; `None` when they name neither.
-    pub fn from_bits(bits: u8) -> Option<Self> {
-        if bits & DCB_CAP_DCBX_LLD_MANAGED != 0 {
-            Some(DcbxMode::Firmware)
-        } else if bits & DCB_CAP_DCBX_HOST != 0 {
-            Some(DcbxMode::Os)
-        } else {
-            None
-        }
-    }
-}
-
 /// Trust mode: what classifies packets into priorities.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -204,6 +171,25 @@ pub struct NodeRoce {
     /// netns mode must be exclusive ([`crate::netns_mode_problem`]).
     #[serde(default)]
     pub rdma_vfs: usize,
+    /// Port counters of the VFs whose RDMA device this namespace sees (one
+    /// moved into a pod's namespace in exclusive mode is not in the host's
+    /// `infiniband` class, so it has none here).
+    #[serde(default)]
+    pub vf_counters: Vec<VfPortCounters>,
+}
+
+/// RDMA port 1 `counters/*` of one VF (as [`InterfaceRoce::port_counters`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VfPortCounters {
+    /// The PF's netdev (`ens1f0np0`); its PCI address when it has none.
+    pub pf: String,
+    /// VF index on the PF (the `N` of `virtfnN`).
+    pub vf: u32,
+    /// The VF's RDMA device (`mlx5_2`).
+    pub rdma_dev: String,
+    /// Its port 1 `counters/*`, by file name.
+    pub counters: BTreeMap<String, u64>,
 }
 
 impl NodeRoce {
@@ -283,6 +269,12 @@ pub struct InterfaceRoce {
     pub port_state: Observed<String>,
     /// RDMA port 1 `hw_counters/*` (empty when there are none).
     pub hw_counters: BTreeMap<String, u64>,
+    /// RDMA port 1 `counters/*`, the InfiniBand port counters ib_core reads
+    /// through the driver's `process_mad` (mlx5; not irdma or rxe): `port_xmit_data`,
+    /// `port_rcv_data` (both in 4-octet words), `symbol_error`, `link_downed`,
+    /// `port_rcv_errors`, … Empty when there are none.
+    #[serde(default)]
+    pub port_counters: BTreeMap<String, u64>,
     /// `sriov_numvfs` (Unsupported for a shared-mode HCA).
     pub num_vfs: Observed<u32>,
     /// `sriov_totalvfs`.

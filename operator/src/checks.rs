@@ -471,8 +471,8 @@ fn chain_tos_checks(c: &Ctx, p: &RoceProfileSpec, i: &InterfaceRoce) -> Vec<Chec
                 Ok((prio, via)) => {
                     let path = format!("tos {tos} → dscp {dscp} → prio {prio}{via}");
                     let chain = Chain { p, i, dscp, prio };
-                    out.push(chain_pfc(c, &chain, &path));
-                    out.push(chain_ecn(c, &chain, &path));
+                    out.push(chain_check(c, &chain, &path, ChainSetting::pfc(i)));
+                    out.push(chain_check(c, &chain, &path, ChainSetting::ecn(i)));
                 }
             }
         }
@@ -655,73 +655,71 @@ impl Chain<'_> {
     }
 }
 
-fn chain_pfc(c: &Ctx, ch: &Chain, path: &str) -> Check {
-    let i = ch.i;
-    match &i.pfc {
-        Observed::Value(pfc) => {
-            let ok = pfc.pfc_en.contains(ch.prio & 7) && ch.dscp != 0;
-            let fix = if ok {
-                String::new()
-            } else {
-                ch.steering_fix().unwrap_or_else(|| {
-                    // The DSCP lands where it should: that priority needs PFC. The
-                    // same command as the `pfc` check when the profile names the set.
-                    let want = match &ch.p.pfc {
-                        Some(x) if x.priorities.contains(&ch.prio) => sorted(&x.priorities),
-                        _ => {
-                            let mut v = pfc.enabled_priorities();
-                            v.push(ch.prio);
-                            sorted(&v)
-                        }
-                    };
-                    remediation(&i.netdev, &Remedy::Pfc { priorities: want })
-                })
-            };
-            c.make(
-                "chain-tos-pfc",
-                "ToS priority lossless",
-                &format!("{path}, pfc {}", prio_str(&pfc.enabled_priorities())),
-                if ok { CheckResult::Pass } else { CheckResult::Fail },
-                fix,
-            )
+/// What `chain-tos-pfc` and `chain-tos-ecn` differ in: the per-priority setting
+/// the traffic's priority needs, and how to turn it on there. Both pass when
+/// the setting is on for that priority (and the DSCP is not 0); both fix
+/// traffic on the wrong priority by its steering first.
+struct ChainSetting {
+    name: &'static str,
+    expected: &'static str,
+    /// Names the setting in `actual` (`…, pfc 3,4`).
+    word: &'static str,
+    /// The priorities the setting is on for, as read.
+    on: Observed<Vec<u8>>,
+    /// The fix when the traffic lands where it should: `(chain, priorities on now)`.
+    enable: fn(&Chain, &[u8]) -> String,
+}
+
+impl ChainSetting {
+    fn pfc(i: &InterfaceRoce) -> Self {
+        ChainSetting {
+            name: "chain-tos-pfc",
+            expected: "ToS priority lossless",
+            word: "pfc",
+            on: i.pfc.as_ref().map(|p| p.enabled_priorities()),
+            // The same command as the `pfc` check when the profile names the set.
+            enable: |ch, on| {
+                let want = match &ch.p.pfc {
+                    Some(x) if x.priorities.contains(&ch.prio) => sorted(&x.priorities),
+                    _ => sorted(&[on, &[ch.prio]].concat()),
+                };
+                remediation(&ch.i.netdev, &Remedy::Pfc { priorities: want })
+            },
         }
-        o => c.make(
-            "chain-tos-pfc",
-            "ToS priority lossless",
-            &format!("{path}, pfc {}", reason_label(o)),
-            result_of(o),
-            String::new(),
-        ),
+    }
+
+    fn ecn(i: &InterfaceRoce) -> Self {
+        ChainSetting {
+            name: "chain-tos-ecn",
+            expected: "ToS priority has ECN",
+            word: "ecn",
+            on: i.ecn.clone(),
+            enable: |ch, _| remediation(&ch.i.netdev, &Remedy::Ecn { priority: ch.prio, on: true }),
+        }
     }
 }
 
-fn chain_ecn(c: &Ctx, ch: &Chain, path: &str) -> Check {
-    let i = ch.i;
-    match &i.ecn {
-        Observed::Value(ecn) => {
-            let ok = ecn.contains(&ch.prio) && ch.dscp != 0;
-            let fix = if ok {
-                String::new()
-            } else {
-                // Traffic on the wrong priority: fix the steering, not ECN there.
-                ch.steering_fix()
-                    .unwrap_or_else(|| remediation(&i.netdev, &Remedy::Ecn { priority: ch.prio, on: true }))
-            };
+/// `chain-tos-pfc` or `chain-tos-ecn` (per `set`) for traffic along `path`.
+fn chain_check(c: &Ctx, ch: &Chain, path: &str, set: ChainSetting) -> Check {
+    match &set.on {
+        Observed::Value(on) => {
+            let ok = on.contains(&ch.prio) && ch.dscp != 0;
+            // Traffic on the wrong priority: fix the steering, not the setting there.
+            let fix =
+                if ok { String::new() } else { ch.steering_fix().unwrap_or_else(|| (set.enable)(ch, on)) };
+            let actual = format!("{path}, {} {}", set.word, prio_str(on));
             c.make(
-                "chain-tos-ecn",
-                "ToS priority has ECN",
-                &format!("{path}, ecn {}", prio_str(ecn)),
+                set.name,
+                set.expected,
+                &actual,
                 if ok { CheckResult::Pass } else { CheckResult::Fail },
                 fix,
             )
         }
-        o => c.make(
-            "chain-tos-ecn",
-            "ToS priority has ECN",
-            &format!("{path}, ecn {}", reason_label(o)),
-            result_of(o),
-            String::new(),
-        ),
+        o => {
+            let actual = format!("{path}, {} {}", set.word, reason_label(o));
+            c.make(set.name, set.expected, &actual, result_of(o), String::new())
+        }
     }
 }
 

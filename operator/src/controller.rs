@@ -378,8 +378,7 @@ pub struct Controller {
     watch_timeout: Duration,
     metrics: Arc<RwLock<String>>,
     stores: Stores,
-    /// Each watch has listed once (profiles, states, nodes).
-    synced: [bool; 3],
+    synced: Synced,
     reported: BTreeSet<(String, Option<i64>)>,
     /// Per overlapping profile, the [`ProfileOverlap::key`] last announced by an Event.
     overlap_noted: BTreeMap<String, String>,
@@ -432,11 +431,52 @@ fn profile_status(o: &DynamicObject) -> Option<RoceProfileStatus> {
     o.data.get("status").and_then(|v| serde_json::from_value(v.clone()).ok())
 }
 
-fn names<K: ResourceExt + Clone + 'static>(store: &Store<K>) -> BTreeSet<String>
+/// Which of the three watches have listed once.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Synced {
+    profiles: bool,
+    states: bool,
+    nodes: bool,
+}
+
+impl Synced {
+    fn all(self) -> bool {
+        self.profiles && self.states && self.nodes
+    }
+}
+
+/// Forgets the writes of this process (by object name) that a watch event makes
+/// moot: the watch now shows the value written (`shown`; `None`: shows none this
+/// version reads), the object is gone, or a re-list no longer holds it (`store`,
+/// already updated by the event). `true` when the event ends a list (`InitDone`).
+fn forget_shown<K, V: PartialEq>(
+    written: &mut BTreeMap<String, V>,
+    ev: &Event<K>,
+    shown: impl Fn(&K) -> Option<V>,
+    store: &Store<K>,
+) -> bool
 where
+    K: ResourceExt + Clone + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    store.state().iter().map(|o| o.name_any()).collect()
+    match ev {
+        Event::Apply(o) | Event::InitApply(o) => {
+            let name = o.name_any();
+            if shown(o).is_some_and(|v| written.get(&name) == Some(&v)) {
+                written.remove(&name);
+            }
+        }
+        Event::Delete(o) => {
+            written.remove(&o.name_any());
+        }
+        Event::InitDone => {
+            let listed: BTreeSet<String> = store.state().iter().map(|o| o.name_any()).collect();
+            written.retain(|k, _| listed.contains(k));
+            return true;
+        }
+        Event::Init => {}
+    }
+    false
 }
 
 impl Controller {
@@ -453,7 +493,7 @@ impl Controller {
             watch_timeout: Duration::from_secs(600),
             metrics: Arc::new(RwLock::new(String::new())),
             stores: stores().0,
-            synced: [false; 3],
+            synced: Synced::default(),
             reported: BTreeSet::new(),
             overlap_noted: BTreeMap::new(),
             written_status: BTreeMap::new(),
@@ -531,11 +571,7 @@ impl Controller {
                 .into_response_partial::<Node>()
         });
         relist(&mut w.nodes, nodes);
-        self.synced = [true; 3];
-    }
-
-    fn synced(&self) -> bool {
-        self.synced.iter().all(|s| *s)
+        self.synced = Synced { profiles: true, states: true, nodes: true };
     }
 
     /// The three watches, each filling its store (fresh ones, replacing the current).
@@ -570,47 +606,17 @@ impl Controller {
     fn on_update(&mut self, u: Update) -> bool {
         let err = match u {
             Update::Profiles(Ok(ev)) => {
-                match &ev {
-                    Event::Apply(o) | Event::InitApply(o) => {
-                        let st = profile_status(o);
-                        if st.is_some() && self.written_status.get(&o.name_any()) == st.as_ref() {
-                            self.written_status.remove(&o.name_any());
-                        }
-                    }
-                    Event::Delete(o) => {
-                        self.written_status.remove(&o.name_any());
-                    }
-                    Event::InitDone => {
-                        self.synced[0] = true;
-                        let listed = names(&self.stores.profiles);
-                        self.written_status.retain(|k, _| listed.contains(k));
-                    }
-                    Event::Init => {}
-                }
+                self.synced.profiles |=
+                    forget_shown(&mut self.written_status, &ev, profile_status, &self.stores.profiles);
                 None
             }
             Update::States(Ok(ev)) => {
-                match &ev {
-                    Event::Apply(o) | Event::InitApply(o) => {
-                        let marked = StateInfo::from_object(o).marked_stale;
-                        if self.written_stale.get(&o.name_any()) == Some(&marked) {
-                            self.written_stale.remove(&o.name_any());
-                        }
-                    }
-                    Event::Delete(o) => {
-                        self.written_stale.remove(&o.name_any());
-                    }
-                    Event::InitDone => {
-                        self.synced[1] = true;
-                        let listed = names(&self.stores.states);
-                        self.written_stale.retain(|k, _| listed.contains(k));
-                    }
-                    Event::Init => {}
-                }
+                let marked = |o: &StateObject| Some(StateInfo::from_object(o).marked_stale);
+                self.synced.states |= forget_shown(&mut self.written_stale, &ev, marked, &self.stores.states);
                 None
             }
             Update::Nodes(Ok(ev)) => {
-                self.synced[2] |= matches!(ev, Event::InitDone);
+                self.synced.nodes |= matches!(ev, Event::InitDone);
                 None
             }
             Update::Profiles(Err(e)) | Update::States(Err(e)) | Update::Nodes(Err(e)) => Some(e),
@@ -674,7 +680,7 @@ impl Controller {
         self.report_bad_profiles(&view.profiles, &now, &mut pass).await?;
         self.report_overlaps(&p, &view, &now, &mut pass).await?;
         self.write_stale_marks(&p, &view.nodes, &now, &mut pass).await?;
-        if self.synced[2] {
+        if self.synced.nodes {
             self.delete_orphans(&p, &mut pass).await?;
         }
         Ok(pass)
@@ -871,7 +877,7 @@ impl Controller {
                 u = updates.next() => {
                     let Some(u) = u else { return };
                     seen += 1;
-                    if self.on_update(u) && self.synced() && failures == 0 {
+                    if self.on_update(u) && self.synced.all() && failures == 0 {
                         let now = Instant::now();
                         let first = *batch.get_or_insert(now);
                         due = Some((now + self.debounce).min(first + self.debounce_max));
@@ -881,11 +887,11 @@ impl Controller {
                     let now = Instant::now();
                     if next_check <= now {
                         next_check = now + check_every;
-                        if self.synced() {
+                        if self.synced.all() {
                             due.get_or_insert(now);
                         }
                     }
-                    if due.is_none_or(|d| d > now) || !self.synced() {
+                    if due.is_none_or(|d| d > now) || !self.synced.all() {
                         continue;
                     }
                     due = None;
@@ -986,4 +992,43 @@ pub fn bad_profile_event(bad: &BadProfile, now: &str) -> K8sEvent {
         },
         now,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    use super::*;
+
+    fn cm(name: &str, v: &str) -> ConfigMap {
+        ConfigMap {
+            metadata: ObjectMeta { name: Some(name.into()), ..Default::default() },
+            data: Some([("v".to_string(), v.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_write_is_forgotten_once_its_watch_shows_it_the_object_goes_or_a_relist_drops_it() {
+        let mut w: Writer<ConfigMap> = Writer::default();
+        let store = w.as_reader();
+        let shown = |o: &ConfigMap| o.data.as_ref().and_then(|d| d.get("v").cloned());
+        let mut written: BTreeMap<String, String> = [("a", "1"), ("b", "2"), ("c", "3"), ("d", "4")]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .into();
+        let mut step = |ev: Event<ConfigMap>, written: &mut BTreeMap<String, String>| {
+            w.apply_watcher_event(&ev);
+            forget_shown(written, &ev, shown, &store)
+        };
+        assert!(!step(Event::Apply(cm("a", "0")), &mut written));
+        assert!(written.contains_key("a"), "the watch shows an older value: the write is still ahead of it");
+        step(Event::Apply(cm("a", "1")), &mut written);
+        assert!(!written.contains_key("a"));
+        step(Event::Delete(cm("b", "0")), &mut written);
+        assert!(!written.contains_key("b"));
+        step(Event::Init, &mut written);
+        step(Event::InitApply(cm("d", "0")), &mut written);
+        assert!(step(Event::InitDone, &mut written), "InitDone: the watch has listed");
+        assert_eq!(written.keys().collect::<Vec<_>>(), ["d"], "c is gone from the re-list, d is still ahead");
+    }
 }

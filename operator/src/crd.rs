@@ -7,8 +7,9 @@
 //!   matches, in `Audit` or `Enforce` mode; the controller writes how many nodes
 //!   match, comply and drifted.
 //!
-//! `kube-rdma-operator crds` prints [`crds_yaml`]; the committed copy lives at
-//! `operator/crds/crds.yaml` and a test fails when it is stale.
+//! `kube-rdma-operator crds` prints [`crds_yaml`]; its one committed copy is the
+//! chart's `charts/kube-rdma/crds/crds.yaml` (`manifests/crds.yaml` is rendered from
+//! it) and a test fails when it is stale.
 //!
 //! # Field ownership of an `RdmaNodeState` (server-side apply)
 //!
@@ -53,6 +54,51 @@ pub const AGENT_MANAGER: &str = "kube-rdma-agent";
 /// Field manager of the controller.
 pub const CONTROLLER_MANAGER: &str = "kube-rdma-controller";
 
+/// One cross-field rule of `RoceProfile.spec`: the CEL the API server evaluates
+/// and the message both it and [`crate::validate::check_spec`] give.
+#[derive(Debug, Clone, Copy)]
+pub struct Rule {
+    /// CEL expression over `self` = `spec`.
+    pub cel: &'static str,
+    /// Message when it is false.
+    pub message: &'static str,
+}
+
+/// CNPs must not ride a lossless priority: a paused CNP cannot slow the sender.
+pub const RULE_CNP_NOT_LOSSLESS: Rule = Rule {
+    cel: "!has(self.cnp) || !has(self.pfc) || !(self.cnp.priority in self.pfc.priorities)",
+    message: "cnp.priority must not be one of pfc.priorities: a CNP paused by PFC cannot slow the sender",
+};
+/// One priority per DSCP: the APP table cannot map a DSCP twice.
+pub const RULE_DSCP_UNIQUE: Rule = Rule {
+    cel: "!has(self.dscpToPriority) || self.dscpToPriority.all(m, self.dscpToPriority.exists_one(n, n.dscp == m.dscp))",
+    message: "dscpToPriority maps the same dscp more than once",
+};
+/// PCP trust ignores DSCP, so a DSCP map would never be used.
+pub const RULE_PCP_NO_DSCP_MAP: Rule = Rule {
+    cel: "!has(self.trust) || self.trust != 'pcp' || !has(self.dscpToPriority) || size(self.dscpToPriority) == 0",
+    message: "trust pcp ignores DSCP: remove dscpToPriority or use trust dscp",
+};
+
+/// Link-level (802.3x) pause stops every priority at once, so PFC's per-priority
+/// pause (lossless for some classes, lossy for the rest) means nothing while it is
+/// on; the field's own documentation has always said so.
+pub const RULE_GLOBAL_PAUSE_NOT_WITH_PFC: Rule = Rule {
+    cel: "!has(self.globalPause) || !self.globalPause || !has(self.pfc) || size(self.pfc.priorities) == 0",
+    message:
+        "globalPause must be false when pfc.priorities is set: link-level pause and PFC exclude each other",
+};
+
+/// ETS shares are of the whole link (rule on `spec.ets`).
+pub const RULE_ETS_SUM: Rule = Rule {
+    cel: "self.bandwidth.sum() == 100",
+    message: "bandwidth must add up to 100 (percent of the link)",
+};
+
+/// Every cross-field rule of `spec`, in the order the CRD lists them.
+pub const RULES: [Rule; 4] =
+    [RULE_CNP_NOT_LOSSLESS, RULE_DSCP_UNIQUE, RULE_PCP_NO_DSCP_MAP, RULE_GLOBAL_PAUSE_NOT_WITH_PFC];
+
 /// Desired RoCE settings for a set of nodes.
 #[derive(CustomResource, Deserialize, Serialize, Clone, Debug, PartialEq, JsonSchema)]
 #[kube(
@@ -72,10 +118,10 @@ pub const CONTROLLER_MANAGER: &str = "kube-rdma-controller";
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": crate::validate::RULE_CNP_NOT_LOSSLESS.cel, "message": crate::validate::RULE_CNP_NOT_LOSSLESS.message},
-    {"rule": crate::validate::RULE_DSCP_UNIQUE.cel, "message": crate::validate::RULE_DSCP_UNIQUE.message},
-    {"rule": crate::validate::RULE_PCP_NO_DSCP_MAP.cel, "message": crate::validate::RULE_PCP_NO_DSCP_MAP.message},
-    {"rule": crate::validate::RULE_GLOBAL_PAUSE_NOT_WITH_PFC.cel, "message": crate::validate::RULE_GLOBAL_PAUSE_NOT_WITH_PFC.message},
+    {"rule": RULE_CNP_NOT_LOSSLESS.cel, "message": RULE_CNP_NOT_LOSSLESS.message},
+    {"rule": RULE_DSCP_UNIQUE.cel, "message": RULE_DSCP_UNIQUE.message},
+    {"rule": RULE_PCP_NO_DSCP_MAP.cel, "message": RULE_PCP_NO_DSCP_MAP.message},
+    {"rule": RULE_GLOBAL_PAUSE_NOT_WITH_PFC.cel, "message": RULE_GLOBAL_PAUSE_NOT_WITH_PFC.message},
 ]))]
 pub struct RoceProfileSpec {
     /// Nodes this profile applies to: every label must match (empty: all nodes).
@@ -164,7 +210,7 @@ impl DcbxSpec {
 #[derive(Deserialize, Serialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {"rule": crate::validate::RULE_ETS_SUM.cel, "message": crate::validate::RULE_ETS_SUM.message},
+    {"rule": RULE_ETS_SUM.cel, "message": RULE_ETS_SUM.message},
 ]))]
 pub struct EtsSpec {
     /// Transmit bandwidth of traffic classes 0..7, percent (eight values adding up to 100).
@@ -428,6 +474,14 @@ pub struct Summary {
     pub ready: String,
     /// `passed/total`.
     pub pass_total: String,
+    /// How many checks could not be read here (`Unsupported` or `Unknown`; ECN and CNP
+    /// on inbox mlx5 and on E810). They do not make the node unready, so `ready` says
+    /// only that nothing read fails; these were not verified.
+    #[serde(default)]
+    pub unverified: u32,
+    /// The checks behind `unverified`, each `interface/check`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub unverified_checks: Vec<String>,
     /// PFC priorities, e.g. `3`.
     pub pfc: String,
     /// Trust mode.
@@ -572,6 +626,12 @@ impl CheckResult {
     /// What the result means for readiness ([`nic::readiness`]).
     pub fn verdict(self) -> nic::readiness::Verdict {
         nic::readiness::Verdict::of(self.as_str())
+    }
+
+    /// The setting could not be read, so the check says nothing either way: not a
+    /// pass (`summary.unverified` counts these), and not a failure.
+    pub fn is_unverified(self) -> bool {
+        matches!(self, CheckResult::Unknown | CheckResult::Unsupported)
     }
 }
 

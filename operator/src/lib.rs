@@ -14,13 +14,12 @@
 //! use nic::roce::{DcbSource, ObserveOpts};
 //! let src = NodeSource { roots: nic::Roots::from_env(), dcb: DcbSource::Netlink, opts: ObserveOpts::default() };
 //! let state = check_once(&src, &default_profile());
-//! println!("{}", kube_rdma_operator::view::node_table(&state.spec.node_name,
-//!     state.status.as_ref().unwrap(), kube_rdma_operator::view::Detail::All));
+//! println!("{}", kube_rdma_operator::kubectl::view::node_table(&state.spec.node_name,
+//!     state.status.as_ref().unwrap(), kube_rdma_operator::kubectl::view::Detail::All));
 //! ```
 pub mod agent;
 pub mod api;
 pub mod checks;
-pub mod client;
 pub mod controller;
 pub mod crd;
 pub mod crd_apply;
@@ -30,16 +29,14 @@ pub mod events;
 pub mod fixtures;
 pub mod health;
 pub mod jitter;
-pub mod jsonpath;
+pub mod kubectl;
 pub mod metrics;
-pub mod output;
 pub mod overlap;
 pub mod profiles;
 pub mod publish;
 pub mod source;
 pub mod status;
 pub mod validate;
-pub mod view;
 
 use std::path::{Path, PathBuf};
 

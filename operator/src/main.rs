@@ -7,9 +7,10 @@ use std::time::Duration;
 use anyhow::{bail, Context as _};
 use clap::{Parser, Subcommand};
 use kube_rdma_operator::agent::{Agent, AgentConfig};
-use kube_rdma_operator::client::{connect, ClientOpts};
 use kube_rdma_operator::controller::{Controller, STALE_AFTER};
-use kube_rdma_operator::output::{self, Format, EXIT_HELP, EXIT_HELP_NO_CHECKS};
+use kube_rdma_operator::kubectl::client::{connect, ClientOpts};
+use kube_rdma_operator::kubectl::duration;
+use kube_rdma_operator::kubectl::output::{self, Format, EXIT_HELP, EXIT_HELP_NO_CHECKS};
 use kube_rdma_operator::source::NodeSource;
 use kube_rdma_operator::{check_once, checks, crd, crd_apply, health, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
@@ -83,12 +84,12 @@ enum Cmd {
 struct ControllerArgs {
     #[command(flatten)]
     api: ApiArgs,
-    /// Seconds between full re-checks of what the watches hold (staleness of agents);
-    /// changes are handled as they arrive. No API requests.
-    #[arg(long, default_value_t = 60)]
+    /// Time between full re-checks of what the watches hold (staleness of agents);
+    /// changes are handled as they arrive. No API requests. A duration (60s, 1m) or seconds.
+    #[arg(long, default_value_t = 60, value_parser = duration::parse_secs)]
     interval: u64,
-    /// Seconds without a heartbeat after which an agent is marked Stale.
-    #[arg(long, default_value_t = STALE_AFTER.as_secs())]
+    /// Time without a heartbeat after which an agent is marked Stale (25m; or seconds).
+    #[arg(long, default_value_t = STALE_AFTER.as_secs(), value_parser = duration::parse_secs)]
     stale_after: u64,
     /// Serve /metrics, /healthz and /livez here, e.g. 0.0.0.0:9412.
     #[arg(long)]
@@ -123,14 +124,14 @@ struct AgentArgs {
     /// Node to report as.
     #[arg(long, env = "NODE_NAME")]
     node_name: Option<String>,
-    /// Seconds between local re-reads of the node (± 10 %; no API request unless
-    /// something changed). Kernel link/DCB events trigger extra passes.
-    #[arg(long, default_value_t = 30, conflicts_with = "once")]
+    /// Time between local re-reads of the node (± 10 %; no API request unless
+    /// something changed), a duration (30s) or seconds. Kernel link/DCB events trigger extra passes.
+    #[arg(long, default_value_t = 30, value_parser = duration::parse_secs, conflicts_with = "once")]
     poll_interval: u64,
-    /// Seconds without a status write after which the agent refreshes
-    /// status.lastHeartbeatTime (+ up to 10 %). The controller marks an agent
-    /// Stale after --stale-after (25 min): keep this well below it.
-    #[arg(long, default_value_t = kube_rdma_operator::agent::HEARTBEAT.as_secs(), conflicts_with = "once")]
+    /// Time without a status write after which the agent refreshes
+    /// status.lastHeartbeatTime (+ up to 10 %), a duration (10m) or seconds. The controller
+    /// marks an agent Stale after --stale-after (25 min): keep this well below it.
+    #[arg(long, default_value_t = kube_rdma_operator::agent::HEARTBEAT.as_secs(), value_parser = duration::parse_secs, conflicts_with = "once")]
     heartbeat: u64,
     /// Read rdma_cm defaults from configfs, creating the device directory if needed (mkdir/rmdir).
     #[arg(long)]

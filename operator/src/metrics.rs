@@ -1,6 +1,7 @@
 //! Prometheus text exposition (format 0.0.4) of one node's RoCE state: check
 //! results, the RDMA protocol, PFC per priority, pause frames per priority (the `ieee_pfc`
-//! requests/indications counters), ECN, MTU, GID index and RDMA hw counters.
+//! requests/indications counters), ECN, MTU, GID index, RDMA hw counters, and the RDMA
+//! port counters of each PF port and of each VF whose RDMA device the host sees.
 //! [`crate::health::serve`] serves it with the agent's self-metrics.
 //!
 //! No series carries a `node` label: each agent exports one node, and Prometheus adds
@@ -19,6 +20,7 @@ pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
     write_checks(&mut o, checks);
     write_protocol_and_priorities(&mut o, &observed.interfaces);
     write_port_values(&mut o, &observed.interfaces);
+    write_port_counters(&mut o, observed);
     o
 }
 
@@ -128,13 +130,81 @@ fn write_port_values(o: &mut String, ifs: &[InterfaceRoce]) {
     }
     head(
         o,
-        "kuberdma_rdma_hw_counter_total",
+        "kuberdma_rdma_hw_stats_total",
         "counter",
         "RDMA port hw_counters (e.g. np_cnp_sent, rp_cnp_handled, out_of_sequence).",
     );
     for i in ifs {
-        for (k, v) in &i.hw_counters {
-            sample(o, "kuberdma_rdma_hw_counter_total", &[("interface", &i.netdev), ("counter", k)], v);
+        for (k, v) in i.hw_counters.iter().filter(|(k, _)| !NOT_COUNTERS.contains(&k.as_str())) {
+            sample(o, "kuberdma_rdma_hw_stats_total", &[("interface", &i.netdev), ("counter", k)], v);
+        }
+    }
+}
+
+/// Files of `hw_counters/` that are settings, not counts: mlx5's `lifespan` is how
+/// long (ms) the driver caches the others, and a write changes it.
+const NOT_COUNTERS: [&str; 1] = ["lifespan"];
+
+/// The data counters of ib_core's `counters/`, in 4-octet words (IBTA PortCounters
+/// `PortXmitData`/`PortRcvData`), exported in bytes; every other file there is a count.
+const DATA_WORDS: [(&str, &str); 2] = [("port_xmit_data", "transmitted"), ("port_rcv_data", "received")];
+
+/// One port's counters with the labels that name it (`interface`, and `vf` for a VF).
+struct Port<'a> {
+    labels: Vec<(&'static str, &'a str)>,
+    counters: &'a std::collections::BTreeMap<String, u64>,
+}
+
+/// The port counters of each PF/HCA port (`kuberdma_rdma_port_*`) and each VF the
+/// host sees (`kuberdma_vf_port_*`, labelled with the PF's `interface` and `vf`).
+fn write_port_counters(o: &mut String, observed: &NodeRoce) {
+    let pfs: Vec<Port> = observed
+        .interfaces
+        .iter()
+        .map(|i| Port { labels: vec![("interface", i.netdev.as_str())], counters: &i.port_counters })
+        .collect();
+    let indexes: Vec<String> = observed.vf_counters.iter().map(|v| v.vf.to_string()).collect();
+    let vfs: Vec<Port> = observed
+        .vf_counters
+        .iter()
+        .zip(&indexes)
+        .map(|(v, n)| Port {
+            labels: vec![("interface", v.pf.as_str()), ("vf", n.as_str())],
+            counters: &v.counters,
+        })
+        .collect();
+    for (prefix, ports, whose) in
+        [("kuberdma_rdma_port", &pfs, "RDMA port 1"), ("kuberdma_vf_port", &vfs, "VF RDMA port 1")]
+    {
+        for (file, dir) in DATA_WORDS {
+            let name = format!("{prefix}_{dir}_bytes_total");
+            head(
+                o,
+                &name,
+                "counter",
+                &format!("Bytes {dir} by the {whose} ({file} x 4, ib_core counters/)."),
+            );
+            for p in ports.iter() {
+                if let Some(words) = p.counters.get(file) {
+                    sample(o, &name, &p.labels, words.saturating_mul(4));
+                }
+            }
+        }
+        let name = format!("{prefix}_stats_total");
+        head(
+            o,
+            &name,
+            "counter",
+            &format!(
+                "{whose} counters of ib_core counters/ (symbol_error, link_downed, port_rcv_errors, ...)."
+            ),
+        );
+        for p in ports.iter() {
+            for (k, v) in p.counters.iter().filter(|(k, _)| !DATA_WORDS.iter().any(|(f, _)| f == k)) {
+                let mut labels = p.labels.clone();
+                labels.push(("counter", k));
+                sample(o, &name, &labels, v);
+            }
         }
     }
 }

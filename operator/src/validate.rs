@@ -6,7 +6,8 @@
 //!    way the API server checks with strict field validation: types, enums,
 //!    ranges, item counts, list sets, unknown fields, each error with its field path;
 //! 2. the cross-field rules the CRD carries as CEL (`x-kubernetes-validations`),
-//!    written once in [`RULES`] and evaluated here by their Rust twins.
+//!    written once in [`RULES`] (beside the CRD types) and evaluated here by
+//!    their Rust twins.
 
 use std::collections::BTreeSet;
 use std::sync::LazyLock;
@@ -16,50 +17,11 @@ use serde_json::Value;
 
 use crate::crd::{RoceProfile, RoceProfileSpec, TrustMode};
 
-/// One cross-field rule of `RoceProfile.spec`: the CEL the API server evaluates
-/// and the message both it and [`check_spec`] give.
-#[derive(Debug, Clone, Copy)]
-pub struct Rule {
-    /// CEL expression over `self` = `spec`.
-    pub cel: &'static str,
-    /// Message when it is false.
-    pub message: &'static str,
-}
-
-/// CNPs must not ride a lossless priority: a paused CNP cannot slow the sender.
-pub const RULE_CNP_NOT_LOSSLESS: Rule = Rule {
-    cel: "!has(self.cnp) || !has(self.pfc) || !(self.cnp.priority in self.pfc.priorities)",
-    message: "cnp.priority must not be one of pfc.priorities: a CNP paused by PFC cannot slow the sender",
+// The rules live with the CRD that carries them; their Rust twins are here.
+pub use crate::crd::{
+    Rule, RULES, RULE_CNP_NOT_LOSSLESS, RULE_DSCP_UNIQUE, RULE_ETS_SUM, RULE_GLOBAL_PAUSE_NOT_WITH_PFC,
+    RULE_PCP_NO_DSCP_MAP,
 };
-/// One priority per DSCP: the APP table cannot map a DSCP twice.
-pub const RULE_DSCP_UNIQUE: Rule = Rule {
-    cel: "!has(self.dscpToPriority) || self.dscpToPriority.all(m, self.dscpToPriority.exists_one(n, n.dscp == m.dscp))",
-    message: "dscpToPriority maps the same dscp more than once",
-};
-/// PCP trust ignores DSCP, so a DSCP map would never be used.
-pub const RULE_PCP_NO_DSCP_MAP: Rule = Rule {
-    cel: "!has(self.trust) || self.trust != 'pcp' || !has(self.dscpToPriority) || size(self.dscpToPriority) == 0",
-    message: "trust pcp ignores DSCP: remove dscpToPriority or use trust dscp",
-};
-
-/// Link-level (802.3x) pause stops every priority at once, so PFC's per-priority
-/// pause (lossless for some classes, lossy for the rest) means nothing while it is
-/// on; the field's own documentation has always said so.
-pub const RULE_GLOBAL_PAUSE_NOT_WITH_PFC: Rule = Rule {
-    cel: "!has(self.globalPause) || !self.globalPause || !has(self.pfc) || size(self.pfc.priorities) == 0",
-    message:
-        "globalPause must be false when pfc.priorities is set: link-level pause and PFC exclude each other",
-};
-
-/// ETS shares are of the whole link (rule on `spec.ets`).
-pub const RULE_ETS_SUM: Rule = Rule {
-    cel: "self.bandwidth.sum() == 100",
-    message: "bandwidth must add up to 100 (percent of the link)",
-};
-
-/// Every cross-field rule of `spec`, in the order the CRD lists them.
-pub const RULES: [Rule; 4] =
-    [RULE_CNP_NOT_LOSSLESS, RULE_DSCP_UNIQUE, RULE_PCP_NO_DSCP_MAP, RULE_GLOBAL_PAUSE_NOT_WITH_PFC];
 
 /// Problems found in a profile, each `path: what`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -141,6 +141,43 @@ fn upstream_mlx5_without_ofed_sysfs_reports_ecn_unsupported_not_fail() {
 }
 
 #[test]
+fn a_ready_node_names_the_checks_it_could_not_read_as_unverified() {
+    // Inbox mlx5 (no NVIDIA OFED/DOCA sysfs): ECN and CNP cannot be read.
+    let s = run(&with_roce(example("cx6dx-dual"), |r| r.ofed_sysfs = Some(false)));
+    assert_eq!(s.summary.ready, "True");
+    let unread: Vec<String> = s
+        .checks
+        .iter()
+        .filter(|c| matches!(c.result, CheckResult::Unsupported | CheckResult::Unknown))
+        .map(|c| format!("{}/{}", c.interface, c.name))
+        .collect();
+    assert_eq!(s.summary.unverified_checks, unread);
+    assert_eq!(s.summary.unverified as usize, unread.len());
+    for name in ["ens1f0np0/ecn", "ens1f0np0/cnp", "ens1f1np1/ecn", "ens1f1np1/cnp"] {
+        assert!(unread.iter().any(|u| u == name), "{name} not in {unread:?}");
+    }
+    let ready = s.conditions.iter().find(|c| c.type_ == "RoceReady").unwrap();
+    assert_eq!((ready.status.as_str(), ready.reason.as_str()), ("True", "ChecksUnverified"));
+    assert!(ready.message.starts_with(&format!("{} check(s) unverified", unread.len())), "{}", ready.message);
+    assert!(ready.message.contains("ens1f0np0/ecn"), "{}", ready.message);
+
+    // E810 (ice/irdma): no ECN sysfs either, and still ready.
+    let s = run(&example("e810-xxv"));
+    assert_eq!(s.summary.ready, "True");
+    assert!(
+        s.summary.unverified_checks.iter().any(|u| u == "ens2f0/ecn"),
+        "{:?}",
+        s.summary.unverified_checks
+    );
+
+    // Everything read: nothing unverified, and the reason says all checks pass.
+    let s = run(&example("cx6dx-dual"));
+    assert_eq!((s.summary.unverified, s.summary.unverified_checks.len()), (0, 0));
+    let ready = s.conditions.iter().find(|c| c.type_ == "RoceReady").unwrap();
+    assert_eq!((ready.reason.as_str(), ready.message.as_str()), ("AllChecksPass", ""));
+}
+
+#[test]
 fn e810_with_firmware_lldp_agent_on_fails_with_the_ethtool_command() {
     let s = run(&with_roce(example("e810-xxv"), |r| r.fw_lldp_agent = true));
     let c = check(&s, "ens2f0", "fw-lldp-agent");
@@ -382,7 +419,7 @@ fn shared_netns_mode_with_rdma_vfs_fails_the_rdma_netns_check() {
         ("node", CheckResult::Fail, "exclusive")
     );
     assert_eq!(c.actual, "shared: 16 VFs with RDMA devices cannot move into pods");
-    assert_eq!(c.remediation, "echo 'options ib_core netns_mode=0' > /etc/modprobe.d/ib_core.conf && reboot");
+    assert_eq!(c.remediation, "echo 'options ib_core netns_mode=0' > /etc/modprobe.d/ib_core.conf && kubectl drain NODE --ignore-daemonsets && reboot && kubectl uncordon NODE");
     assert_eq!(s.summary.ready, "False");
     let ready = s.conditions.iter().find(|c| c.type_ == "RoceReady").unwrap();
     assert!(ready.message.contains("node/rdma-netns"), "{ready:?}");

@@ -1,7 +1,9 @@
 //! The real binaries on the bundled simulated nodes, without a cluster: checks,
 //! profile files validated like the CRD, clear errors (never a panic) when there
-//! is no usable Kubernetes configuration, and the one command-line convention of
-//! both binaries (`-o`, exit status, a closed stdout).
+//! is no usable Kubernetes configuration, the one command-line convention of
+//! both binaries (`-o`, exit status, a closed stdout), and kubectl's habits of
+//! `kubectl rdma` (errors exit 1 in kubectl's words, `version`, `completion`,
+//! `-n`/`-A`, durations).
 use std::process::Command;
 
 use kube_rdma_operator::crd::RdmaNodeState;
@@ -44,6 +46,10 @@ fn agent_once_json_is_an_rdma_node_state() {
     assert_eq!(code, 0, "{err}");
     let s: RdmaNodeState = serde_json::from_str(&out).unwrap();
     assert_eq!(s.spec.node_name, "e810-xxv");
+    // The table names the checks that could not be read (ECN without NVIDIA's sysfs), apart from passes.
+    let (_, table, _) = run(op().args(["agent", "--once", "--sim"]).arg(example_path("e810-xxv")));
+    let want = format!("  UNVERIFIED {}: ", s.status.as_ref().unwrap().summary.unverified);
+    assert!(table.lines().nth(1).is_some_and(|l| l.starts_with(&want) && l.contains("/ecn")), "{table}");
     let st = s.status.unwrap();
     assert!(st
         .checks
@@ -55,7 +61,9 @@ fn agent_once_json_is_an_rdma_node_state() {
 fn crds_subcommand_prints_the_committed_yaml() {
     let (code, out, _) = run(op().arg("crds"));
     assert_eq!(code, 0);
-    let committed = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/crds/crds.yaml")).unwrap();
+    let committed =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../charts/kube-rdma/crds/crds.yaml"))
+            .unwrap();
     assert_eq!(out, committed);
 }
 
@@ -84,11 +92,16 @@ fn kubectl_rdma_check_exits_1_on_failing_checks_and_shows_remediation() {
     assert_eq!(code, 0, "{err}");
 }
 
+/// The exit status of an error: kubectl's 1 for `kubectl rdma`, the house's 2 for the daemons' binary.
+const KUBECTL_ERROR: i32 = 1;
+const OPERATOR_ERROR: i32 = 2;
+
 #[test]
-fn bad_inputs_fail_with_a_message_and_exit_2() {
+fn bad_inputs_fail_with_a_message_exit_1_from_kubectl_rdma_and_2_from_the_operator() {
     let (code, _, err) = run(kubectl_rdma().arg("check"));
-    assert_eq!(code, 2, "usage errors exit 2, failing checks 1");
+    assert_eq!(code, KUBECTL_ERROR, "a usage error exits 1, as in kubectl");
     assert!(err.contains("--sim") && err.contains("--local"), "{err}");
+    assert!(err.ends_with("See 'kubectl rdma check --help' for usage.\n"), "{err}");
     let (code, _, err) = run(op().args(["agent", "--once", "--sim", "/nonexistent.yaml"]));
     assert_eq!(code, 2);
     assert!(err.contains("/nonexistent.yaml"), "{err}");
@@ -109,7 +122,10 @@ fn bad_inputs_fail_with_a_message_and_exit_2() {
         (vec!["check", "-o", "name"], "-o name does not apply here"),
         (vec!["check", "-o", "jsonpath={.status"], "unclosed {"),
         (vec!["status", "-o", "xml"], "unknown output format"),
-        (vec!["status", "--request-timeout", "soon"], "invalid --request-timeout"),
+        (
+            vec!["status", "--request-timeout", "soon"],
+            "'--request-timeout <DURATION>': \"soon\" is not a duration",
+        ),
         (vec!["status", "--request-timeout", "99999999999999999999999h"], "out of range"),
         (vec!["status", "n1", "-l", "a=b"], "cannot be used with"),
     ] {
@@ -119,12 +135,14 @@ fn bad_inputs_fail_with_a_message_and_exit_2() {
             c.arg("--sim").arg(&sim);
         }
         let (code, _, err) = run(&mut c);
-        assert_eq!(code, 2, "{args:?}: {err}");
+        assert_eq!(code, KUBECTL_ERROR, "{args:?}: {err}");
         assert!(err.contains(want), "{args:?}: {err}");
     }
-    let (code, _, err) = run(kubectl_rdma().args(["--context", "x", "check", "--sim"]).arg(&sim));
-    assert_eq!(code, 2);
-    assert!(err.contains("check runs without a cluster: --context does not apply"), "{err}");
+    for flag in [["--context", "x"], ["-n", "default"]] {
+        let (code, _, err) = run(kubectl_rdma().args(flag).args(["check", "--sim"]).arg(&sim));
+        assert_eq!(code, KUBECTL_ERROR, "{flag:?}");
+        assert!(err.starts_with("error: check runs without a cluster: "), "{err}");
+    }
     let (code, _, err) = run(op().args(["agent", "--once", "-o", "wide", "--sim"]).arg(&sim));
     assert_eq!(code, 2);
     assert!(err.contains("-o wide does not apply here"), "{err}");
@@ -277,42 +295,71 @@ fn a_closed_stdout_ends_the_output_quietly_with_the_same_exit_status() {
 }
 
 /// `> /dev/full`: the output cannot be written, which is one line on stderr and
-/// exit 2 (an environment error), never a panic; the same for --help.
+/// an error's exit status (2, or kubectl's 1), never a panic; the same for --help.
 #[test]
 fn a_full_disk_is_one_error_line_and_exit_2() {
     let sim = example_path("cx6dx-dual");
-    let cmds: [(&str, Command); 5] = [
-        ("agent --once", {
-            let mut c = op();
-            c.args(["agent", "--once", "-o", "json", "--sim"]).arg(&sim);
-            c
-        }),
-        ("check", {
-            let mut c = kubectl_rdma();
-            c.args(["check", "--sim"]).arg(&sim);
-            c
-        }),
-        ("crds", {
-            let mut c = op();
-            c.arg("crds");
-            c
-        }),
-        ("kube-rdma-operator --help", {
-            let mut c = op();
-            c.arg("--help");
-            c
-        }),
-        ("kubectl rdma --version", {
-            let mut c = kubectl_rdma();
-            c.arg("--version");
-            c
-        }),
+    let cmds: [(&str, Command, i32); 6] = [
+        (
+            "agent --once",
+            {
+                let mut c = op();
+                c.args(["agent", "--once", "-o", "json", "--sim"]).arg(&sim);
+                c
+            },
+            OPERATOR_ERROR,
+        ),
+        (
+            "check",
+            {
+                let mut c = kubectl_rdma();
+                c.args(["check", "--sim"]).arg(&sim);
+                c
+            },
+            KUBECTL_ERROR,
+        ),
+        (
+            "crds",
+            {
+                let mut c = op();
+                c.arg("crds");
+                c
+            },
+            OPERATOR_ERROR,
+        ),
+        (
+            "kube-rdma-operator --help",
+            {
+                let mut c = op();
+                c.arg("--help");
+                c
+            },
+            OPERATOR_ERROR,
+        ),
+        (
+            "kubectl rdma --version",
+            {
+                let mut c = kubectl_rdma();
+                c.arg("--version");
+                c
+            },
+            KUBECTL_ERROR,
+        ),
+        (
+            "kubectl rdma completion bash",
+            {
+                let mut c = kubectl_rdma();
+                c.args(["completion", "bash"]);
+                c
+            },
+            KUBECTL_ERROR,
+        ),
     ];
-    for (what, mut c) in cmds {
+    for (what, mut c, want) in cmds {
         let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
         let o = c.stdout(full).output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
-        assert_eq!(o.status.code(), Some(2), "{what}: {err}");
+        assert_eq!(o.status.code(), Some(want), "{what}: {err}");
         assert_eq!(err.lines().count(), 1, "{what}: one line, got {err}");
         assert!(err.contains("writing to stdout: No space left on device"), "{what}: {err}");
     }
@@ -442,12 +489,16 @@ fn missing_or_broken_kubeconfig_is_a_clear_error_not_a_panic() {
         );
         assert!(err.contains(&format!("{}/.kube/config", home.path().display())), "{what}: {err}");
 
-        // KUBECONFIG naming a file that does not exist.
-        let (code, _, err) =
-            run(without_cluster(bin().args(args), home.path())
-                .env("KUBECONFIG", home.path().join("nope.yaml")));
+        // KUBECONFIG or --kubeconfig naming a file that does not exist: the path once, unquoted.
+        let nope = home.path().join("nope.yaml");
+        let (code, _, err) = run(without_cluster(bin().args(args), home.path()).env("KUBECONFIG", &nope));
         assert_ne!(code, 0, "{what}");
-        assert!(err.contains("nope.yaml (KUBECONFIG)"), "{what}: {err}");
+        let want = format!("kubeconfig {} (KUBECONFIG): No such file or directory", nope.display());
+        assert!(err.contains(&want), "{what}: {err}");
+        assert_eq!(err.matches("nope.yaml").count(), 1, "{what}: {err}");
+        let (_, _, err) = run(without_cluster(bin().args(args).arg("--kubeconfig").arg(&nope), home.path()));
+        let want = format!("kubeconfig {} (--kubeconfig): No such file or directory", nope.display());
+        assert!(err.contains(&want) && !err.contains('"'), "{what}: {err}");
 
         // A file that is not a kubeconfig.
         let bad = home.path().join("bad.yaml");
@@ -513,8 +564,14 @@ fn help_documents_one_exit_status_and_check_offers_no_cluster_flags() {
     }
     let (_, agent, _) = run(op().args(["agent", "--help"]));
     let exit_help = |t: &str| t[t.find("Exit status:").unwrap_or(t.len())..].to_string();
-    assert_eq!(exit_help(&check), exit_help(&agent), "one exit status for both");
-    assert!(!exit_help(&agent).is_empty(), "{agent}");
+    // The same verdicts; an error is kubectl's 1 in kubectl rdma and 2 in the operator.
+    let verdicts = |t: &str| {
+        exit_help(t).lines().take(3).map(|l| l.trim_end_matches(';')).collect::<Vec<_>>().join("\n")
+    };
+    assert_eq!(verdicts(&check), verdicts(&agent), "one exit status for both");
+    assert!(verdicts(&agent).contains("0  all is well"), "{agent}");
+    assert!(exit_help(&check).contains("or an error, as kubectl: bad flags"), "{check}");
+    assert!(exit_help(&agent).contains("2  a usage or environment error"), "{agent}");
 }
 
 #[test]
@@ -585,7 +642,8 @@ fn flags_that_would_be_ignored_are_refused_naming_the_conflict() {
     for (bin, args, want) in cases {
         // No cluster anywhere: a refusal must come before any attempt to reach one.
         let (code, out, err) = run(without_cluster(bin().args(&args), home.path()));
-        assert_eq!(code, 2, "{args:?}: {err}");
+        let error = if args[0] == "status" { KUBECTL_ERROR } else { OPERATOR_ERROR };
+        assert_eq!(code, error, "{args:?}: {err}");
         assert!(out.is_empty(), "{args:?}: {out}");
         assert!(err.contains(want), "{args:?}: {err}");
         assert!(!err.contains("no Kubernetes configuration"), "{args:?} tried to connect: {err}");
@@ -598,6 +656,192 @@ fn flags_that_would_be_ignored_are_refused_naming_the_conflict() {
     assert_eq!(code, 0, "{err}");
     // --all with a named node and the table is honoured (it needs a cluster: the error is that one).
     let (code, _, err) = run(without_cluster(kubectl_rdma().args(["status", "n1", "--all"]), home.path()));
-    assert_eq!(code, 2);
+    assert_eq!(code, KUBECTL_ERROR);
     assert!(err.contains("no Kubernetes configuration"), "{err}");
+}
+
+/// A kubeconfig whose server is a local port nothing listens on (bound, then closed).
+fn closed_port_kubeconfig(dir: &std::path::Path) -> (std::path::PathBuf, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let kc = dir.join("closed.kubeconfig");
+    std::fs::write(
+        &kc,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: c, cluster: {{server: 'https://127.0.0.1:{port}', insecure-skip-tls-verify: true}}}}]\nusers: [{{name: u, user: {{token: t}}}}]\ncontexts: [{{name: c, context: {{cluster: c, user: u}}}}]\ncurrent-context: c\n"
+        ),
+    )
+    .unwrap();
+    (kc, format!("127.0.0.1:{port}"))
+}
+
+#[test]
+fn an_unreachable_server_is_kubectls_sentence_and_exit_1_with_no_rust_internals() {
+    let home = tempfile::tempdir().unwrap();
+    let (kc, host) = closed_port_kubeconfig(home.path());
+    let want = format!(
+        "The connection to the server {host} was refused - did you specify the right host or port?\n"
+    );
+    // -n and -A as kubectl takes them on cluster-scoped kinds, and every duration form: accepted, so
+    // each of these gets as far as the connection.
+    for extra in [
+        vec![],
+        vec!["-n", "kube-system"],
+        vec!["--namespace=default", "-A"],
+        vec!["--all-namespaces"],
+        vec!["n1", "-o", "json", "-n", "x"],
+        vec!["--request-timeout", "1m"],
+        vec!["--request-timeout", "500ms"],
+        vec!["--request-timeout", "30"],
+        vec!["--request-timeout=1m30s"],
+    ] {
+        let (code, out, err) = run(without_cluster(
+            kubectl_rdma().arg("status").args(&extra).arg("--kubeconfig").arg(&kc),
+            home.path(),
+        ));
+        assert_eq!((code, out.as_str(), err.as_str()), (1, "", want.as_str()), "{extra:?}");
+    }
+    // Flags before the command too, as kubectl's globals.
+    let (code, _, err) = run(without_cluster(
+        kubectl_rdma().args(["-n", "x", "--kubeconfig"]).arg(&kc).arg("status"),
+        home.path(),
+    ));
+    assert_eq!((code, err.as_str()), (1, want.as_str()));
+    // version prints this build's part first, as kubectl version does, then fails the same way.
+    let (code, out, err) =
+        run(without_cluster(kubectl_rdma().args(["version", "--kubeconfig"]).arg(&kc), home.path()));
+    assert_eq!((code, err.as_str()), (1, want.as_str()));
+    assert!(out.starts_with(&format!("Client Version: {} (git commit ", env!("CARGO_PKG_VERSION"))), "{out}");
+    assert!(!out.contains("Server Version"), "{out}");
+}
+
+#[test]
+fn version_prints_this_build_as_text_json_or_yaml_without_a_cluster_given_client() {
+    let home = tempfile::tempdir().unwrap();
+    let (code, out, err) = run(without_cluster(kubectl_rdma().args(["version", "--client"]), home.path()));
+    assert_eq!(code, 0, "{err}");
+    let arch = if cfg!(target_arch = "x86_64") { "amd64" } else { std::env::consts::ARCH };
+    assert!(out.starts_with(&format!("Client Version: {} (git commit ", env!("CARGO_PKG_VERSION"))), "{out}");
+    assert!(out.trim_end().ends_with(&format!("linux/{arch})")), "{out}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    let (code, json, _) =
+        run(without_cluster(kubectl_rdma().args(["version", "--client", "-o", "json"]), home.path()));
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["clientVersion"]["version"], env!("CARGO_PKG_VERSION"));
+    assert!(v["clientVersion"]["gitCommit"].is_string() && v.get("serverVersion").is_none(), "{v}");
+    let (code, yaml, _) =
+        run(without_cluster(kubectl_rdma().args(["version", "--client", "-o", "yaml"]), home.path()));
+    assert_eq!(code, 0);
+    let y: serde_json::Value = serde_yaml::from_str(&yaml).unwrap();
+    assert_eq!(y, v);
+    // What kubectl version refuses.
+    for (args, want) in [
+        (vec!["version", "-o", "wide"], "error: invalid value 'wide' for '--output <OUTPUT>'"),
+        (vec!["version", "extra"], "error: unexpected argument 'extra' found"),
+        (vec!["version", "--client", "--context", "x"], "error: --client prints this build only"),
+    ] {
+        let (code, out, err) = run(without_cluster(kubectl_rdma().args(&args), home.path()));
+        assert_eq!((code, out.as_str()), (1, ""), "{args:?}: {err}");
+        assert!(err.starts_with(want), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn completion_scripts_for_bash_zsh_and_fish_name_every_command_and_bash_can_source_it() {
+    for shell in ["bash", "zsh", "fish"] {
+        let (code, out, err) = run(kubectl_rdma().args(["completion", shell]));
+        assert_eq!(code, 0, "{shell}: {err}");
+        for word in
+            ["kubectl-rdma", "status", "check", "version", "completion", "request-timeout", "namespace"]
+        {
+            assert!(out.contains(word), "{shell}: no {word}");
+        }
+    }
+    let (_, script, _) = run(kubectl_rdma().args(["completion", "bash"]));
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kubectl-rdma.bash");
+    std::fs::write(&file, &script).unwrap();
+    let syntax = Command::new("bash").arg("-n").arg(&file).output().unwrap();
+    assert!(syntax.status.success(), "{}", String::from_utf8_lossy(&syntax.stderr));
+    // Sourced, it registers a completion for the binary (what `source <(kubectl rdma completion bash)` does).
+    let sourced = Command::new("bash")
+        .arg("-c")
+        .arg(format!("source {} && complete -p kubectl-rdma", file.display()))
+        .output()
+        .unwrap();
+    assert!(sourced.status.success(), "{}", String::from_utf8_lossy(&sourced.stderr));
+    assert!(String::from_utf8_lossy(&sourced.stdout).contains("kubectl-rdma"));
+    let (code, _, err) = run(kubectl_rdma().args(["completion", "tcsh"]));
+    assert_eq!(code, 1);
+    assert!(err.starts_with("error: invalid value 'tcsh' for '<SHELL>'"), "{err}");
+}
+
+#[test]
+fn usage_errors_are_kubectls_two_lines_and_no_command_is_help() {
+    for (args, first, cmd) in [
+        (vec!["status", "--foo"], "error: unexpected argument '--foo' found", "kubectl rdma status"),
+        (vec!["stat"], "error: unrecognized subcommand 'stat'", "kubectl rdma"),
+        (vec!["status", "-o"], "error: a value is required for '--output <OUTPUT>'", "kubectl rdma status"),
+    ] {
+        let (code, out, err) = run(kubectl_rdma().args(&args));
+        assert_eq!((code, out.as_str()), (1, ""), "{args:?}");
+        assert!(err.starts_with(first), "{args:?}: {err}");
+        assert!(err.ends_with(&format!("\nSee '{cmd} --help' for usage.\n")), "{args:?}: {err}");
+        assert!(!err.contains("tip:") && !err.contains("For more information"), "{args:?}: {err}");
+    }
+    // As a kubectl command group without its subcommand: the help, on stdout, exit 0.
+    let (code, out, _) = run(&mut kubectl_rdma());
+    assert_eq!(code, 0);
+    assert!(out.contains("Usage: kubectl rdma [OPTIONS] <COMMAND>") && out.contains("version"), "{out}");
+}
+
+#[test]
+fn the_operators_intervals_take_the_same_durations_as_kubectl_rdma() {
+    let home = tempfile::tempdir().unwrap();
+    let sim = example_path("cx6dx-dual");
+    for (args, value) in [
+        (vec!["controller", "--interval"], "1m"),
+        (vec!["controller", "--stale-after"], "25m"),
+        (vec!["controller", "--interval"], "60"),
+        (vec!["agent", "--node-name", "n1", "--poll-interval"], "30s"),
+        (vec!["agent", "--node-name", "n1", "--heartbeat"], "10m"),
+    ] {
+        let mut c = op();
+        c.args(&args).arg(value);
+        if args[0] == "agent" {
+            c.arg("--sim").arg(&sim);
+        }
+        // Parsed: the run gets as far as looking for a cluster.
+        let (code, _, err) = run(without_cluster(&mut c, home.path()));
+        assert_eq!(code, 2, "{args:?} {value}: {err}");
+        assert!(err.contains("no Kubernetes configuration"), "{args:?} {value}: {err}");
+    }
+    for value in ["soon", "1500ms", "-1s"] {
+        let (code, _, err) =
+            run(without_cluster(op().arg("controller").arg(format!("--interval={value}")), home.path()));
+        assert_eq!(code, 2, "{value}: {err}");
+        assert!(
+            err.contains(&format!("invalid value '{value}' for '--interval <INTERVAL>'")),
+            "{value}: {err}"
+        );
+    }
+}
+
+#[test]
+fn run_as_kubectl_complete_rdma_it_answers_kubectls_completion_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let link = dir.path().join("kubectl_complete-rdma");
+    std::os::unix::fs::symlink(env!("CARGO_BIN_EXE_kubectl-rdma"), &link).unwrap();
+    for (words, want) in [
+        (vec!["st"], "status\tShow the agents' view of all nodes, or of the named nodes in detail\n:4\n"),
+        (vec!["version", "-o", ""], "json\nyaml\n:4\n"),
+        (vec!["completion", "f"], "fish\n:4\n"),
+        (vec!["version", "--cl"], "--client\tThis build only; no cluster needed\n:4\n"),
+    ] {
+        let (code, out, err) = run(Command::new(&link).args(&words));
+        assert_eq!((code, out.as_str()), (0, want), "{words:?}: {err}");
+    }
+    // A path: the shell completes file names (cobra's default directive).
+    let (_, out, _) = run(Command::new(&link).args(["check", "--sim", ""]));
+    assert_eq!(out, ":0\n");
 }

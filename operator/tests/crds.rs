@@ -1,4 +1,4 @@
-//! The CRDs: the committed YAML is current, validates against the Kubernetes
+//! The CRDs: the committed YAML (the chart's `crds/`) is current, validates against the Kubernetes
 //! apiextensions/v1 schema (`kubernetes-validate --strict`, from PyPI), and sample
 //! objects validate against the CRDs' own openAPIV3Schema (a structural check here,
 //! since kubernetes-validate has no schema for custom resources).
@@ -18,13 +18,26 @@ fn crate_dir() -> PathBuf {
 
 #[test]
 fn committed_crd_yaml_is_current() {
-    let path = crate_dir().join("crds/crds.yaml");
-    let committed = std::fs::read_to_string(&path).expect("operator/crds/crds.yaml exists");
+    // The one committed copy of the generated CRDs is the chart's (a chart ships only files
+    // inside it); manifests/crds.yaml is rendered from it by scripts/render-manifests, whose
+    // `--check` fails when that one is stale.
+    let path = crate_dir().join("../charts/kube-rdma/crds/crds.yaml");
+    let committed = std::fs::read_to_string(&path).expect("charts/kube-rdma/crds/crds.yaml exists");
     let now = crds_yaml().unwrap();
     assert!(
         committed == now,
-        "{} is stale: run `cargo run -p kube-rdma-operator -- crds > operator/crds/crds.yaml`",
+        "{} is stale: run `cargo run -p kube-rdma-operator -- crds > charts/kube-rdma/crds/crds.yaml` \
+         then `scripts/render-manifests`",
         path.display()
+    );
+}
+
+#[test]
+fn the_generated_crds_are_committed_once() {
+    // operator/crds/ keeps the samples only: a second committed copy would drift.
+    assert!(
+        !crate_dir().join("crds/crds.yaml").exists(),
+        "operator/crds/crds.yaml is a second copy: delete it"
     );
 }
 

@@ -8,8 +8,8 @@ use common::{client, expect, list};
 use kube_rdma_operator::checks::default_profile;
 use kube_rdma_operator::crd::{RdmaNodeState, RdmaNodeStateSpec};
 use kube_rdma_operator::fixtures::{example, with_roce, SimNode};
+use kube_rdma_operator::kubectl::view::{details, fetch, summary_table, Detail, Selection};
 use kube_rdma_operator::status::evaluate;
-use kube_rdma_operator::view::{details, fetch, summary_table, Detail, Selection};
 use serde_json::json;
 
 fn state(desc: &nic::simdesc::NodeDesc, heartbeat: &str) -> serde_json::Value {

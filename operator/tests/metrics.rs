@@ -39,8 +39,8 @@ fn exposes_checks_pfc_pause_frames_ecn_mtu_and_gid_index() {
         "kuberdma_roce_active_mtu_bytes{interface=\"ens1f0np0\"} 4096",
         "kuberdma_gid_index{interface=\"ens1f0np0\"} 3",
         "# TYPE kuberdma_pfc_pause_frames_total counter",
-        "# TYPE kuberdma_rdma_hw_counter_total counter",
-        "kuberdma_rdma_hw_counter_total{interface=\"ens1f0np0\",counter=\"np_cnp_sent\"} 0",
+        "# TYPE kuberdma_rdma_hw_stats_total counter",
+        "kuberdma_rdma_hw_stats_total{interface=\"ens1f0np0\",counter=\"np_cnp_sent\"} 0",
     ] {
         assert!(t.lines().any(|l| l == line), "missing `{line}` in\n{t}");
     }
@@ -112,6 +112,59 @@ fn exposes_the_rdma_protocol_of_each_interface() {
     assert_eq!(t.lines().filter(|l| l.starts_with("kuberdma_rdma_protocol{")).count(), 2);
 }
 
+#[test]
+fn port_counters_of_pfs_and_host_visible_vfs_are_exported_with_data_in_bytes() {
+    let sim = SimNode::new(&example("cx6dx-dual"));
+    let roots = sim.sim.roots();
+    let inv = nic::discover::discover(&roots);
+    let pf = inv.pfs.iter().find(|p| p.netdevs.iter().any(|n| n.name == "ens1f0np0")).unwrap();
+    let pf_rdma = &pf.rdma[0].name;
+    let vf = pf.vfs.iter().find(|v| v.index == 2).unwrap();
+    let vf_rdma = &vf.rdma[0].name;
+    let port = |dev: &str, f: &str| roots.sys(format!("class/infiniband/{dev}/ports/1/{f}"));
+    // The kernel counts data in 4-octet words.
+    std::fs::write(port(pf_rdma, "counters/port_xmit_data"), "1000\n").unwrap();
+    std::fs::write(port(pf_rdma, "counters/symbol_error"), "7\n").unwrap();
+    std::fs::write(port(vf_rdma, "counters/port_rcv_data"), "25\n").unwrap();
+    std::fs::write(port(vf_rdma, "counters/link_downed"), "2\n").unwrap();
+    let node = sim.read();
+    let t = render(&node, &evaluate(&default_profile(), &node).checks);
+    for line in [
+        "# TYPE kuberdma_rdma_port_transmitted_bytes_total counter",
+        "kuberdma_rdma_port_transmitted_bytes_total{interface=\"ens1f0np0\"} 4000",
+        "kuberdma_rdma_port_received_bytes_total{interface=\"ens1f0np0\"} 0",
+        "kuberdma_rdma_port_stats_total{interface=\"ens1f0np0\",counter=\"symbol_error\"} 7",
+        "kuberdma_rdma_port_stats_total{interface=\"ens1f0np0\",counter=\"port_rcv_errors\"} 0",
+        "# TYPE kuberdma_vf_port_received_bytes_total counter",
+        "kuberdma_vf_port_received_bytes_total{interface=\"ens1f0np0\",vf=\"2\"} 100",
+        "kuberdma_vf_port_stats_total{interface=\"ens1f0np0\",vf=\"2\",counter=\"link_downed\"} 2",
+    ] {
+        assert!(t.lines().any(|l| l == line), "missing `{line}` in\n{t}");
+    }
+    // The data counters appear once, in bytes, not again among the raw counts.
+    assert!(!t.contains("counter=\"port_xmit_data\""), "{t}");
+    // mlx5's hw_counters/lifespan is a setting (the driver's cache time), not a count.
+    assert!(std::fs::read_to_string(port(pf_rdma, "hw_counters/lifespan")).is_ok());
+    assert!(!t.contains("lifespan"), "{t}");
+}
+
+#[test]
+fn a_vf_moved_into_a_pods_namespace_has_no_port_counters_on_the_host() {
+    let sim = SimNode::new(&example("cx6dx-dual"));
+    let before = sim.read();
+    let vf2 = |n: &nic::roce::NodeRoce| n.vf_counters.iter().any(|v| v.pf == "ens1f0np0" && v.vf == 2);
+    assert!(vf2(&before), "{:?}", before.vf_counters);
+    let roots = sim.sim.roots();
+    let inv = nic::discover::discover(&roots);
+    let vf = inv.pfs.iter().flat_map(|p| &p.vfs).find(|v| v.pf == inv.pfs[0].pci && v.index == 2).unwrap();
+    // What exclusive netns mode does when the CNI moves the device: the namespace-tagged
+    // `infiniband` class entry leaves the host.
+    std::fs::remove_dir_all(roots.sys(format!("class/infiniband/{}", vf.rdma[0].name))).unwrap();
+    let after = sim.read();
+    assert!(!vf2(&after), "{:?}", after.vf_counters);
+    assert_eq!(after.vf_counters.len() + 1, before.vf_counters.len());
+}
+
 /// A child process killed (and reaped) when dropped, a failed assertion included.
 struct Running(std::process::Child);
 
@@ -181,6 +234,12 @@ async fn the_agent_and_the_controller_serve_the_daemons_routes_and_nothing_else(
             get(addr, "/healthz").await.split_once("\r\n\r\n").map(|(h, b)| (h.lines().next().unwrap(), b)),
             Some(("HTTP/1.1 200 OK", "ok\n")),
             "{component}"
+        );
+        // Every daemon says which build it is.
+        let info = format!("kuberdma_build_info{{version=\"{}\",git_commit=\"", plumbing::VERSION);
+        assert!(
+            metrics.lines().any(|l| l.starts_with(&info) && l.ends_with("\"} 1")),
+            "{component}: {metrics}"
         );
         let live = get(addr, "/livez").await;
         assert!(

@@ -13,7 +13,8 @@
 //!   device at all; `agent --once`, `kubectl rdma check`: a check fails; `kubectl
 //!   rdma status`: a node is not ready or not found); [`EXIT_ERROR`] 2, a usage or
 //!   environment error (bad flags or files, no cluster access, an API error, stdout
-//!   not writable). The CNI plugin follows the CNI spec instead (its error JSON on
+//!   not writable). `kubectl rdma` follows kubectl instead: every error is exit 1
+//!   (its `status` verdict too). The CNI plugin follows the CNI spec instead (its error JSON on
 //!   stdout, exit 1), except that an unwritable stdout is exit 2 as here.
 //! - Results on stdout, errors (one line each) and logs on stderr.
 //! - A stdout the reader closed early (`| head -c1`, EPIPE) ends the output

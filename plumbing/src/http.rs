@@ -87,15 +87,20 @@ impl Routes {
     }
 
     /// The routes every daemon serves, and no others: `/metrics` (`metrics()`, the
-    /// page), `/healthz` (`health()`: 200 when healthy, else 503 with the reason as
-    /// the body), `/livez` (200 while the process answers: a liveness probe that
-    /// an API outage does not fail). Any other path, `/` included, is 404.
+    /// page, then [`crate::prometheus::build_info`]), `/healthz` (`health()`: 200
+    /// when healthy, else 503 with the reason as the body), `/livez` (200 while the
+    /// process answers: a liveness probe that an API outage does not fail). Any
+    /// other path, `/` included, is 404.
     pub fn daemon(
         metrics: impl Fn() -> String + Send + Sync + 'static,
         health: impl Fn() -> (bool, String) + Send + Sync + 'static,
     ) -> Self {
         Routes::new()
-            .route("/metrics", move || Answer::metrics(metrics()))
+            .route("/metrics", move || {
+                let mut text = metrics();
+                crate::prometheus::build_info(&mut text);
+                Answer::metrics(text)
+            })
             .route("/healthz", move || {
                 let (ok, body) = health();
                 Answer::health(ok, body)
@@ -278,6 +283,13 @@ mod tests {
         Routes::daemon(|| "kuberdma_x 1\n".into(), || (false, "pool a: not ready\n".into()))
     }
 
+    /// What [`routes`] serves on /metrics: the daemon's page, then the build's.
+    fn page() -> String {
+        let mut p = String::from("kuberdma_x 1\n");
+        crate::prometheus::build_info(&mut p);
+        p
+    }
+
     /// Serves [`routes`] with `limits` on 127.0.0.1, port 0.
     async fn server(limits: Limits) -> SocketAddr {
         let l = Arc::new(TcpListener::bind("127.0.0.1:0").await.unwrap());
@@ -312,11 +324,16 @@ mod tests {
     async fn a_head_split_over_several_reads_is_answered_whole() {
         let addr = server(Limits::DEFAULT).await;
         let r = ask(addr, &[b"GE", b"T /metr", b"ics HTTP/1.1\r\nHo", b"st: x\r\n", b"\r\n"]).await;
+        let page = page();
         assert_eq!(
             r,
-            "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: 13\r\n\
-             Connection: close\r\n\r\nkuberdma_x 1\n"
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\
+                 Connection: close\r\n\r\n{page}",
+                page.len()
+            )
         );
+        assert!(page.starts_with("kuberdma_x 1\n# HELP kuberdma_build_info "), "{page}");
     }
 
     #[tokio::test]
@@ -336,7 +353,8 @@ mod tests {
         assert!(r.starts_with("HTTP/1.1 405 Method Not Allowed\r\n"), "{r}");
         assert!(r.contains("\r\nAllow: GET, HEAD\r\n") && r.ends_with("use GET or HEAD\n"), "{r}");
         let r = ask(addr, &[b"HEAD /metrics HTTP/1.1\r\n\r\n"]).await;
-        assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.contains("Content-Length: 13\r\n"), "{r}");
+        let length = format!("Content-Length: {}\r\n", page().len());
+        assert!(r.starts_with("HTTP/1.1 200 OK\r\n") && r.contains(&length), "{r}");
         assert!(r.ends_with("\r\n\r\n"), "a body after HEAD: {r}");
     }
 

@@ -41,6 +41,14 @@ pub const VERSION: &str = match option_env!("KUBE_RDMA_VERSION") {
     None => env!("CARGO_PKG_VERSION"),
 };
 
+/// The git commit the binaries were built from: `KUBE_RDMA_GIT_COMMIT` at build
+/// time (scripts/delivery/build-dist sets it from the checkout), else `unknown`
+/// (a build outside a git checkout, or a plain `cargo build`).
+pub const GIT_COMMIT: &str = match option_env!("KUBE_RDMA_GIT_COMMIT") {
+    Some(v) => v,
+    None => "unknown",
+};
+
 /// k8s.io/apimachinery `IsDNS1123Subdomain`: what a Node (and most object)
 /// name and an extended resource's prefix must be. At most 253 characters;
 /// dot-separated labels of lowercase letters, digits and `-`, each starting and

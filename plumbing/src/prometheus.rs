@@ -42,6 +42,19 @@ pub fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: impl
     let _ = writeln!(out, " {value}");
 }
 
+/// `kuberdma_build_info{version,git_commit} 1`: which build a target runs, to join
+/// onto its other series (`* on (instance) group_left(version) kuberdma_build_info`).
+/// Every daemon's `/metrics` ends with it (`http::Routes::daemon`).
+pub fn build_info(out: &mut String) {
+    head(
+        out,
+        "kuberdma_build_info",
+        "gauge",
+        "Always 1; labels: the release version and git commit of this binary.",
+    );
+    sample(out, "kuberdma_build_info", &[("version", crate::VERSION), ("git_commit", crate::GIT_COMMIT)], 1);
+}
+
 /// `{k="v",…}` (escaped), with `extra` (already a valid value, as a histogram's
 /// `le`) last; nothing when there are no labels at all.
 pub(crate) fn push_labels(out: &mut String, labels: &[(&str, &str)], extra: Option<(&str, &str)>) {
@@ -84,5 +97,18 @@ mod tests {
             "# HELP kuberdma_x An example.\n# TYPE kuberdma_x gauge\nkuberdma_x 1\n\
              kuberdma_x{interface=\"eth\\\"0\",check=\"pfc\"} 0.5\n"
         );
+    }
+
+    #[test]
+    fn build_info_names_the_version_and_commit_with_value_one() {
+        let mut o = String::new();
+        build_info(&mut o);
+        let want = format!(
+            "kuberdma_build_info{{version=\"{}\",git_commit=\"{}\"}} 1",
+            crate::VERSION,
+            crate::GIT_COMMIT
+        );
+        assert!(o.lines().any(|l| l == want), "{o}");
+        assert!(o.contains("# TYPE kuberdma_build_info gauge\n"), "{o}");
     }
 }

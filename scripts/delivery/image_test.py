@@ -162,6 +162,7 @@ def discover_in_image(version: str, config: str, node: str, netns: str | None = 
         migration_test.example_node(tmp, node, netns)
         os.chmod(tmp, 0o755)
         out = run_in_image(version, ["/usr/bin/kube-rdma-device-plugin", "discover", "--output", "json",
+                                     "--allow-empty-pools",
                                      "--config", "/cfg/config.yaml", "--sim", f"/cfg/{node}"],
                            [f"{tmp}:/cfg:ro"], stdout_only=True)
     report = json.loads(out)

@@ -40,6 +40,7 @@ def discover(config: str, node: str, netns: str | None = None) -> dict[str, int]
         cfg = Path(tmp, "config.yaml")
         cfg.write_text(config, encoding="utf-8")
         res = subprocess.run([str(chart.native_binary("kube-rdma-device-plugin")), "discover", "--config", str(cfg),
+                              "--allow-empty-pools",
                               "--sim", str(example_node(tmp, node, netns)), "--output", "json"],
                              capture_output=True, text=True)
     assert res.returncode == 0, res.stderr + res.stdout[-2000:]

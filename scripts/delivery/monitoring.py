@@ -174,7 +174,7 @@ def expand(template: str, labels: dict[str, str], value: float) -> str:
 def with_annotations(test: dict[str, Any], groups: list[dict[str, Any]], values: dict[str, float]) -> None:
     """promtool compares annotations too: expand each rule's templates for the expected alerts."""
     rules = {r["alert"]: r for g in groups for r in g["rules"] if "alert" in r}
-    for case in test["tests"][0]["alert_rule_test"]:
+    for case in (c for t in test["tests"] for c in t["alert_rule_test"]):
         rule = rules[case["alertname"]]
         for exp in case["exp_alerts"]:
             exp["exp_annotations"] = {k: expand(v, exp["exp_labels"], values.get(case["alertname"], 0))
@@ -232,8 +232,22 @@ def rule_test_file(rules_path: str, for_: str, storm: float, stale: int) -> dict
                 {"eval_time": after, "alertname": "KubeRdmaAgentStale",
                  "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1"}},
                                 {"exp_labels": {"severity": "warning", "node": "n3"}}]},
+                # n3 has an RdmaNodeState (the controller's series) but no agent series.
+                {"eval_time": after, "alertname": "KubeRdmaAgentMetricsAbsent",
+                 "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n3"}}]},
+                {"eval_time": after, "alertname": "KubeRdmaAgentAbsent", "exp_alerts": []},
                 # Nothing fires before the `for` period has passed.
                 {"eval_time": "1m", "alertname": "KubeRdmaRoceNotReady", "exp_alerts": []},
+            ],
+        }, {
+            # Every agent gone: only the controller's series are left.
+            "interval": "1m",
+            "input_series": [{"series": 'kuberdma_node_stale{node="n1"}', "values": f"0x{minutes + 10}"}],
+            "alert_rule_test": [
+                {"eval_time": after, "alertname": "KubeRdmaAgentAbsent",
+                 "exp_alerts": [{"exp_labels": {"severity": "warning"}}]},
+                {"eval_time": after, "alertname": "KubeRdmaAgentMetricsAbsent",
+                 "exp_alerts": [{"exp_labels": {"severity": "warning", "node": "n1"}}]},
             ],
         }],
     } if stale < (minutes + 6) * 60 else {}
@@ -251,6 +265,20 @@ def promtool_test(groups: list[dict[str, Any]], for_: str, storm: float, stale: 
         Path(tmp, "test.yaml").write_text(yaml.safe_dump(test), encoding="utf-8")
         out += promtool("test", "rules", "test.yaml", cwd=Path(tmp))
     return out
+
+
+def runbook_problems(groups: list[dict[str, Any]], runbooks_md: str) -> list[str]:
+    """Alerts without a runbook_url, or whose link's #anchor is no heading of the runbooks page
+    (GitHub's anchors: the heading in lower case)."""
+    anchors = {h.strip().lower() for h in re.findall(r"^## (.+)$", runbooks_md, flags=re.M)}
+    problems = []
+    for g in groups:
+        for r in (r for r in g["rules"] if "alert" in r):
+            url = r.get("annotations", {}).get("runbook_url", "")
+            page, _, anchor = url.partition("#")
+            if not page.endswith("docs/runbooks.md") or anchor != r["alert"].lower() or anchor not in anchors:
+                problems.append(f"{r['alert']}: runbook_url {url!r} names no section of docs/runbooks.md")
+    return problems
 
 
 def load_json(text: str) -> dict[str, Any]:

@@ -75,6 +75,20 @@ def test_rules_promtool() -> str:
     return f"promtool check + test rules: {', '.join(alerts)}"
 
 
+def test_alerts_link_their_runbooks() -> str:
+    """Every alert's runbook_url points at its own section of docs/runbooks.md, and the agent's
+    absence has an alert (with a `for`)."""
+    groups = monitoring.prometheus_rule_groups(monitoring_objects())
+    runbooks = (chart.ROOT / "docs" / "runbooks.md").read_text(encoding="utf-8")
+    problems = monitoring.runbook_problems(groups, runbooks)
+    assert not problems, "\n".join(problems)
+    rules = {r["alert"]: r for g in groups for r in g["rules"]}
+    for name in ("KubeRdmaAgentAbsent", "KubeRdmaAgentMetricsAbsent"):
+        assert rules[name].get("for"), f"{name} has no `for`"
+    assert "absent_over_time(" in rules["KubeRdmaAgentAbsent"]["expr"], rules["KubeRdmaAgentAbsent"]
+    return f"{len(rules)} alerts, each linking its section of docs/runbooks.md"
+
+
 @functools.cache
 def exported_metrics() -> tuple[frozenset[str], tuple[str, ...]]:
     """Series names the binaries export, scraped from the running daemons (once per run: two
@@ -92,7 +106,7 @@ SIM_NODE = "cx6dx-dual"
 
 
 AGENT_METRICS = ["kuberdma_node_roce_ready", "kuberdma_check_passing", "kuberdma_pfc_pause_frames_total",
-                 "kuberdma_rdma_hw_counter_total", "kuberdma_agent_last_success_timestamp_seconds"]
+                 "kuberdma_rdma_hw_stats_total", "kuberdma_agent_last_success_timestamp_seconds"]
 
 
 CONTROLLER_METRICS = ["kuberdma_profile_nodes", "kuberdma_node_stale"]
@@ -103,7 +117,7 @@ def cluster_seeds() -> list[str]:
     node = {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": SIM_NODE, "labels": {"kubernetes.io/hostname": SIM_NODE,
                                                       "node-role.kubernetes.io/rdma": ""}}}
-    return [chart.OPERATOR_CRDS.read_text(encoding="utf-8"), yaml.safe_dump(node),
+    return [chart.CHART_CRDS.read_text(encoding="utf-8"), yaml.safe_dump(node),
             (chart.EXAMPLES / "roceprofile.yaml").read_text(encoding="utf-8")]
 
 
@@ -237,6 +251,7 @@ def test_logs_plain_and_json() -> str:
 CHECKS: list[tuple[str, Callable[[], str | None]]] = [
     ("monitoring: dashboard JSON is valid and every query parses", test_dashboard_valid),
     ("monitoring: alert rules pass promtool check and unit tests", test_rules_promtool),
+    ("monitoring: every alert links its runbook; the agent's absence alerts", test_alerts_link_their_runbooks),
     ("monitoring: every metric in rules and dashboard is exported by a binary", test_metrics_exist),
     ("monitoring: docs/metrics.md lists exactly the exported metrics", test_metrics_documented),
     ("logs: no ANSI off a terminal; --log-format json", test_logs_plain_and_json),

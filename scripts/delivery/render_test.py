@@ -15,9 +15,12 @@ scripts/test-delivery runs these first. Also runnable alone: `python3 scripts/de
 
 from __future__ import annotations
 
+import base64
 import json
 import re
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -44,10 +47,10 @@ def test_render_default() -> str:
     """Default values on Kubernetes 1.30 (with ValidatingAdmissionPolicy), on 1.28 (refused,
     saying why, unless agent.unguardedNodeWrites) and with no API list (`helm template` without
     --api-versions: the safe form, the agent's role read-only and no Events Role for it)."""
-    # ClusterRoles: agent, controller, CRD hook, and the view aggregation (bound to nothing);
-    # Roles: the agent's and the controller's for Events in `default`.
-    base = {"ServiceAccount": 4, "ClusterRole": 4, "ClusterRoleBinding": 3, "Role": 2, "RoleBinding": 2,
-            "ConfigMap": 1, "Service": 3, "DaemonSet": 2, "Deployment": 1, "Job": 1}
+    # ClusterRoles: agent, controller, CRD hook, `helm test`'s pod, and the view aggregation (bound
+    # to nothing); Roles: the agent's and the controller's for Events in `default`.
+    base = {"ServiceAccount": 5, "ClusterRole": 5, "ClusterRoleBinding": 4, "Role": 2, "RoleBinding": 2,
+            "ConfigMap": 1, "Service": 3, "DaemonSet": 2, "Deployment": 1, "Job": 1, "Pod": 1}
     new = chart.kinds(chart.objects(chart.render(None, kube_version="1.30.0")))
     # The agent's node-label, node-state and events policies, the controller's node-label policy.
     want = {**base, "ValidatingAdmissionPolicy": 4, "ValidatingAdmissionPolicyBinding": 4}
@@ -288,8 +291,7 @@ def test_rbac_proxy() -> str:
         for probe in ("livenessProbe", "readinessProbe"):
             path = main[probe]["httpGet"]["path"]
             assert path in flag("--allow-paths=") and path in flag("--ignore-paths="), (o["metadata"]["name"], probe, proxy["args"])
-    sm = next(o for o in objs if o["kind"] == "ServiceMonitor")
-    assert sm["spec"]["endpoints"][0]["scheme"] == "https", sm
+    check_scrape_tls(objs, values)
     reader = next(o for o in objs if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("metrics-reader"))
     assert reader["rules"] == [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}], reader
     pm = chart.merged(values, metrics={**values["metrics"], "serviceMonitor": {"enabled": False},
@@ -298,11 +300,76 @@ def test_rbac_proxy() -> str:
     return "daemons on 127.0.0.1, proxies on the metrics ports, https ServiceMonitor, reader role"
 
 
+def check_scrape_tls(objs: list[dict[str, Any]], values: dict[str, Any]) -> None:
+    """The ServiceMonitor scrapes the proxies as prometheus-operator recommends: the token from a
+    Secret (`authorization`, not the deprecated bearerTokenFile), the certificate verified against
+    the CA the proxies' certificate was signed with, for the name it carries."""
+    sm = next(o for o in objs if o["kind"] == "ServiceMonitor")
+    ep = sm["spec"]["endpoints"][0]
+    assert ep["scheme"] == "https", ep
+    assert "bearerTokenFile" not in ep and not ep["tlsConfig"].get("insecureSkipVerify"), ep
+    by_name = {(o["kind"], o["metadata"]["name"]): o for o in objs}
+    token = by_name[("Secret", ep["authorization"]["credentials"]["name"])]
+    assert ep["authorization"]["credentials"]["key"] == "token" and ep["authorization"]["type"] == "Bearer", ep
+    assert token["type"] == "kubernetes.io/service-account-token", token
+    sa = token["metadata"]["annotations"]["kubernetes.io/service-account.name"]
+    binding = next(o for o in objs if o["kind"] == "ClusterRoleBinding"
+                   and any(s["name"] == sa for s in o.get("subjects", [])))
+    assert binding["roleRef"]["name"].endswith("metrics-reader"), binding
+    tls = by_name[("Secret", ep["tlsConfig"]["ca"]["secret"]["name"])]
+    data = {k: base64.b64decode(v) for k, v in tls["data"].items()}
+    with tempfile.TemporaryDirectory() as tmp:
+        for k, v in data.items():
+            Path(tmp, k).write_bytes(v)
+        verify = subprocess.run(["openssl", "verify", "-CAfile", f"{tmp}/ca.crt", "-verify_hostname",
+                                 ep["tlsConfig"]["serverName"], f"{tmp}/tls.crt"], capture_output=True, text=True)
+        assert verify.returncode == 0, verify.stdout + verify.stderr
+    for w in (o for o in objs if o["kind"] in ("DaemonSet", "Deployment")):
+        spec = w["spec"]["template"]["spec"]
+        proxy = spec["containers"][-1]
+        mount = next(m for m in proxy["volumeMounts"] if m["name"] == "rbac-proxy-tls")
+        assert f"--tls-cert-file={mount['mountPath']}/tls.crt" in proxy["args"], proxy["args"]
+        vol = next(v for v in spec["volumes"] if v["name"] == "rbac-proxy-tls")
+        assert vol["secret"]["secretName"] == tls["metadata"]["name"], vol
+    # A certificate of the user's own: the chart makes none and points everything at it.
+    own = chart.merged(values, metrics={**values["metrics"], "rbacProxy": {
+        **values["metrics"]["rbacProxy"], "tls": {"secretName": "my-metrics-cert", "serverName": "m.example"}}})
+    own_objs = chart.objects(chart.render(own, kube_version="1.31.0"))
+    own_ep = next(o for o in own_objs if o["kind"] == "ServiceMonitor")["spec"]["endpoints"][0]
+    assert own_ep["tlsConfig"] == {"ca": {"secret": {"name": "my-metrics-cert", "key": "ca.crt"}},
+                                   "serverName": "m.example"}, own_ep
+    assert not [o for o in own_objs if o["kind"] == "Secret" and o["metadata"]["name"].endswith("metrics-tls")]
+
+
+# ---------------------------------------------------------------- helm test
+
+def test_helm_test_hook() -> str:
+    """`helm test`'s pod needs a RoCE-ready node, a device of the first pool, and reads that
+    node's RdmaNodeState with a role that allows that read only; none of it is installed."""
+    objs = chart.objects(chart.render(None))
+    tests = [o for o in objs if chart.is_hook(o) and o["metadata"]["annotations"]["helm.sh/hook"] == "test"]
+    pod = next(o for o in tests if o["kind"] == "Pod")
+    spec = pod["spec"]
+    assert spec["nodeSelector"]["kuberdma.io/roce-ready"] == "true", spec
+    c = spec["containers"][0]
+    assert c["command"] + c["args"] == ["/usr/bin/kubectl-rdma", "status", "$(NODE_NAME)"], c
+    pool = chart.default_values()["pools"][0]["name"]
+    assert c["resources"]["limits"][f"kuberdma.io/{pool}"] == 1, c["resources"]
+    role = next(o for o in tests if o["kind"] == "ClusterRole")
+    assert role["rules"] == [{"apiGroups": ["kuberdma.io"], "resources": ["rdmanodestates"], "verbs": ["get"]}]
+    assert spec["serviceAccountName"] == next(o for o in tests if o["kind"] == "ServiceAccount")["metadata"]["name"]
+    manifests = (chart.ROOT / "manifests" / "kube-rdma.yaml").read_text(encoding="utf-8")
+    assert "helm.sh/hook: test" not in manifests, "test hooks belong to Helm, not to manifests/"
+    other = chart.merged(chart.default_values(), tests={"pool": "nope"})
+    assert "tests.pool \"nope\" is not a pool" in chart.render_error(other)
+    return f"test pod on a roce-ready node with kuberdma.io/{pool}: 1, reading its RdmaNodeState"
+
+
 # ---------------------------------------------------------------- CRD upgrade hook
 
 def test_crd_upgrade_hook() -> str:
     objs = chart.objects(chart.render(None, upgrade=True))
-    hooks = [o for o in objs if chart.is_hook(o)]
+    hooks = [o for o in objs if chart.is_hook(o) and o["metadata"]["annotations"]["helm.sh/hook"] != "test"]
     assert sorted(o["kind"] for o in hooks) == ["ClusterRole", "ClusterRoleBinding", "Job", "ServiceAccount"], hooks
     for o in hooks:
         ann = o["metadata"]["annotations"]
@@ -316,7 +383,15 @@ def test_crd_upgrade_hook() -> str:
     manifests = (chart.ROOT / "manifests" / "kube-rdma.yaml").read_text(encoding="utf-8")
     assert "crd-upgrade" not in manifests, "the hook belongs to Helm, not to manifests/"
     off = chart.objects(chart.render(chart.merged(chart.default_values(), crds={"upgradeJob": {"enabled": False}})))
-    assert not [o for o in off if chart.is_hook(o)]
+    assert not [o for o in off if chart.is_hook(o) and o["metadata"]["annotations"]["helm.sh/hook"] != "test"]
+    # What the hook may do is said the same way where users read it: its RBAC grants create and
+    # patch (a server-side apply of a missing CRD is a create), and the docs and values say so.
+    role = next(o for o in hooks if o["kind"] == "ClusterRole")
+    assert role["rules"][0]["verbs"] == ["create", "patch"], role
+    for doc in ("docs/delivery.md", "charts/kube-rdma/values.yaml"):
+        text = " ".join((chart.ROOT / doc).read_text(encoding="utf-8").split()).replace("# ", "")
+        assert "get and patch" not in text and "`get` and `patch`" not in text, f"{doc} says the hook may get"
+        assert re.search(r"create and\s+patch|`create` and `patch`", text), f"{doc} does not say create and patch"
     return "pre-upgrade Job runs `kube-rdma-operator crds --apply`; RBAC: create/patch of our 2 CRDs"
 
 
@@ -345,6 +420,7 @@ def checks() -> list[tuple[str, Callable[[], str | None]]]:
         ("chart: PodMonitor option", test_podmonitor),
         ("chart: metrics behind kube-rbac-proxy (ci/rbac-proxy-values.yaml)", test_rbac_proxy),
         ("chart: CRD upgrade hook (pre-upgrade Job, our binary)", test_crd_upgrade_hook),
+        ("chart: helm test hook (roce-ready node, a pool device, its RdmaNodeState)", test_helm_test_hook),
     ]
     return out
 

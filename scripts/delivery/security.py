@@ -9,6 +9,7 @@ Each workload may have exactly the privileges its job needs and no more:
 | agent         | only with allowEnforce or readRdmaCmConfigfs | NET_ADMIN only with allowEnforce | host network; /dev (ro); with allowEnforce /sys (ro) and /sys/devices (rw); /sys/kernel/config/rdma_cm (rw) with allowEnforce or readRdmaCmConfigfs (and, without allowEnforce, /sys/kernel/config (ro) to mount it on) |
 | controller    | no   | none                  | none                                                |
 | crd-upgrade   | no   | none                  | none (pre-upgrade hook Job applying the CRDs)       |
+| test          | no   | none                  | none (`helm test`'s pod, reading its node's RdmaNodeState) |
 | kube-rbac-proxy (sidecar, metrics.rbacProxy) | no | none | none; the pod's host network              |
 
 Root is needed where a host file is root-owned (kubelet.sock, /opt/cni/bin, configfs); root
@@ -75,6 +76,8 @@ def policy(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
                           **({"/sys/kernel/config": True} if configfs and not enforce else {})},
         },
         "controller/controller": {"root": False, "caps": set(), "hostNetwork": False, "hostPaths": {}},
+        # `helm test`'s pod (templates/tests.yaml): reads its node's RdmaNodeState, nothing on the host.
+        "test/node-state": {"root": False, "caps": set(), "hostNetwork": False, "hostPaths": {}},
     }
 
 
@@ -234,6 +237,8 @@ EXPECTED_RBAC: dict[str, set[tuple[str, str, str, str]]] = {
     },
     "crd-upgrade": {("cluster", "apiextensions.k8s.io", "customresourcedefinitions", v)
                     for v in ("create", "patch")},
+    # `helm test`'s pod: `kubectl rdma status NODE`.
+    "test": {("cluster", "kuberdma.io", "rdmanodestates", "get")},
     # Aggregated into the built-in `view` role: read our CRDs.
     "view": {("cluster", "kuberdma.io", r, v) for r in ("rdmanodestates", "roceprofiles")
              for v in ("get", "list", "watch")},
@@ -319,6 +324,8 @@ def expected_rbac(values: dict[str, Any], kube_version: str | None = None) -> di
                 out[comp] = out.get(comp, set()) | PROXY_RBAC
     if not values.get("crds", {}).get("upgradeJob", {}).get("enabled", True):
         out.pop("crd-upgrade")
+    if not (values.get("tests", {}).get("enabled", True) and enabled["agent"] and enabled["device-plugin"]):
+        out.pop("test")
     return out
 
 

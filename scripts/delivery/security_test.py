@@ -172,7 +172,7 @@ def test_safe_form_agent_says_it_is_forbidden() -> str:
               if o["kind"] in ("ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding")
               and security._component(o) == "agent"]
     assert not security.AGENT_NODE_WRITES & security.granted(access).get("agent", set()), access
-    seeds = [chart.OPERATOR_CRDS.read_text(encoding="utf-8"),
+    seeds = [chart.CHART_CRDS.read_text(encoding="utf-8"),
              yaml.safe_dump_all([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": chart.NAMESPACE}},
                                  {"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}, *access])]
     op = str(chart.native_binary("kube-rdma-operator"))

@@ -129,13 +129,6 @@ def test_crds_shape() -> str:
     return f"{len(crds)} CRDs"
 
 
-def test_crd_sync() -> str:
-    problem = chart.crd_sync_problem()
-    assert problem is None, problem + " (run scripts/render-manifests)"
-    return "in sync with operator/crds/crds.yaml" if chart.OPERATOR_CRDS.exists() else \
-        "operator/crds/crds.yaml not committed yet: chart copy used as is"
-
-
 def test_custom_resources(objs: list[dict[str, Any]]) -> str:
     crs = [o for o in objs if o["apiVersion"].startswith("kuberdma.io/")]
     assert crs, "no kuberdma.io object to check"
@@ -294,7 +287,6 @@ def checks() -> list[tuple[str, Callable[[], str | None]]]:
         *dra.CHECKS,  # DRA mode: scripts/delivery/dra.py
         *pool_schema_test.CHECKS,  # the pool schema against the parser
         ("validate: CRD names, scope, version, status subresource", test_crds_shape),
-        ("validate: CRDs match operator/crds/crds.yaml", test_crd_sync),
         ("validate: rendered RoceProfiles against the CRD schema",
          lambda: test_custom_resources(chart.objects(chart.render(chart.full_values())))),
         ("validate: CRD schema rejects a bad RoceProfile", test_crd_schema_rejects_bad_profile),

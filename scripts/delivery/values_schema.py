@@ -160,7 +160,8 @@ def metrics() -> dict[str, Any]:
     })
     return closed({
         "service": closed({"enabled": {"type": "boolean"}}),
-        "serviceMonitor": monitor,
+        # The scrape token's Secret (behind kube-rbac-proxy); a ServiceMonitor only.
+        "serviceMonitor": {**monitor, "properties": {**monitor["properties"], "tokenSecret": {"type": "string"}}},
         "podMonitor": monitor,
         "prometheusRule": closed({
             "enabled": {"type": "boolean"},
@@ -168,6 +169,7 @@ def metrics() -> dict[str, Any]:
             "for": {"type": "string", "pattern": "^[0-9]+(s|m|h)$"},
             "pauseStormFramesPerSecond": {"type": "number", "exclusiveMinimum": 0},
             "staleAfterSeconds": {"type": "integer", "minimum": 1},
+            "runbookUrl": {"type": "string", "minLength": 1},
         }),
         "grafanaDashboard": closed({
             "enabled": {"type": "boolean"},
@@ -181,6 +183,11 @@ def metrics() -> dict[str, Any]:
                 "devicePlugin": ref("port"), "agent": ref("port"), "controller": ref("port"),
             }, ["devicePlugin", "agent", "controller"]),
             "resources": ref("resources"),
+            "tls": closed({
+                "secretName": {"type": "string"},
+                "serverName": {"type": "string"},
+                "validityDays": {"type": "integer", "minimum": 1},
+            }),
         }),
     })
 
@@ -199,6 +206,7 @@ def schema() -> dict[str, Any]:
             "key": {"type": "string", "maxLength": 317},
             "value": {"type": "string", "maxLength": 63},
         }, ["key", "value"]),
+        "nodeFeatureRule": closed({"create": {"enum": ["auto", "always", "never"]}}, ["create"]),
         # The config's `pools` less its minItems: with rawConfig, pools stay empty.
         "pools": array_of(ref("Pool")),
         "rawConfig": {"type": "string"},
@@ -235,6 +243,12 @@ def schema() -> dict[str, Any]:
             "updateStrategy": ref("daemonSetUpdateStrategy"),
         }, ["kubeletDir", "podResourcesDir", "cdiDir", "devinfoDir", "metrics"]),
         "cni": closed({"install": {"type": "boolean"}, "binDir": ref("absPath")}),
+        "tests": closed({
+            "enabled": {"type": "boolean"},
+            "pool": {"type": "string"},
+            "nodeSelector": ref("stringMap"),
+            "tolerations": ref("k8sObjects"),
+        }),
         "dra": closed({
             "enabled": {"type": "boolean"},
             "pluginsRegistryDir": ref("absPath"),

@@ -124,6 +124,8 @@ projected into this container only; the daemon itself gets none it does not alre
     - --upstream=http://127.0.0.1:{{ index $p.upstreamPorts .key }}/
     - --allow-paths=/metrics,/healthz,/livez
     - --ignore-paths=/healthz,/livez
+    - --tls-cert-file=/etc/kube-rbac-proxy/tls/tls.crt
+    - --tls-private-key-file=/etc/kube-rbac-proxy/tls/tls.key
   ports:
     - name: metrics
       containerPort: {{ $c.metrics.port }}
@@ -136,11 +138,33 @@ projected into this container only; the daemon itself gets none it does not alre
     - name: rbac-proxy-token
       mountPath: /var/run/secrets/kubernetes.io/serviceaccount
       readOnly: true
+    - name: rbac-proxy-tls
+      mountPath: /etc/kube-rbac-proxy/tls
+      readOnly: true
 {{- end -}}
 
-{{/* The projected API token of the kube-rbac-proxy sidecar (the pod itself mounts none). */}}
+{{/* The projected API token of the kube-rbac-proxy sidecar (the pod itself mounts none), and its
+serving certificate. */}}
 {{- define "kube-rdma.rbacProxyVolume" -}}
 {{ include "kube-rdma.apiTokenVolume" "rbac-proxy-token" }}
+- name: rbac-proxy-tls
+  secret:
+    secretName: {{ include "kube-rdma.metricsTlsSecret" .root }}
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+{{- end -}}
+
+{{/* The Secret (tls.crt, tls.key, ca.crt) of kube-rbac-proxy's serving certificate. */}}
+{{- define "kube-rdma.metricsTlsSecret" -}}
+{{- .Values.metrics.rbacProxy.tls.secretName | default (include "kube-rdma.componentName" (dict "root" . "component" "metrics-tls")) -}}
+{{- end -}}
+
+{{/* The name Prometheus verifies kube-rbac-proxy's certificate against (tlsConfig.serverName). */}}
+{{- define "kube-rdma.metricsServerName" -}}
+{{- .Values.metrics.rbacProxy.tls.serverName | default (printf "%s-metrics.%s.svc" (include "kube-rdma.fullname" .) .Release.Namespace) -}}
 {{- end -}}
 
 {{/*

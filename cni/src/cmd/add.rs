@@ -15,14 +15,16 @@ use serde_json::Value;
 
 use crate::conf::{fmt_mac, Attach, Env, NetConf, RdmaMode};
 use crate::error::{Error, Result};
-use crate::journal::{self, Journal, Lock};
+use crate::journal::{self, Journal};
+use crate::lock::{self, Lock};
 use crate::result::{self, Iface};
 use crate::step::{
     ClaimAttachment, DeviceInfoFile, IpamLease, LinkState, NetdevMove, PfAttrs, RdmaMove, Step, UndoCx,
-    UserspaceVf, VfAttrs, VfHolder,
+    UserspaceVf, VfAttrs,
 };
 use crate::txn::{self, failpoint, lock_wait, PF_LOCK_WAIT, VF_LOCK_WAIT};
-use crate::{device, ipam, rdma};
+use crate::vf_record::{self, VfHolder};
+use crate::{clock, device, ipam, rdma};
 
 /// How the VF reaches the pod.
 enum Target {
@@ -50,7 +52,7 @@ pub fn add(conf: &NetConf, env: &Env, roots: &Roots) -> Result<Value> {
         })
         .map_err(Error::Netns)?;
     journal::ensure_dirs(&conf.state_dir)?;
-    journal::ensure_node_dir(&env.node_dir)?;
+    lock::ensure_node_dir(&env.node_dir)?;
     let lease = prepare_lease(conf, env)?;
     failpoint("prepared");
     let vf_lock = lock_new_attachment(conf, env, &vf)?;
@@ -147,14 +149,14 @@ fn lock_new_attachment(conf: &NetConf, env: &Env, vf: &VfDev) -> Result<Lock> {
             ),
         });
     }
-    let age = journal::monotonic_ns().saturating_sub(env.began);
-    if age > journal::DEL_MEMORY.as_nanos() as u64 {
+    let age = clock::monotonic_ns().saturating_sub(env.began);
+    if age > lock::DEL_MEMORY.as_nanos() as u64 {
         return Err(Error::Abandoned {
             attachment: attachment(),
             why: format!(
                 "this ADD began {} s ago, longer than a DEL of it is remembered ({} s): every runtime has given up on it",
                 age / 1_000_000_000,
-                journal::DEL_MEMORY.as_secs()
+                lock::DEL_MEMORY.as_secs()
             ),
         });
     }
@@ -309,7 +311,7 @@ fn plan(
     }
     if let Target::Userspace = target {
         steps.push(Step::UserspaceVf(UserspaceVf {
-            record: journal::vf_record(&env.node_dir, vf.pci),
+            record: vf_record::path(&env.node_dir, vf.pci),
             holder: VfHolder {
                 container_id: env.container_id.clone(),
                 ifname: env.ifname.clone(),
@@ -496,7 +498,7 @@ fn configure_addresses(env: &Env, ps: &mut RouteSocket, r: &Value) -> Result<()>
 /// netns that still opens). A netdev VF in a pod is refused because its
 /// netdev left the host. Called under the VF lock, which is node-wide too.
 fn userspace_free(state_dir: &std::path::Path, vf: &VfDev, env: &Env) -> Result<()> {
-    let recorded = VfHolder::read(&journal::vf_record(&env.node_dir, vf.pci));
+    let recorded = VfHolder::read(&vf_record::path(&env.node_dir, vf.pci));
     let journaled = journal::list(state_dir)?
         .into_iter()
         .filter_map(|(_, j)| j.ok())

@@ -35,7 +35,8 @@ use nic::{PciAddr, Roots};
 
 use crate::conf::{fmt_mac, Env, NetConf};
 use crate::error::{Error, Result};
-use crate::journal::{self, Lock};
+use crate::journal;
+use crate::lock::{self, Lock};
 use crate::step::UndoCx;
 use crate::txn::{self, lock_wait, VF_LOCK_WAIT};
 use crate::{ipam, result, step};
@@ -95,8 +96,8 @@ pub fn del(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
         Record::Journal(f) => {
             // The runtime may send an empty CNI_NETNS once the sandbox is gone.
             let netns = if env.netns.is_empty() { f.journal.netns.as_str() } else { env.netns.as_str() };
-            let mut cx =
-                UndoCx::new(roots, env, netns, f.journal.pci, held).owned_after(&conf.state_dir, &f.path);
+            let mut cx = UndoCx::new(roots, env, netns, f.journal.pci, held)
+                .owned_after(|pci| journal::later_owner(&conf.state_dir, &f.path, pci));
             let undone = txn::undo(&f.journal.steps, &mut cx);
             for (step, _) in &undone.steps {
                 tracing::error!(step, "left as it is: DEL goes on (best effort)");
@@ -147,7 +148,7 @@ fn lock_and_read(conf: &NetConf, env: &Env, usable: bool) -> Result<(Option<Lock
             break;
         }
         locked = None;
-        let taken = journal::ensure_node_dir(&env.node_dir).and_then(|()| {
+        let taken = lock::ensure_node_dir(&env.node_dir).and_then(|()| {
             Lock::take(&env.node_dir, &format!("vf-{pci}"), &format!("VF {pci}"), lock_wait(VF_LOCK_WAIT))
         });
         match taken {

@@ -9,7 +9,8 @@ use nic::Roots;
 use crate::conf::{Env, NetConf};
 use crate::error::{Error, Result};
 use crate::ipam;
-use crate::journal::{self, Lock};
+use crate::journal;
+use crate::lock::{self, Lock};
 use crate::step::UndoCx;
 use crate::txn::{self, lock_wait, VF_LOCK_WAIT};
 
@@ -47,7 +48,7 @@ pub fn gc(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
         tracing::info!(container = %j.container_id, ifname = %j.ifname, "GC: removing a stale attachment");
         let r = (|| -> Result<()> {
             let _lock = match j.pci {
-                Some(pci) => Some(journal::ensure_node_dir(&env.node_dir).and_then(|()| {
+                Some(pci) => Some(lock::ensure_node_dir(&env.node_dir).and_then(|()| {
                     Lock::take(
                         &env.node_dir,
                         &format!("vf-{pci}"),
@@ -77,7 +78,7 @@ pub fn gc(conf: &NetConf, roots: &Roots, env: &Env) -> Result<()> {
                 ..env.clone()
             };
             let mut cx = UndoCx::new(roots, &genv, &j.netns, j.pci, _lock.as_ref().map(Lock::raw_fd))
-                .owned_after(&conf.state_dir, &path);
+                .owned_after(|pci| journal::later_owner(&conf.state_dir, &path, pci));
             // Best effort, as DEL: only a failed IPAM release keeps the
             // journal (for the next GC or DEL to retry it).
             if let Some(e) = txn::undo(&j.steps, &mut cx).ipam {

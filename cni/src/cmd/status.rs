@@ -5,13 +5,13 @@ use nic::Roots;
 
 use crate::conf::{Env, NetConf};
 use crate::error::{Error, Result};
-use crate::{ipam, journal, rdma};
+use crate::{ipam, journal, lock, rdma};
 
 /// STATUS: ready, or 50 with the reason (the IPAM plugin's 50/51 pass through).
 pub fn status(conf: &NetConf, env: &Env, roots: &Roots) -> Result<()> {
     journal::ensure_dirs(&conf.state_dir)
         .map_err(|e| Error::Unavailable(format!("state directory unusable: {}", e.chain())))?;
-    journal::ensure_node_dir(&env.node_dir)
+    lock::ensure_node_dir(&env.node_dir)
         .map_err(|e| Error::Unavailable(format!("node directory unusable (VF locks): {}", e.chain())))?;
     let probe = conf.state_dir.join(format!(".status-{}", std::process::id()));
     std::fs::write(&probe, b"").and_then(|_| std::fs::remove_file(&probe)).map_err(|e| {

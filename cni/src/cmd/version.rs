@@ -2,7 +2,9 @@
 
 use serde_json::{json, Value};
 
+use crate::cni_version::SUPPORTED_VERSIONS;
+
 /// The VERSION answer; `requested` is the stdin's `cniVersion` (if any).
 pub fn version(requested: &str) -> Value {
-    json!({"cniVersion": requested, "supportedVersions": crate::SUPPORTED_VERSIONS})
+    json!({"cniVersion": requested, "supportedVersions": SUPPORTED_VERSIONS})
 }

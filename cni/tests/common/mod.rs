@@ -295,6 +295,135 @@ impl Lab {
     }
 }
 
+/// Link and file names, sorted.
+pub type Names = BTreeSet<String>;
+
+/// Everything an ADD may change: host links, pod links, state files, IPAM
+/// allocations, and name/MAC/MTU/state of each VF netdev on the host.
+#[derive(Debug, PartialEq)]
+pub struct Snapshot {
+    host: Names,
+    pod: Names,
+    state: Names,
+    ipam: Names,
+    vfs: Vec<(String, u64, bool)>,
+}
+
+/// Scenario steps: one invocation that must succeed or fail with a given
+/// code (its output in the panic message), and the journal and lock files
+/// as another invocation would leave them.
+impl Lab {
+    /// Runs `cmd` for `(cid, ifname)` and expects it to succeed: its JSON
+    /// (`null` where the spec prints nothing).
+    #[track_caller]
+    pub fn ok(&self, cmd: &str, cid: &str, netns: &Path, ifname: &str, conf: &Value) -> Value {
+        let (code, out) = self.cni(cmd, cid, netns, ifname, conf);
+        assert_eq!(code, 0, "{cmd} {cid}/{ifname}: {out}");
+        out
+    }
+
+    /// ADD of `(cid, net1)`, which must succeed: its result.
+    #[track_caller]
+    pub fn add(&self, cid: &str, netns: &Path, conf: &Value) -> Value {
+        self.ok("ADD", cid, netns, "net1", conf)
+    }
+
+    /// DEL of `(cid, net1)`, which must succeed.
+    #[track_caller]
+    pub fn del(&self, cid: &str, netns: &Path, conf: &Value) {
+        self.ok("DEL", cid, netns, "net1", conf);
+    }
+
+    /// GC with `conf`, which must succeed.
+    #[track_caller]
+    pub fn gc(&self, conf: &Value) {
+        self.ok("GC", "", Path::new(""), "", conf);
+    }
+
+    /// Runs `cmd` for `(cid, ifname)` and expects it to fail with `code`:
+    /// the error's message.
+    #[track_caller]
+    pub fn refused(
+        &self,
+        cmd: &str,
+        cid: &str,
+        netns: &Path,
+        ifname: &str,
+        conf: &Value,
+        code: i32,
+    ) -> String {
+        let (got, out) = self.cni(cmd, cid, netns, ifname, conf);
+        assert_eq!(got, code, "{cmd} {cid}/{ifname}: {out}");
+        out["msg"].as_str().unwrap_or_default().to_string()
+    }
+
+    /// What an ADD may change, now, with `pod` the pod netns's name.
+    pub fn snapshot(&self, pod: &str) -> Snapshot {
+        let host = self.host_links();
+        let vfs = self
+            .vfs
+            .iter()
+            .filter(|(_, n)| host.contains(n))
+            .map(|(_, n)| link_info(self.host.name(), n))
+            .collect();
+        Snapshot { host, pod: links(pod), state: self.state_files(), ipam: self.ipam_allocations(), vfs }
+    }
+
+    /// The files of the state dir's `attachments/`.
+    pub fn journal_files(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.state.path().join("attachments")).unwrap().map(|e| e.unwrap().path()).collect()
+    }
+
+    /// The journal of `(cid, ifname)` as JSON, and its file.
+    pub fn journal_of(&self, cid: &str, ifname: &str) -> (PathBuf, Value) {
+        let p = self.state.path().join(format!("attachments/{cid}:{ifname}.json"));
+        let j = serde_json::from_slice(&std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display())))
+            .unwrap();
+        (p, j)
+    }
+
+    /// Inserts `step` into the journal of `(cid, ifname)` at `at`, as an ADD
+    /// that planned it would have written it.
+    pub fn add_journal_step(&self, cid: &str, ifname: &str, at: usize, step: Value) {
+        let (p, mut j) = self.journal_of(cid, ifname);
+        j["steps"].as_array_mut().unwrap().insert(at, step);
+        std::fs::write(&p, j.to_string()).unwrap();
+    }
+
+    /// Puts first in the journal of `(cid, net1)` the PF-side step an ADD
+    /// that set VF attributes of VF 0 on `pf` journals: `restore` names the
+    /// values it replaced (e.g. `{"trust": false}` for `"trust": "on"`).
+    pub fn journal_pf_attrs(&self, cid: &str, pf: &str, restore: Value) {
+        let mut all = json!({"mac": null, "vlan": null, "spoofchk": null, "trust": null, "rate": null, "linkState": null});
+        for (k, v) in restore.as_object().unwrap() {
+            all[k] = v.clone();
+        }
+        self.add_journal_step(cid, "net1", 0, json!({"pfAttrs": {"pfNetdev": pf, "vf": 0, "restore": all}}));
+    }
+
+    /// A stand-in PF netdev on the host, named as the simulated PF: a veth,
+    /// which refuses VF attributes (`EOPNOTSUPP`), as a PF driver that lost
+    /// its VFs' state does. Its name.
+    pub fn stand_in_pf(&self) -> String {
+        let pf = format!("k{}p", self.tag);
+        ip(
+            self.host.name(),
+            &["link", "add", &pf, "type", "veth", "peer", "name", &format!("k{}q", self.tag)],
+        );
+        pf
+    }
+
+    /// Takes the VF lock `<node dir>/locks/vf-<pci>.lock` as another ADD/DEL
+    /// of the VF holds it; released when the file is dropped.
+    pub fn hold_vf_lock(&self, pci: PciAddr) -> std::fs::File {
+        let path = self.vf_lock(pci);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let f = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(path).unwrap();
+        f.lock().unwrap();
+        f
+    }
+}
+
 /// The node dir (`KUBE_RDMA_CNI_NODE_DIR`: VF locks, userspace VF records)
 /// of the simulated node whose sysfs is at `sysfs`: beside it, so that each
 /// lab has its own, as each node has.

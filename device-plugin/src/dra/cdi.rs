@@ -34,20 +34,18 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use nic::prepared::PreparedClaim;
-use plumbing::atomic_file::{write_unsynced, FileError};
-use serde_json::{json, Value};
+use plumbing::atomic_file::FileError;
 
 use super::claimconfig::DeviceConfig;
 use super::devices::{DraDevice, View};
-use super::prepare::top_level_request;
-use crate::allocate::VFIO_CONTAINER;
+use super::request::top_level_request;
+use crate::allocate::device_nodes;
+use crate::cdi::{CdiDevice, Edits};
 use crate::names::env_part;
 use crate::RDMA_CM;
 
 /// CDI kind of claim devices.
 pub const KIND: &str = "kuberdma.io/claim";
-/// The lowest CDI version our content needs.
-pub const CDI_VERSION: &str = "0.3.0";
 
 /// One device of a claim as the CDI spec needs it.
 #[derive(Debug, Clone)]
@@ -74,35 +72,38 @@ pub fn spec_path(dir: &Path, claim_uid: &str) -> PathBuf {
     dir.join(format!("kuberdma.io-claim_{claim_uid}.json"))
 }
 
-/// The char device paths a container gets for `cd`, in device plugin mode's
-/// order ([`crate::allocate::node_paths`]): the RDMA char devices the pool
-/// hands out (without MAD devices when the config drops them), then the VFIO
-/// container and group devices.
-fn node_paths(cd: &ClaimDevice) -> Vec<String> {
-    let d = cd.device;
-    let mut out: Vec<String> = handed_out(d)
-        .flat_map(|r| r.char_devs.iter())
-        .filter(|c| cd.config.umad || !(c.name.starts_with("umad") || c.name.starts_with("issm")))
-        .map(|c| c.node_path.to_string_lossy().into_owned())
-        .collect();
-    if let Some(g) = &d.vfio {
-        out.push(VFIO_CONTAINER.to_string());
-        out.push(g.node_path.to_string_lossy().into_owned());
-    }
-    out
-}
-
 /// The RDMA devices of `d` a container gets.
-fn handed_out(d: &DraDevice) -> impl Iterator<Item = &crate::pools::RdmaInfo> {
-    d.rdma.iter().filter(|_| d.hands_out_rdma)
+fn handed_out(d: &DraDevice) -> &[crate::pools::RdmaInfo] {
+    if d.hands_out_rdma {
+        &d.rdma
+    } else {
+        &[]
+    }
 }
 
 fn pci_env(request: &str, pcis: &[String]) -> String {
     format!("KUBERDMA_{}_PCI_ADDRESSES={}", env_part(request), pcis.join(","))
 }
 
+/// A claim's CDI spec: its devices, in the claim's order, and the edits
+/// every container using any of them gets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaimSpec {
+    /// One per prepared device.
+    pub devices: Vec<CdiDevice>,
+    /// Spec-wide edits.
+    pub container_edits: Edits,
+}
+
+impl ClaimSpec {
+    /// The file's bytes ([`crate::cdi::file`]); `None` without devices.
+    pub fn file(&self) -> Option<Vec<u8>> {
+        crate::cdi::file(KIND, Some(&self.container_edits), self.devices.iter().collect())
+    }
+}
+
 /// The spec of one claim; `None` for a claim without devices of ours.
-pub fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> Option<Value> {
+pub fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> Option<ClaimSpec> {
     if devices.is_empty() {
         return None;
     }
@@ -110,13 +111,13 @@ pub fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> 
     for cd in devices {
         let (pcis, rdmas) = per_request.entry(top_level_request(cd.request)).or_default();
         pcis.push(cd.device.pci.to_string());
-        rdmas.extend(handed_out(cd.device).map(|r| r.name.clone()));
+        rdmas.extend(handed_out(cd.device).iter().map(|r| r.name.clone()));
     }
-    let cdi_devices: Vec<Value> = devices
+    let cdi_devices = devices
         .iter()
         .map(|cd| {
-            let mut edits = serde_json::Map::new();
-            let nodes: Vec<Value> = node_paths(cd).into_iter().map(|p| json!({ "path": p })).collect();
+            let d = cd.device;
+            let nodes = device_nodes(handed_out(d), d.vfio.as_ref(), cd.config.umad);
             let mut env: Vec<String> = cd.config.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
             if nodes.is_empty() && env.is_empty() {
                 // Empty edits would take the whole spec down (module doc); the
@@ -125,13 +126,7 @@ pub fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> 
                 let pcis = per_request.get(req).map(|(p, _)| p.as_slice()).unwrap_or_default();
                 env.push(pci_env(req, pcis));
             }
-            if !nodes.is_empty() {
-                edits.insert("deviceNodes".into(), nodes.into());
-            }
-            if !env.is_empty() {
-                edits.insert("env".into(), env.into());
-            }
-            json!({ "name": device_name(&cd.device.name, claim_uid), "containerEdits": edits })
+            CdiDevice { container_edits: Edits::of(nodes, env), name: device_name(&d.name, claim_uid) }
         })
         .collect();
     let mut env = Vec::new();
@@ -141,18 +136,17 @@ pub fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> 
             env.push(format!("KUBERDMA_{}_RDMA_DEVICES={}", env_part(req), rdmas.join(",")));
         }
     }
-    let mut edits = json!({ "env": env });
-    if rdma_cm_on_node && devices.iter().any(|d| d.config.rdma_cm && handed_out(d.device).next().is_some()) {
-        edits["deviceNodes"] = json!([{ "path": RDMA_CM }]);
-    }
-    Some(json!({ "cdiVersion": CDI_VERSION, "kind": KIND, "devices": cdi_devices, "containerEdits": edits }))
+    let rdma_cm =
+        rdma_cm_on_node && devices.iter().any(|d| d.config.rdma_cm && !handed_out(d.device).is_empty());
+    let nodes = if rdma_cm { vec![RDMA_CM.to_string()] } else { vec![] };
+    Some(ClaimSpec { devices: cdi_devices, container_edits: Edits::of(nodes, env) })
 }
 
 /// The spec of a prepared claim, from its record and the node's current
 /// devices (char device numbers are read again, so a spec written after a
 /// reboot names the devices as they are now); `None` for a claim without
 /// devices of ours.
-pub fn spec_for(record: &PreparedClaim, view: &View) -> Result<Option<Value>, String> {
+pub fn spec_for(record: &PreparedClaim, view: &View) -> Result<Option<ClaimSpec>, String> {
     if record.devices.is_empty() {
         return Ok(None);
     }
@@ -167,9 +161,9 @@ pub fn spec_for(record: &PreparedClaim, view: &View) -> Result<Option<Value>, St
 }
 
 /// Writes the claim's spec atomically; returns its path.
-pub fn write(dir: &Path, claim_uid: &str, spec: &Value) -> Result<PathBuf, FileError> {
+pub fn write(dir: &Path, claim_uid: &str, spec: &ClaimSpec) -> Result<PathBuf, FileError> {
     let path = spec_path(dir, claim_uid);
-    write_unsynced(&path, &serde_json::to_vec_pretty(spec).unwrap_or_default())?;
+    crate::cdi::put(&path, spec.file().as_deref())?;
     Ok(path)
 }
 
@@ -185,10 +179,18 @@ pub fn remove(dir: &Path, claim_uid: &str) -> Result<(), FileError> {
 
 #[cfg(test)]
 mod tests {
+    use nic::CharDev;
+    use serde_json::{json, Value};
+
     use super::*;
     use crate::health::Health;
     use crate::pools::RdmaInfo;
-    use nic::CharDev;
+
+    /// The spec as it is written, read back as JSON.
+    fn spec(claim_uid: &str, devices: &[ClaimDevice], rdma_cm_on_node: bool) -> Option<Value> {
+        let s = super::spec(claim_uid, devices, rdma_cm_on_node)?;
+        Some(serde_json::from_slice(&s.file().unwrap()).unwrap())
+    }
 
     fn cd(name: &str) -> CharDev {
         CharDev {

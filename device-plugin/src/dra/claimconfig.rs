@@ -142,9 +142,7 @@ pub fn covers(requests: Option<&[String]>, request: &str) -> bool {
     match requests {
         None => true,
         Some([]) => true,
-        Some(list) => list
-            .iter()
-            .any(|r| r == request || request.split_once('/').is_some_and(|(parent, _)| parent == r)),
+        Some(list) => list.iter().any(|r| r == request || r == super::request::top_level_request(request)),
     }
 }
 

@@ -76,9 +76,9 @@ pub struct View {
     pub devices: Vec<DraDevice>,
     /// `/dev/infiniband/rdma_cm` exists on the node.
     pub rdma_cm: bool,
-    /// VFs of the pools not offered, and why ([`super::withhold`]): in no
+    /// VFs of the pools not offered, and why ([`super::withhold`] decides): in no
     /// slice, no health report, never prepared.
-    pub withheld: Vec<super::withhold::Withheld>,
+    pub withheld: Vec<super::withheld::Withheld>,
 }
 
 /// A shared, immutable view.
@@ -91,7 +91,7 @@ impl View {
     }
 
     /// The device called `name` when it is withheld.
-    pub fn withheld(&self, name: &str) -> Option<&super::withhold::Withheld> {
+    pub fn withheld(&self, name: &str) -> Option<&super::withheld::Withheld> {
         self.withheld.iter().find(|w| w.name == name)
     }
 }

@@ -30,9 +30,11 @@ pub mod nodestate;
 pub mod prepare;
 pub mod publish;
 pub mod registration;
+pub mod request;
 pub mod service;
 pub mod slices;
 pub mod status;
+pub mod withheld;
 pub mod withhold;
 
 /// The kubelet APIs of a DRA plugin, generated from `proto/` (see each file

@@ -3,28 +3,18 @@
 //! keep and the CDI spec to write out, or an error that names the claim and
 //! why. [`super::service`] does the I/O around it.
 
-use k8s_openapi::api::resource::v1::ResourceClaim;
-use nic::prepared::{PreparedClaim, PreparedDevice, VERSION};
-use serde_json::Value;
-
 use super::cdi;
 use super::claimconfig;
 use super::devices::View;
+use k8s_openapi::api::resource::v1::ResourceClaim;
+use nic::prepared::{PreparedClaim, PreparedDevice, VERSION};
 
 /// The annotation Kubernetes puts on claims made from a template: the pod's
 /// name for the claim (`pod.spec.resourceClaims[].name`).
 pub const POD_CLAIM_NAME: &str = "resource.kubernetes.io/pod-claim-name";
 
-/// The top-level request of a result's request reference: `req` for `req`
-/// and for its subrequest `req/sub` (a `firstAvailable` alternative). A
-/// container names only top-level requests (`resources.claims[].request`), and
-/// the kubelet hands it the CDI devices whose `request_names` contain that name
-/// (pkg/kubelet/cm/dra/claiminfo.go `cdiDevicesAsList`); upstream drivers map
-/// results the same way (k8s.io/dynamic-resource-allocation/resourceclaim
-/// `BaseRequestRef`).
-pub fn top_level_request(request: &str) -> &str {
-    request.split_once('/').map_or(request, |(parent, _)| parent)
-}
+/// Where the request names of results are read ([`super::request`]).
+pub use super::request::top_level_request;
 
 /// The kubelet's name for a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,7 +74,7 @@ pub struct Prepared {
     /// What to keep (checkpoint, CNI).
     pub record: PreparedClaim,
     /// The claim's CDI spec.
-    pub cdi_spec: Option<Value>,
+    pub cdi_spec: Option<cdi::ClaimSpec>,
 }
 
 /// Plans the preparation of `claim` (as read from the API) for the kubelet's
@@ -192,6 +182,11 @@ mod tests {
     use crate::dra::devices::DraDevice;
     use crate::health::Health;
     use serde_json::json;
+
+    /// The claim's CDI spec as written, read back as JSON.
+    fn written(p: &Prepared) -> serde_json::Value {
+        serde_json::from_slice(&p.cdi_spec.as_ref().unwrap().file().unwrap()).unwrap()
+    }
 
     fn view() -> View {
         let d = |name: &str, pci: &str, health: Health| DraDevice {
@@ -302,7 +297,7 @@ mod tests {
         // 3d:00.3 has no RDMA device and rail1 no env: it carries its request's
         // PCI address, so that its spec entry has edits.
         assert_eq!(r.devices[1].cdi_ids, ["kuberdma.io/claim=pci-0000-3d-00-3_u1"]);
-        let spec = p.cdi_spec.unwrap();
+        let spec = written(&p);
         let names: Vec<&str> =
             spec["devices"].as_array().unwrap().iter().map(|d| d["name"].as_str().unwrap()).collect();
         assert_eq!(names, ["pci-0000-3d-00-2_u1", "pci-0000-3d-00-3_u1"]);
@@ -324,7 +319,7 @@ mod tests {
         let p = plan_it(&c, None).unwrap();
         assert_eq!(p.record.devices.len(), 1, "prepared: the CNI moves its netdev");
         assert_eq!(p.record.devices[0].cdi_ids, ["kuberdma.io/claim=pci-0000-3d-00-3_u1"]);
-        let spec = p.cdi_spec.unwrap();
+        let spec = written(&p);
         assert_eq!(
             spec["devices"][0]["containerEdits"],
             json!({"env": ["KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.3"]})
@@ -340,7 +335,7 @@ mod tests {
         );
         let p = plan_it(&c, None).unwrap();
         assert_eq!(p.record.devices[0].cdi_ids, ["kuberdma.io/claim=pci-0000-3d-00-3_u1"]);
-        let spec = p.cdi_spec.unwrap();
+        let spec = written(&p);
         assert_eq!(spec["devices"][0]["containerEdits"], json!({"env": ["NCCL_IB_TC=106"]}));
         assert_eq!(spec["containerEdits"], json!({"env": ["KUBERDMA_VF_PCI_ADDRESSES=0000:3d:00.3"]}));
     }
@@ -407,8 +402,6 @@ mod tests {
 
     #[test]
     fn a_subrequest_is_recorded_whole_and_answered_by_its_top_level_request() {
-        assert_eq!(top_level_request("vf/fast"), "vf");
-        assert_eq!(top_level_request("vf"), "vf");
         let c = claim(
             json!([result("vf/fast", "pci-0000-3d-00-2")]),
             json!([{"source": "FromClaim", "requests": ["vf"], "opaque": {"driver": "rdma.kuberdma.io",

@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod cdi;
+pub mod dra;
 pub mod stuck;
 
 use std::path::{Path, PathBuf};

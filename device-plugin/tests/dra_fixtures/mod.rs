@@ -578,9 +578,9 @@ impl Env {
             .count()
     }
 
-    /// Our CRDs (operator/crds/crds.yaml), applied and established.
+    /// Our CRDs (charts/kube-rdma/crds/crds.yaml), applied and established.
     pub fn apply_crds(&self) {
-        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../operator/crds/crds.yaml");
+        let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/kube-rdma/crds/crds.yaml");
         let o = self.api.kubectl().args(["apply", "--server-side", "-f"]).arg(&crds).output().unwrap();
         assert!(o.status.success(), "applying the CRDs: {}", String::from_utf8_lossy(&o.stderr));
         let o = self

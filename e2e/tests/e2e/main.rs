@@ -15,10 +15,12 @@ mod cni;
 mod ctx;
 mod device_plugin;
 mod dra;
+mod install;
 mod links;
 mod operator;
 mod pod_start;
 mod pools;
+mod quickstart;
 mod security;
 mod smoke;
 
@@ -53,12 +55,14 @@ fn lanes() -> [Vec<Case>; 2] {
     let mut rest = device_plugin::disruptive_cases();
     rest.extend(operator::disruptive_cases());
     rest.extend(cni::cases());
+    rest.extend(quickstart::cases());
     // The security case in DRA mode runs before the last DRA case switches the chart back.
     let mut dra_cases = dra::cases();
     let back = dra_cases.pop();
     rest.extend(dra_cases);
     rest.extend(security::dra_cases());
     rest.extend(back);
+    rest.extend(install::cases()); // last: its uninstall case reinstalls the chart
     [watched, rest]
 }
 

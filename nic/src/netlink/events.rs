@@ -29,7 +29,7 @@ use netlink_sys::{protocols::NETLINK_ROUTE, AsyncSocket, AsyncSocketExt, TokioSo
 use tokio::sync::mpsc;
 
 use super::dcb::{self, DcbAttr, DcbMsg, RTM_GETDCB, RTM_SETDCB};
-use super::transport::{decode, nlmsg_align, split_datagram, NLMSG_MIN_TYPE};
+use super::transport::{decode, split_datagram, NLMSG_MIN_TYPE};
 
 /// rtnetlink multicast groups (`enum rtnetlink_groups` in `include/uapi/linux/rtnetlink.h`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -186,11 +186,7 @@ pub fn subscribe(groups: &[Group], capacity: usize) -> Result<mpsc::Receiver<Rtn
 /// break; a message that does not decode is skipped; nothing panics.
 pub fn parse_datagram(buf: &[u8]) -> Vec<RtnlEvent> {
     let mut out = Vec::new();
-    let msgs = match split_datagram(buf) {
-        Ok(m) => m,
-        Err(_) => framed_prefix(buf),
-    };
-    for msg in msgs {
+    for (_, msg) in split_datagram(buf).messages {
         let Ok(nb) = NetlinkBuffer::new_checked(msg) else { continue };
         match nb.message_type() {
             RTM_NEWLINK | RTM_DELLINK => {
@@ -207,22 +203,6 @@ pub fn parse_datagram(buf: &[u8]) -> Vec<RtnlEvent> {
             t if t < NLMSG_MIN_TYPE => {}
             t => out.push(RtnlEvent::Other { msg_type: t }),
         }
-    }
-    out
-}
-
-/// The whole messages at the start of a datagram whose framing breaks later.
-fn framed_prefix(buf: &[u8]) -> Vec<&[u8]> {
-    let mut out = Vec::new();
-    let mut rest = buf;
-    while let Ok(nb) = NetlinkBuffer::new_checked(rest) {
-        let len = nb.length() as usize;
-        out.push(&rest[..len]);
-        let next = nlmsg_align(len);
-        if next >= rest.len() {
-            break;
-        }
-        rest = &rest[next..];
     }
     out
 }

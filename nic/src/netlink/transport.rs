@@ -79,9 +79,22 @@ impl SocketTransport {
 
     /// Opens a socket of `protocol` inside `ns`. The socket stays in `ns`
     /// for its whole life, whatever thread uses it later.
-    pub fn open_in(ns: &Netns, protocol: isize) -> Result<io::Result<Self>, NetnsError> {
-        ns.run(|| Self::open(protocol))
+    pub fn open_in(ns: &Netns, protocol: isize) -> Result<Self, OpenInError> {
+        ns.run(|| Self::open(protocol)).map_err(OpenInError::Netns)?.map_err(OpenInError::Socket)
     }
+}
+
+/// Why a socket could not be opened inside another network namespace: the
+/// two steps fail apart, and callers tell them apart (a netns that cannot be
+/// entered is not a missing netlink family).
+#[derive(Debug, thiserror::Error)]
+pub enum OpenInError {
+    /// The namespace could not be entered.
+    #[error("cannot enter the network namespace to open a netlink socket")]
+    Netns(#[source] NetnsError),
+    /// The namespace was entered; the socket could not be opened there.
+    #[error("cannot open a netlink socket in another network namespace")]
+    Socket(#[source] io::Error),
 }
 
 fn set_recv_timeout(sock: &netlink_sys::Socket, t: Duration) -> io::Result<()> {
@@ -264,32 +277,48 @@ pub enum FrameError<E> {
     },
 }
 
-/// Splits a datagram into its netlink messages (by `nlmsg_len`, 4-aligned).
-/// The last message may come without its padding.
-pub fn split_datagram(buf: &[u8]) -> Result<Vec<&[u8]>, String> {
-    Ok(split_at(buf)
-        .map_err(|(at, what)| format!("at byte {at}: {what}"))?
-        .into_iter()
-        .map(|(_, m)| m)
-        .collect())
+/// A datagram split into its netlink messages: the whole messages before any
+/// break in the framing, and the break. The one framing of this crate: the
+/// request engine refuses a broken datagram ([`Framed::whole`]); the
+/// notification reader ([`super::events`]) keeps the messages before the break.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Framed<'a> {
+    /// Each whole message with its offset in the datagram.
+    pub messages: Vec<(usize, &'a [u8])>,
+    /// Where the framing breaks, if it does.
+    pub broken: Option<Break>,
 }
 
 /// Where a datagram's framing breaks: the offset and what is wrong.
-type Break = (usize, String);
+pub type Break = (usize, String);
 
-/// The messages of a datagram with their offsets, or where the framing breaks.
-fn split_at(mut buf: &[u8]) -> Result<Vec<(usize, &[u8])>, Break> {
-    let mut out = Vec::new();
+impl<'a> Framed<'a> {
+    /// The messages with their offsets, or where the framing breaks.
+    pub fn whole(self) -> Result<Vec<(usize, &'a [u8])>, Break> {
+        match self.broken {
+            None => Ok(self.messages),
+            Some(b) => Err(b),
+        }
+    }
+}
+
+/// Splits a datagram into its netlink messages (by `nlmsg_len`, 4-aligned).
+/// The last message may come without its padding.
+pub fn split_datagram(mut buf: &[u8]) -> Framed<'_> {
+    let mut messages = Vec::new();
     let mut at = 0;
     while !buf.is_empty() {
-        let nb = NetlinkBuffer::new_checked(buf).map_err(|e| (at, format!("nlmsghdr: {e}")))?;
+        let nb = match NetlinkBuffer::new_checked(buf) {
+            Ok(nb) => nb,
+            Err(e) => return Framed { messages, broken: Some((at, format!("nlmsghdr: {e}"))) },
+        };
         let len = nb.length() as usize;
-        out.push((at, &buf[..len]));
+        messages.push((at, &buf[..len]));
         let aligned = nlmsg_align(len);
         buf = if aligned >= buf.len() { &[] } else { &buf[aligned..] };
         at += aligned;
     }
-    Ok(out)
+    Framed { messages, broken: None }
 }
 
 /// Decodes one netlink message (`raw` is exactly the message). Control messages
@@ -314,7 +343,7 @@ pub fn decode<M: NetlinkDeserializable>(raw: &[u8]) -> Result<NetlinkMessage<M>,
 pub fn parse_datagram<M: NetlinkDeserializable>(
     buf: &[u8],
 ) -> Result<Vec<NetlinkMessage<M>>, FrameError<M::Error>> {
-    let parts = split_at(buf).map_err(|(offset, what)| FrameError::Frame { offset, what })?;
+    let parts = split_datagram(buf).whole().map_err(|(offset, what)| FrameError::Frame { offset, what })?;
     parts
         .into_iter()
         .map(|(at, raw)| {
@@ -433,7 +462,7 @@ impl<T: Transport> Client<T> {
         let mut out = Vec::new();
         loop {
             let dgram = self.transport.recv().map_err(io)?;
-            let parts = split_at(&dgram).map_err(|(at, what)| NlError::Decode {
+            let parts = split_datagram(&dgram).whole().map_err(|(at, what)| NlError::Decode {
                 op: op.to_string(),
                 why: format!("at byte {at}: {what}"),
             })?;
@@ -498,8 +527,11 @@ mod tests {
         // Two NLMSG_DONE messages (len 20, type 3) in one datagram.
         let mut d = done(1);
         d.extend(done(2));
-        assert_eq!(split_datagram(&d).unwrap().len(), 2);
-        assert!(split_datagram(&d[..10]).is_err());
+        assert_eq!(split_datagram(&d).whole().unwrap().len(), 2);
+        let cut = split_datagram(&d[..30]);
+        assert_eq!(cut.messages, vec![(0, &d[..20])], "the whole message before the break is kept");
+        assert_eq!(cut.broken.as_ref().map(|b| b.0), Some(20));
+        assert!(split_datagram(&d[..10]).whole().is_err());
     }
 
     #[test]

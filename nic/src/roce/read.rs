@@ -154,7 +154,37 @@ fn observe_with<T: Transport, E: Ethtool>(
         .or_else(|| sysfs::read_string(Path::new("/proc/sys/kernel/hostname")).ok())
         .unwrap_or_else(|| "unknown".into());
     let rdma_vfs = inv.pfs.iter().flat_map(|p| &p.vfs).filter(|v| !v.rdma.is_empty()).count();
-    NodeRoce { node, interfaces, rdma_netns_mode: netns_mode(roots), rdma_vfs }
+    let vf_counters = vf_port_counters(roots, inv);
+    NodeRoce { node, interfaces, rdma_netns_mode: netns_mode(roots), rdma_vfs, vf_counters }
+}
+
+/// Port counters of each VF RDMA device still in this namespace. One that the
+/// CNI moved into a pod (exclusive netns mode) has left the host's `infiniband`
+/// class: nothing here counts it.
+fn vf_port_counters(roots: &Roots, inv: &Inventory) -> Vec<VfPortCounters> {
+    let mut out = Vec::new();
+    for pf in &inv.pfs {
+        let pf_name = pf
+            .netdevs
+            .iter()
+            .find(|n| !is_representor(roots, &n.name))
+            .map_or_else(|| pf.pci.to_string(), |n| n.name.clone());
+        for vf in &pf.vfs {
+            for r in vf.rdma.iter().filter(|r| !r.in_other_netns) {
+                let dir = roots.sys(format!("class/infiniband/{}/ports/1/counters", r.name));
+                let counters = hw_counters(&dir);
+                if !counters.is_empty() {
+                    out.push(VfPortCounters {
+                        pf: pf_name.clone(),
+                        vf: vf.index,
+                        rdma_dev: r.name.clone(),
+                        counters,
+                    });
+                }
+            }
+        }
+    }
+    out
 }
 
 /// What `observe_iface` needs to know about one netdev from the inventory.
@@ -250,7 +280,7 @@ fn observe_iface<T: Transport, E: Ethtool>(
         ),
         None => no_rdma(name),
     };
-    let (port_state, hw_counters) = match &rdma_name {
+    let (port_state, hw_counters, port_counters) = match &rdma_name {
         Some(d) => {
             let port = roots.sys(format!("class/infiniband/{d}/ports/1"));
             let state = match sysfs::read_string(&port.join("state")) {
@@ -258,9 +288,9 @@ fn observe_iface<T: Transport, E: Ethtool>(
                 Ok(s) => Observed::Value(s.split_once(':').map(|(_, n)| n.trim().to_string()).unwrap_or(s)),
                 Err(e) => Observed::Unknown(why(&e)),
             };
-            (state, hw_counters(&port.join("hw_counters")))
+            (state, hw_counters(&port.join("hw_counters")), hw_counters(&port.join("counters")))
         }
-        None => (no_rdma(name), BTreeMap::new()),
+        None => (no_rdma(name), BTreeMap::new(), BTreeMap::new()),
     };
 
     let legacy_trust = legacy_trust(&net("qos/trust"));
@@ -295,6 +325,7 @@ fn observe_iface<T: Transport, E: Ethtool>(
         gid_index,
         port_state,
         hw_counters,
+        port_counters,
         num_vfs: t.num_vfs.clone(),
         total_vfs: t.total_vfs.clone(),
         fw_lldp_agent: d.fw_lldp_agent,
@@ -383,6 +414,8 @@ fn rdma_cm_defaults(roots: &Roots, dev: &str, may_create: bool) -> (Observed<Str
     (mode, tos)
 }
 
+/// A directory of counter files (`hw_counters/`, `counters/`): name → value,
+/// files that do not read as a number left out.
 fn hw_counters(dir: &Path) -> BTreeMap<String, u64> {
     let Ok(names) = sysfs::list_dir(dir) else { return BTreeMap::new() };
     names
@@ -543,7 +576,7 @@ fn dcb_part<T: Transport, E: Ethtool>(
             if !e.is_unsupported() {
                 tracing::debug!(netdev = name, error = %e, "DCB netlink read failed");
             }
-            let mut p = DcbPart::all(&error_chain(&e), e.is_unsupported());
+            let mut p = DcbPart::all(&crate::error_chain(&e), e.is_unsupported());
             if let Some(t) = legacy {
                 p.trust = t;
             }
@@ -553,19 +586,6 @@ fn dcb_part<T: Transport, E: Ethtool>(
             p
         }
     }
-}
-
-/// An error and its sources, `: `-joined, as the binaries print them (`{:#}`):
-/// an [`Observed::Unknown`] reason is read without the chain machinery.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(c) = src {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
-        src = c.source();
-    }
-    s
 }
 
 #[cfg(test)]

@@ -80,8 +80,7 @@ pub enum Remedy {
     },
 }
 
-/// The devlink parameter writes of [`Remedy::EnableRoce`], in order: (name, value).
-pub const ENABLE_ROCE_PARAMS: [(&str, bool); 2] = [("enable_iwarp", false), ("enable_roce", true)];
+pub use crate::netlink::devlink::ENABLE_ROCE_PARAMS;
 
 fn onoff(b: bool) -> &'static str {
     if b {

@@ -28,6 +28,7 @@ use netlink_packet_core::{
     ErrorMessage, NetlinkHeader, NetlinkMessage, NetlinkPayload, NLM_F_ACK, NLM_F_REQUEST,
 };
 
+use super::desc::{Model, PfDesc};
 use super::layout::Role;
 use super::Sim;
 use crate::inventory::RdmaProtocol;
@@ -40,7 +41,6 @@ use crate::netlink::devlink::{
 };
 use crate::netlink::transport::{emit, request_message, Exchange};
 use crate::roce::{EthtoolExchange, Recording, Trust};
-use crate::simdesc::{Model, PfDesc};
 
 /// `IEEE_8021QAZ_TSA_VENDOR` and `IEEE_8021QAZ_TSA_ETS` (dcbnl.h).
 const TSA_VENDOR: u8 = 255;

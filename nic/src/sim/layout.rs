@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 
+use super::desc::{AdapterDesc, DescError, Model, NodeDesc, PfDesc, RdmaNaming, RoceDesc, SwitchDesc};
 use crate::inventory::RdmaProtocol;
 use crate::pci::PciAddr;
-use crate::simdesc::{AdapterDesc, DescError, Model, NodeDesc, PfDesc, RdmaNaming, RoceDesc, SwitchDesc};
 
 /// GID table length of every simulated RDMA port.
 pub const GID_TBL_LEN: u32 = 8;

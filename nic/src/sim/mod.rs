@@ -57,6 +57,7 @@
 //!   namespace-tagged, so the VF's netdev and, in exclusive RDMA netns mode, its RDMA device
 //!   vanish from the host's sysfs; `infiniband_verbs`, `infiniband_mad` and `/dev` stay.
 
+pub mod desc;
 mod kernel;
 mod layout;
 mod mutate;
@@ -68,7 +69,7 @@ use std::path::{Path, PathBuf};
 
 use crate::pci::PciAddr;
 use crate::roots::Roots;
-use crate::simdesc::{AdapterDesc, DescError, Model, NodeDesc, PfDesc};
+use desc::{AdapterDesc, DescError, Model, NodeDesc, PfDesc};
 
 use layout::{plan, yaml_err, Func, Role, RDMA_CM_DEV};
 use tree::{io_err, Writer};
@@ -265,7 +266,7 @@ impl Sim {
         w.file(Path::new("class/infiniband_verbs/abi_version"), "6")?;
         // ib_core's bool module parameter `netns_mode` (drivers/infiniband/core/device.c):
         // Y = shared (the boot default), N = exclusive.
-        let shared = desc.rdma_netns_mode == crate::simdesc::NetnsMode::Shared;
+        let shared = desc.rdma_netns_mode == desc::NetnsMode::Shared;
         w.file(Path::new("module/ib_core/parameters/netns_mode"), if shared { "Y" } else { "N" })?;
         if let Some(on) = desc.irdma_roce_ena {
             // Written as a bool module parameter prints; discovery also takes 1/0.

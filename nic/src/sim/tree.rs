@@ -11,6 +11,20 @@ use super::layout::{
 use super::SimError;
 use crate::inventory::RdmaProtocol;
 
+/// The port counters ib_core exposes under `ports/<p>/counters/` (drivers/infiniband/core/sysfs.c,
+/// `pma_table`) that the agent exports; a real port has a few more (`port_xmit_wait`, …).
+const PORT_COUNTERS: [&str; 9] = [
+    "port_xmit_data",
+    "port_rcv_data",
+    "port_xmit_packets",
+    "port_rcv_packets",
+    "symbol_error",
+    "link_downed",
+    "port_rcv_errors",
+    "port_xmit_discards",
+    "link_error_recovery",
+];
+
 // ---------------------------------------------------------------------------------------------
 // Writing the tree.
 
@@ -282,6 +296,13 @@ impl Writer {
                 "packet_seq_err",
             ] {
                 self.file(&port.join("hw_counters").join(c), "0")?;
+            }
+            // mlx5's `lifespan`: how long (ms) the driver caches the counters, a setting.
+            self.file(&port.join("hw_counters/lifespan"), "10")?;
+            // ib_core's port counters (`counters/`), present where the driver answers
+            // performance MADs (mlx5's process_mad; irdma and rxe have none).
+            for c in PORT_COUNTERS {
+                self.file(&port.join("counters").join(c), "0")?;
             }
         }
         Ok(())

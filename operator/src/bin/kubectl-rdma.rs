@@ -8,22 +8,32 @@
 //! - `kubectl rdma check --sim FILE | --local [--profile FILE] [-o FORMAT]`: check a
 //!   simulated node or this host without a cluster, as `kube-rdma-operator agent
 //!   --once` does.
+//! - `kubectl rdma version [--client] [-o json|yaml]`: this build, and what the
+//!   cluster runs (`kube_rdma_operator::kubectl::version`).
+//! - `kubectl rdma completion bash|zsh|fish`: a completion script (clap_complete).
 //!
-//! Output formats and exit status: `kube_rdma_operator::output`.
+//! kubectl's habits (`kube_rdma_operator::kubectl`): an error is one message on
+//! stderr in kubectl's words and exit 1, a usage error too (`See 'kubectl rdma
+//! status --help' for usage.`); `-n` and `-A` are accepted and change nothing for
+//! the cluster-scoped RdmaNodeStates, as `kubectl get nodes -n x` ignores `-n`.
+//! Output formats and the exit status of checks: `kube_rdma_operator::kubectl::output`.
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context as _};
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, Parser, Subcommand};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kube_rdma_operator::client::{connect_described, parse_timeout, ClientOpts};
-use kube_rdma_operator::output::{self, Format, EXIT_HELP};
+use kube_rdma_operator::kubectl::client::{connect_described, ClientOpts, Connected};
+use kube_rdma_operator::kubectl::duration;
+use kube_rdma_operator::kubectl::output::{self, Format, EXIT_HELP_KUBECTL};
+use kube_rdma_operator::kubectl::version::{self as ver, ClientVersion, Version};
+use kube_rdma_operator::kubectl::view::{self, Detail, FetchError, Selection};
+use kube_rdma_operator::kubectl::{completion, errors};
 use kube_rdma_operator::source::NodeSource;
-use kube_rdma_operator::view::{self, Detail, Selection};
 use kube_rdma_operator::{check_once, checks, load_profile};
 use nic::roce::{DcbSource, ObserveOpts};
-use plumbing::cli::{emit, error_line};
+use plumbing::cli::{emit, error_line, EXIT_FAILED};
 use plumbing::logging::{self, Filter, Format as LogFormat, Sink};
 use plumbing::VERSION;
 
@@ -33,7 +43,7 @@ use plumbing::VERSION;
     bin_name = "kubectl rdma",
     version = VERSION,
     about = "RoCE settings of Kubernetes nodes",
-    after_help = EXIT_HELP
+    after_help = EXIT_HELP_KUBECTL
 )]
 struct Cli {
     #[command(subcommand)]
@@ -47,9 +57,9 @@ struct Cli {
     cluster: ClusterArgs,
 }
 
-/// How to reach the API server, as kubectl's flags (`kubectl rdma status` only).
+/// How to reach the API server, as kubectl's flags (`status` and `version`).
 #[derive(clap::Args, Default)]
-#[command(next_help_heading = "Cluster options (status)")]
+#[command(next_help_heading = "Cluster options (status, version)")]
 struct ClusterArgs {
     /// Kubeconfig file (default: env KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
@@ -63,9 +73,17 @@ struct ClusterArgs {
     /// Group to impersonate (repeat for several).
     #[arg(long = "as-group", value_name = "GROUP")]
     impersonate_groups: Vec<String>,
-    /// Time to wait for each request before giving up (0, the default: no limit; e.g. 30s, 2m).
-    #[arg(long, value_name = "DURATION", value_parser = parse_timeout)]
+    /// Time to wait for each request before giving up (0, the default: no limit; e.g. 30s, 2m; a bare number is seconds).
+    #[arg(long, value_name = "DURATION", value_parser = duration::parse)]
     request_timeout: Option<std::time::Duration>,
+    /// Namespace, as kubectl's -n: RdmaNodeStates and Nodes are cluster-scoped, so status ignores it
+    /// as `kubectl get nodes` does; version looks for the kube-rdma workloads only there.
+    #[arg(short = 'n', long, value_name = "NAMESPACE")]
+    namespace: Option<String>,
+    /// All namespaces, as kubectl's -A: what status and version do anyway.
+    // Not in conflict with -n: kubectl lets -A win.
+    #[arg(short = 'A', long)]
+    all_namespaces: bool,
 }
 
 impl ClusterArgs {
@@ -84,6 +102,14 @@ impl ClusterArgs {
         }
     }
 
+    /// `-n` given here or before the command (`-A` means what no `-n` means).
+    fn namespace(&self, outer: &ClusterArgs) -> Option<String> {
+        self.namespace
+            .clone()
+            .or_else(|| outer.namespace.clone())
+            .filter(|_| !self.all_namespaces && !outer.all_namespaces)
+    }
+
     fn given(&self) -> Option<&'static str> {
         [
             (self.kubeconfig.is_some(), "--kubeconfig"),
@@ -91,6 +117,8 @@ impl ClusterArgs {
             (self.impersonate.is_some(), "--as"),
             (!self.impersonate_groups.is_empty(), "--as-group"),
             (self.request_timeout.is_some(), "--request-timeout"),
+            (self.namespace.is_some(), "--namespace"),
+            (self.all_namespaces, "--all-namespaces"),
         ]
         .into_iter()
         .find_map(|(set, name)| set.then_some(name))
@@ -100,7 +128,7 @@ impl ClusterArgs {
 #[derive(Subcommand)]
 enum Cmd {
     /// Show the agents' view of all nodes, or of the named nodes in detail.
-    #[command(after_help = EXIT_HELP)]
+    #[command(after_help = EXIT_HELP_KUBECTL)]
     Status {
         /// Node names (default: every node with an RdmaNodeState).
         nodes: Vec<String>,
@@ -118,7 +146,7 @@ enum Cmd {
         cluster: ClusterArgs,
     },
     /// Check a simulated node or this host, without a cluster (exit 1 when a check fails).
-    #[command(after_help = EXIT_HELP, group(clap::ArgGroup::new("node").required(true).args(["sim", "local"])))]
+    #[command(after_help = EXIT_HELP_KUBECTL, group(clap::ArgGroup::new("node").required(true).args(["sim", "local"])))]
     Check {
         /// Simulated node: a YAML description, or the directory of a materialised
         /// one (`sys/`, `dev/`, `node.yaml`).
@@ -134,15 +162,87 @@ enum Cmd {
         #[arg(short = 'o', long, default_value = "table", value_parser = output::parse_check)]
         output: Format,
     },
+    /// Print this build's version and, when the cluster is reachable, its server version and the
+    /// kube-rdma components' images.
+    #[command(after_help = EXIT_HELP_PLAIN)]
+    Version {
+        /// This build only; no cluster needed.
+        #[arg(long)]
+        client: bool,
+        /// Output format: json or yaml (default: text).
+        #[arg(short = 'o', long, value_parser = ["json", "yaml"])]
+        output: Option<String>,
+        #[command(flatten)]
+        cluster: ClusterArgs,
+    },
+    /// Print a shell completion script of kubectl-rdma: `source <(kubectl rdma completion bash)`.
+    /// For `kubectl rdma <TAB>` (kubectl >= 1.26), link this binary as kubectl_complete-rdma on PATH.
+    #[command(after_help = EXIT_HELP_PLAIN)]
+    Completion {
+        /// The shell.
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
 }
 
+/// The exit status of the commands that check nothing, for `--help`.
+const EXIT_HELP_PLAIN: &str = "\
+Exit status:
+  0  done
+  1  an error: bad flags, the cluster not reachable (version), stdout cannot be written";
+
 fn main() -> ExitCode {
-    let cli = match plumbing::cli::parse::<Cli>("kubectl-rdma") {
+    // Run as kubectl_complete-rdma (a symlink): answer kubectl's completion request.
+    let arg0 = std::env::args_os().next().unwrap_or_default();
+    if std::path::Path::new(&arg0).file_name().is_some_and(|n| n == completion::EXECUTABLE) {
+        let words: Vec<String> = std::env::args().skip(1).collect();
+        let (candidates, directive) = completion::candidates(&Cli::command(), &words);
+        return print(&completion::cobra_answer(&candidates, directive));
+    }
+    let cli = match parse() {
         Ok(c) => c,
         Err(code) => return code,
     };
     logging::init(cli.log_format, Filter::Env("warn,kube_client=off"), Sink::Terminal);
-    plumbing::cli::finish("kubectl-rdma", run(cli))
+    run(cli).unwrap_or_else(|e| {
+        error_line(&errors::line(&e));
+        ExitCode::from(EXIT_FAILED)
+    })
+}
+
+/// The command line, as kubectl takes one: `--help` and `--version` (and no
+/// command at all, which is help, as for a kubectl command group) print on
+/// stdout with exit 0; a usage error is kubectl's two lines and exit 1.
+fn parse() -> Result<Cli, ExitCode> {
+    let e = match Cli::try_parse() {
+        Ok(c) => return Ok(c),
+        Err(e) => e,
+    };
+    if !e.use_stderr() || e.kind() == clap::error::ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+        return Err(print(&e.render().to_string()));
+    }
+    error_line(&errors::usage(&e.render().to_string(), &command_path()));
+    Err(ExitCode::from(EXIT_FAILED))
+}
+
+/// `kubectl rdma` and the subcommand named on the command line, if any.
+fn command_path() -> String {
+    let names: Vec<String> = Cli::command().get_subcommands().map(|c| c.get_name().to_string()).collect();
+    match std::env::args().skip(1).find(|a| names.contains(a)) {
+        Some(sub) => format!("kubectl rdma {sub}"),
+        None => "kubectl rdma".into(),
+    }
+}
+
+/// Prints `text` on stdout: exit 0, or the error and exit 1 when stdout cannot be written.
+fn print(text: &str) -> ExitCode {
+    match emit(text) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            error_line(&format!("error: {e}"));
+            ExitCode::from(EXIT_FAILED)
+        }
+    }
 }
 
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -161,6 +261,24 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             };
             let rt = tokio::runtime::Runtime::new()?;
             rt.block_on(status(&api, sel, output, all))
+        }
+        Cmd::Version { client, output, cluster } => {
+            let namespace = cluster.namespace(&cli.cluster);
+            let api = cluster.or(cli.cluster);
+            if client && api != ClientOpts::default() {
+                bail!("--client prints this build only: cluster flags do not apply");
+            }
+            let rt = tokio::runtime::Runtime::new()?;
+            rt.block_on(version(&api, namespace.as_deref(), output.as_deref(), client))
+        }
+        Cmd::Completion { shell } => {
+            if let Some(flag) = cli.cluster.given() {
+                bail!("completion prints a script: {flag} does not apply");
+            }
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "kubectl-rdma", &mut script);
+            emit(&String::from_utf8(script)?)?;
+            Ok(ExitCode::SUCCESS)
         }
         Cmd::Check { sim, local: _, profile, output } => {
             if let Some(flag) = cli.cluster.given() {
@@ -207,11 +325,51 @@ fn all_does_nothing(no_nodes: bool, output: &Format) -> Option<String> {
     Some(format!("-o {word} prints no table"))
 }
 
+/// A failed request, as kubectl words it: the server's answer or why it could
+/// not be reached; else the request and where the configuration came from.
+fn request_error(e: FetchError, conn: &Connected) -> anyhow::Error {
+    match errors::from_fetch(&e, &conn.server) {
+        Some(w) => anyhow::Error::new(w),
+        None => anyhow::anyhow!("{e} (API server {} from {})", conn.server, conn.source),
+    }
+}
+
+async fn version(
+    api: &ClientOpts,
+    namespace: Option<&str>,
+    output: Option<&str>,
+    client_only: bool,
+) -> anyhow::Result<ExitCode> {
+    let mut v =
+        Version { client_version: ClientVersion::this_binary(), server_version: None, components: None };
+    // As kubectl version: the client's part is printed even when the server cannot be reached.
+    let mut failed = None;
+    if !client_only {
+        let conn = connect_described(api).await?;
+        match ver::fetch(conn.client.clone(), namespace, api.request_timeout).await {
+            Ok((server, components)) => {
+                v.server_version = Some(server);
+                v.components = Some(components);
+            }
+            Err(e) => failed = Some(request_error(e, &conn)),
+        }
+    }
+    emit(&match output {
+        Some("json") => format!("{}\n", serde_json::to_string_pretty(&v)?),
+        Some(_) => serde_yaml::to_string(&v)?,
+        None => ver::text(&v),
+    })?;
+    match failed {
+        Some(e) => Err(e),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
 async fn status(api: &ClientOpts, sel: Selection, output: Format, all: bool) -> anyhow::Result<ExitCode> {
-    let (client, about) = connect_described(api).await?;
-    let fetched = match view::fetch(client, &sel, api.request_timeout).await {
+    let conn = connect_described(api).await?;
+    let fetched = match view::fetch(conn.client.clone(), &sel, api.request_timeout).await {
         Ok(f) => f,
-        Err(e) => bail!("{e} ({about})"),
+        Err(e) => return Err(request_error(e, &conn)),
     };
     let reports = &fetched.reports;
     let states: Vec<_> = reports.iter().filter_map(|r| r.state.clone()).collect();

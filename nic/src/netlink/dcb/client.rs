@@ -5,10 +5,10 @@
 
 use std::collections::BTreeMap;
 
+use super::DcbxMode;
 use super::*;
-use crate::netlink::transport::{Client, NlError, SocketTransport, Transport, NETLINK_ROUTE};
+use crate::netlink::transport::{Client, NlError, OpenInError, SocketTransport, Transport, NETLINK_ROUTE};
 use crate::netns::{Netns, NetnsError};
-use crate::roce::DcbxMode;
 
 /// A DCB request that failed.
 #[derive(Debug, thiserror::Error)]
@@ -92,7 +92,10 @@ impl Dcb<SocketTransport> {
 
     /// Opens a `NETLINK_ROUTE` socket inside `ns` (for the interfaces of `ns`).
     pub fn open_in(ns: &Netns) -> Result<Self, DcbError> {
-        SocketTransport::open_in(ns, NETLINK_ROUTE).map_err(DcbError::Netns)?.map(Self::new).map_err(open_err)
+        SocketTransport::open_in(ns, NETLINK_ROUTE).map(Self::new).map_err(|e| match e {
+            OpenInError::Netns(e) => DcbError::Netns(e),
+            OpenInError::Socket(e) => open_err(e),
+        })
     }
 }
 

@@ -34,8 +34,8 @@ pub use message::{
     parse_messages, AppAttr, DcbAttr, DcbMessage, DcbMsg, IeeeAttr, IeeeState, ParseError, RawNla,
 };
 pub use structs::{
-    DcbApp, DcbBuffer, IeeeEts, IeeeMaxrate, IeeePfc, Priorities, PrioritiesError, DCBNL_BUFFER_LEN,
-    DCB_APP_LEN, IEEE_ETS_LEN, IEEE_MAXRATE_LEN, IEEE_PFC_LEN,
+    DcbApp, DcbBuffer, DcbxMode, IeeeEts, IeeeMaxrate, IeeePfc, Priorities, PrioritiesError,
+    DCBNL_BUFFER_LEN, DCB_APP_LEN, IEEE_ETS_LEN, IEEE_MAXRATE_LEN, IEEE_PFC_LEN,
 };
 
 /// `RTM_GETDCB` (include/uapi/linux/rtnetlink.h).

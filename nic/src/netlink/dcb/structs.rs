@@ -8,6 +8,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use super::dcbx;
+
 use super::IEEE_8021QAZ_APP_SEL_DSCP;
 
 /// `sizeof(struct ieee_ets)`: 3 + 7 × 8 bytes, no padding.
@@ -415,5 +417,38 @@ mod tests {
         assert_eq!(serde_json::from_str::<Priorities>("[4,3]").unwrap(), p);
         assert!(serde_json::from_str::<Priorities>("[8]").is_err());
         assert_eq!(format!("{p:?}"), "{3, 4}");
+    }
+}
+
+/// Who runs DCBX on a port: the mode `dcb dcbx set` selects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DcbxMode {
+    /// Host (OS) controlled, IEEE (`dcbx::DCB_CAP_DCBX_HOST | dcbx::DCB_CAP_DCBX_VER_IEEE`).
+    #[default]
+    Os,
+    /// Firmware managed (`dcbx::DCB_CAP_DCBX_LLD_MANAGED`).
+    Firmware,
+}
+
+impl DcbxMode {
+    /// The `dcbx::DCB_CAP_DCBX_*` bits (dcbnl.h) that select this mode, IEEE flavour in both.
+    pub fn bits(self) -> u8 {
+        match self {
+            DcbxMode::Os => dcbx::DCB_CAP_DCBX_HOST | dcbx::DCB_CAP_DCBX_VER_IEEE,
+            DcbxMode::Firmware => dcbx::DCB_CAP_DCBX_LLD_MANAGED | dcbx::DCB_CAP_DCBX_VER_IEEE,
+        }
+    }
+
+    /// The mode `dcbx::DCB_CAP_DCBX_*` bits name: firmware when LLD-managed, else OS
+    /// when host; `None` when they name neither.
+    pub fn from_bits(bits: u8) -> Option<Self> {
+        if bits & dcbx::DCB_CAP_DCBX_LLD_MANAGED != 0 {
+            Some(DcbxMode::Firmware)
+        } else if bits & dcbx::DCB_CAP_DCBX_HOST != 0 {
+            Some(DcbxMode::Os)
+        } else {
+            None
+        }
     }
 }

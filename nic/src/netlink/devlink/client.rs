@@ -211,14 +211,14 @@ impl<T: Transport> Devlink<T> {
 }
 
 impl<T: Transport> Devlink<T> {
-    /// An E810 PF's RDMA function to RoCEv2 ([`crate::roce::Remedy::EnableRoce`]):
+    /// An E810 PF's RDMA function to RoCEv2 (`Remedy::EnableRoce`):
     /// `enable_iwarp` off, then `enable_roce` on, both runtime (ice refuses
     /// `enable_roce` while iWARP is on). When the second write is refused, the
     /// first is undone (`enable_iwarp` back to what it was), so a failure leaves
     /// the PF in the mode it had.
     pub fn enable_roce(&mut self, pci: PciAddr) -> Result<(), DevlinkError> {
         let h = DevHandle::pci(pci);
-        let [(iwarp, iwarp_to), (roce, roce_to)] = crate::roce::remedy::ENABLE_ROCE_PARAMS;
+        let [(iwarp, iwarp_to), (roce, roce_to)] = super::ENABLE_ROCE_PARAMS;
         let was = self.param_get(&h, iwarp)?.value(Cmode::Runtime).cloned();
         self.param_set(&h, iwarp, &ParamValue::Bool(iwarp_to), Cmode::Runtime)?;
         if let Err(e) = self.param_set(&h, roce, &ParamValue::Bool(roce_to), Cmode::Runtime) {

@@ -49,6 +49,11 @@ pub use client::{Devlink, DevlinkError};
 pub use params::{Cmode, DevHandle, Param, ParamReply, ParamType, ParamValue};
 pub use request::{param_dump, param_get, param_set, param_set_command};
 
+/// An E810 PF's RDMA function to RoCEv2, as ice's runtime parameters: (name, value), written in
+/// this order (ice refuses `enable_roce` while iWARP is on). [`Devlink::enable_roce`] writes them;
+/// the printed remedy names the same two.
+pub const ENABLE_ROCE_PARAMS: [(&str, bool); 2] = [("enable_iwarp", false), ("enable_roce", true)];
+
 use super::genl::GenlMessage;
 
 /// `DEVLINK_GENL_NAME`: the family name the controller resolves.

@@ -4,8 +4,8 @@ use std::io;
 
 use super::*;
 use crate::inventory::NetnsMode;
-use crate::netlink::transport::{Client, NlError, SocketTransport, Transport, NETLINK_RDMA};
-use crate::netns::{Netns, NetnsError};
+use crate::netlink::transport::{Client, NlError, OpenInError, SocketTransport, Transport, NETLINK_RDMA};
+use crate::netns::Netns;
 
 /// An RDMA netlink socket (`NETLINK_RDMA`, client `RDMA_NL_NLDEV`): lists the
 /// RDMA devices and ports of its netns, moves devices between namespaces and
@@ -25,8 +25,8 @@ impl Nldev<SocketTransport> {
 
     /// Opens a `NETLINK_RDMA` socket inside `ns`; it lists and moves the
     /// devices of `ns`, whatever thread uses it later.
-    pub fn open_in(ns: &Netns) -> Result<io::Result<Self>, NetnsError> {
-        SocketTransport::open_in(ns, NETLINK_RDMA).map(|r| r.map(Self::new))
+    pub fn open_in(ns: &Netns) -> Result<Self, OpenInError> {
+        SocketTransport::open_in(ns, NETLINK_RDMA).map(Self::new)
     }
 }
 

@@ -3,13 +3,14 @@
 //!
 //! - `-o, --output FORMAT`: `table` (default), `wide` (more columns: `kubectl rdma
 //!   status`), `json`, `yaml`, `name` (`rdmanodestate.kuberdma.io/NODE` per line:
-//!   `kubectl rdma status`), `jsonpath=TEMPLATE` ([`crate::jsonpath`]). A command
+//!   `kubectl rdma status`), `jsonpath=TEMPLATE` ([`super::jsonpath`]). A command
 //!   that checks one node without a cluster (`kube-rdma-operator agent --once`,
 //!   `kubectl rdma check`) offers `table`, `json`, `yaml` and `jsonpath` and prints
 //!   the same for the same node.
 //! - Exit status ([`EXIT_HELP`]): 0 all is well; 1 a check fails, a node is not
 //!   ready, or something asked for was not found; 2 a usage or environment error
-//!   (bad flags or files, no cluster access, an API error).
+//!   (bad flags or files, no cluster access, an API error). `kubectl rdma` exits 1
+//!   for errors too, as kubectl does ([`EXIT_HELP_KUBECTL`]).
 //! - Results on stdout, errors (one line each) and logs on stderr. A stdout closed
 //!   early (`| head`) ends the output quietly ([`plumbing::cli::emit`]); the exit status is still
 //!   the verdict. A stdout that cannot be written (`> /dev/full`) is exit 2.
@@ -20,8 +21,8 @@ use std::process::ExitCode;
 
 use plumbing::cli::{EXIT_FAILED, EXIT_OK};
 
+use super::jsonpath::Template;
 use crate::crd::RdmaNodeState;
-use crate::jsonpath::Template;
 
 /// An output format (see the module docs).
 #[derive(Debug, Clone, PartialEq)]
@@ -52,7 +53,7 @@ fn parse(s: &str, offered: &[&str]) -> Result<Format, String> {
         ("jsonpath", Some(t)) => {
             // kubectl users quote the template for the shell; quotes that reach us are part of it.
             let t = t.trim_matches('\'');
-            Format::JsonPath(t.parse().map_err(|e: crate::jsonpath::JsonPathError| e.to_string())?)
+            Format::JsonPath(t.parse().map_err(|e: super::jsonpath::JsonPathError| e.to_string())?)
         }
         ("jsonpath", None) => {
             return Err("jsonpath needs a template: -o jsonpath='{.status.summary.ready}'".into())
@@ -82,6 +83,15 @@ Exit status:
   0  all is well: every check passes, every node shown is ready
   1  a check fails, no RoCE interface was found to check, a node shown is not ready or its agent is stale, or a node asked for has no RdmaNodeState
   2  a usage or environment error: bad flags or files, no cluster access, an API error";
+
+/// The exit status of `kubectl rdma status` and `check`, for `--help`: kubectl's
+/// (k8s.io/kubectl `cmdutil.DefaultErrorExitCode`), so an error is 1 too, where
+/// `agent --once` says 2 ([`EXIT_HELP`]); the verdicts are the same.
+pub const EXIT_HELP_KUBECTL: &str = "\
+Exit status:
+  0  all is well: every check passes, every node shown is ready
+  1  a check fails, no RoCE interface was found to check, a node shown is not ready or its agent is stale, or a node asked for has no RdmaNodeState;
+     or an error, as kubectl: bad flags or files, no cluster access, an API error";
 
 /// The exit status of the controller and of `crds`, which check nothing, for `--help`.
 pub const EXIT_HELP_NO_CHECKS: &str = "\
@@ -121,7 +131,7 @@ pub fn checked_node(state: &RdmaNodeState, format: &Format) -> Result<String, Re
         return Ok(text);
     }
     Ok(match &state.status {
-        Some(s) => crate::view::node_table(&state.spec.node_name, s, crate::view::Detail::All),
+        Some(s) => super::view::node_table(&state.spec.node_name, s, super::view::Detail::All),
         None => format!("NODE {}  (no status computed)\n", state.spec.node_name),
     })
 }

@@ -1,5 +1,5 @@
 //! The simulated node's description: a YAML file naming a node's adapters,
-//! PFs, VFs, GPUs and RoCE settings. [`crate::sim`] turns it into a sysfs +
+//! PFs, VFs, GPUs and RoCE settings. [`super`] (the simulator) turns it into a sysfs +
 //! `/dev` tree; tests compare discovery of that tree with this description.
 //!
 //! ```yaml

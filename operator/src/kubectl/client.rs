@@ -35,41 +35,6 @@ pub struct ClientOpts {
     pub request_timeout: Option<std::time::Duration>,
 }
 
-/// A `--request-timeout` value as kubectl takes it: `0` (no timeout: zero), a
-/// number of seconds, or a number with a unit (`500ms`, `30s`, `2m`, `1h`; combined, `1m30s`).
-pub fn parse_timeout(s: &str) -> Result<std::time::Duration, String> {
-    let bad = || format!("invalid --request-timeout {s:?}: use e.g. 0 (none), 30, 30s, 2m, 500ms");
-    let s = s.trim();
-    if s.is_empty() {
-        return Err(bad());
-    }
-    if let Ok(secs) = s.parse::<u64>() {
-        return Ok(std::time::Duration::from_secs(secs));
-    }
-    let mut total = std::time::Duration::ZERO;
-    let mut rest = s;
-    while !rest.is_empty() {
-        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').ok_or_else(bad)?;
-        let n: f64 = rest[..digits].parse().map_err(|_| bad())?;
-        let unit_end = rest[digits..].find(|c: char| c.is_ascii_digit()).map_or(rest.len(), |i| digits + i);
-        let scale = match &rest[digits..unit_end] {
-            "ms" => 0.001,
-            "s" => 1.0,
-            "m" => 60.0,
-            "h" => 3600.0,
-            _ => return Err(bad()),
-        };
-        // Neither a huge number nor a sum of them may panic (from_secs_f64 and `+=` do).
-        let part = std::time::Duration::try_from_secs_f64(n * scale)
-            .map_err(|_| format!("invalid --request-timeout {s:?}: {} is out of range", &rest[..unit_end]))?;
-        total = total
-            .checked_add(part)
-            .ok_or_else(|| format!("invalid --request-timeout {s:?}: out of range"))?;
-        rest = &rest[unit_end..];
-    }
-    Ok(total)
-}
-
 /// Why no client could be made.
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
@@ -111,11 +76,31 @@ fn default_kubeconfig() -> Option<PathBuf> {
     std::env::var_os("HOME").filter(|h| !h.is_empty()).map(|h| Path::new(&h).join(".kube/config"))
 }
 
+/// What is wrong with a kubeconfig, its path given once and unquoted: kube's
+/// own message for an unreadable file quotes the path's `Debug` form in quotes
+/// (`'"/x/kc"'`), and names the file that the description already names.
+fn kubeconfig_detail(e: &kube::config::KubeconfigError, source_desc: &str) -> String {
+    match e {
+        kube::config::KubeconfigError::ReadConfig(io, path) => {
+            let path = path.display().to_string();
+            if source_desc.starts_with(&format!("{path} (")) {
+                io.to_string()
+            } else {
+                format!("cannot read {path}: {io}")
+            }
+        }
+        other => chain(other),
+    }
+}
+
 /// The client configuration and a description of where it came from.
 pub async fn config(opts: &ClientOpts) -> Result<(Config, String), ClientError> {
     let kc_opts = KubeConfigOptions { context: opts.context.clone(), ..Default::default() };
     let bad = |source_desc: String| {
-        move |e: kube::config::KubeconfigError| ClientError::Kubeconfig { source_desc, detail: chain(&e) }
+        move |e: kube::config::KubeconfigError| ClientError::Kubeconfig {
+            detail: kubeconfig_detail(&e, &source_desc),
+            source_desc,
+        }
     };
     if let Some(path) = &opts.kubeconfig {
         let desc = format!("{} (--kubeconfig)", path.display());
@@ -148,11 +133,21 @@ pub async fn config(opts: &ClientOpts) -> Result<(Config, String), ClientError> 
 
 /// A client configured from `opts` (see the module docs). Makes no request.
 pub async fn connect(opts: &ClientOpts) -> Result<Client, ClientError> {
-    connect_described(opts).await.map(|(c, _)| c)
+    connect_described(opts).await.map(|c| c.client)
 }
 
-/// [`connect`], and `API server <url> (from <source>)` for error messages.
-pub async fn connect_described(opts: &ClientOpts) -> Result<(Client, String), ClientError> {
+/// A client and the API server it talks to.
+pub struct Connected {
+    /// The client (see [`connect`]).
+    pub client: Client,
+    /// The API server's URL, which kubectl's connection errors name.
+    pub server: http::Uri,
+    /// Where the configuration came from, e.g. `/root/.kube/config (KUBECONFIG)`.
+    pub source: String,
+}
+
+/// [`connect`], with the server and where its configuration came from, for messages.
+pub async fn connect_described(opts: &ClientOpts) -> Result<Connected, ClientError> {
     let (mut cfg, desc) = config(opts).await?;
     // kube retries 429/503/504 itself, silently, up to 15 times over minutes: a
     // write (a heartbeat) would hang that long, unseen by health and metrics. The
@@ -170,10 +165,10 @@ pub async fn connect_described(opts: &ClientOpts) -> Result<(Client, String), Cl
         cfg.read_timeout = Some(t);
         cfg.write_timeout = Some(t);
     }
-    let about = format!("API server {} (from {desc})", cfg.cluster_url);
+    let server = cfg.cluster_url.clone();
     let builder = kube::client::ClientBuilder::try_from(cfg)
-        .map_err(|e| ClientError::Build { source_desc: desc, detail: chain(&e) })?;
-    Ok((builder.with_layer(&RetryAfterLayer).build(), about))
+        .map_err(|e| ClientError::Build { source_desc: desc.clone(), detail: chain(&e) })?;
+    Ok(Connected { client: builder.with_layer(&RetryAfterLayer).build(), server, source: desc })
 }
 
 /// The `Status` body to put in place of a plain-text 429 or 503 that carries a
@@ -259,23 +254,7 @@ where
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
-
-    #[test]
-    fn request_timeouts_read_as_kubectl_reads_them() {
-        assert_eq!(parse_timeout("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_timeout("0s"), Ok(Duration::ZERO));
-        assert_eq!(parse_timeout("5"), Ok(Duration::from_secs(5)));
-        assert_eq!(parse_timeout("30s"), Ok(Duration::from_secs(30)));
-        assert_eq!(parse_timeout("500ms"), Ok(Duration::from_millis(500)));
-        assert_eq!(parse_timeout("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_timeout("2h"), Ok(Duration::from_secs(7200)));
-        for bad in ["", "s", "10x", "-1s", "1.5.2s", "99999999999999999999999h", "1e400s"] {
-            assert!(parse_timeout(bad).unwrap_err().contains("invalid --request-timeout"), "{bad}");
-        }
-    }
 
     #[test]
     fn a_plain_429_with_retry_after_becomes_a_status_with_the_delay() {

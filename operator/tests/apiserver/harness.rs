@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube_rdma_e2e::apiserver::{ApiServer, Options, PlaneSlot};
-use kube_rdma_operator::client::{connect, ClientOpts};
 use kube_rdma_operator::fixtures::example;
+use kube_rdma_operator::kubectl::client::{connect, ClientOpts};
 use nic::simdesc::NodeDesc;
 use serde_json::{json, Value};
 

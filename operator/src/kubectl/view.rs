@@ -53,6 +53,15 @@ pub fn node_table(node: &str, s: &RdmaNodeStateStatus, detail: Detail) -> String
         }
         out.push('\n');
     }
+    if s.summary.unverified > 0 {
+        // Not a pass: the setting could not be read with this driver stack (docs/install.md).
+        let _ = writeln!(
+            out,
+            "  UNVERIFIED {}: {} (not readable here: neither pass nor fail)",
+            s.summary.unverified,
+            s.summary.unverified_checks.join(", ")
+        );
+    }
     for i in &s.interfaces {
         let _ = writeln!(out, "  {}", describe_interface(i));
         for u in &i.unavailable {
@@ -236,7 +245,7 @@ pub enum FetchError {
     },
 }
 
-async fn call<T>(
+pub(crate) async fn call<T>(
     op: String,
     timeout: Option<std::time::Duration>,
     f: impl std::future::Future<Output = Result<T, kube::Error>>,
