@@ -206,7 +206,7 @@ def test_chart_command_lines(version: str) -> str:
         for o in chart.objects(chart.render(values)):
             if o["kind"] not in security.WORKLOAD_KINDS:
                 continue
-            spec = o["spec"]["template"]["spec"]
+            spec = security.pod_spec(o)
             for c in spec.get("initContainers", []) + spec.get("containers", []):
                 if c["name"] == "kube-rbac-proxy":
                     continue  # not our image

@@ -93,7 +93,7 @@ def container_rows(objs: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     for o in objs:
         if o["kind"] not in security.WORKLOAD_KINDS:
             continue
-        spec = security._pod_spec(o)
+        spec = security.pod_spec(o)
         sa = spec.get("serviceAccountName", "default")
         automount = spec.get("automountServiceAccountToken",
                              sas.get(sa, {}).get("automountServiceAccountToken", True)) is not False

@@ -30,7 +30,7 @@ def _component(obj: dict[str, Any]) -> str:
     return obj["metadata"].get("labels", {}).get("app.kubernetes.io/component", "?")
 
 
-def _pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
+def pod_spec(obj: dict[str, Any]) -> dict[str, Any]:
     return obj["spec"] if obj["kind"] == "Pod" else obj["spec"]["template"]["spec"]
 
 
@@ -89,7 +89,7 @@ def check_workloads(objs: list[dict[str, Any]], values: dict[str, Any]) -> list[
         if obj.get("kind") not in WORKLOAD_KINDS:
             continue
         name = f"{obj['kind']}/{obj['metadata']['name']}"
-        spec = _pod_spec(obj)
+        spec = pod_spec(obj)
         comp = _component(obj)
         pod_sc = spec.get("securityContext", {})
         for flag in ("hostPID", "hostIPC"):
@@ -196,7 +196,7 @@ def check_rbac(objs: list[dict[str, Any]]) -> list[str]:
     workload_sas = {}
     for o in objs:
         if o["kind"] in WORKLOAD_KINDS:
-            workload_sas.setdefault(_pod_spec(o).get("serviceAccountName", "default"), []).append(
+            workload_sas.setdefault(pod_spec(o).get("serviceAccountName", "default"), []).append(
                 o["metadata"]["name"])
     for sa, users in workload_sas.items():
         if sa == "default":
