@@ -494,6 +494,10 @@ impl Agent {
                     }
                     if self.health.api.failing().is_some() {
                         t.probe_at.get_or_insert_with(|| Instant::now() + Duration::from_secs(10));
+                    } else {
+                        // The watch itself showed the API back: a probe left over from a
+                        // transient watch error (a 410 relist, a restart) would be a stray GET.
+                        t.probe_at = None;
                     }
                 }
                 ev = kernel_ev => match ev {

@@ -661,8 +661,9 @@ fn an_idle_agent_sends_only_heartbeats() {
     c.wait("nodes", NODE, "labelled", &[&agent], |n| {
         n.is_some_and(|n| label(n, "kuberdma.io/roce-ready").is_some())
     });
-    // Settle, then 10 s of idle traffic (the agent re-reads its node every second),
-    // as kube-apiserver counts it; the test sends nothing in between.
+    // Settle, then 10 s of idle traffic as kube-apiserver counts it (the agent polls its
+    // adapters every second and reads the API through its watches only); the test sends
+    // nothing in between.
     std::thread::sleep(Duration::from_secs(2));
     let before = our_requests(&c);
     std::thread::sleep(Duration::from_secs(10));
