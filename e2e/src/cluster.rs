@@ -447,6 +447,15 @@ fn kubeconfig(l: &Layout, cl: &Client) -> String {
 /// Cluster networking: Multus' RBAC and config, kube-proxy.
 fn start_networking(l: &Layout, st: &mut State, holder: i32) -> Result<()> {
     multus_setup(l)?;
+    crate::whereabouts::install(&crate::whereabouts::Node {
+        admin_kubeconfig: l.kubeconfig(),
+        cni_bin: l.root("/opt/cni/bin"),
+        cni_conf: l.root("/etc/cni/net.d"),
+        server: format!("https://{}:6443", node::node_ip()),
+        ca_file: l.control().join("pki/ca.crt"),
+        log_file: l.logs().join("whereabouts.log"),
+        work_dir: l.base.clone(),
+    })?;
     let proxy_cfg = l.base.join("kube-proxy.yaml");
     std::fs::write(&proxy_cfg, kube_proxy_config(&kubeconfig(l, &PROXY)))?;
     let proxy = Spec::new("kube-proxy", peers::bin("kube"), l.logs().join("kube-proxy.log"))
@@ -952,7 +961,9 @@ fn down_locked() -> Result<Vec<String>> {
     let dirs = hostdirs::leave(&c.dirs)?;
     let mut after = node::snapshot();
     after.processes.extend(leftovers);
-    let diff = dirs.explain(node::diff(&st.before, &after));
+    // Only what this instance could have made: strangers' names come and go meanwhile.
+    let ours = node::Ours::new(c, node::instance(), &l.base);
+    let diff = dirs.explain(node::diff(&ours, &st.before, &after));
     for d in &diff {
         eprintln!("cluster down: host differs: {d}");
     }

@@ -14,6 +14,7 @@
 //! images     pause, busybox and kube-rdma images, made offline
 //! cluster    up / down / env / status of the local cluster
 //! simsync    the simulated tree follows its veth links (netdevs moved into pods)
+//! whereabouts the cluster-wide IPAM plugin on the node (binary, CRDs, RBAC, kubeconfig)
 //! ```
 //!
 //! Data flows one way: a node description (`e2e/node.yaml`) → a simulated
@@ -29,5 +30,6 @@ pub mod node;
 pub mod peers;
 pub mod pki;
 pub mod simsync;
+pub mod whereabouts;
 
 pub use apiserver::ApiServer;

@@ -18,6 +18,8 @@ pub const PINNED: &[(&str, &str, &str)] = &[
     ("containerd", "containerd", "github.com/containerd/containerd/v2"),
     ("etcd", "etcd", "go.etcd.io/etcd/server/v3"),
     ("Multus", "multus", "gopkg.in/k8snetworkplumbingwg/multus-cni.v4"),
+    // The cluster-wide IPAM plugin of the quick start's RDMA network (crate::whereabouts).
+    ("whereabouts", "whereabouts", "github.com/k8snetworkplumbingwg/whereabouts"),
     // Kubernetes 1.36's API server alone (e2e/peers/apiserver-1.36/main.go says why).
     ("kube-apiserver-1.36", "apiserver-1.36", "k8s.io/kubernetes"),
     // Prometheus' promtool, which lints each daemon's live /metrics (v0.3xx.y is Prometheus 3.xx.y).
@@ -88,7 +90,7 @@ pub fn cache_dir() -> PathBuf {
 }
 
 /// Path of the peer binary `name` (kube, etcd, containerd, ctr, containerd-shim-runc-v2, multus,
-/// pause, kube-apiserver-1.36).
+/// whereabouts, pause, kube-apiserver-1.36, promtool).
 pub fn bin(name: &str) -> PathBuf {
     cache_dir().join("bin").join(name)
 }

@@ -2,8 +2,9 @@
 //! reports and checks.
 //!
 //! Data flow: **sysfs (`/sys/class/net`, `/sys/class/infiniband`, configfs
-//! `rdma_cm`) + DCB netlink + ethtool (the kernel's, or a [`Recording`] of
-//! them, e.g. a simulated node's) → [`NodeRoce`]**. Every value is an [`Observed`]: a value, `Unsupported` (this
+//! `rdma_cm`) + DCB netlink + ethtool + the PFs' VF counters (`RTM_GETLINK`)
+//! (the kernel's, or a [`Recording`] of them, e.g. a simulated node's) →
+//! [`NodeRoce`]**. Every value is an [`Observed`]: a value, `Unsupported` (this
 //! driver/kernel has no such knob: not a failure) or `Unknown` (it should be
 //! readable but was not, with the reason).
 //!
@@ -27,6 +28,7 @@ use serde::{Deserialize, Serialize};
 pub use crate::inventory::{NetnsMode, RdmaProtocol};
 pub use crate::netlink::dcb::{DcbxMode, IeeeEts, IeeePfc, Priorities};
 pub use crate::netlink::transport::Exchange;
+pub use crate::netlink::vf_stats::VfStats;
 use crate::pci::PciAddr;
 
 mod ethtool;
@@ -176,6 +178,24 @@ pub struct NodeRoce {
     /// `infiniband` class, so it has none here).
     #[serde(default)]
     pub vf_counters: Vec<VfPortCounters>,
+    /// Netdev counters of every VF of each SR-IOV PF, as the PF's driver
+    /// counts them (`IFLA_VF_STATS`, [`crate::netlink::vf_stats`]): a VF whose
+    /// netdev and RDMA device are in a pod's namespace is counted here too.
+    /// mlx5 and ice fill them; a driver without `ndo_get_vf_stats` reports zeros.
+    #[serde(default)]
+    pub vf_netdev_counters: Vec<VfNetdevCounters>,
+}
+
+/// One VF's netdev counters, read through its PF (`ip -s link show PF`, the `vf N` lines).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VfNetdevCounters {
+    /// The PF's netdev (`ens1f0np0`).
+    pub pf: String,
+    /// VF index on the PF (the `N` of `virtfnN`).
+    pub vf: u32,
+    /// The counters.
+    pub stats: VfStats,
 }
 
 /// RDMA port 1 `counters/*` of one VF (as [`InterfaceRoce::port_counters`]).
@@ -342,6 +362,9 @@ pub struct Recording {
     /// Generic netlink devlink exchanges (the family lookup, then parameter
     /// GETs of ice PFs); empty on a node without an ice PF.
     pub devlink: Vec<Exchange>,
+    /// `RTM_GETLINK` exchanges reading each SR-IOV PF's VF counters
+    /// ([`crate::netlink::vf_stats::stats_request`]); empty on a node without VFs.
+    pub vf_stats: Vec<Exchange>,
 }
 
 /// Options for [`observe`].

@@ -1,7 +1,8 @@
 //! Prometheus text exposition (format 0.0.4) of one node's RoCE state: check
 //! results, the RDMA protocol, PFC per priority, pause frames per priority (the `ieee_pfc`
 //! requests/indications counters), ECN, MTU, GID index, RDMA hw counters, and the RDMA
-//! port counters of each PF port and of each VF whose RDMA device the host sees.
+//! port counters of each PF port and of each VF whose RDMA device the host sees, and the
+//! netdev counters of every VF as its PF's driver counts them (wherever the VF is).
 //! [`crate::health::serve`] serves it with the agent's self-metrics.
 //!
 //! No series carries a `node` label: each agent exports one node, and Prometheus adds
@@ -9,7 +10,7 @@
 //! `__meta_kubernetes_pod_node_name`). A label set here would collide with that one
 //! and come out as `exported_node`.
 
-use nic::roce::{InterfaceRoce, NodeRoce, Observed};
+use nic::roce::{InterfaceRoce, NodeRoce, Observed, VfStats};
 use plumbing::prometheus::{head, sample};
 
 use crate::crd::{Check, CheckResult};
@@ -21,6 +22,7 @@ pub fn render(observed: &NodeRoce, checks: &[Check]) -> String {
     write_protocol_and_priorities(&mut o, &observed.interfaces);
     write_port_values(&mut o, &observed.interfaces);
     write_port_counters(&mut o, observed);
+    write_vf_netdev_counters(&mut o, observed);
     o
 }
 
@@ -205,6 +207,34 @@ fn write_port_counters(o: &mut String, observed: &NodeRoce) {
                 labels.push(("counter", k));
                 sample(o, &name, &labels, v);
             }
+        }
+    }
+}
+
+/// Help text shared by the VF netdev counters: where they come from.
+const VF_NETDEV_SOURCE: &str =
+    "counted by the PF's driver (IFLA_VF_STATS: mlx5, ice), including while the VF is in a pod's namespace";
+
+/// The netdev counters of each VF read through its PF (`kuberdma_vf_netdev_*`,
+/// labelled with the PF's `interface` and `vf`).
+fn write_vf_netdev_counters(o: &mut String, observed: &NodeRoce) {
+    type Field = fn(&VfStats) -> u64;
+    let families: [(&str, &str, Field); 8] = [
+        ("received_bytes_total", "Bytes received by the VF", |s| s.rx_bytes),
+        ("transmitted_bytes_total", "Bytes transmitted by the VF", |s| s.tx_bytes),
+        ("received_packets_total", "Packets received by the VF", |s| s.rx_packets),
+        ("transmitted_packets_total", "Packets transmitted by the VF", |s| s.tx_packets),
+        ("received_dropped_total", "Received packets of the VF dropped", |s| s.rx_dropped),
+        ("transmitted_dropped_total", "Transmitted packets of the VF dropped", |s| s.tx_dropped),
+        ("received_multicast_total", "Multicast packets received by the VF", |s| s.multicast),
+        ("received_broadcast_total", "Broadcast packets received by the VF", |s| s.broadcast),
+    ];
+    let indexes: Vec<String> = observed.vf_netdev_counters.iter().map(|v| v.vf.to_string()).collect();
+    for (suffix, help, field) in families {
+        let name = format!("kuberdma_vf_netdev_{suffix}");
+        head(o, &name, "counter", &format!("{help}, {VF_NETDEV_SOURCE}."));
+        for (v, n) in observed.vf_netdev_counters.iter().zip(&indexes) {
+            sample(o, &name, &[("interface", v.pf.as_str()), ("vf", n.as_str())], field(&v.stats));
         }
     }
 }

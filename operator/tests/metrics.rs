@@ -64,9 +64,11 @@ async fn get(addr: std::net::SocketAddr, path: &str) -> String {
 
 #[tokio::test]
 async fn the_endpoint_serves_metrics_and_health_over_http() {
+    // The text first: building and reading the simulated node can take longer than the
+    // health deadline on a loaded machine, which would fail the first /healthz below.
+    let text = text();
     let health = Health::new("agent", Duration::from_millis(200));
     let h = health.clone();
-    let text = text();
     let t = text.clone();
     let ep = Endpoints { metrics: Arc::new(move || format!("{t}{}", h.render())), health: health.clone() };
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -163,6 +165,40 @@ fn a_vf_moved_into_a_pods_namespace_has_no_port_counters_on_the_host() {
     let after = sim.read();
     assert!(!vf2(&after), "{:?}", after.vf_counters);
     assert_eq!(after.vf_counters.len() + 1, before.vf_counters.len());
+}
+
+#[test]
+fn a_vf_in_a_pods_namespace_still_has_netdev_counters_through_its_pf() {
+    let mut sim = SimNode::new(&example("cx6dx-dual"));
+    let roots = sim.sim.roots();
+    let inv = nic::discover::discover(&roots);
+    let vf = inv.pfs.iter().flat_map(|p| &p.vfs).find(|v| v.pf == inv.pfs[0].pci && v.index == 2).unwrap();
+    // The CNI's move in exclusive netns mode: netdev and RDMA device leave the host's sysfs.
+    sim.sim.move_vf_into_pod(vf.pci).unwrap();
+    let node = sim.read();
+    assert!(!node.vf_counters.iter().any(|v| v.pf == "ens1f0np0" && v.vf == 2), "{:?}", node.vf_counters);
+    let t = render(&node, &evaluate(&default_profile(), &node).checks);
+    let s = nic::sim::sim_vf_stats(2);
+    let vf2 = "{interface=\"ens1f0np0\",vf=\"2\"}";
+    for line in [
+        format!("kuberdma_vf_netdev_received_bytes_total{vf2} {}", s.rx_bytes),
+        format!("kuberdma_vf_netdev_transmitted_bytes_total{vf2} {}", s.tx_bytes),
+        format!("kuberdma_vf_netdev_received_packets_total{vf2} {}", s.rx_packets),
+        format!("kuberdma_vf_netdev_transmitted_packets_total{vf2} {}", s.tx_packets),
+        format!("kuberdma_vf_netdev_received_dropped_total{vf2} {}", s.rx_dropped),
+        format!("kuberdma_vf_netdev_transmitted_dropped_total{vf2} {}", s.tx_dropped),
+        format!("kuberdma_vf_netdev_received_multicast_total{vf2} {}", s.multicast),
+        format!("kuberdma_vf_netdev_received_broadcast_total{vf2} {}", s.broadcast),
+        "# TYPE kuberdma_vf_netdev_received_bytes_total counter".to_string(),
+    ] {
+        assert!(t.lines().any(|l| l == line), "missing `{line}` in\n{t}");
+    }
+    assert!(!t.contains("kuberdma_vf_port_received_bytes_total{interface=\"ens1f0np0\",vf=\"2\"}"), "{t}");
+    // Every VF of both PFs, one series each per family.
+    let n = t.lines().filter(|l| l.starts_with("kuberdma_vf_netdev_received_bytes_total{")).count();
+    assert_eq!(n, 16);
+    let help = t.lines().find(|l| l.starts_with("# HELP kuberdma_vf_netdev_received_bytes_total")).unwrap();
+    assert!(help.contains("including while the VF is in a pod's namespace"), "{help}");
 }
 
 /// A child process killed (and reaped) when dropped, a failed assertion included.

@@ -87,6 +87,10 @@ pub fn cases() -> Vec<Case> {
             run: dra_two_vfs_matching_numa_node_are_allocated_and_prepared,
         },
         Case {
+            name: "dra_promtool_check_metrics_is_clean_on_the_drivers_live_metrics",
+            run: dra_promtool_check_metrics_is_clean_on_the_drivers_live_metrics,
+        },
+        Case {
             name: "dra_bench_claim_pod_start_against_a_plain_pod",
             run: dra_bench_claim_pod_start_against_a_plain_pod,
         },
@@ -147,6 +151,19 @@ pub(crate) fn dra_mode(ctx: &Ctx) -> Result<Vec<Value>> {
         let s = our_slices(ctx)?;
         Ok((complete(&s).is_ok() && devices(&s).len() == VFS).then_some(s))
     })
+}
+
+/// The DRA driver's page (the device plugin DaemonSet running `dra`) passes Prometheus' own
+/// linter, as the device plugin's does in the other mode, after the claims above were prepared.
+fn dra_promtool_check_metrics_is_clean_on_the_drivers_live_metrics(ctx: &Ctx) -> Result<()> {
+    dra_mode(ctx)?;
+    crate::install::promtool_checks_every_live_metrics_page(
+        ctx,
+        &[
+            ("device-plugin", "kuberdma_dra_pool_generation"),
+            ("device-plugin", "kuberdma_dra_prepare_duration_seconds"),
+        ],
+    )
 }
 
 fn dra_switched_back_to_device_plugin_mode(ctx: &Ctx) -> Result<()> {

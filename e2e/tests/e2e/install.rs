@@ -73,15 +73,28 @@ fn metrics_targets(ctx: &Ctx) -> Result<Vec<(String, u64)>> {
 }
 
 /// `promtool check metrics` (pinned from the Go module proxy, e2e/peers/promtool) on the page each
-/// daemon serves on the cluster, fetched through the API server's pod proxy.
+/// daemon serves on the cluster, fetched through the API server's pod proxy (device plugin mode;
+/// the DRA driver's page: `dra_promtool_check_metrics_is_clean_on_the_drivers_live_metrics`).
 fn promtool_check_metrics_is_clean_on_every_daemons_live_metrics(ctx: &Ctx) -> Result<()> {
+    promtool_checks_every_live_metrics_page(ctx, &[("device-plugin", "kuberdma_pool_registered")])
+}
+
+/// Runs `promtool check metrics` on the live page of every kube-rdma pod with a metrics port.
+/// Each of the agent, the controller and the pods named by `expected` (a pod name part, and a
+/// metric prefix its page must show, so the mode under test is the one that answered) must have one.
+pub fn promtool_checks_every_live_metrics_page(ctx: &Ctx, expected: &[(&str, &str)]) -> Result<()> {
     let promtool = peers::cache_dir().join("bin/promtool");
     let targets = metrics_targets(ctx)?;
-    let components: Vec<&str> = ["device-plugin", "agent", "controller"]
+    let expected: Vec<(&str, &str)> = [("agent", "kuberdma_"), ("controller", "kuberdma_")]
         .into_iter()
-        .filter(|c| targets.iter().any(|(p, _)| p.contains(c)))
+        .chain(expected.iter().copied())
         .collect();
-    ensure!(components.len() == 3, "not every daemon has a metrics port: {targets:?}");
+    for (component, _) in &expected {
+        ensure!(
+            targets.iter().any(|(p, _)| p.contains(component)),
+            "no {component} pod with a metrics port: {targets:?}"
+        );
+    }
     let mut problems = Vec::new();
     for (pod, port) in &targets {
         let page = ctx.kubectl(&[
@@ -90,6 +103,12 @@ fn promtool_check_metrics_is_clean_on_every_daemons_live_metrics(ctx: &Ctx) -> R
             &format!("/api/v1/namespaces/{NAMESPACE}/pods/{pod}:{port}/proxy/metrics"),
         ])?;
         ensure!(page.contains("kuberdma_build_info{"), "{pod}: no kuberdma_build_info in\n{page}");
+        for (component, prefix) in expected.iter().filter(|(c, _)| pod.contains(c)) {
+            ensure!(
+                page.contains(&format!("\n{prefix}")),
+                "{pod} ({component}): no {prefix}* series in\n{page}"
+            );
+        }
         let mut child = Command::new(&promtool)
             .args(["check", "metrics"])
             .stdin(Stdio::piped())
@@ -109,6 +128,7 @@ fn promtool_check_metrics_is_clean_on_every_daemons_live_metrics(ctx: &Ctx) -> R
         }
     }
     ensure!(problems.is_empty(), "promtool check metrics:\n{}", problems.join("\n"));
+    println!("     promtool check metrics: clean on {} pages", targets.len());
     Ok(())
 }
 

@@ -19,3 +19,4 @@ pub mod nla;
 pub mod nldev;
 pub mod transport;
 pub mod vf;
+pub mod vf_stats;

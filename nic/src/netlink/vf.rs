@@ -20,7 +20,8 @@
 //! Reading needs `IFLA_EXT_MASK = RTEXT_FILTER_VF` in the RTM_GETLINK request,
 //! or the kernel leaves the VF list out; `RTEXT_FILTER_SKIP_STATS` leaves out
 //! the per-VF counters, which would make a PF with 256 VFs answer with more
-//! than netlink-proto's 64 KiB receive buffer (as `ip link show` does).
+//! than netlink-proto's 64 KiB receive buffer (as `ip link show` does). The
+//! counters are read apart, over the crate's own transport: [`super::vf_stats`].
 //!
 //! Requests, by their `ip` equivalent:
 //! - [`set_request`]: `ip link set PF vf N mac M vlan V qos Q proto 802.1ad spoofchk on trust off min_tx_rate A max_tx_rate B state auto`

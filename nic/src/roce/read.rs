@@ -1,6 +1,6 @@
 //! The readers behind [`observe`]: sysfs and configfs files under the sysfs
-//! root, DCB netlink and ethtool from the kernel or from a [`Recording`] of
-//! them, through the same decoders.
+//! root, DCB netlink, ethtool and the PFs' VF counters (`RTM_GETLINK`) from the
+//! kernel or from a [`Recording`] of them, through the same decoders.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -11,7 +11,8 @@ use super::*;
 use crate::inventory::{Inventory, Netdev, RdmaDev};
 use crate::netlink::dcb::{Dcb, IeeeState};
 use crate::netlink::devlink::{Cmode, DevHandle, Devlink, ParamValue};
-use crate::netlink::transport::{Recorded, Transport};
+use crate::netlink::transport::{Client, Recorded, Transport, NETLINK_ROUTE};
+use crate::netlink::vf_stats;
 use crate::sysfs::{self, SysfsError};
 use crate::Roots;
 
@@ -25,24 +26,28 @@ pub fn observe(roots: &Roots, inv: &Inventory, src: &DcbSource, opts: &ObserveOp
             let dcb = Dcb::open().map_err(|e| e.to_string());
             let ethtool = Ioctl::open().map_err(|e| format!("ethtool socket: {e}"));
             let devlink = has_ice(inv).then(|| Devlink::open().map_err(|e| e.to_string()));
-            observe_with(roots, inv, Kernel { dcb, ethtool, devlink }, opts)
+            let link = Client::open(NETLINK_ROUTE).map_err(|e| format!("NETLINK_ROUTE socket: {e}"));
+            observe_with(roots, inv, Kernel { dcb, ethtool, devlink, link }, opts)
         }
         DcbSource::Recorded(r) => {
             let dcb = Ok(Dcb::new(Recorded::replaying(r.dcb.clone())));
             let ethtool = Ok(RecordedEthtool::new(r.ethtool.clone()));
             let devlink = has_ice(inv)
                 .then(|| Devlink::new(Recorded::replaying(r.devlink.clone())).map_err(|e| e.to_string()));
-            observe_with(roots, inv, Kernel { dcb, ethtool, devlink }, opts)
+            let link = Ok(Client::new(Recorded::replaying(r.vf_stats.clone())));
+            observe_with(roots, inv, Kernel { dcb, ethtool, devlink, link }, opts)
         }
     }
 }
 
-/// The kernel interfaces DCB, ethtool and devlink reads go through, or why one
-/// could not be opened (devlink: only opened on a node with an ice PF).
+/// The kernel interfaces DCB, ethtool, devlink and VF counter reads go through,
+/// or why one could not be opened (devlink: only opened on a node with an ice PF).
 struct Kernel<T, E> {
     dcb: Result<Dcb<T>, String>,
     ethtool: Result<E, String>,
     devlink: Option<Result<Devlink<T>, String>>,
+    /// `NETLINK_ROUTE` for the PFs' `RTM_GETLINK` (VF counters).
+    link: Result<Client<T>, String>,
 }
 
 /// Whether the node has an E810 (ice) PF, the one driver whose RDMA protocol is a devlink parameter.
@@ -155,7 +160,69 @@ fn observe_with<T: Transport, E: Ethtool>(
         .unwrap_or_else(|| "unknown".into());
     let rdma_vfs = inv.pfs.iter().flat_map(|p| &p.vfs).filter(|v| !v.rdma.is_empty()).count();
     let vf_counters = vf_port_counters(roots, inv);
-    NodeRoce { node, interfaces, rdma_netns_mode: netns_mode(roots), rdma_vfs, vf_counters }
+    let vf_netdev_counters = vf_netdev_counters(roots, inv, &mut k.link);
+    NodeRoce {
+        node,
+        interfaces,
+        rdma_netns_mode: netns_mode(roots),
+        rdma_vfs,
+        vf_counters,
+        vf_netdev_counters,
+    }
+}
+
+/// The netdev counters of every VF of each SR-IOV PF: one `RTM_GETLINK` per PF,
+/// which answers for all its VFs wherever their netdevs are (in a pod's
+/// namespace included). A PF that cannot be read is logged and left out.
+fn vf_netdev_counters<T: Transport>(
+    roots: &Roots,
+    inv: &Inventory,
+    link: &mut Result<Client<T>, String>,
+) -> Vec<VfNetdevCounters> {
+    let mut out = Vec::new();
+    for pf in inv.pfs.iter().filter(|p| p.num_vfs.unwrap_or(0) > 0 || !p.vfs.is_empty()) {
+        let Some(nd) = pf.netdevs.iter().find(|n| !is_representor(roots, &n.name)) else {
+            tracing::debug!(pci = %pf.pci, "PF without a netdev on the host: no VF counters through it");
+            continue;
+        };
+        let client = match link {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(error = %e, "no VF counters: the NETLINK_ROUTE socket could not be opened");
+                return out;
+            }
+        };
+        let Some(ifindex) = nd.ifindex else {
+            tracing::debug!(pf = %nd.name, "PF ifindex unreadable: no VF counters through it");
+            continue;
+        };
+        match vf_stats::read(client, ifindex) {
+            Ok(r) => {
+                for why in &r.skipped {
+                    tracing::warn!(pf = %nd.name, reason = %why, "VF counters: an IFLA_VF_INFO entry was skipped");
+                }
+                let pf_name = &nd.name;
+                out.extend(r.vfs.into_iter().map(|(vf, stats)| VfNetdevCounters {
+                    pf: pf_name.clone(),
+                    vf,
+                    stats,
+                }));
+            }
+            // The kernel refusing (or no socket) is the node's state; a reply that
+            // does not decode is a bug worth seeing.
+            Err(e @ vf_stats::ReadError::Netlink { .. }) => tracing::debug!(
+                pf = %nd.name,
+                error = %crate::error_chain(&e),
+                "reading the VF counters through the PF failed; none for its VFs"
+            ),
+            Err(e) => tracing::warn!(
+                pf = %nd.name,
+                error = %crate::error_chain(&e),
+                "the PF's VF counters reply does not decode; none for its VFs"
+            ),
+        }
+    }
+    out
 }
 
 /// Port counters of each VF RDMA device still in this namespace. One that the

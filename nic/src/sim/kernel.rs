@@ -20,6 +20,12 @@
 //!     exactly while DSCP entries exist, so such a port has none.
 //!   - DCBX: `DCB_CAP_DCBX_HOST` (os) or `LLD_MANAGED` (firmware), IEEE.
 //! - `ETHTOOL_GPAUSEPARAM`: rx and tx pause = `globalPause`, no autoneg.
+//! - Per SR-IOV PF with VFs: `RTM_GETLINK` with `RTEXT_FILTER_VF` (the VF
+//!   counters, [`crate::netlink::vf_stats`]), answered with `IFLA_NUM_VF` and
+//!   each VF's `IFLA_VF_MAC` and `IFLA_VF_STATS` (mlx5 and ice both implement
+//!   `ndo_get_vf_stats`), then the ACK. The description has no traffic, so the
+//!   counters are a fixed function of the VF index, [`sim_vf_stats`], whether
+//!   the VF's netdev is on the host or in a pod.
 //! - The private flags (`ETHTOOL_GSSET_INFO`, `GSTRINGS`, `GPFLAGS`): ice's
 //!   (ice_ethtool.c) with `fw-lldp-agent` = `fwLldpAgent`, or mlx5's
 //!   (en_ethtool.c), which have no `fw-lldp-agent`.
@@ -40,6 +46,7 @@ use crate::netlink::devlink::{
     recorded as devlink_recorded, Cmode, DevHandle, Param, ParamReply, ParamType, ParamValue,
 };
 use crate::netlink::transport::{emit, request_message, Exchange};
+use crate::netlink::vf_stats::{new_link_reply, stats_request, LinkBody, VfEntry, VfStats};
 use crate::roce::{EthtoolExchange, Recording, Trust};
 
 /// `IEEE_8021QAZ_TSA_VENDOR` and `IEEE_8021QAZ_TSA_ETS` (dcbnl.h).
@@ -88,12 +95,39 @@ impl Sim {
                     let protocol = self.funcs.get(&p.bdf).map_or(RdmaProtocol::None, |f| f.rdma_protocol());
                     r.devlink.extend(self.devlink_answers(p, protocol));
                 }
+                r.vf_stats.extend(self.vf_stats_exchange(p));
             }
         }
         if !r.devlink.is_empty() {
             r.devlink.insert(0, devlink_recorded::family(SIM_DEVLINK_FAMILY));
         }
         r
+    }
+
+    /// The PF's answer to the VF counters request: every VF of the PF, with
+    /// [`sim_vf_stats`]; `None` for a PF without VFs (the agent asks only PFs with VFs).
+    fn vf_stats_exchange(&self, p: &PfDesc) -> Option<Exchange> {
+        let pf = self.funcs.get(&p.bdf)?;
+        let ifindex = pf.net.as_ref()?.ifindex;
+        let mut vfs: Vec<VfEntry> = self
+            .funcs
+            .values()
+            .filter_map(|f| match &f.role {
+                Role::Vf { pf, index } if *pf == p.bdf => Some(VfEntry {
+                    vf: *index,
+                    mac: f.net.as_ref().map_or([0; 6], |n| n.mac),
+                    stats: Some(sim_vf_stats(*index)),
+                }),
+                _ => None,
+            })
+            .collect();
+        if vfs.is_empty() {
+            return None;
+        }
+        vfs.sort_by_key(|v| v.vf);
+        let request = emit(&mut request_message(NLM_F_REQUEST | NLM_F_ACK, 0, stats_request(ifindex)));
+        let reply = emit(&mut request_message(0, 0, new_link_reply(ifindex, &vfs)));
+        Some(Exchange { request: request.clone(), replies: vec![reply, ack::<LinkBody>(request)] })
     }
 
     /// ice's `enable_roce` / `enable_iwarp` (generic, bool, runtime only:
@@ -122,16 +156,38 @@ impl Sim {
 /// The id a simulated kernel gives the devlink generic netlink family.
 const SIM_DEVLINK_FAMILY: u16 = 0x15;
 
+/// The counters the simulated PFs report for their VF `vf` (no traffic is
+/// simulated; tests predict these): `rx_packets` 1000·(vf+1), `tx_packets`
+/// 2000·(vf+1), bytes 1500 per packet, `broadcast` vf+1, `multicast`
+/// 10·(vf+1), `rx_dropped` vf, `tx_dropped` 0.
+pub fn sim_vf_stats(vf: u32) -> VfStats {
+    let n = u64::from(vf) + 1;
+    VfStats {
+        rx_packets: 1000 * n,
+        tx_packets: 2000 * n,
+        rx_bytes: 1_500_000 * n,
+        tx_bytes: 3_000_000 * n,
+        broadcast: n,
+        multicast: 10 * n,
+        rx_dropped: n - 1,
+        tx_dropped: 0,
+    }
+}
+
+/// netlink_ack (net/netlink/af_netlink.c): error 0 and the whole request echoed.
+fn ack<M: netlink_packet_core::NetlinkSerializable>(request: Vec<u8>) -> Vec<u8> {
+    let mut ack = ErrorMessage::default();
+    ack.header = request;
+    let mut ack = NetlinkMessage::<M>::new(NetlinkHeader::default(), NetlinkPayload::Error(ack));
+    ack.finalize();
+    emit(&mut ack)
+}
+
 fn ieee_get_exchange(model: Model, p: &PfDesc) -> Exchange {
     let mut request = request_message(NLM_F_REQUEST | NLM_F_ACK, 0, DcbMsg::ieee_get(&p.netdev));
     let request = emit(&mut request);
     let reply = emit(&mut request_message(0, 0, ieee_reply(model, p)));
-    // netlink_ack (net/netlink/af_netlink.c): error 0 and the whole request echoed.
-    let mut ack = ErrorMessage::default();
-    ack.header = request.clone();
-    let mut ack = NetlinkMessage::<DcbMsg>::new(NetlinkHeader::default(), NetlinkPayload::Error(ack));
-    ack.finalize();
-    Exchange { request, replies: vec![reply, emit(&mut ack)] }
+    Exchange { request: request.clone(), replies: vec![reply, ack::<DcbMsg>(request)] }
 }
 
 fn ieee_reply(model: Model, p: &PfDesc) -> DcbMsg {

@@ -74,6 +74,7 @@ use desc::{AdapterDesc, DescError, Model, NodeDesc, PfDesc};
 use layout::{plan, yaml_err, Func, Role, RDMA_CM_DEV};
 use tree::{io_err, Writer};
 
+pub use kernel::sim_vf_stats;
 pub use layout::{validate, GID_TBL_LEN};
 pub use render::describe;
 
